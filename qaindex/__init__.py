@@ -1,0 +1,44 @@
+"""qaindex: embedded question→answer retrieval with hyperbolic (Poincaré) dual encoders.
+
+The runtime needs numpy, onnxruntime, faiss and click; it never imports torch.
+
+Example
+-------
+>>> import qaindex
+>>> ranker = qaindex.Ranker.build("examples/faq.jsonl")          # doctest: +SKIP
+>>> for hit in ranker.search("How do I reset my password?", k=3):  # doctest: +SKIP
+...     print(hit.id, round(hit.score, 3))
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .corpus import Record, read_corpus
+from .errors import (
+    CorpusError,
+    DeviceError,
+    IndexFormatError,
+    MissingDependencyError,
+    ModelFormatError,
+    QAIndexError,
+    QueryError,
+)
+from .model import Model
+from .ranker import Hit, Ranker
+
+__all__ = [
+    "__version__",
+    "Ranker",
+    "Hit",
+    "Model",
+    "Record",
+    "read_corpus",
+    "QAIndexError",
+    "CorpusError",
+    "IndexFormatError",
+    "ModelFormatError",
+    "QueryError",
+    "DeviceError",
+    "MissingDependencyError",
+]

@@ -1,0 +1,242 @@
+"""The ``qaindex`` command line: a thin layer over :class:`qaindex.Ranker`.
+
+Exit codes: 0 success, 1 a user error (bad corpus, missing index, ...), 2 a usage error.
+Errors print one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from . import __version__
+from .devices import DEVICES
+from .errors import QAIndexError
+from .ranker import DEFAULT_OVERFETCH, Hit, Ranker
+from .vector_index import INDEX_KINDS
+
+F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_INDEX = "qaindex-index"
+
+
+class _Group(click.Group):
+    """Turns :class:`QAIndexError` into a one-line message and exit code 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except QAIndexError as exc:
+            raise click.ClickException(str(exc)) from None
+        except KeyboardInterrupt:
+            click.echo("interrupted; nothing already saved was changed", err=True)
+            sys.exit(130)
+
+
+def index_option(f: F) -> F:
+    return click.option(
+        "--index",
+        "index",
+        default=DEFAULT_INDEX,
+        envvar="QAINDEX_INDEX",
+        show_default=True,
+        type=click.Path(path_type=Path, file_okay=False),
+        help="Index directory (or set QAINDEX_INDEX).",
+    )(f)
+
+
+def device_option(f: F) -> F:
+    return click.option(
+        "--device",
+        type=click.Choice(DEVICES),
+        default="auto",
+        show_default=True,
+        help="Where to run: auto uses CUDA (onnxruntime and FAISS) only when it really works.",
+    )(f)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="qaindex")
+def main() -> None:
+    """Question→answer retrieval: build an index of answers, then search it with questions."""
+
+
+@main.command()
+@click.argument("corpus", type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "--model",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Model directory (default: the built-in default model).",
+)
+@index_option
+@device_option
+@click.option(
+    "--index-kind",
+    type=click.Choice(INDEX_KINDS),
+    default="auto",
+    show_default=True,
+    help="FAISS coarse index: exact flat search, or approximate HNSW; auto picks flat up to 20,000 answers.",
+)
+@click.option(
+    "--overfetch",
+    type=click.IntRange(min=1),
+    default=DEFAULT_OVERFETCH,
+    show_default=True,
+    help="The coarse stage recalls k × overfetch candidates for the exact rerank.",
+)
+@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True, help="Answers per encoder call.")
+def build(
+    corpus: Path,
+    model: Path | None,
+    index: Path,
+    device: str,
+    index_kind: str,
+    overfetch: int,
+    batch_size: int,
+) -> None:
+    """Encode the answers of CORPUS (JSONL) and save an index.
+
+    An existing index at --index is replaced only once the new one is complete.
+    """
+    start = time.perf_counter()
+    ranker = Ranker.build(
+        corpus,
+        model=model,
+        device=device,
+        index_kind=index_kind,
+        overfetch=overfetch,
+        batch_size=batch_size,
+        progress=True,
+    )
+    ranker.save(index)
+    seconds = time.perf_counter() - start
+    info = ranker.info()
+    click.echo(
+        f"indexed {info['answers']} answers into {index}: dimension {info['dimension']}, "
+        f"{info['index']['kind']} index, model {info['model']['name']}, "
+        f"{_devices_line(info)}, {seconds:.2f} s"
+    )
+
+
+@main.command()
+@click.argument("question")
+@index_option
+@click.option("-k", "k", type=click.IntRange(min=1), default=10, show_default=True, help="Number of answers to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per question.")
+@device_option
+def search(question: str, index: Path, k: int, as_json: bool, device: str) -> None:
+    """Show the best answers for QUESTION ('-' reads one question per line from stdin)."""
+    if question == "-":
+        questions = [line.rstrip("\r\n") for line in click.get_text_stream("stdin") if line.strip()]
+        if not questions:
+            raise click.ClickException("no questions on stdin; give one question per line")
+    else:
+        questions = [question]
+    ranker = Ranker.load(index, device=device)
+    results = ranker.search_batch(questions, k)
+    for q, hits in zip(questions, results, strict=True):
+        if as_json:
+            click.echo(json.dumps({"question": q, "hits": [h.to_json() for h in hits]}, ensure_ascii=False))
+        else:
+            if len(questions) > 1:
+                click.echo(f"Q: {q}")
+            click.echo(_table(hits))
+
+
+def _table(hits: list[Hit]) -> str:
+    width = max(60, min(160, shutil.get_terminal_size((100, 20)).columns))
+    ids = [str(h.id) for h in hits]
+    id_w = min(28, max([2, *map(len, ids)]))
+    head = f"{'#':>2}  {'score':>8}  {'dist':>7}  {'id':<{id_w}}  answer"
+    lines = [head]
+    room = max(20, width - len(head) + len("answer"))
+    for rank, (h, ident) in enumerate(zip(hits, ids, strict=True), start=1):
+        text = " ".join(h.answer.split())
+        if len(text) > room:
+            text = text[: room - 1] + "…"
+        lines.append(f"{rank:>2}  {h.score:>8.4f}  {h.distance:>7.4f}  {ident[:id_w]:<{id_w}}  {text}")
+    return "\n".join(lines)
+
+
+def _devices_line(info: dict[str, Any]) -> str:
+    providers = sorted(set(info["devices"]["onnxruntime"].values()))
+    return f"onnxruntime on {'/'.join(providers)}, faiss on {info['devices']['faiss']}"
+
+
+@main.command()
+@index_option
+@device_option
+@click.option("--recall", is_flag=True, help="Measure recall@k of the coarse stage and of the pipeline against exact search.")
+@click.option("-k", "k", type=click.IntRange(min=1), default=10, show_default=True, help="k for --recall.")
+@click.option("--sample", type=click.IntRange(min=1), default=200, show_default=True, help="Questions sampled for --recall.")
+@click.option("--verify", is_flag=True, help="Check the SHA-256 of every file of the index.")
+@click.option("--json", "as_json", is_flag=True, help="Print the information as one JSON object.")
+def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bool, as_json: bool) -> None:
+    """Describe an index: model, counts, index kind, devices actually used."""
+    ranker = Ranker.load(index, device=device)
+    if verify:
+        ranker.verify()
+    data = ranker.info()
+    if verify:
+        data["verified"] = True
+    if recall:
+        data["recall"] = ranker.recall(k, sample=sample)
+    if as_json:
+        click.echo(json.dumps(data, ensure_ascii=False))
+        return
+    model = data["model"]
+    params = model["parameters"]
+    lines = [
+        f"index:      {data['path']}",
+        f"answers:    {data['answers']}",
+        f"model:      {model['name']} ({model['kind']}, {data['geometry']} geometry, dimension {data['dimension']}"
+        + (f", {params['trainable']:,} trainable parameters" if "trainable" in params else "")
+        + ")",
+        f"coarse:     {data['index']['kind']} {json.dumps(data['index']['params']) if data['index']['params'] else ''}"
+        f"(over-fetch {data['index']['overfetch']})".replace("  ", " "),
+        f"devices:    {_devices_line(data)}",
+        f"created:    {data['created']}",
+    ]
+    if verify:
+        lines.append("verified:   every file matches its checksum")
+    if recall:
+        r = data["recall"]
+        lines.append(
+            f"recall@{r['k']}:  {r['recall']:.4f} (coarse stage {r['coarse_recall']:.4f}, {r['candidates']} candidates, "
+            f"{r['queries']} {r['source']})"
+        )
+    click.echo("\n".join(lines))
+
+
+@main.command()
+@click.argument("corpus", type=click.Path(path_type=Path, dir_okay=False))
+@index_option
+@device_option
+def add(corpus: Path, index: Path, device: str) -> None:
+    """Add the answers of CORPUS (JSONL, new ids only) to an index."""
+    ranker = Ranker.load(index, device=device, threads=None)
+    added = ranker.add(corpus)
+    ranker.save(index)
+    click.echo(f"added {added} answers; {len(ranker)} in {index}")
+
+
+@main.command()
+@click.argument("ids", nargs=-1, required=True)
+@index_option
+def remove(ids: tuple[str, ...], index: Path) -> None:
+    """Remove the answers with these IDS from an index (integer-looking ids match integer ids)."""
+    ranker = Ranker.load(index, device="cpu")
+    removed = ranker.remove(ids)
+    ranker.save(index)
+    click.echo(f"removed {removed} answers; {len(ranker)} left in {index}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

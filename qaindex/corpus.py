@@ -1,0 +1,293 @@
+"""Corpus records and the JSONL corpus format.
+
+A corpus is a UTF-8 JSONL file, one JSON object per line:
+
+- ``answer`` (required): non-empty answer text;
+- ``id`` (optional): a string or integer, unique in the corpus; defaults to the line number;
+- ``question`` (string) or ``questions`` (list of strings), optional: questions this answer
+  answers; used by training and kept by ``build``;
+- any other key is kept as metadata and returned with search hits.
+
+The answer-selection benchmark format (``qid, question, aid, answer, label``) is accepted
+too: ``aid`` is the id, an answer repeated for several questions is stored once, and the
+questions whose ``label`` is 1 are kept as its questions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import CorpusError
+
+__all__ = ["Record", "read_corpus", "records_from_dicts", "BENCHMARK_KEYS"]
+
+BENCHMARK_KEYS = frozenset({"qid", "question", "aid", "answer", "label"})
+_RESERVED = frozenset({"id", "answer", "question", "questions"})
+
+
+@dataclass(frozen=True)
+class Record:
+    """One answer of a corpus.
+
+    Attributes
+    ----------
+    id : str or int
+        Unique identifier.
+    answer : str
+        The answer text (non-empty).
+    questions : tuple of str
+        Questions known to be answered by it (may be empty).
+    metadata : dict
+        Any other JSON fields, returned with search hits.
+
+    Example
+    -------
+    >>> Record(id="reset", answer="Use the reset link.").to_json()
+    {'id': 'reset', 'answer': 'Use the reset link.', 'questions': [], 'metadata': {}}
+    """
+
+    id: str | int
+    answer: str
+    questions: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as the JSON object stored in an index."""
+        return {
+            "id": self.id,
+            "answer": self.answer,
+            "questions": list(self.questions),
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Record:
+        """Inverse of :meth:`to_json` (no validation: for data qaindex wrote itself)."""
+        return cls(
+            id=obj["id"],
+            answer=obj["answer"],
+            questions=tuple(obj.get("questions", ())),
+            metadata=dict(obj.get("metadata", {})),
+        )
+
+
+def _id_key(value: str | int) -> str:
+    return str(value)
+
+
+class _Collector:
+    """Validates objects one by one, merging benchmark rows that share an ``aid``."""
+
+    def __init__(self, source: str, *, existing_ids: Iterable[str | int] = ()) -> None:
+        self.source = source
+        self.records: list[Record] = []
+        self._where: dict[str, int] = {}  # id key -> position in self.records
+        self._line_of: dict[str, str] = {}  # id key -> where it was first seen
+        self._existing = {_id_key(i) for i in existing_ids}
+
+    def _at(self, line: int | None) -> str:
+        return f"{self.source}:{line}" if line is not None else self.source
+
+    def add(self, obj: Any, line: int | None, default_id: int) -> None:
+        at = self._at(line)
+        if not isinstance(obj, dict):
+            raise CorpusError(
+                f"{at}: expected a JSON object, got {type(obj).__name__}; "
+                'write one object per line, e.g. {"answer": "..."}'
+            )
+        if "aid" in obj and "id" not in obj:
+            self._add_benchmark_row(obj, at)
+            return
+        answer = self._answer(obj, at)
+        ident = obj.get("id", default_id)
+        self._check_id(ident, at)
+        questions = self._questions(obj, at)
+        metadata = {k: v for k, v in obj.items() if k not in _RESERVED}
+        self._register(ident, at)
+        self.records.append(Record(ident, answer, questions, metadata))
+
+    @staticmethod
+    def _answer(obj: Mapping[str, Any], at: str) -> str:
+        if "answer" not in obj:
+            raise CorpusError(f'{at}: field "answer" is missing; every record needs a non-empty "answer" text')
+        answer = obj["answer"]
+        if not isinstance(answer, str):
+            raise CorpusError(
+                f'{at}: field "answer" must be a string, got {type(answer).__name__}'
+            )
+        if not answer.strip():
+            raise CorpusError(f'{at}: field "answer" is empty; give it the answer text or drop the line')
+        return answer
+
+    def _check_id(self, ident: Any, at: str) -> None:
+        if isinstance(ident, bool) or not isinstance(ident, str | int):
+            raise CorpusError(
+                f'{at}: field "id" must be a string or an integer, got {json.dumps(ident)}'
+            )
+        if isinstance(ident, str) and not ident.strip():
+            raise CorpusError(f'{at}: field "id" is empty; give a non-empty id or leave it out')
+        key = _id_key(ident)
+        if key in self._line_of:
+            raise CorpusError(
+                f"{at}: duplicate id {json.dumps(ident)} (first seen at {self._line_of[key]}); "
+                "ids must be unique"
+            )
+        if key in self._existing:
+            raise CorpusError(
+                f"{at}: id {json.dumps(ident)} is already in the index; "
+                "remove it first or use another id"
+            )
+
+    def _register(self, ident: str | int, at: str) -> None:
+        key = _id_key(ident)
+        self._line_of[key] = at
+        self._where[key] = len(self.records)
+
+    @staticmethod
+    def _questions(obj: Mapping[str, Any], at: str) -> tuple[str, ...]:
+        if "question" in obj and "questions" in obj:
+            raise CorpusError(f'{at}: give either "question" or "questions", not both')
+        if "question" in obj:
+            q = obj["question"]
+            if not isinstance(q, str):
+                raise CorpusError(f'{at}: field "question" must be a string, got {type(q).__name__}')
+            return (q,) if q.strip() else ()
+        if "questions" in obj:
+            qs = obj["questions"]
+            if not isinstance(qs, list) or not all(isinstance(q, str) for q in qs):
+                raise CorpusError(f'{at}: field "questions" must be a list of strings')
+            return tuple(q for q in qs if q.strip())
+        return ()
+
+    def _add_benchmark_row(self, obj: Mapping[str, Any], at: str) -> None:
+        answer = self._answer(obj, at)
+        aid = obj["aid"]
+        if isinstance(aid, bool) or not isinstance(aid, str | int):
+            raise CorpusError(f'{at}: field "aid" must be a string or an integer, got {json.dumps(aid)}')
+        label = obj.get("label", 0)
+        if label not in (0, 1):
+            raise CorpusError(f'{at}: field "label" must be 0 or 1, got {json.dumps(label)}')
+        question = obj.get("question", "")
+        if not isinstance(question, str):
+            raise CorpusError(f'{at}: field "question" must be a string')
+        key = _id_key(aid)
+        if key in self._where:
+            pos = self._where[key]
+            old = self.records[pos]
+            if old.answer != answer:
+                raise CorpusError(
+                    f"{at}: aid {json.dumps(aid)} was first seen at {self._line_of[key]} with a "
+                    "different answer text; an aid must always name the same answer"
+                )
+            if label == 1 and question.strip() and question not in old.questions:
+                self.records[pos] = Record(old.id, old.answer, (*old.questions, question), old.metadata)
+            return
+        if key in self._existing:
+            raise CorpusError(
+                f"{at}: id {json.dumps(aid)} is already in the index; remove it first or use another id"
+            )
+        self._register(aid, at)
+        questions = (question,) if label == 1 and question.strip() else ()
+        self.records.append(Record(aid, answer, questions, {}))
+
+    def finish(self) -> list[Record]:
+        if not self.records:
+            raise CorpusError(
+                f'{self.source}: no answers found; write one JSON object per line with an "answer" field'
+            )
+        return self.records
+
+
+def read_corpus(
+    path: str | os.PathLike[str], *, existing_ids: Iterable[str | int] = ()
+) -> list[Record]:
+    """Read and validate a JSONL corpus file.
+
+    Parameters
+    ----------
+    path : path-like
+        The corpus file (UTF-8 JSONL).
+    existing_ids : iterable, optional
+        Ids already in use (when adding to an index); reusing one is an error.
+
+    Returns
+    -------
+    list of Record
+
+    Raises
+    ------
+    CorpusError
+        With ``file:line: what is wrong; what to do`` for the first bad line.
+
+    Example
+    -------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "c.jsonl"
+    >>> _ = p.write_text('{"answer": "Forty-two."}\\n', encoding="utf-8")
+    >>> read_corpus(p)[0].id
+    1
+    """
+    source = os.fspath(path)
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise CorpusError(f"{source}: no such file") from None
+    except IsADirectoryError:
+        raise CorpusError(f"{source}: is a directory; give a JSONL corpus file") from None
+    except OSError as exc:
+        raise CorpusError(f"{source}: cannot be read ({exc.strerror})") from None
+    collector = _Collector(source, existing_ids=existing_ids)
+    for number, line_bytes in enumerate(raw.split(b"\n"), start=1):
+        try:
+            line = line_bytes.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorpusError(
+                f"{source}:{number}: not valid UTF-8 (byte 0x{line_bytes[exc.start]:02x} at "
+                f"column {exc.start + 1}); save the file as UTF-8"
+            ) from None
+        if number == 1:
+            line = line.removeprefix("\ufeff")
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CorpusError(
+                f"{source}:{number}: not valid JSON ({exc.msg} at column {exc.colno}); "
+                "each line must be one JSON object"
+            ) from None
+        collector.add(obj, number, number)
+    return collector.finish()
+
+
+def records_from_dicts(
+    items: Iterable[Mapping[str, Any] | Record],
+    *,
+    source: str = "records",
+    existing_ids: Iterable[str | int] = (),
+) -> list[Record]:
+    """Validate in-memory records (dicts in the corpus format, or :class:`Record`).
+
+    Positions are 1-based in messages (``records[3]``); a missing id defaults to the
+    position. Raises :class:`CorpusError` like :func:`read_corpus`.
+
+    Example
+    -------
+    >>> [r.id for r in records_from_dicts([{"answer": "a"}, {"id": "x", "answer": "b"}])]
+    [1, 'x']
+    """
+    collector = _Collector(source, existing_ids=existing_ids)
+    for position, item in enumerate(items, start=1):
+        obj: Any = item
+        if isinstance(item, Record):
+            obj = {"id": item.id, "answer": item.answer, "questions": list(item.questions)}
+            obj.update(item.metadata)
+        collector.source = f"{source}[{position}]"
+        collector.add(obj, None, position)
+    collector.source = source
+    return collector.finish()

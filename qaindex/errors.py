@@ -1,0 +1,46 @@
+"""Errors raised by qaindex.
+
+Every error a user can cause is a :class:`QAIndexError` whose message names the file, line,
+field or value at fault and says what to do next. The CLI prints the message and exits with
+code 1, without a traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "QAIndexError",
+    "CorpusError",
+    "IndexFormatError",
+    "ModelFormatError",
+    "QueryError",
+    "DeviceError",
+    "MissingDependencyError",
+]
+
+
+class QAIndexError(Exception):
+    """Base class of every error qaindex raises on bad input or bad files."""
+
+
+class CorpusError(QAIndexError, ValueError):
+    """A corpus file or record is malformed (names the file, line and field)."""
+
+
+class IndexFormatError(QAIndexError):
+    """An index directory is missing, corrupted, or of an unknown format version."""
+
+
+class ModelFormatError(QAIndexError):
+    """A model directory is missing, corrupted, or of an unknown format version."""
+
+
+class QueryError(QAIndexError, ValueError):
+    """A search request is invalid (empty question, bad ``k``, unknown id)."""
+
+
+class DeviceError(QAIndexError):
+    """A requested device cannot be used."""
+
+
+class MissingDependencyError(QAIndexError, ImportError):
+    """An optional dependency is not installed (says which extra to install)."""

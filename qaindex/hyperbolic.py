@@ -1,0 +1,275 @@
+"""Poincaré-ball geometry as pure functions, shared by training (torch) and runtime (numpy).
+
+Every function takes either numpy arrays or torch tensors and computes the *same* formula
+with the same clamps, so the distance a model is trained with, the distance its exported
+ONNX scorer computes and the distance the runtime checks are one piece of code. torch is
+never imported here: a tensor argument brings its own module.
+
+Numerics (float32 is what serving uses):
+
+- Points are kept strictly inside the unit ball, at norm at most ``1 - ball_eps(dtype)``
+  (1e-3 in float32, 1e-5 in float64): at norm 1 the distance is infinite, and in float32
+  ``1 - |x|^2`` loses all precision close to it.
+- ``1 - |x|^2`` is computed as ``(1 - |x|)(1 + |x|)``.
+- ``|x - y|^2`` is computed from element differences, never as ``|x|^2 + |y|^2 - 2<x, y>``,
+  which cancels catastrophically for nearby points near the boundary.
+- ``arcosh(1 + z)`` is computed as ``log1p(z + sqrt(z (z + 2)))``, exact for small ``z``; the
+  square root's argument is clamped away from 0 so the gradient stays finite when x == y.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ball_eps",
+    "max_norm_for",
+    "project",
+    "sqnorm",
+    "one_minus_sqnorm",
+    "arcosh1p",
+    "distance",
+    "pairwise_distance",
+    "lift",
+    "lift_query",
+    "cosine_similarity",
+]
+
+Array = Any  # numpy.ndarray or torch.Tensor
+
+_BALL_EPS = {"float16": 1e-2, "bfloat16": 1e-2, "float32": 1e-3, "float64": 1e-5}
+
+
+def _is_torch(x: Array) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def _dtype_name(x: Array) -> str:
+    return str(x.dtype).removeprefix("torch.")
+
+
+def _tiny(x: Array) -> float:
+    """Smallest clamp value used for ``x``'s dtype (the square of its machine epsilon)."""
+    name = _dtype_name(x)
+    eps = float(np.finfo(np.float64 if name == "float64" else np.float32).eps)
+    return eps * eps
+
+
+def _sum_last(x: Array) -> Array:
+    if _is_torch(x):
+        return x.sum(dim=-1, keepdim=True)
+    return np.sum(x, axis=-1, keepdims=True)
+
+
+def _clamp_min(x: Array, low: float) -> Array:
+    if _is_torch(x):
+        return x.clamp(min=low)
+    return np.maximum(x, np.asarray(low, dtype=x.dtype))
+
+
+def _clamp_max(x: Array, high: float) -> Array:
+    if _is_torch(x):
+        return x.clamp(max=high)
+    return np.minimum(x, np.asarray(high, dtype=x.dtype))
+
+
+def _sqrt(x: Array) -> Array:
+    return x.sqrt() if _is_torch(x) else np.sqrt(x)
+
+
+def _log1p(x: Array) -> Array:
+    return x.log1p() if _is_torch(x) else np.log1p(x)
+
+
+def ball_eps(dtype: Any) -> float:
+    """Margin kept between ball points and the unit sphere for ``dtype``.
+
+    Parameters
+    ----------
+    dtype : numpy dtype, torch dtype, or their name
+        Floating-point type of the points.
+
+    Returns
+    -------
+    float
+        1e-3 for float32, 1e-5 for float64, 1e-2 for 16-bit types.
+
+    Example
+    -------
+    >>> ball_eps("float32")
+    0.001
+    """
+    name = str(dtype).removeprefix("torch.")
+    if name not in _BALL_EPS:
+        name = np.dtype(dtype).name
+    return _BALL_EPS[name]
+
+
+def max_norm_for(dtype: Any) -> float:
+    """Largest norm a ball point may have in ``dtype``: ``1 - ball_eps(dtype)``.
+
+    Example
+    -------
+    >>> max_norm_for("float64")
+    0.99999
+    """
+    return 1.0 - ball_eps(dtype)
+
+
+def sqnorm(x: Array) -> Array:
+    """Squared Euclidean norm over the last axis, keeping it: ``sum(x**2, -1)[..., None]``."""
+    return _sum_last(x * x)
+
+
+def one_minus_sqnorm(x: Array) -> Array:
+    """``1 - |x|^2`` computed as ``(1 - |x|)(1 + |x|)``, clamped to at least ``eps^2``.
+
+    The norm's square root is taken of a clamped argument, so the gradient at the origin is 0
+    rather than NaN.
+    """
+    tiny = _tiny(x)
+    n = _sqrt(_clamp_min(sqnorm(x), tiny))
+    return _clamp_min((1.0 - n) * (1.0 + n), tiny)
+
+
+def project(x: Array, *, max_norm: float | None = None) -> Array:
+    """Radially project points into the ball of radius ``max_norm``.
+
+    ``proj(x) = x * min(1, max_norm / |x|)``: points already inside are unchanged.
+
+    Parameters
+    ----------
+    x : array (..., dim)
+        Points.
+    max_norm : float, keyword-only, optional
+        Radius; defaults to ``max_norm_for(x.dtype)``.
+
+    Returns
+    -------
+    array (..., dim)
+        Points with norm at most ``max_norm``.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> float(np.linalg.norm(project(np.array([3.0, 4.0]), max_norm=0.5)))
+    0.5
+    """
+    radius = max_norm_for(x.dtype) if max_norm is None else float(max_norm)
+    if not 0.0 < radius < 1.0:
+        raise ValueError(f"max_norm must be in (0, 1), got {radius}")
+    n = _sqrt(_clamp_min(sqnorm(x), _tiny(x)))
+    return x * _clamp_max(radius / n, 1.0)
+
+
+def arcosh1p(z: Array) -> Array:
+    """``arcosh(1 + z)`` for ``z >= 0``, as ``log1p(z + sqrt(z (z + 2)))``.
+
+    Accurate for tiny ``z`` (where ``arcosh(1 + z)`` would round ``1 + z`` to 1). The square
+    root's argument is clamped to at least ``eps^2`` so the gradient stays finite at ``z = 0``.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> bool(np.isclose(arcosh1p(np.array(1e-12)), np.sqrt(2e-12)))
+    True
+    """
+    z = _clamp_min(z, 0.0)
+    return _log1p(z + _sqrt(_clamp_min(z * (z + 2.0), _tiny(z))))
+
+
+def distance(x: Array, y: Array) -> Array:
+    """Poincaré distance between ball points, broadcasting over leading axes.
+
+    ``d(x, y) = arcosh(1 + 2 |x - y|^2 / ((1 - |x|^2)(1 - |y|^2)))``
+
+    Parameters
+    ----------
+    x, y : array (..., dim)
+        Points strictly inside the unit ball (see :func:`project`); broadcastable.
+
+    Returns
+    -------
+    array (...)
+        Distances, with the last axis reduced.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> x = np.array([0.0, 0.0]); y = np.array([0.5, 0.0])
+    >>> bool(np.isclose(distance(x, y), 2 * np.arctanh(0.5)))
+    True
+    """
+    diff = x - y
+    z = 2.0 * sqnorm(diff) / (one_minus_sqnorm(x) * one_minus_sqnorm(y))
+    return arcosh1p(z)[..., 0]
+
+
+def pairwise_distance(query: Array, candidates: Array) -> Array:
+    """Distances from each query to each of its candidates.
+
+    Parameters
+    ----------
+    query : array (n, dim)
+    candidates : array (n, m, dim)
+
+    Returns
+    -------
+    array (n, m)
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> pairwise_distance(np.zeros((1, 2)), np.zeros((1, 3, 2))).shape
+    (1, 3)
+    """
+    return distance(query[..., None, :], candidates)
+
+
+def lift(y: Array) -> Array:
+    """Database-side lift for exact Poincaré nearest-neighbour search by inner product.
+
+    For a fixed query ``x``, ``d(x, y)`` increases with
+    ``|x - y|^2 / (1 - |y|^2) = a |x|^2 + a |y|^2 - 2 a <x, y>``, ``a = 1 / (1 - |y|^2)``, so
+    the nearest ``y`` maximises ``<lift_query(x), lift(y)>`` with
+    ``lift(y) = (-a, -a |y|^2, 2 a y)`` and ``lift_query(x) = (|x|^2, 1, x)``. Exact in
+    exact arithmetic; in float32 it cancels for nearby points near the boundary, so it is
+    only used for coarse recall, followed by an exact rerank with :func:`distance`.
+
+    Parameters
+    ----------
+    y : numpy array (n, dim)
+
+    Returns
+    -------
+    numpy array (n, dim + 2), float32
+    """
+    y64 = np.asarray(y, dtype=np.float64)
+    a = 1.0 / one_minus_sqnorm(y64)
+    out = np.concatenate([-a, -a * sqnorm(y64), 2.0 * a * y64], axis=-1)
+    return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def lift_query(x: Array) -> Array:
+    """Query-side lift matching :func:`lift`: ``(|x|^2, 1, x)``, float32."""
+    x64 = np.asarray(x, dtype=np.float64)
+    out = np.concatenate([sqnorm(x64), np.ones_like(x64[..., :1]), x64], axis=-1)
+    return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def cosine_similarity(x: Array, y: Array) -> Array:
+    """Cosine similarity over the last axis, broadcasting; 0 for a zero vector.
+
+    ``cos(x, y) = <x, y> / max(|x| |y|, eps^2)``
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> float(cosine_similarity(np.array([1.0, 0.0]), np.array([2.0, 0.0])))
+    1.0
+    """
+    num = _sum_last(x * y)
+    den = _sqrt(_clamp_min(sqnorm(x), _tiny(x))) * _sqrt(_clamp_min(sqnorm(y), _tiny(y)))
+    return (num / den)[..., 0]
