@@ -28,17 +28,17 @@ from .model import Model
 from .ranker import Hit, Ranker
 
 __all__ = [
-    "__version__",
-    "Ranker",
-    "Hit",
-    "Model",
-    "Record",
-    "read_corpus",
-    "QAIndexError",
     "CorpusError",
-    "IndexFormatError",
-    "ModelFormatError",
-    "QueryError",
     "DeviceError",
+    "Hit",
+    "IndexFormatError",
     "MissingDependencyError",
+    "Model",
+    "ModelFormatError",
+    "QAIndexError",
+    "QueryError",
+    "Ranker",
+    "Record",
+    "__version__",
+    "read_corpus",
 ]

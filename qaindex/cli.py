@@ -91,7 +91,9 @@ def main() -> None:
     show_default=True,
     help="The coarse stage recalls k × overfetch candidates for the exact rerank.",
 )
-@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True, help="Answers per encoder call.")
+@click.option(
+    "--batch-size", type=click.IntRange(min=1), default=256, show_default=True, help="Answers per encoder call."
+)
 def build(
     corpus: Path,
     model: Path | None,
@@ -134,7 +136,7 @@ def build(
 def search(question: str, index: Path, k: int, as_json: bool, device: str) -> None:
     """Show the best answers for QUESTION ('-' reads one question per line from stdin)."""
     if question == "-":
-        questions = [line.rstrip("\r\n") for line in click.get_text_stream("stdin") if line.strip()]
+        questions = [line.rstrip("\r\n") for line in sys.stdin if line.strip()]
         if not questions:
             raise click.ClickException("no questions on stdin; give one question per line")
     else:
@@ -173,9 +175,13 @@ def _devices_line(info: dict[str, Any]) -> str:
 @main.command()
 @index_option
 @device_option
-@click.option("--recall", is_flag=True, help="Measure recall@k of the coarse stage and of the pipeline against exact search.")
+@click.option(
+    "--recall", is_flag=True, help="Measure recall@k of the coarse stage and of the pipeline against exact search."
+)
 @click.option("-k", "k", type=click.IntRange(min=1), default=10, show_default=True, help="k for --recall.")
-@click.option("--sample", type=click.IntRange(min=1), default=200, show_default=True, help="Questions sampled for --recall.")
+@click.option(
+    "--sample", type=click.IntRange(min=1), default=200, show_default=True, help="Questions sampled for --recall."
+)
 @click.option("--verify", is_flag=True, help="Check the SHA-256 of every file of the index.")
 @click.option("--json", "as_json", is_flag=True, help="Print the information as one JSON object.")
 def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bool, as_json: bool) -> None:
@@ -209,8 +215,8 @@ def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bo
     if recall:
         r = data["recall"]
         lines.append(
-            f"recall@{r['k']}:  {r['recall']:.4f} (coarse stage {r['coarse_recall']:.4f}, {r['candidates']} candidates, "
-            f"{r['queries']} {r['source']})"
+            f"recall@{r['k']}:  {r['recall']:.4f} (coarse stage {r['coarse_recall']:.4f}, "
+            f"{r['candidates']} candidates, {r['queries']} {r['source']})"
         )
     click.echo("\n".join(lines))
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from .errors import CorpusError
 
-__all__ = ["Record", "read_corpus", "records_from_dicts", "BENCHMARK_KEYS"]
+__all__ = ["BENCHMARK_KEYS", "Record", "read_corpus", "records_from_dicts"]
 
 BENCHMARK_KEYS = frozenset({"qid", "question", "aid", "answer", "label"})
 _RESERVED = frozenset({"id", "answer", "question", "questions"})
@@ -117,30 +117,24 @@ class _Collector:
             raise CorpusError(f'{at}: field "answer" is missing; every record needs a non-empty "answer" text')
         answer = obj["answer"]
         if not isinstance(answer, str):
-            raise CorpusError(
-                f'{at}: field "answer" must be a string, got {type(answer).__name__}'
-            )
+            raise CorpusError(f'{at}: field "answer" must be a string, got {type(answer).__name__}')
         if not answer.strip():
             raise CorpusError(f'{at}: field "answer" is empty; give it the answer text or drop the line')
         return answer
 
     def _check_id(self, ident: Any, at: str) -> None:
         if isinstance(ident, bool) or not isinstance(ident, str | int):
-            raise CorpusError(
-                f'{at}: field "id" must be a string or an integer, got {json.dumps(ident)}'
-            )
+            raise CorpusError(f'{at}: field "id" must be a string or an integer, got {json.dumps(ident)}')
         if isinstance(ident, str) and not ident.strip():
             raise CorpusError(f'{at}: field "id" is empty; give a non-empty id or leave it out')
         key = _id_key(ident)
         if key in self._line_of:
             raise CorpusError(
-                f"{at}: duplicate id {json.dumps(ident)} (first seen at {self._line_of[key]}); "
-                "ids must be unique"
+                f"{at}: duplicate id {json.dumps(ident)} (first seen at {self._line_of[key]}); ids must be unique"
             )
         if key in self._existing:
             raise CorpusError(
-                f"{at}: id {json.dumps(ident)} is already in the index; "
-                "remove it first or use another id"
+                f"{at}: id {json.dumps(ident)} is already in the index; remove it first or use another id"
             )
 
     def _register(self, ident: str | int, at: str) -> None:
@@ -188,24 +182,18 @@ class _Collector:
                 self.records[pos] = Record(old.id, old.answer, (*old.questions, question), old.metadata)
             return
         if key in self._existing:
-            raise CorpusError(
-                f"{at}: id {json.dumps(aid)} is already in the index; remove it first or use another id"
-            )
+            raise CorpusError(f"{at}: id {json.dumps(aid)} is already in the index; remove it first or use another id")
         self._register(aid, at)
         questions = (question,) if label == 1 and question.strip() else ()
         self.records.append(Record(aid, answer, questions, {}))
 
     def finish(self) -> list[Record]:
         if not self.records:
-            raise CorpusError(
-                f'{self.source}: no answers found; write one JSON object per line with an "answer" field'
-            )
+            raise CorpusError(f'{self.source}: no answers found; write one JSON object per line with an "answer" field')
         return self.records
 
 
-def read_corpus(
-    path: str | os.PathLike[str], *, existing_ids: Iterable[str | int] = ()
-) -> list[Record]:
+def read_corpus(path: str | os.PathLike[str], *, existing_ids: Iterable[str | int] = ()) -> list[Record]:
     """Read and validate a JSONL corpus file.
 
     Parameters

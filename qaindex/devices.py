@@ -14,12 +14,11 @@ from typing import Any
 
 from .errors import DeviceError, MissingDependencyError
 
-__all__ = ["DEVICES", "check_device", "import_onnxruntime", "import_faiss", "create_session", "faiss_gpu_count"]
+__all__ = ["DEVICES", "check_device", "create_session", "faiss_gpu_count", "import_faiss", "import_onnxruntime"]
 
 DEVICES = ("auto", "cpu", "cuda")
 _INSTALL_HINT = (
-    "install the CPU runtime with `pip install 'qaindex[cpu]'` "
-    "(or the GPU one with `pip install 'qaindex[gpu]'`)"
+    "install the CPU runtime with `pip install 'qaindex[cpu]'` (or the GPU one with `pip install 'qaindex[gpu]'`)"
 )
 
 
@@ -66,9 +65,7 @@ def faiss_gpu_count() -> int:
         return 0
 
 
-def create_session(
-    path: str | os.PathLike[str], *, device: str = "auto", threads: int | None = None
-) -> Any:
+def create_session(path: str | os.PathLike[str], *, device: str = "auto", threads: int | None = None) -> Any:
     """Open an onnxruntime session on the requested device.
 
     Parameters

@@ -8,13 +8,13 @@ code 1, without a traceback.
 from __future__ import annotations
 
 __all__ = [
-    "QAIndexError",
     "CorpusError",
-    "IndexFormatError",
-    "ModelFormatError",
-    "QueryError",
     "DeviceError",
+    "IndexFormatError",
     "MissingDependencyError",
+    "ModelFormatError",
+    "QAIndexError",
+    "QueryError",
 ]
 
 

@@ -24,17 +24,17 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "ball_eps",
-    "max_norm_for",
-    "project",
-    "sqnorm",
-    "one_minus_sqnorm",
     "arcosh1p",
+    "ball_eps",
+    "cosine_similarity",
     "distance",
-    "pairwise_distance",
     "lift",
     "lift_query",
-    "cosine_similarity",
+    "max_norm_for",
+    "one_minus_sqnorm",
+    "pairwise_distance",
+    "project",
+    "sqnorm",
 ]
 
 Array = Any  # numpy.ndarray or torch.Tensor

@@ -47,14 +47,14 @@ from .storage import (
 from .tokenizer import Tokenizer, TokenizerError
 
 __all__ = [
+    "DEFAULT_MODEL_DIR",
+    "GEOMETRIES",
     "MODEL_FORMAT",
     "MODEL_FORMAT_VERSION",
     "MODEL_KINDS",
-    "GEOMETRIES",
-    "DEFAULT_MODEL_DIR",
     "Model",
-    "write_model",
     "resolve_model_path",
+    "write_model",
 ]
 
 MODEL_FORMAT = "qaindex-model"
@@ -87,7 +87,7 @@ def _require(manifest: Mapping[str, Any], key: str, kind: type | tuple[type, ...
     if key not in manifest:
         raise ModelFormatError(f'{path}: field "{key}" is missing; the model directory is corrupted, re-export it')
     value = manifest[key]
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
         raise ModelFormatError(f'{path}: field "{key}" has an invalid value {value!r}; re-export the model')
     return value
 
@@ -221,7 +221,9 @@ class Model:
                 except Exception as exc:  # onnxruntime raises its own exception types
                     if isinstance(exc, ModelFormatError) or type(exc).__module__.startswith("qaindex"):
                         raise
-                    raise ModelFormatError(f"{gpath}: onnxruntime cannot load it ({exc}); re-export the model") from None
+                    raise ModelFormatError(
+                        f"{gpath}: onnxruntime cannot load it ({exc}); re-export the model"
+                    ) from None
             return sessions[file]
 
         g = manifest["graphs"]
@@ -355,9 +357,7 @@ def _publish_directory(tmp: Path, target: Path, *, marker: str, what: str, error
     fsync_tree(tmp)
     if target.exists():
         if not (target / marker).is_file() and any(target.iterdir()):
-            raise error(
-                f"{target}: exists and is not a {what}; choose another path or remove it"
-            )
+            raise error(f"{target}: exists and is not a {what}; choose another path or remove it")
         old = target.with_name(f".{target.name}.old-{os.getpid()}")
         os.replace(target, old)
         os.replace(tmp, target)
@@ -408,6 +408,7 @@ def write_model(
     """
     target = Path(directory)
     with temporary_sibling(target) as tmp:
+
         def put(fname: str, content: bytes | os.PathLike[str]) -> None:
             dest = tmp / fname
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -425,11 +426,7 @@ def write_model(
         tokenizer.save_vocab(tmp / "vocab.txt")
         for fname, content in (extra_files or {}).items():
             put(fname, content)
-        files = {
-            p.relative_to(tmp).as_posix(): file_entry(p)
-            for p in sorted(tmp.rglob("*"))
-            if p.is_file()
-        }
+        files = {p.relative_to(tmp).as_posix(): file_entry(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
         from . import __version__
 
         manifest = {

@@ -44,7 +44,7 @@ from .storage import (
 )
 from .vector_index import CoarseIndex, choose_kind, exact_search
 
-__all__ = ["Ranker", "Hit", "INDEX_FORMAT", "INDEX_FORMAT_VERSION", "DEFAULT_OVERFETCH"]
+__all__ = ["DEFAULT_OVERFETCH", "INDEX_FORMAT", "INDEX_FORMAT_VERSION", "Hit", "Ranker"]
 
 INDEX_FORMAT = "qaindex-index"
 INDEX_FORMAT_VERSION = 1
@@ -491,7 +491,9 @@ class Ranker:
         }
 
     # -- updates ---------------------------------------------------------------------------
-    def add(self, records: str | os.PathLike[str] | Iterable[Mapping[str, Any] | Record], *, batch_size: int = 256) -> int:
+    def add(
+        self, records: str | os.PathLike[str] | Iterable[Mapping[str, Any] | Record], *, batch_size: int = 256
+    ) -> int:
         """Add answers (a corpus file or records); their ids must be new.
 
         Returns
@@ -560,7 +562,9 @@ class Ranker:
         if root.exists() and not root.is_dir():
             raise IndexFormatError(f"{root}: exists and is not a directory; choose another --index path")
         if root.is_dir() and any(root.iterdir()) and not (root / "manifest.json").is_file():
-            raise IndexFormatError(f"{root}: exists and is not a qaindex index; choose another --index path or remove it")
+            raise IndexFormatError(
+                f"{root}: exists and is not a qaindex index; choose another --index path or remove it"
+            )
         root.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
         snap_name = f"data-{stamp}-{os.getpid()}"
@@ -681,4 +685,3 @@ def _read_index_manifest(root: Path) -> dict[str, Any]:
     if not (root / manifest["snapshot"]).is_dir():
         raise IndexFormatError(f"{root / manifest['snapshot']}: missing; the index is corrupted, rebuild it")
     return manifest
-

@@ -20,14 +20,14 @@ from typing import Any
 from .errors import QAIndexError
 
 __all__ = [
-    "sha256_file",
     "file_entry",
+    "fsync_tree",
+    "read_json_object",
+    "sha256_file",
+    "temporary_sibling",
+    "verify_files",
     "write_bytes_atomic",
     "write_json_atomic",
-    "read_json_object",
-    "verify_files",
-    "temporary_sibling",
-    "fsync_tree",
 ]
 
 _CHUNK = 1 << 20
@@ -107,9 +107,7 @@ def read_json_object(path: Path, *, error: type[QAIndexError], what: str) -> dic
     try:
         obj = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise error(
-            f"{path}: not valid JSON ({exc}); the {what} is corrupted, rebuild it"
-        ) from None
+        raise error(f"{path}: not valid JSON ({exc}); the {what} is corrupted, rebuild it") from None
     if not isinstance(obj, dict):
         raise error(f"{path}: expected a JSON object; the {what} is corrupted, rebuild it")
     return obj
@@ -140,18 +138,15 @@ def verify_files(
         path = directory / name
         if not path.is_file():
             raise error(f"{path}: missing; the {what} is incomplete, rebuild it")
+        if not isinstance(entry, Mapping):
+            raise error(f"{path}: the manifest entry is invalid; the {what} is corrupted, rebuild it")
         size = path.stat().st_size
-        if not isinstance(entry, Mapping) or size != entry.get("bytes"):
-            raise error(
-                f"{path}: has {size} bytes, the manifest says {entry.get('bytes') if isinstance(entry, Mapping) else entry}; "
-                f"the {what} is corrupted, rebuild it"
-            )
+        expected = entry.get("bytes")
+        if size != expected:
+            raise error(f"{path}: has {size} bytes, the manifest says {expected}; the {what} is corrupted, rebuild it")
         if hash_limit is None or size <= hash_limit:
             if sha256_file(path) != entry.get("sha256"):
-                raise error(
-                    f"{path}: checksum does not match the manifest; the {what} is corrupted, "
-                    "rebuild it"
-                )
+                raise error(f"{path}: checksum does not match the manifest; the {what} is corrupted, rebuild it")
 
 
 def fsync_tree(root: Path) -> None:

@@ -15,6 +15,16 @@ Two kinds of tokenizer are provided (see :data:`TOKENIZER_KINDS`):
 Only the standard library and numpy are used, so the same code runs in training
 and at query time and produces identical ids in both.
 
+Where HuggingFace's two BERT implementations disagree, the fast ``tokenizers``
+one (used by sentence-transformers and ``tokenizer.json``) is followed for
+lowercasing: it maps characters one at a time, so a word-final capital sigma
+becomes "σ" rather than the "ς" of ``str.lower()``.  Character classes
+(control, punctuation, CJK ideograph ranges) follow the Python ``BertTokenizer``
+and this interpreter's :mod:`unicodedata`; the two differ from ``tokenizers``
+only for characters unassigned or newly assigned in recent Unicode versions.
+Special tokens written literally in the text (such as "[SEP]") are not
+recognised; they are tokenized like any other text.
+
 Examples
 --------
 >>> tok = Tokenizer(["[PAD]", "[UNK]", "un", "##aff", "##able", ",", "!"])
@@ -134,11 +144,7 @@ def _strip_accents(text: str) -> str:
     """Decompose ``text`` (NFD) and drop the non-spacing marks (category Mn)."""
     if text.isascii():
         return text
-    return "".join(
-        ch
-        for ch in unicodedata.normalize("NFD", text)
-        if unicodedata.category(ch) != "Mn"
-    )
+    return "".join(ch for ch in unicodedata.normalize("NFD", text) if unicodedata.category(ch) != "Mn")
 
 
 def _split_punctuation(word: str, out: list[str]) -> None:
@@ -191,7 +197,9 @@ def _basic_words(chunk: str, lowercase: bool, strip_accents: bool) -> list[str]:
     words: list[str] = []
     for piece in pieces:
         if lowercase:
-            piece = piece.lower()
+            # Lowercase character by character, as HuggingFace's tokenizers does:
+            # str.lower() would turn a word-final capital sigma into "ς", not "σ".
+            piece = piece.lower() if "Σ" not in piece else "".join(c.lower() for c in piece)
             if strip_accents:
                 piece = _strip_accents(piece)
         _split_punctuation(piece, words)
@@ -254,8 +262,7 @@ def _require_bool(name: str, value: object) -> bool:
 def _require_str(name: str, value: object) -> str:
     if not isinstance(value, str):
         raise TokenizerError(
-            f"tokenizer setting {name!r} must be a string, got {value!r} "
-            f"({type(value).__name__}); set it to a string"
+            f"tokenizer setting {name!r} must be a string, got {value!r} ({type(value).__name__}); set it to a string"
         )
     return value
 
@@ -268,8 +275,7 @@ def _require_int(name: str, value: object, minimum: int) -> int:
         )
     if value < minimum:
         raise TokenizerError(
-            f"tokenizer setting {name!r} must be >= {minimum}, got {value!r}; "
-            f"set it to an integer >= {minimum}"
+            f"tokenizer setting {name!r} must be >= {minimum}, got {value!r}; set it to an integer >= {minimum}"
         )
     return value
 
@@ -350,8 +356,7 @@ class Tokenizer:
         kind = _require_str("kind", kind)
         if kind not in TOKENIZER_KINDS:
             raise TokenizerError(
-                f"unknown tokenizer kind {kind!r}; expected one of "
-                + ", ".join(repr(k) for k in TOKENIZER_KINDS)
+                f"unknown tokenizer kind {kind!r}; expected one of " + ", ".join(repr(k) for k in TOKENIZER_KINDS)
             )
         self._kind = kind
         self._lowercase = _require_bool("lowercase", lowercase)
@@ -374,9 +379,9 @@ class Tokenizer:
         self._setup_cache()
 
     def _setup_cache(self) -> None:
-        self._cached_chunk_ids: Callable[[str], tuple[int, ...]] = functools.lru_cache(
-            maxsize=_CACHE_SIZE
-        )(self._chunk_ids)
+        self._cached_chunk_ids: Callable[[str], tuple[int, ...]] = functools.lru_cache(maxsize=_CACHE_SIZE)(
+            self._chunk_ids
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -644,9 +649,7 @@ class Tokenizer:
             f.writelines(token + "\n" for token in self._vocab)
 
     @classmethod
-    def from_config(
-        cls, config: Mapping[str, object], directory: str | os.PathLike[str]
-    ) -> Tokenizer:
+    def from_config(cls, config: Mapping[str, object], directory: str | os.PathLike[str]) -> Tokenizer:
         """Create a tokenizer from :meth:`config` output and its vocabulary file.
 
         Parameters
@@ -777,13 +780,8 @@ class Tokenizer:
         """
         if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
             raise ValueError(f"min_count must be an int >= 1, got {min_count!r}")
-        if max_size is not None and (
-            isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 2
-        ):
-            raise ValueError(
-                f"max_size must be None or an int >= 2 (it includes [PAD] and [UNK]), "
-                f"got {max_size!r}"
-            )
+        if max_size is not None and (isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 2):
+            raise ValueError(f"max_size must be None or an int >= 2 (it includes [PAD] and [UNK]), got {max_size!r}")
         if isinstance(texts, str):
             raise TypeError("texts must be an iterable of str, not a single str")
         chunk_counts: Counter[str] = Counter()
@@ -806,9 +804,7 @@ class Tokenizer:
         return specials + words
 
 
-def _read_vocab(
-    path: Path, vocab_name: str, directory: str | os.PathLike[str]
-) -> list[str]:
+def _read_vocab(path: Path, vocab_name: str, directory: str | os.PathLike[str]) -> list[str]:
     """Read a vocabulary file: UTF-8, one token per line, ``\\n`` line endings."""
     try:
         with open(path, encoding="utf-8", newline="") as f:
@@ -821,21 +817,18 @@ def _read_vocab(
         ) from None
     except UnicodeDecodeError as exc:
         raise TokenizerError(
-            f"vocabulary file {str(path)!r} is not valid UTF-8 (byte {exc.start}); "
-            "re-save it as UTF-8"
+            f"vocabulary file {str(path)!r} is not valid UTF-8 (byte {exc.start}); re-save it as UTF-8"
         ) from None
     except OSError as exc:
         raise TokenizerError(
-            f"cannot read vocabulary file {str(path)!r}: {exc.strerror or exc}; "
-            "check that it is a readable file"
+            f"cannot read vocabulary file {str(path)!r}: {exc.strerror or exc}; check that it is a readable file"
         ) from None
     tokens = text.split("\n")
     if tokens[-1] == "":
         tokens.pop()
     if tokens and tokens[0].startswith("\ufeff"):
         raise TokenizerError(
-            f"vocabulary file {str(path)!r} starts with a byte-order mark; "
-            "re-save it as UTF-8 without BOM"
+            f"vocabulary file {str(path)!r} starts with a byte-order mark; re-save it as UTF-8 without BOM"
         )
     for number, token in enumerate(tokens, start=1):
         if token.endswith("\r"):

@@ -28,9 +28,9 @@ from .devices import faiss_gpu_count, import_faiss
 from .errors import IndexFormatError, QAIndexError
 
 __all__ = [
-    "INDEX_KINDS",
     "AUTO_FLAT_MAX",
     "DEFAULT_HNSW",
+    "INDEX_KINDS",
     "CoarseIndex",
     "choose_kind",
     "exact_search",
@@ -134,8 +134,7 @@ class CoarseIndex:
         if device == "cpu" or self.kind != "flat":
             if device == "cuda" and self.kind != "flat":
                 raise QAIndexError(
-                    "FAISS has no GPU version of the hnsw index; use --device auto or cpu, "
-                    "or --index-kind flat"
+                    "FAISS has no GPU version of the hnsw index; use --device auto or cpu, or --index-kind flat"
                 )
             return
         gpus = faiss_gpu_count()
@@ -158,14 +157,16 @@ class CoarseIndex:
         if self.geometry == "cosine":
             return _unit(vectors)
         if self.kind == "flat":
-            return hyperbolic.lift(vectors)
+            lifted: np.ndarray = hyperbolic.lift(vectors)
+            return lifted
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
     def _query(self, queries: np.ndarray) -> np.ndarray:
         if self.geometry == "cosine":
             return _unit(queries)
         if self.kind == "flat":
-            return hyperbolic.lift_query(queries)
+            lifted: np.ndarray = hyperbolic.lift_query(queries)
+            return lifted
         return np.ascontiguousarray(queries, dtype=np.float32)
 
     @property
@@ -242,7 +243,9 @@ class CoarseIndex:
             try:
                 index = faiss.read_index(os.fspath(path))
             except RuntimeError as exc:
-                raise IndexFormatError(f"{path}: FAISS cannot read it ({str(exc).splitlines()[0]}); rebuild the index") from None
+                raise IndexFormatError(
+                    f"{path}: FAISS cannot read it ({str(exc).splitlines()[0]}); rebuild the index"
+                ) from None
         out = cls(geometry, dimension, kind, params, device=device, index=index)
         if out.ntotal != count or index.d != out.stored_dimension:
             raise IndexFormatError(

@@ -1,0 +1,1 @@
+"""Training (PyTorch) and ONNX export for qaindex models; installed as ``qaindex_export``."""

@@ -1,0 +1,145 @@
+"""Labelled question/candidate data for training and evaluation.
+
+Two input formats are accepted:
+
+- the answer-selection benchmark format, one (question, candidate) pair per line:
+  ``{"qid", "question", "aid", "answer", "label"}`` (label 1 = correct);
+- the corpus format (``answer`` plus ``question``/``questions``): each listed question is
+  paired with its answer as the one correct candidate; there are no listed wrong candidates
+  (training samples negatives from other answers; evaluation ranks every answer of the file).
+
+Candidate order is kept as in the file; never use it to break ties (in TrecQA every correct
+candidate is listed first).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .corpus import read_corpus
+from .errors import CorpusError
+
+__all__ = ["Candidate", "QuestionGroup", "read_labelled"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate answer of a question."""
+
+    aid: str
+    answer: str
+    label: int
+
+
+@dataclass(frozen=True)
+class QuestionGroup:
+    """A question with its candidate answers (in file order)."""
+
+    qid: str
+    question: str
+    candidates: tuple[Candidate, ...]
+
+    @property
+    def has_positive(self) -> bool:
+        return any(c.label == 1 for c in self.candidates)
+
+
+def read_labelled(path: str | os.PathLike[str]) -> list[QuestionGroup]:
+    """Read benchmark-format or corpus-format JSONL into question groups.
+
+    Parameters
+    ----------
+    path : path-like
+
+    Returns
+    -------
+    list of QuestionGroup
+        In order of first appearance. For the corpus format every question's candidates are
+        all answers of the file, its own answer labelled 1.
+
+    Raises
+    ------
+    CorpusError
+        Naming the file and line of the first bad record.
+
+    Example
+    -------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "d.jsonl"
+    >>> _ = p.write_text('{"qid": "q1", "question": "who?", "aid": "a1", "answer": "me", "label": 1}\\n')
+    >>> read_labelled(p)[0].candidates[0].label
+    1
+    """
+    source = os.fspath(path)
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline()
+    except FileNotFoundError:
+        raise CorpusError(f"{source}: no such file") from None
+    except OSError as exc:
+        raise CorpusError(f"{source}: cannot be read ({exc.strerror})") from None
+    try:
+        head = json.loads(first.decode("utf-8").removeprefix("\ufeff")) if first.strip() else {}
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        head = {}
+    if isinstance(head, dict) and "qid" in head and "label" in head:
+        return _read_benchmark(Path(path))
+    records = read_corpus(path)
+    candidates = tuple(Candidate(str(r.id), r.answer, 0) for r in records)
+    groups = []
+    for i, rec in enumerate(records):
+        for j, q in enumerate(rec.questions):
+            cands = tuple(Candidate(c.aid, c.answer, int(k == i)) for k, c in enumerate(candidates))
+            groups.append(QuestionGroup(f"{rec.id}#{j}", q, cands))
+    if not groups:
+        raise CorpusError(
+            f'{source}: no questions found; labelled data needs "question"/"questions" fields '
+            "or the benchmark format (qid, question, aid, answer, label)"
+        )
+    return groups
+
+
+def _read_benchmark(path: Path) -> list[QuestionGroup]:
+    source = os.fspath(path)
+    order: list[str] = []
+    questions: dict[str, str] = {}
+    cands: dict[str, list[Candidate]] = {}
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise CorpusError(
+                    f"{source}:{number}: not valid UTF-8 (byte 0x{raw[exc.start]:02x}); save the file as UTF-8"
+                ) from None
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line.removeprefix("\ufeff"))
+            except json.JSONDecodeError as exc:
+                raise CorpusError(f"{source}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(obj, dict):
+                raise CorpusError(f"{source}:{number}: expected a JSON object")
+            for key in ("qid", "question", "aid", "answer", "label"):
+                if key not in obj:
+                    raise CorpusError(
+                        f'{source}:{number}: field "{key}" is missing; '
+                        "benchmark lines need qid, question, aid, answer, label"
+                    )
+            label = obj["label"]
+            if label not in (0, 1) or isinstance(label, bool):
+                raise CorpusError(f'{source}:{number}: field "label" must be 0 or 1, got {json.dumps(label)}')
+            if not isinstance(obj["question"], str) or not isinstance(obj["answer"], str):
+                raise CorpusError(f'{source}:{number}: fields "question" and "answer" must be strings')
+            qid = str(obj["qid"])
+            if qid not in questions:
+                order.append(qid)
+                questions[qid] = obj["question"]
+                cands[qid] = []
+            cands[qid].append(Candidate(str(obj["aid"]), obj["answer"], int(label)))
+    if not order:
+        raise CorpusError(f"{source}: no lines found")
+    return [QuestionGroup(q, questions[q], tuple(cands[q])) for q in order]

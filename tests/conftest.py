@@ -1,0 +1,60 @@
+"""Shared fixtures: tiny ONNX models written to temporary directories (no torch)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx_models import make_model
+
+FAQ = [
+    {
+        "id": "reset",
+        "answer": "Open settings and choose reset password to get a reset link by email.",
+        "questions": ["how do I reset my password"],
+        "category": "account",
+    },
+    {
+        "id": "refund",
+        "answer": "Refunds are paid within 14 days of a cancelled order.",
+        "question": "can I get a refund",
+        "category": "billing",
+    },
+    {"id": "export", "answer": "Export notes as Markdown from the file menu.", "category": "data"},
+    {"id": 7, "answer": "Two-factor login uses an authenticator app.", "category": "security"},
+    {"answer": "Sync runs every five minutes while the app is open."},
+]
+
+
+def vocab_for(texts: list[str]) -> list[str]:
+    from qaindex.tokenizer import Tokenizer
+
+    return Tokenizer.build_word_vocab(texts)
+
+
+@pytest.fixture(scope="session")
+def faq_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Poincaré bag-of-words model over the FAQ's words, with random embeddings."""
+    texts = [r["answer"] for r in FAQ] + [q for r in FAQ for q in r.get("questions", [r.get("question", "")])]
+    vocab = vocab_for(texts)
+    rng = np.random.default_rng(1)
+    emb = rng.normal(scale=0.15, size=(len(vocab), 6)).astype(np.float32)
+    emb[0] = 0.0
+    return make_model(tmp_path_factory.mktemp("models") / "faq", vocab, emb)
+
+
+@pytest.fixture()
+def faq_file(tmp_path: Path) -> Path:
+    import json
+
+    path = tmp_path / "faq.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in FAQ), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _no_index_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("QAINDEX_INDEX", raising=False)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
