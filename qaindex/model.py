@@ -288,7 +288,7 @@ class Model:
         limit = self.max_tokens[role]
         encoded = [self.tokenizer.encode(t, limit) for t in texts]
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        order = np.argsort([len(e) for e in encoded], kind="stable")
+        order = np.argsort([len(e) for e in encoded], kind="stable") if len(texts) > 1 else [0] * len(texts)
         pad = self.tokenizer.pad_id
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
@@ -311,9 +311,12 @@ class Model:
             out[rows] = vectors
             if progress is not None:
                 progress(len(rows))
-        if self.geometry == "poincare":
-            assert self.max_norm is not None
-            out = hyperbolic.project(out, max_norm=self.max_norm)
+        if self.max_norm is not None:
+            # The encoder keeps points inside the ball; re-project only what a float32
+            # rounding (or a faulty graph) put outside, so serving never sees norm >= 1.
+            sq = np.einsum("ij,ij->i", out, out)
+            if np.any(sq > self.max_norm * self.max_norm):
+                out = hyperbolic.project(out, max_norm=self.max_norm)
         return out
 
     def score(self, query: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

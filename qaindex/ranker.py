@@ -51,6 +51,7 @@ INDEX_FORMAT_VERSION = 1
 DEFAULT_OVERFETCH = 10
 _LOAD_HASH_LIMIT = 64 << 20
 _QUERY_CHUNK = 256
+_RECORD_CACHE = 4096  # decoded records kept per index (cleared when full)
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class _Records:
         self.data = data
         self.offsets = offsets
         self._ids: dict[str, int] | None = None
+        self._cache: dict[int, Record] = {}
 
     @classmethod
     def from_records(cls, records: Sequence[Record]) -> _Records:
@@ -110,7 +112,13 @@ class _Records:
         return bytes(self.data[int(self.offsets[row]) : int(self.offsets[row + 1])])
 
     def get(self, row: int) -> Record:
-        return Record.from_json(json.loads(self.raw(row)))
+        cached = self._cache.get(row)
+        if cached is None:
+            cached = Record.from_json(json.loads(self.raw(row).decode("utf-8")))
+            if len(self._cache) >= _RECORD_CACHE:
+                self._cache.clear()
+            self._cache[row] = cached
+        return cached
 
     def ids(self) -> dict[str, int]:
         if self._ids is None:
@@ -374,7 +382,7 @@ class Ranker:
                 if r < 0:
                     break
                 rec = self._records.get(int(r))
-                hits.append(Hit(rec.id, rec.answer, float(s) + 0.0, float(d) + 0.0, rec.metadata))
+                hits.append(Hit(rec.id, rec.answer, float(s) + 0.0, float(d) + 0.0, dict(rec.metadata)))
             out.append(hits)
         return out
 
@@ -419,19 +427,24 @@ class Ranker:
         m = min(len(self), k * self.overfetch)
         rows = self.candidates(q, m)
         valid = rows >= 0
-        gathered = np.asarray(self._vectors[np.where(valid, rows, 0).ravel()], dtype=np.float32)
+        all_valid = bool(valid.all())
+        safe_rows = rows if all_valid else np.where(valid, rows, 0)
+        gathered = np.asarray(self._vectors[safe_rows.ravel()], dtype=np.float32)
         score, dist = self.model.score(q, gathered.reshape(n, rows.shape[1], self.dimension))
-        score = np.where(valid, score, -np.inf)
-        dist = np.where(valid, dist, np.inf)
-        key_rows = np.where(valid, rows, np.iinfo(np.int64).max)
-        order = np.lexsort((key_rows, dist, -score), axis=-1)[:, :k]
+        if not all_valid:
+            score = np.where(valid, score, -np.inf)
+            dist = np.where(valid, dist, np.inf)
+            rows = np.where(valid, rows, np.iinfo(np.int64).max)
+        # best score first; ties by distance, then by row (missing rows sort last)
+        order = np.lexsort((rows, dist, -score), axis=-1)[:, :k]
+        pick = (np.arange(n)[:, None], order)
+        w = order.shape[1]
         top_s = np.full((n, k), -np.inf, dtype=np.float32)
         top_d = np.full((n, k), np.inf, dtype=np.float32)
         top_r = np.full((n, k), -1, dtype=np.int64)
-        w = order.shape[1]
-        top_s[:, :w] = np.take_along_axis(score, order, axis=-1)
-        top_d[:, :w] = np.take_along_axis(dist, order, axis=-1)
-        top_r[:, :w] = np.where(np.take_along_axis(valid, order, axis=-1), np.take_along_axis(rows, order, axis=-1), -1)
+        top_s[:, :w] = score[pick]
+        top_d[:, :w] = dist[pick]
+        top_r[:, :w] = np.where(np.isneginf(top_s[:, :w]), -1, rows[pick])
         return top_s, top_d, top_r
 
     def recall(

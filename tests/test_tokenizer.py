@@ -362,10 +362,10 @@ def test_pickle_round_trip(wp: Tokenizer) -> None:
 # --------------------------------------------------------------------------- errors
 
 
-def _write_model(tmp_path: Path, vocab: list[str], **overrides: Any) -> dict[str, object]:
-    (tmp_path / "vocab.txt").write_text("".join(t + "\n" for t in vocab), encoding="utf-8")
+def _write_model(tmp_path: Path, tokens: list[str], **overrides: Any) -> dict[str, object]:
+    (tmp_path / "vocab.txt").write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
     config = Tokenizer(["[PAD]", "[UNK]"]).config()
-    config["vocab_size"] = len(vocab)
+    config["vocab_size"] = len(tokens)
     config.update(overrides)
     return config
 
@@ -389,7 +389,9 @@ def test_error_unknown_kind(tmp_path: Path) -> None:
     )
     with pytest.raises(TokenizerError, match=exact(message)):
         Tokenizer.from_config(config, tmp_path)
-    with pytest.raises(TokenizerError, match=exact("unknown tokenizer kind 'bpe'; expected one of 'wordpiece', 'word'")):
+    with pytest.raises(
+        TokenizerError, match=exact("unknown tokenizer kind 'bpe'; expected one of 'wordpiece', 'word'")
+    ):
         Tokenizer(["[PAD]", "[UNK]"], kind="bpe")
 
 
@@ -467,7 +469,8 @@ def test_error_missing_and_mistyped_fields(tmp_path: Path) -> None:
         Tokenizer.from_config(config, tmp_path)
     config = _write_model(tmp_path, ["[PAD]", "[UNK]"], vocab=None)
     with pytest.raises(
-        TokenizerError, match=exact("tokenizer setting 'vocab' must be a string, got None (NoneType); set it to a string")
+        TokenizerError,
+        match=exact("tokenizer setting 'vocab' must be a string, got None (NoneType); set it to a string"),
     ):
         Tokenizer.from_config(config, tmp_path)
     with pytest.raises(TokenizerError, match="must be a mapping"):
@@ -732,4 +735,6 @@ def test_matches_huggingface_on_real_minilm_vocab() -> None:
         expected = reference.encode(text, add_special_tokens=False)
         tokens = [t for t in expected.tokens if t not in ("[CLS]", "[SEP]")]
         assert ours.tokenize(text) == tokens, text
-        assert ours.encode(text) == [i for i, t in zip(expected.ids, expected.tokens) if t not in ("[CLS]", "[SEP]")]
+        assert ours.encode(text) == [
+            i for i, t in zip(expected.ids, expected.tokens, strict=True) if t not in ("[CLS]", "[SEP]")
+        ]
