@@ -74,7 +74,9 @@ def main() -> None:
         "runs": [],
     }
     print(f"model {model.name} (dim {model.dimension}); latency in ms per single question, 1 onnxruntime thread")
-    print(f"{'answers':>8} {'kind':>5} {'p50':>7} {'p99':>7} {'exact p50':>9} {'speed-up':>8} {'recall@10':>9} {'coarse':>7} {'MB':>7}")
+    head = ("answers", "kind", "p50", "p99", "exact p50", "speed-up", "recall@10", "coarse", "MB")
+    widths = (8, 5, 7, 7, 9, 8, 9, 7, 7)
+    print(" ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True)))
     for n in (int(s) for s in args.sizes.split(",")):
         texts = synthetic(n - len(faq), rng, words, 8, 40) if n > len(faq) else []
         records = [{"id": r.id, "answer": r.answer, "questions": list(r.questions)} for r in faq[:n]]
@@ -83,10 +85,10 @@ def main() -> None:
         for kind in ("flat", "hnsw"):
             ranker = Ranker.build(records, model=model, index_kind=kind)
             ranker.search(qs[0], k=10)  # warm up
-            lat = timed(lambda i, r=ranker: r.search(qs[i], k=10), args.queries)
+            lat = timed(lambda i, r=ranker, qs=qs: r.search(qs[i], k=10), args.queries)
             vectors = np.asarray(ranker._vectors)
 
-            def exact(i: int, vectors: np.ndarray = vectors) -> None:
+            def exact(i: int, vectors: np.ndarray = vectors, qs: list[str] = qs) -> None:
                 qv = model.encode([qs[i]], role="question")
                 d = hyperbolic.distance(qv, vectors)
                 np.argpartition(d, 10)[:10]

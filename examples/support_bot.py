@@ -94,7 +94,7 @@ def serve(bot: SupportBot, port: int) -> None:
     """Serve ``GET /ask?q=...`` as JSON on 127.0.0.1 until interrupted."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:
             url = urlparse(self.path)
             question = parse_qs(url.query).get("q", [""])[0]
             try:

@@ -1,0 +1,603 @@
+"""HyperQA and CosineQA (Tay et al., 2017) as PyTorch modules, and their export forms.
+
+The network, as the paper defines it (sections 3.1-3.5)::
+
+    z_t   = E[token_t]                        word embeddings (frozen pretrained, or trainable)
+    x_t   = ReLU(W_p z_t + b_p)               per-word projection, shared by question and answer
+    y     = sum_t mask_t x_t                  neural bag of words
+    v     = ball(y)                           into the Poincaré ball (see BallMap)
+    d     = poincare_distance(v_q, v_a)       qaindex.hyperbolic.distance
+    s     = w_f d + b_f                       lower is better (the paper's loss ranks by it)
+
+The paper's loss is ``max(0, s(q, a) + λ - s(q, a'))``. To make the ranking direction
+unambiguous, ``w_f = softplus(w_raw) > 0`` and every score this module returns is
+**higher-is-better**: ``score = -(w_f d + b_f)``, so the loss is
+``max(0, λ - score(q, a) + score(q, a'))`` (:func:`hinge_loss`) — the same function.
+
+Ball maps (:class:`BallMap`):
+
+``clip``
+    The paper's ``y / |y|`` when ``|y|`` exceeds the radius, with the radius
+    ``max_norm = 0.999`` instead of 1 (at norm 1 the distance is infinite, and float32 loses
+    ``1 - |y|^2`` there; 1e-3 keeps its relative error at 0.004%). Bag-of-words sums are
+    usually far longer than 1, so almost every vector lands *on* the clip and the Poincaré
+    distance becomes a monotone function of the cosine (see the calibration note).
+``expmap``
+    The exponential map at the origin with a scale: ``tanh(α |y|) y / |y|`` (then clipped to
+    ``max_norm`` for the rare saturated vector). Norms stay varied, so the geometry can use
+    them; ``α`` is learned (``exp`` of a raw parameter) or fixed.
+
+CosineQA (the paper's ablation) is the same network with cosine similarity:
+``score = w_f cos + b_f`` (``w_f > 0``) and ``distance = 1 - cos``.
+
+For export, a frozen-embedding (or any) bag-of-words model folds ``ReLU(W_p z + b_p)`` into
+one per-token table (:meth:`BagOfWords.folded_table`): the encoder is then a gather, a masked
+sum and the ball map (:class:`FoldedEncoder`) — exactly the same function.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from qaindex import hyperbolic
+
+__all__ = [
+    "BALL_MAPS",
+    "MODEL_KINDS",
+    "BagOfWords",
+    "BallMap",
+    "CosineQA",
+    "CosineScorer",
+    "DualEncoderQA",
+    "FoldedEncoder",
+    "HyperQA",
+    "PoincareScorer",
+    "build_model",
+    "cosine_score",
+    "hinge_loss",
+    "norm_statistics",
+    "poincare_score",
+    "riemannian_hook",
+    "riemannian_rescale",
+]
+
+BALL_MAPS = ("clip", "expmap")
+MODEL_KINDS = ("hyperqa", "cosineqa")
+
+
+def _inverse_softplus(value: float) -> float:
+    return float(value + math.log(-math.expm1(-value)))
+
+
+# ------------------------------------------------------------------------ scoring formulas
+
+
+def poincare_score(query: Tensor, candidates: Tensor, w_f: Tensor, b_f: Tensor) -> tuple[Tensor, Tensor]:
+    """HyperQA's score, higher is better: ``-(w_f d + b_f)`` with ``d`` the Poincaré distance.
+
+    Parameters
+    ----------
+    query, candidates : Tensor (..., dim)
+        Ball points, broadcastable (e.g. ``(n, 1, dim)`` against ``(n, m, dim)``).
+    w_f, b_f : Tensor (scalar)
+        Final-layer weight (positive) and bias.
+
+    Returns
+    -------
+    score, distance : Tensor (...)
+
+    Example
+    -------
+    >>> q = torch.zeros(1, 2); a = torch.tensor([[0.5, 0.0]])
+    >>> s, d = poincare_score(q, a, torch.tensor(1.0), torch.tensor(0.0))
+    >>> round(float(d), 4), round(float(s), 4)
+    (1.0986, -1.0986)
+    """
+    distance = hyperbolic.distance(query, candidates)
+    return -(w_f * distance + b_f), distance
+
+
+def cosine_score(query: Tensor, candidates: Tensor, w_f: Tensor, b_f: Tensor) -> tuple[Tensor, Tensor]:
+    """CosineQA's score, higher is better: ``w_f cos + b_f``; distance ``1 - cos``.
+
+    Example
+    -------
+    >>> s, d = cosine_score(torch.tensor([1.0, 0.0]), torch.tensor([2.0, 0.0]), torch.tensor(2.0), torch.tensor(0.5))
+    >>> float(s), float(d)
+    (2.5, 0.0)
+    """
+    cos = hyperbolic.cosine_similarity(query, candidates)
+    return w_f * cos + b_f, 1.0 - cos
+
+
+def hinge_loss(positive: Tensor, negative: Tensor, margin: float) -> Tensor:
+    """Mean pairwise hinge loss ``max(0, margin - score(q, a) + score(q, a'))``.
+
+    With ``score = -s`` this is the paper's ``max(0, s(q, a) + λ - s(q, a'))``.
+
+    Parameters
+    ----------
+    positive : Tensor (p, 1) or (p,)
+        Scores of (question, correct answer) pairs (higher is better).
+    negative : Tensor (p, n)
+        Scores of the same questions with ``n`` wrong answers each.
+    margin : float
+        λ.
+
+    Example
+    -------
+    >>> float(hinge_loss(torch.tensor([[2.0]]), torch.tensor([[0.5, 1.5]]), 1.0))
+    0.25
+    """
+    if positive.dim() == 1:
+        positive = positive[:, None]
+    return F.relu(margin - positive + negative).mean()
+
+
+# ------------------------------------------------------------------------ Riemannian gradient
+
+
+def riemannian_rescale(grad: Tensor, point: Tensor) -> Tensor:
+    """The paper's eq. 8: ``∇_R = ((1 - |θ|²)² / 4) ∇_E``, with θ the ball *point*.
+
+    Parameters
+    ----------
+    grad : Tensor (..., dim)
+        Euclidean gradient of the loss with respect to the ball points.
+    point : Tensor (..., dim)
+        The ball points themselves (not the gradient: the public reference code scales by
+        the gradient's norm, which is not the inverse metric).
+
+    Returns
+    -------
+    Tensor (..., dim)
+
+    Example
+    -------
+    >>> g = torch.ones(1, 2); x = torch.tensor([[0.6, 0.0]])
+    >>> riemannian_rescale(g, x)  # (1 - 0.36)^2 / 4 = 0.1024
+    tensor([[0.1024, 0.1024]])
+    """
+    factor = hyperbolic.one_minus_sqnorm(point.detach()) ** 2 / 4.0
+    return grad * factor
+
+
+def riemannian_hook(points: Tensor) -> Tensor:
+    """Register :func:`riemannian_rescale` as a gradient hook on ``points``; returns them.
+
+    Every gradient that flows back through ``points`` (and on to the projection weights)
+    is rescaled by the inverse Poincaré metric at those points.
+
+    Example
+    -------
+    >>> y = torch.tensor([[3.0, 0.0]], requires_grad=True)
+    >>> v = riemannian_hook(y * 0.2)        # the point (0.6, 0)
+    >>> v.sum().backward(); y.grad           # 0.1024 * 0.2
+    tensor([[0.0205, 0.0205]])
+    """
+    if points.requires_grad:
+        snapshot = points.detach()
+        points.register_hook(lambda grad: riemannian_rescale(grad, snapshot))
+    return points
+
+
+# ------------------------------------------------------------------------ modules
+
+
+class BagOfWords(nn.Module):
+    """Word embeddings → ``ReLU(W_p z + b_p)`` per token → masked sum.
+
+    Parameters
+    ----------
+    vocab_size : int
+        Number of token ids.
+    dim : int
+        Output dimension ``d`` of the projection.
+    embeddings : numpy.ndarray (vocab_size, n), optional
+        Pretrained embeddings; None initialises ``N(0, 1/n)`` rows of width ``embed_dim``.
+    train_embeddings : bool, optional
+        Update the embeddings (default: only when none are given, as in the paper).
+    embed_dim : int
+        Width of random embeddings (ignored when ``embeddings`` is given).
+
+    Example
+    -------
+    >>> bow = BagOfWords(10, 4, embed_dim=3)
+    >>> bow(torch.tensor([[2, 3, 0]]), torch.tensor([[1, 1, 0]])).shape
+    torch.Size([1, 4])
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        dim: int,
+        *,
+        embeddings: np.ndarray | None = None,
+        train_embeddings: bool | None = None,
+        embed_dim: int = 300,
+    ) -> None:
+        super().__init__()
+        if embeddings is not None:
+            weight = torch.as_tensor(np.asarray(embeddings, dtype=np.float32)).clone()
+            if weight.shape[0] != vocab_size:
+                raise ValueError(f"embeddings have {weight.shape[0]} rows, the vocabulary {vocab_size} tokens")
+        else:
+            weight = torch.randn(vocab_size, embed_dim) / math.sqrt(embed_dim)
+        trainable = embeddings is None if train_embeddings is None else bool(train_embeddings)
+        self.embedding = nn.Parameter(weight, requires_grad=trainable)
+        self.proj = nn.Linear(weight.shape[1], dim)
+        self.dim = dim
+
+    @property
+    def trainable_embeddings(self) -> bool:
+        return bool(self.embedding.requires_grad)
+
+    def token_vectors(self, ids: Tensor) -> Tensor:
+        """``ReLU(W_p E[ids] + b_p)``, shape ``ids.shape + (dim,)``."""
+        return F.relu(self.proj(F.embedding(ids, self.embedding)))
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """Masked sums of token vectors for padded ids (batch, seq) → (batch, dim)."""
+        x = self.token_vectors(input_ids)
+        return (x * attention_mask.unsqueeze(-1).to(x.dtype)).sum(dim=1)
+
+    def bags(self, flat_ids: Tensor, offsets: Tensor) -> Tensor:
+        """Sums for ragged texts: ``flat_ids`` concatenated, text ``i`` from ``offsets[i]``.
+
+        Each distinct token of the batch is projected once (``torch.unique``), then summed
+        per text with ``embedding_bag`` — the same function as :meth:`forward`, much
+        cheaper when texts share tokens. Empty texts give zero vectors.
+        """
+        if flat_ids.numel() == 0:
+            return self.proj.weight.new_zeros((offsets.numel(), self.dim))
+        unique, inverse = torch.unique(flat_ids, return_inverse=True)
+        table = self.token_vectors(unique)
+        return F.embedding_bag(inverse, table, offsets, mode="sum")
+
+    @torch.no_grad()
+    def folded_table(self, chunk: int = 8192) -> Tensor:
+        """Per-token vectors ``ReLU(W_p E[v] + b_p)`` for every id ``v``: (vocab_size, dim)."""
+        ids = torch.arange(self.embedding.shape[0], device=self.embedding.device)
+        return torch.cat([self.token_vectors(ids[i : i + chunk]) for i in range(0, len(ids), chunk)])
+
+
+class BallMap(nn.Module):
+    """Maps bag-of-words sums into the Poincaré ball of radius ``max_norm``.
+
+    Parameters
+    ----------
+    kind : {"clip", "expmap", "none"}
+        ``clip``: ``hyperbolic.project(y, max_norm)`` (the paper's rescaling to the sphere);
+        ``expmap``: ``tanh(α|y|) y/|y|``, then ``project``; ``none``: identity (CosineQA).
+    max_norm : float
+        Radius below 1.
+    alpha : float
+        Initial (or fixed) ``α`` for ``expmap``.
+    learn_alpha : bool
+        Learn ``log α``.
+
+    Example
+    -------
+    >>> m = BallMap("expmap", max_norm=0.999, alpha=0.5)
+    >>> round(float(m(torch.tensor([[4.0, 0.0]])).norm()), 4)   # tanh(2)
+    0.964
+    """
+
+    def __init__(self, kind: str, *, max_norm: float = 0.999, alpha: float = 1.0, learn_alpha: bool = True) -> None:
+        super().__init__()
+        if kind not in (*BALL_MAPS, "none"):
+            raise ValueError(f"unknown ball map {kind!r}; choose one of {BALL_MAPS}")
+        if not 0.0 < max_norm < 1.0:
+            raise ValueError(f"max_norm must be in (0, 1), got {max_norm}")
+        if not alpha > 0.0:
+            raise ValueError(f"alpha must be positive, got {alpha}")
+        self.kind = kind
+        self.max_norm = float(max_norm)
+        learn = kind == "expmap" and learn_alpha
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha)), requires_grad=learn)
+
+    @property
+    def alpha(self) -> Tensor:
+        return self.log_alpha.exp()
+
+    def forward(self, y: Tensor) -> Tensor:
+        if self.kind == "none":
+            return y
+        if self.kind == "expmap":
+            norm = hyperbolic.sqnorm(y).clamp(min=float(np.finfo(np.float32).tiny)).sqrt()
+            y = torch.tanh(self.alpha.to(y.dtype) * norm) / norm * y
+        return hyperbolic.project(y, max_norm=self.max_norm)
+
+    def describe(self) -> dict[str, Any]:
+        """Manifest fields for this map."""
+        if self.kind == "none":
+            return {}
+        out: dict[str, Any] = {"ball_map": self.kind, "max_norm": self.max_norm, "boundary_margin": 1.0 - self.max_norm}
+        if self.kind == "expmap":
+            out["alpha"] = float(self.alpha)
+            out["alpha_learned"] = bool(self.log_alpha.requires_grad)
+            out["formula"] = "project(tanh(alpha*|y|) * y/|y|, max_norm)"
+        else:
+            out["formula"] = "project(y, max_norm) = y * min(1, max_norm/|y|)"
+        return out
+
+
+class DualEncoderQA(nn.Module):
+    """Shared machinery of :class:`HyperQA` and :class:`CosineQA`; use those.
+
+    Attributes
+    ----------
+    encoder : BagOfWords
+    ball : BallMap
+    w_raw, b_f : Parameter
+        ``w_f = softplus(w_raw)`` (starts at 1) and ``b_f`` (starts at 0).
+    """
+
+    geometry = ""
+    kind = ""
+
+    def __init__(self, encoder: BagOfWords, ball: BallMap) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.ball = ball
+        self.w_raw = nn.Parameter(torch.tensor(_inverse_softplus(1.0)))
+        self.b_f = nn.Parameter(torch.tensor(0.0))
+
+    @property
+    def w_f(self) -> Tensor:
+        return F.softplus(self.w_raw)
+
+    def embed(self, sums: Tensor) -> Tensor:
+        """Bag-of-words sums → the vectors the geometry compares."""
+        return self.ball(sums)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """Encode padded token ids (batch, seq) → vectors (batch, dim)."""
+        return self.embed(self.encoder(input_ids, attention_mask))
+
+    def encode_bags(self, flat_ids: Tensor, offsets: Tensor) -> Tensor:
+        """Encode ragged texts (see :meth:`BagOfWords.bags`) → vectors."""
+        return self.embed(self.encoder.bags(flat_ids, offsets))
+
+    def score(self, query: Tensor, candidates: Tensor) -> tuple[Tensor, Tensor]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def score_definition(self) -> dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def geometry_info(self) -> dict[str, Any]:
+        """The manifest's ``geometry`` field."""
+        return {"name": self.geometry, **self.ball.describe()}
+
+    def parameter_counts(self) -> dict[str, int]:
+        """``{"trainable", "total", "frozen"}`` parameter counts."""
+        trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
+        total = sum(p.numel() for p in self.parameters())
+        return {"trainable": trainable, "total": total, "frozen": total - trainable}
+
+
+class HyperQA(DualEncoderQA):
+    """HyperQA: bag of projected words in the Poincaré ball; score ``-(w_f d + b_f)``.
+
+    Example
+    -------
+    >>> model = HyperQA(BagOfWords(10, 4, embed_dim=3), BallMap("clip"))
+    >>> v = model(torch.tensor([[2, 3], [4, 0]]), torch.tensor([[1, 1], [1, 0]]))
+    >>> bool((v.norm(dim=-1) <= 0.999 + 1e-6).all())
+    True
+    >>> model.score(v[:1], v[1:])[0].shape
+    torch.Size([1])
+    """
+
+    geometry = "poincare"
+    kind = "hyperqa"
+
+    def distance(self, query: Tensor, candidates: Tensor) -> Tensor:
+        """Poincaré distance (``qaindex.hyperbolic.distance``), broadcasting."""
+        return hyperbolic.distance(query, candidates)
+
+    def score(self, query: Tensor, candidates: Tensor) -> tuple[Tensor, Tensor]:
+        """``(-(w_f d + b_f), d)``, broadcasting over leading axes; higher score is better."""
+        return poincare_score(query, candidates, self.w_f, self.b_f)
+
+    def score_definition(self) -> dict[str, Any]:
+        return {
+            "formula": "-(w_f * d + b_f)",
+            "higher_is_better": True,
+            "distance": "poincare",
+            "parameters": {"w_f": float(self.w_f), "b_f": float(self.b_f)},
+        }
+
+
+class CosineQA(DualEncoderQA):
+    """CosineQA, the paper's ablation: same network, score ``w_f cos + b_f``.
+
+    Example
+    -------
+    >>> model = CosineQA(BagOfWords(10, 4, embed_dim=3), BallMap("none"))
+    >>> model.geometry_info()
+    {'name': 'cosine'}
+    """
+
+    geometry = "cosine"
+    kind = "cosineqa"
+
+    def score(self, query: Tensor, candidates: Tensor) -> tuple[Tensor, Tensor]:
+        """``(w_f cos + b_f, 1 - cos)``, broadcasting; higher score is better."""
+        return cosine_score(query, candidates, self.w_f, self.b_f)
+
+    def score_definition(self) -> dict[str, Any]:
+        return {
+            "formula": "w_f * cos + b_f",
+            "higher_is_better": True,
+            "distance": "1 - cos",
+            "parameters": {"w_f": float(self.w_f), "b_f": float(self.b_f)},
+        }
+
+
+def build_model(
+    kind: str,
+    vocab_size: int,
+    *,
+    dim: int = 300,
+    embeddings: np.ndarray | None = None,
+    train_embeddings: bool | None = None,
+    embed_dim: int = 300,
+    ball: str = "clip",
+    max_norm: float = 0.999,
+    alpha: float = 1.0,
+    learn_alpha: bool = True,
+) -> DualEncoderQA:
+    """Create a HyperQA or CosineQA model.
+
+    Parameters
+    ----------
+    kind : {"hyperqa", "cosineqa"}
+    vocab_size, dim, embeddings, train_embeddings, embed_dim
+        See :class:`BagOfWords`.
+    ball, max_norm, alpha, learn_alpha
+        See :class:`BallMap` (ignored for CosineQA).
+
+    Example
+    -------
+    >>> build_model("hyperqa", 10, dim=4, embed_dim=3, ball="expmap").geometry_info()["ball_map"]
+    'expmap'
+    """
+    encoder = BagOfWords(vocab_size, dim, embeddings=embeddings, train_embeddings=train_embeddings, embed_dim=embed_dim)
+    if kind == "hyperqa":
+        return HyperQA(encoder, BallMap(ball, max_norm=max_norm, alpha=alpha, learn_alpha=learn_alpha))
+    if kind == "cosineqa":
+        return CosineQA(encoder, BallMap("none"))
+    raise ValueError(f"unknown model {kind!r}; choose one of {MODEL_KINDS}")
+
+
+# ------------------------------------------------------------------------ export forms
+
+
+class FoldedEncoder(nn.Module):
+    """Export form of the encoder: per-token table gather → masked sum → ball map.
+
+    Parameters
+    ----------
+    table : Tensor (vocab_size, dim)
+        ``BagOfWords.folded_table()``, float32 or float16 (cast to float32 in the graph).
+    ball : BallMap
+        The trained model's map (its ``α`` is frozen into the graph).
+
+    Example
+    -------
+    >>> model = HyperQA(BagOfWords(10, 4, embed_dim=3), BallMap("clip"))
+    >>> enc = FoldedEncoder(model.encoder.folded_table(), model.ball)
+    >>> ids, mask = torch.tensor([[2, 3]]), torch.tensor([[1, 1]])
+    >>> bool(torch.allclose(enc(ids, mask), model(ids, mask), atol=1e-6))
+    True
+    """
+
+    def __init__(self, table: Tensor, ball: BallMap) -> None:
+        super().__init__()
+        self.register_buffer("table", table.detach().clone())
+        self.kind = ball.kind
+        self.max_norm = ball.max_norm
+        self.register_buffer("alpha", ball.alpha.detach().clone().to(torch.float32))
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        x = F.embedding(input_ids, self.table).to(torch.float32)
+        y = (x * attention_mask.unsqueeze(-1).to(torch.float32)).sum(dim=1)
+        if self.kind == "none":
+            return y
+        if self.kind == "expmap":
+            norm = hyperbolic.sqnorm(y).clamp(min=float(np.finfo(np.float32).tiny)).sqrt()
+            y = torch.tanh(self.alpha * norm) / norm * y
+        return hyperbolic.project(y, max_norm=self.max_norm)
+
+
+class PoincareScorer(nn.Module):
+    """Export form of HyperQA's scorer: ``(query (n,d), candidates (n,m,d)) → (score, distance)``.
+
+    Calls ``qaindex.hyperbolic.pairwise_distance``; ``score = -(w_f d + b_f)``.
+
+    Example
+    -------
+    >>> s, d = PoincareScorer(2.0, 1.0)(torch.zeros(1, 2), torch.zeros(1, 3, 2))
+    >>> s.tolist(), d.tolist()
+    ([[-1.0, -1.0, -1.0]], [[0.0, 0.0, 0.0]])
+    """
+
+    def __init__(self, w_f: float, b_f: float) -> None:
+        super().__init__()
+        self.register_buffer("w_f", torch.tensor(float(w_f), dtype=torch.float32))
+        self.register_buffer("b_f", torch.tensor(float(b_f), dtype=torch.float32))
+
+    def forward(self, query: Tensor, candidates: Tensor) -> tuple[Tensor, Tensor]:
+        distance = hyperbolic.pairwise_distance(query, candidates)
+        return -(self.w_f * distance + self.b_f), distance
+
+
+class CosineScorer(nn.Module):
+    """Export form of CosineQA's scorer: ``score = w_f cos + b_f``, ``distance = 1 - cos``.
+
+    Example
+    -------
+    >>> s, d = CosineScorer(1.0, 0.0)(torch.tensor([[1.0, 0.0]]), torch.tensor([[[1.0, 0.0], [0.0, 1.0]]]))
+    >>> s.tolist(), d.tolist()
+    ([[1.0, 0.0]], [[0.0, 1.0]])
+    """
+
+    def __init__(self, w_f: float, b_f: float) -> None:
+        super().__init__()
+        self.register_buffer("w_f", torch.tensor(float(w_f), dtype=torch.float32))
+        self.register_buffer("b_f", torch.tensor(float(b_f), dtype=torch.float32))
+
+    def forward(self, query: Tensor, candidates: Tensor) -> tuple[Tensor, Tensor]:
+        cos = hyperbolic.cosine_similarity(query.unsqueeze(-2), candidates)
+        return self.w_f * cos + self.b_f, 1.0 - cos
+
+
+# ------------------------------------------------------------------------ diagnostics
+
+
+def norm_statistics(sums: Tensor, vectors: Tensor, max_norm: float | None) -> dict[str, Any]:
+    """Norms before and after the ball map, and the share of vectors on the clip.
+
+    Parameters
+    ----------
+    sums : Tensor (n, dim)
+        Bag-of-words sums (before the ball map).
+    vectors : Tensor (n, dim)
+        Ball points.
+    max_norm : float or None
+        The radius (None for CosineQA: only the pre-map norms are reported).
+
+    Returns
+    -------
+    dict
+        ``{"count", "pre": {quantiles}, "ball": {quantiles}, "at_clip"}`` where ``at_clip``
+        is the fraction with ball norm ≥ ``max_norm - 1e-6``.
+
+    Example
+    -------
+    >>> y = torch.tensor([[3.0, 0.0], [0.1, 0.0]])
+    >>> norm_statistics(y, BallMap("clip")(y), 0.999)["at_clip"]
+    0.5
+    """
+    qs = (0.0, 0.1, 0.5, 0.9, 1.0)
+    names = ("min", "p10", "median", "p90", "max")
+
+    def quantiles(x: Tensor) -> dict[str, float]:
+        values = np.quantile(x.detach().double().cpu().numpy(), qs) if x.numel() else [float("nan")] * len(qs)
+        return {k: float(v) for k, v in zip(names, values, strict=True)}
+
+    pre = sums.detach().norm(dim=-1)
+    out: dict[str, Any] = {"count": int(pre.numel()), "pre": quantiles(pre)}
+    if max_norm is not None:
+        post = vectors.detach().norm(dim=-1)
+        out["ball"] = quantiles(post)
+        out["at_clip"] = float((post >= max_norm - 1e-6).double().mean()) if post.numel() else float("nan")
+        out["ball_std"] = float(post.double().std()) if post.numel() > 1 else 0.0
+    return out

@@ -1,0 +1,80 @@
+"""Device choice: CUDA only when it really works, clear errors when it is demanded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime
+import pytest
+
+from qaindex import devices
+from qaindex.errors import DeviceError
+from qaindex.model import Model
+from qaindex.vector_index import CoarseIndex
+
+
+_RealSession = onnxruntime.InferenceSession
+
+
+class FallbackSession:
+    """What onnxruntime-gpu does on a machine without a GPU: it silently runs on the CPU."""
+
+    def __init__(self, path: str, options: Any, providers: list[str]) -> None:
+        self.requested = providers
+        self._real = _RealSession(path, options, providers=["CPUExecutionProvider"])
+
+    def get_providers(self) -> list[str]:
+        return ["CPUExecutionProvider"]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+@pytest.fixture()
+def gpu_build_without_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(onnxruntime, "InferenceSession", FallbackSession)
+
+
+def test_auto_falls_back_to_cpu_and_says_so(gpu_build_without_gpu: None, faq_model: Path) -> None:
+    model = Model.load(faq_model, device="auto")
+    assert set(model.providers.values()) == {"CPUExecutionProvider"}
+    assert model.encode(["reset password"], role="question").shape == (1, 6)
+
+
+def test_cuda_demanded_but_session_fell_back(gpu_build_without_gpu: None, faq_model: Path) -> None:
+    with pytest.raises(DeviceError) as info:
+        Model.load(faq_model, device="cuda")
+    assert str(info.value) == (
+        "device 'cuda' was requested but onnxruntime could not create a CUDA session (it fell back to "
+        "CPUExecutionProvider); check the CUDA and cuDNN libraries, or use --device cpu"
+    )
+
+
+def test_cuda_demanded_without_cuda_provider(faq_model: Path) -> None:
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("this onnxruntime has a CUDA provider")
+    with pytest.raises(DeviceError) as info:
+        Model.load(faq_model, device="cuda")
+    assert str(info.value).startswith("device 'cuda' was requested but onnxruntime has no CUDAExecutionProvider (available providers: ")
+    assert str(info.value).endswith("install onnxruntime-gpu (`pip install 'qaindex[gpu]'`) or use --device cpu")
+
+
+def test_faiss_gpu_only_when_faiss_sees_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(devices, "faiss_gpu_count", lambda: 0)
+    import qaindex.vector_index as vi
+
+    monkeypatch.setattr(vi, "faiss_gpu_count", lambda: 0)
+    ix = CoarseIndex("poincare", 3, "flat", device="auto")
+    assert ix.device == "cpu"
+    with pytest.raises(DeviceError, match=r"^device 'cuda' was requested but FAISS sees no GPU"):
+        CoarseIndex("poincare", 3, "flat", device="cuda")
+    ix.add(np.zeros((2, 3), np.float32))
+    assert ix.search(np.zeros((1, 3), np.float32), 2).shape == (1, 2)
+
+
+def test_unknown_device() -> None:
+    with pytest.raises(DeviceError, match=r"^unknown device 'tpu'; choose one of: auto, cpu, cuda$"):
+        devices.check_device("tpu")
