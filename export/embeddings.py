@@ -153,7 +153,7 @@ def load_minilm() -> Embeddings:
             "reading the MiniLM embeddings needs safetensors: pip install 'qaindex[train]'"
         ) from None
     with safe_open(os.fspath(folder / "model.safetensors"), framework="numpy") as handle:
-        if MINILM_TENSOR not in handle.keys():  # noqa: SIM118 - safe_open has no __contains__
+        if MINILM_TENSOR not in handle.keys():
             raise EmbeddingsError(f"{folder / 'model.safetensors'}: no tensor {MINILM_TENSOR!r}")
         matrix = np.ascontiguousarray(handle.get_tensor(MINILM_TENSOR), dtype=np.float32)
     vocab = (folder / "vocab.txt").read_text(encoding="utf-8").split("\n")
@@ -274,7 +274,7 @@ def read_word_vectors(
 
 def _text_words(texts: Iterable[str]) -> list[str]:
     """Words of ``texts`` as the ``kind="word"`` tokenizer splits them, most frequent first."""
-    return Tokenizer.build_word_vocab(texts)[len(SPECIALS):]
+    return Tokenizer.build_word_vocab(texts)[len(SPECIALS) :]
 
 
 def build_embeddings(
@@ -314,9 +314,7 @@ def build_embeddings(
     """
     kind, _, arg = spec.partition(":")
     if kind not in EMBEDDING_KINDS:
-        raise EmbeddingsError(
-            f"unknown embeddings {spec!r}; use minilm, glove:PATH, word2vec:PATH or none"
-        )
+        raise EmbeddingsError(f"unknown embeddings {spec!r}; use minilm, glove:PATH, word2vec:PATH or none")
     if kind == "minilm":
         if arg:
             raise EmbeddingsError(f"embeddings {spec!r}: minilm takes no path")

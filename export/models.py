@@ -37,6 +37,7 @@ sum and the ball map (:class:`FoldedEncoder`) — exactly the same function.
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -67,7 +68,7 @@ __all__ = [
     "riemannian_rescale",
 ]
 
-BALL_MAPS = ("clip", "expmap")
+BALL_MAPS = ("clip", "expmap", "radius")
 MODEL_KINDS = ("hyperqa", "cosineqa")
 
 
@@ -272,15 +273,22 @@ class BallMap(nn.Module):
 
     Parameters
     ----------
-    kind : {"clip", "expmap", "none"}
+    kind : {"clip", "expmap", "radius", "none"}
         ``clip``: ``hyperbolic.project(y, max_norm)`` (the paper's rescaling to the sphere);
-        ``expmap``: ``tanh(α|y|) y/|y|``, then ``project``; ``none``: identity (CosineQA).
+        ``expmap``: ``tanh(α|y|) y/|y|``, then ``project``;
+        ``radius``: ``max_norm · sigmoid(w_r·ŷ + b_r) · ŷ`` with ``ŷ = y/|y|`` — the sum's
+        direction at a learned, direction-dependent radius;
+        ``none``: identity (CosineQA).
     max_norm : float
         Radius below 1.
     alpha : float
         Initial (or fixed) ``α`` for ``expmap``.
     learn_alpha : bool
         Learn ``log α``.
+    dim : int
+        Vector size (``radius`` only: the size of ``w_r``).
+    init_norm : float
+        ``radius``: every point starts at this norm (``w_r = 0``).
 
     Example
     -------
@@ -289,7 +297,16 @@ class BallMap(nn.Module):
     0.964
     """
 
-    def __init__(self, kind: str, *, max_norm: float = 0.999, alpha: float = 1.0, learn_alpha: bool = True) -> None:
+    def __init__(
+        self,
+        kind: str,
+        *,
+        max_norm: float = 0.999,
+        alpha: float = 1.0,
+        learn_alpha: bool = True,
+        dim: int = 1,
+        init_norm: float = 0.9,
+    ) -> None:
         super().__init__()
         if kind not in (*BALL_MAPS, "none"):
             raise ValueError(f"unknown ball map {kind!r}; choose one of {BALL_MAPS}")
@@ -299,11 +316,20 @@ class BallMap(nn.Module):
             raise ValueError(f"alpha must be positive, got {alpha}")
         self.kind = kind
         self.max_norm = float(max_norm)
-        learn = kind == "expmap" and learn_alpha
-        self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha)), requires_grad=learn)
+        if not 0.0 < init_norm < max_norm:
+            raise ValueError(f"init_norm must be in (0, max_norm), got {init_norm}")
+        if kind == "expmap":
+            self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha)), requires_grad=learn_alpha)
+        if kind == "radius":
+            p = init_norm / max_norm
+            self.radius_w = nn.Parameter(torch.zeros(dim))
+            self.radius_b = nn.Parameter(torch.tensor(math.log(p / (1.0 - p))))
 
     @property
     def alpha(self) -> Tensor:
+        """``α`` of ``expmap`` (1 for the other maps)."""
+        if self.kind != "expmap":
+            return torch.tensor(1.0)
         return self.log_alpha.exp()
 
     def forward(self, y: Tensor) -> Tensor:
@@ -312,6 +338,11 @@ class BallMap(nn.Module):
         if self.kind == "expmap":
             norm = hyperbolic.sqnorm(y).clamp(min=float(np.finfo(np.float32).tiny)).sqrt()
             y = torch.tanh(self.alpha.to(y.dtype) * norm) / norm * y
+        elif self.kind == "radius":
+            norm = hyperbolic.sqnorm(y).clamp(min=float(np.finfo(np.float32).tiny)).sqrt()
+            unit = y / norm
+            logit = (unit * self.radius_w.to(y.dtype)).sum(dim=-1, keepdim=True) + self.radius_b.to(y.dtype)
+            y = unit * (self.max_norm * torch.sigmoid(logit))
         return hyperbolic.project(y, max_norm=self.max_norm)
 
     def describe(self) -> dict[str, Any]:
@@ -320,9 +351,13 @@ class BallMap(nn.Module):
             return {}
         out: dict[str, Any] = {"ball_map": self.kind, "max_norm": self.max_norm, "boundary_margin": 1.0 - self.max_norm}
         if self.kind == "expmap":
-            out["alpha"] = float(self.alpha)
+            out["alpha"] = self.alpha.item()
             out["alpha_learned"] = bool(self.log_alpha.requires_grad)
             out["formula"] = "project(tanh(alpha*|y|) * y/|y|, max_norm)"
+        elif self.kind == "radius":
+            out["formula"] = "max_norm * sigmoid(w_r . y/|y| + b_r) * y/|y|"
+            out["radius_b"] = self.radius_b.item()
+            out["radius_w_norm"] = self.radius_w.detach().norm().item()
         else:
             out["formula"] = "project(y, max_norm) = y * min(1, max_norm/|y|)"
         return out
@@ -411,7 +446,7 @@ class HyperQA(DualEncoderQA):
             "formula": "-(w_f * d + b_f)",
             "higher_is_better": True,
             "distance": "poincare",
-            "parameters": {"w_f": float(self.w_f), "b_f": float(self.b_f)},
+            "parameters": {"w_f": self.w_f.item(), "b_f": self.b_f.item()},
         }
 
 
@@ -437,7 +472,7 @@ class CosineQA(DualEncoderQA):
             "formula": "w_f * cos + b_f",
             "higher_is_better": True,
             "distance": "1 - cos",
-            "parameters": {"w_f": float(self.w_f), "b_f": float(self.b_f)},
+            "parameters": {"w_f": self.w_f.item(), "b_f": self.b_f.item()},
         }
 
 
@@ -453,6 +488,7 @@ def build_model(
     max_norm: float = 0.999,
     alpha: float = 1.0,
     learn_alpha: bool = True,
+    init_norm: float = 0.9,
 ) -> DualEncoderQA:
     """Create a HyperQA or CosineQA model.
 
@@ -461,7 +497,7 @@ def build_model(
     kind : {"hyperqa", "cosineqa"}
     vocab_size, dim, embeddings, train_embeddings, embed_dim
         See :class:`BagOfWords`.
-    ball, max_norm, alpha, learn_alpha
+    ball, max_norm, alpha, learn_alpha, init_norm
         See :class:`BallMap` (ignored for CosineQA).
 
     Example
@@ -471,7 +507,8 @@ def build_model(
     """
     encoder = BagOfWords(vocab_size, dim, embeddings=embeddings, train_embeddings=train_embeddings, embed_dim=embed_dim)
     if kind == "hyperqa":
-        return HyperQA(encoder, BallMap(ball, max_norm=max_norm, alpha=alpha, learn_alpha=learn_alpha))
+        ball_map = BallMap(ball, max_norm=max_norm, alpha=alpha, learn_alpha=learn_alpha, dim=dim, init_norm=init_norm)
+        return HyperQA(encoder, ball_map)
     if kind == "cosineqa":
         return CosineQA(encoder, BallMap("none"))
     raise ValueError(f"unknown model {kind!r}; choose one of {MODEL_KINDS}")
@@ -502,19 +539,12 @@ class FoldedEncoder(nn.Module):
     def __init__(self, table: Tensor, ball: BallMap) -> None:
         super().__init__()
         self.register_buffer("table", table.detach().clone())
-        self.kind = ball.kind
-        self.max_norm = ball.max_norm
-        self.register_buffer("alpha", ball.alpha.detach().clone().to(torch.float32))
+        self.ball = copy.deepcopy(ball).cpu().float().requires_grad_(False)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         x = F.embedding(input_ids, self.table).to(torch.float32)
         y = (x * attention_mask.unsqueeze(-1).to(torch.float32)).sum(dim=1)
-        if self.kind == "none":
-            return y
-        if self.kind == "expmap":
-            norm = hyperbolic.sqnorm(y).clamp(min=float(np.finfo(np.float32).tiny)).sqrt()
-            y = torch.tanh(self.alpha * norm) / norm * y
-        return hyperbolic.project(y, max_norm=self.max_norm)
+        return self.ball(y)
 
 
 class PoincareScorer(nn.Module):

@@ -5,8 +5,8 @@ first), so ties between candidate scores must never be broken by file order. The
 compute the *exact expectation* over uniformly random orderings of tied candidates, so a
 model that gives every candidate the same score scores at chance level.
 
-:func:`evaluate_scores` uses ``qaindex.metrics.evaluate_scores`` when that module exists
-(it is being written separately) and this module's implementation otherwise.
+:func:`evaluate_scores` uses ``qaindex.metrics.evaluate_scores`` (the project's shared
+implementation of the same closed forms) when it is importable, and this module's otherwise.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["expected_ranking_metrics", "evaluate_scores", "group_metrics"]
+__all__ = ["evaluate_scores", "expected_ranking_metrics", "group_metrics"]
 
 
 def _tie_groups(scores: np.ndarray, labels: np.ndarray) -> list[tuple[int, int]]:
@@ -159,20 +159,13 @@ def evaluate_scores(groups: Sequence[Any], scores: Sequence[np.ndarray]) -> dict
     0.75
     """
     labels = [np.array([c.label for c in g.candidates], dtype=np.int64) for g in groups]
-    ours = expected_ranking_metrics(scores, labels)
-    try:  # prefer the project's shared implementation once it exists
-        from qaindex import metrics as shared  # type: ignore[attr-defined]
+    arrays = [np.asarray(x, dtype=np.float64) for x in scores]
+    try:  # the project's shared implementation (same closed forms)
+        from qaindex.metrics import evaluate_scores as shared
     except ImportError:
-        shared = None
-    if shared is not None and hasattr(shared, "evaluate_scores"):
-        try:
-            result = dict(shared.evaluate_scores(groups, [np.asarray(s) for s in scores]))
-        except Exception:  # noqa: BLE001 - an incompatible signature must not stop training
-            result = {}
-        lowered = {str(k).lower().replace("p1", "p@1"): v for k, v in result.items()}
-        if "map" in lowered and "mrr" in lowered:
-            lowered.setdefault("questions", ours["questions"])
-            lowered["implementation"] = "qaindex.metrics"
-            return lowered
-    ours["implementation"] = "qaindex_export.ranking"
-    return ours
+        ours = expected_ranking_metrics(arrays, labels)
+        ours["implementation"] = "qaindex_export.ranking"
+        return ours
+    result = dict(shared(list(zip(arrays, labels, strict=True))))
+    result["implementation"] = "qaindex.metrics"
+    return result

@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 import click
 
 from . import __version__
+from .cli_eval import eval_command, inspect_command
+from .cli_train import train
 from .devices import DEVICES
 from .errors import QAIndexError
 from .ranker import DEFAULT_OVERFETCH, Hit, Ranker
@@ -243,6 +245,10 @@ def remove(ids: tuple[str, ...], index: Path) -> None:
     ranker.save(index)
     click.echo(f"removed {removed} answers; {len(ranker)} left in {index}")
 
+
+main.add_command(eval_command)
+main.add_command(inspect_command)
+main.add_command(train)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

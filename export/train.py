@@ -1,0 +1,996 @@
+"""Train HyperQA / CosineQA on answer-selection data: one readable loop.
+
+Usage::
+
+    from qaindex_export.train import TrainConfig, train
+    result = train(TrainConfig(epochs=25, seed=1), "train.jsonl", "dev.jsonl")
+    result.dev["map"], result.best_epoch
+
+Data: the benchmark format (``qid, question, aid, answer, label``) or the corpus format
+(questions paired with their answers; negatives then come from the other answers), both read
+with :func:`qaindex.datasets.read_labelled` (bad files raise its ``CorpusError``).
+
+One epoch = every (question, correct answer) pair of the training file once, each with
+``negatives`` wrong answers, giving (question, positive, negative) triples and the paper's
+pairwise hinge loss ``max(0, λ - score(q, a) + score(q, a'))`` (``score = -(w_f d + b_f)``).
+Negatives (``sampling``):
+
+``random``
+    each negative is, with probability ``own_negative_prob``, one of the question's own wrong
+    candidates, else a random answer from the whole training file (never one of the
+    question's correct answers);
+``mix``
+    as Rao et al. (the paper's choice): ``round(hard_fraction * negatives)`` of them are the
+    highest-scoring wrong answers under the current model (re-mined at the start of every
+    epoch from the question's own wrong candidates plus ``hard_pool`` random answers), the rest
+    random as above.
+
+Every text is tokenized once. A step projects each distinct token of its batch once
+(``torch.unique`` + ``embedding_bag``), which is the whole cost of a frozen-embedding model.
+The best epoch by dev MAP is kept (ties of candidate scores counted as random orderings, see
+:mod:`qaindex_export.ranking`). Runs are reproducible: ``torch.manual_seed``, one
+``numpy.random.Generator`` for sampling, and deterministic algorithms.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from qaindex.datasets import QuestionGroup, read_labelled
+from qaindex.errors import QAIndexError
+from qaindex.hyperbolic import max_norm_for
+from qaindex.tokenizer import Tokenizer
+
+from .embeddings import Embeddings, build_embeddings
+from .models import (
+    BALL_MAPS,
+    MODEL_KINDS,
+    DualEncoderQA,
+    build_model,
+    hinge_loss,
+    norm_statistics,
+    riemannian_hook,
+)
+from .ranking import evaluate_scores
+
+__all__ = [
+    "OPTIMIZERS",
+    "SAMPLINGS",
+    "TextTable",
+    "TrainConfig",
+    "TrainResult",
+    "encode_texts",
+    "evaluate",
+    "evaluate_data",
+    "load_checkpoint",
+    "resolve_device",
+    "save_checkpoint",
+    "sha256_file",
+    "train",
+]
+
+OPTIMIZERS = ("adagrad", "adam", "sgd")
+SAMPLINGS = ("random", "mix")
+Log = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass
+class TrainConfig:
+    """Every setting of a training run; stored in checkpoints and the model manifest.
+
+    Attributes
+    ----------
+    model : {"hyperqa", "cosineqa"}
+    embeddings : str
+        ``"minilm"`` (frozen all-MiniLM-L6-v2 token embeddings, WordPiece),
+        ``"glove:PATH"``, ``"word2vec:PATH"`` or ``"none"`` (trainable, random init).
+    train_embeddings : bool or None
+        Update the embeddings; None: only when there are no pretrained ones (the paper).
+    embed_dim : int
+        Width of random embeddings (``embeddings="none"``).
+    max_vocab : int
+        Word vocabulary limit (``none``), or file words kept besides the training words
+        (``glove``/``word2vec``).
+    dim : int
+        Projection size ``d`` (paper: 100-400, 300 for WikiQA).
+    ball : {"clip", "expmap", "auto"}
+        How sums enter the ball (see :class:`qaindex_export.models.BallMap`); ``auto``
+        trains both and keeps the better one by dev MAP.
+    alpha : float or None
+        ``expmap`` scale; None picks it so the median training text starts at ``init_norm``.
+    learn_alpha : bool
+        Learn ``α`` (``expmap``).
+    init_norm : float
+        Starting norm of ``radius`` points, and of the median ``expmap`` point.
+    max_norm : float
+        Ball radius (``qaindex.hyperbolic.max_norm_for("float32")`` = 0.999).
+    margin : float
+        Hinge margin λ.
+    lr : float
+        Learning rate.
+    optimizer : {"adagrad", "adam", "sgd"}
+    adagrad_init : float
+        AdaGrad's initial accumulator (torch's default 0; TensorFlow's is 0.1, which learned
+        slower here: WikiQA clip test MAP 0.669 vs 0.704, seed 0).
+    l2 : float
+        L2 regularisation (weight decay) of weight matrices (not biases or scalars).
+    riemannian : bool
+        Rescale gradients at the ball points by ``(1 - |x|^2)^2 / 4`` (eq. 8).
+    batch_size : int
+        (question, correct answer) pairs per step; each brings ``negatives`` triples.
+    negatives : int
+        Wrong answers per correct answer (paper: 2-8).
+    sampling : {"random", "mix"}
+    own_negative_prob : float
+        Chance that a random negative is one of the question's own wrong candidates.
+    hard_fraction : float
+        Share of hard negatives with ``sampling="mix"``.
+    hard_pool : int
+        Random answers added to the own wrong candidates when mining hard negatives.
+    epochs : int
+    patience : int or None
+        Stop after this many epochs without a better dev MAP (None: never).
+    seed : int
+    device : {"auto", "cpu", "cuda"}
+    threads : int
+        ``torch.set_num_threads`` during training (0 leaves it alone).
+    max_question_tokens, max_answer_tokens : int
+        Truncation (also written to the manifest for the runtime).
+    dev_fraction : float
+        Share of training questions held out for model selection when no dev file is given.
+    """
+
+    model: str = "hyperqa"
+    embeddings: str = "minilm"
+    train_embeddings: bool | None = None
+    embed_dim: int = 300
+    max_vocab: int = 30000
+    dim: int = 300
+    ball: str = "expmap"
+    alpha: float | None = None
+    learn_alpha: bool = True
+    init_norm: float = 0.9
+    max_norm: float = max_norm_for("float32")
+    margin: float = 1.0
+    lr: float = 0.1
+    optimizer: str = "adagrad"
+    adagrad_init: float = 0.0
+    l2: float = 1e-5
+    riemannian: bool = False
+    batch_size: int = 100
+    negatives: int = 8
+    sampling: str = "mix"
+    own_negative_prob: float = 0.5
+    hard_fraction: float = 0.5
+    hard_pool: int = 32
+    epochs: int = 25
+    patience: int | None = None
+    seed: int = 0
+    device: str = "auto"
+    threads: int = 2
+    max_question_tokens: int = 40
+    max_answer_tokens: int = 128
+    dev_fraction: float = 0.1
+
+    def validate(self) -> TrainConfig:
+        """Raise :class:`ValueError` naming the first bad setting; returns self."""
+        if self.model not in MODEL_KINDS:
+            raise ValueError(f"model must be one of {MODEL_KINDS}, got {self.model!r}")
+        if self.ball not in (*BALL_MAPS, "auto"):
+            raise ValueError(f"ball must be one of {(*BALL_MAPS, 'auto')}, got {self.ball!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.sampling not in SAMPLINGS:
+            raise ValueError(f"sampling must be one of {SAMPLINGS}, got {self.sampling!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if not 0.0 < self.max_norm < 1.0:
+            raise ValueError(f"max_norm must be in (0, 1), got {self.max_norm}")
+        for name in (
+            "dim",
+            "batch_size",
+            "negatives",
+            "epochs",
+            "max_question_tokens",
+            "max_answer_tokens",
+            "embed_dim",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("own_negative_prob", "hard_fraction"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if not 0.0 < self.dev_fraction < 1.0:
+            raise ValueError(f"dev_fraction must be in (0, 1), got {self.dev_fraction}")
+        if self.lr <= 0 or self.margin < 0 or self.l2 < 0:
+            raise ValueError("lr must be positive, margin and l2 non-negative")
+        if self.alpha is not None and self.alpha <= 0:
+            raise ValueError(f"alpha must be positive, got {self.alpha}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable settings.
+
+        Example
+        -------
+        >>> TrainConfig(epochs=3).to_dict()["epochs"]
+        3
+        """
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        """Inverse of :meth:`to_dict` (unknown keys are ignored).
+
+        Example
+        -------
+        >>> TrainConfig.from_dict({"seed": 4, "unknown": 1}).seed
+        4
+        """
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+
+@dataclass
+class TrainResult:
+    """A trained model (at its best dev epoch) with everything the exporter records."""
+
+    model: DualEncoderQA
+    tokenizer: Tokenizer
+    config: TrainConfig
+    best_epoch: int
+    dev: dict[str, Any]
+    history: list[dict[str, Any]]
+    norms: dict[str, Any] | None
+    data: dict[str, Any]
+    embeddings: dict[str, Any]
+    seconds: float
+    selection: dict[str, Any] | None = None
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def max_tokens(self) -> dict[str, int]:
+        return {"question": self.config.max_question_tokens, "answer": self.config.max_answer_tokens}
+
+
+# ------------------------------------------------------------------------ helpers
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` → cuda when ``torch.cuda.is_available()``, else cpu.
+
+    Example
+    -------
+    >>> resolve_device("cpu").type
+    'cpu'
+    """
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise QAIndexError("device 'cuda' was requested but torch sees no CUDA device; use --device cpu or auto")
+    return torch.device(device)
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex SHA-256 of a file.
+
+    Example
+    -------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "x"; _ = p.write_bytes(b"")
+    >>> sha256_file(p)[:12]
+    'e3b0c44298fc'
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class TextTable:
+    """Distinct (role, text) pairs, tokenized once, stored as one ragged id array.
+
+    Parameters
+    ----------
+    tokenizer : Tokenizer
+    max_tokens : dict
+        ``{"question": int, "answer": int}`` truncation.
+
+    Example
+    -------
+    >>> tok = Tokenizer(["[PAD]", "[UNK]", "a", "b"], kind="word")
+    >>> table = TextTable(tok, {"question": 4, "answer": 4})
+    >>> table.add("a b", "question"), table.add("b", "answer"), table.add("a b", "question")
+    (0, 1, 0)
+    >>> flat, offsets = table.gather(np.array([1, 0]))
+    >>> flat.tolist(), offsets.tolist()
+    ([3, 2, 3], [0, 1])
+    """
+
+    def __init__(self, tokenizer: Tokenizer, max_tokens: dict[str, int]) -> None:
+        self.tokenizer = tokenizer
+        self.max_tokens = dict(max_tokens)
+        self._index: dict[tuple[str, str], int] = {}
+        self._rows: list[list[int]] = []
+        self._ids = np.zeros(0, dtype=np.int64)
+        self._starts = np.zeros(0, dtype=np.int64)
+        self._lengths = np.zeros(0, dtype=np.int64)
+        self._frozen = 0
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def add(self, text: str, role: str) -> int:
+        """Index of ``text`` in ``role`` (tokenized on first sight)."""
+        key = (role, text)
+        found = self._index.get(key)
+        if found is None:
+            found = len(self._index)
+            self._index[key] = found
+            self._rows.append(self.tokenizer.encode(text, self.max_tokens[role]))
+        return found
+
+    def _pack(self) -> None:
+        if self._frozen == len(self._rows):
+            return
+        lengths = np.array([len(r) for r in self._rows], dtype=np.int64)
+        self._ids = np.fromiter((i for r in self._rows for i in r), dtype=np.int64, count=int(lengths.sum()))
+        self._lengths = lengths
+        self._starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        self._frozen = len(self._rows)
+
+    def gather(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Concatenated token ids of ``rows`` and each row's start offset (for ``embedding_bag``)."""
+        self._pack()
+        rows = np.asarray(rows, dtype=np.int64)
+        lengths = self._lengths[rows]
+        offsets = np.zeros(len(rows), dtype=np.int64)
+        if len(rows):
+            np.cumsum(lengths[:-1], out=offsets[1:])
+        total = int(lengths.sum())
+        position = (
+            np.arange(total, dtype=np.int64) - np.repeat(offsets, lengths) + np.repeat(self._starts[rows], lengths)
+        )
+        return self._ids[position], offsets
+
+    def all_token_ids(self) -> np.ndarray:
+        """Every distinct token id used by the table's texts."""
+        self._pack()
+        return np.unique(self._ids)
+
+
+def encode_texts(
+    model: DualEncoderQA,
+    table: TextTable,
+    rows: np.ndarray,
+    device: torch.device,
+    *,
+    chunk: int = 8192,
+    with_sums: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Vectors of texts ``rows`` of ``table`` (no gradient), in chunks.
+
+    Returns
+    -------
+    Tensor (len(rows), dim), or (vectors, sums) with ``with_sums``.
+    """
+    vecs: list[torch.Tensor] = []
+    sums: list[torch.Tensor] = []
+    with torch.no_grad():
+        for start in range(0, len(rows), chunk):
+            flat, offsets = table.gather(rows[start : start + chunk])
+            s = model.encoder.bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device))
+            sums.append(s)
+            vecs.append(model.embed(s))
+    dim = model.encoder.dim
+    v = torch.cat(vecs) if vecs else torch.zeros(0, dim, device=device)
+    if with_sums:
+        return v, (torch.cat(sums) if sums else torch.zeros(0, dim, device=device))
+    return v
+
+
+@dataclass
+class _Split:
+    """Question groups mapped to text rows."""
+
+    groups: list[QuestionGroup]
+    question: np.ndarray  # (G,) question text row
+    candidates: list[np.ndarray]  # per group: answer text rows
+    labels: list[np.ndarray]
+
+
+def _split(groups: Sequence[QuestionGroup], table: TextTable) -> _Split:
+    questions = np.array([table.add(g.question, "question") for g in groups], dtype=np.int64)
+    cands = [np.array([table.add(c.answer, "answer") for c in g.candidates], dtype=np.int64) for g in groups]
+    labels = [np.array([c.label for c in g.candidates], dtype=np.int64) for g in groups]
+    return _Split(list(groups), questions, cands, labels)
+
+
+@dataclass
+class _Pairs:
+    """Training pairs and the pools negatives are drawn from."""
+
+    group: np.ndarray  # (P,) group of each (question, positive) pair
+    question: np.ndarray  # (P,) question text row
+    positive: np.ndarray  # (P,) answer text row
+    own_start: np.ndarray  # (G,) start of each group's wrong candidates in own_rows
+    own_count: np.ndarray  # (G,)
+    own_rows: np.ndarray
+    pool: np.ndarray  # all answer rows
+    positive_keys: np.ndarray  # sorted group * T + row of every positive
+
+
+def _pairs(split: _Split, n_texts: int) -> _Pairs:
+    group, question, positive, own, counts, keys = [], [], [], [], [], []
+    for g, (rows, labels) in enumerate(zip(split.candidates, split.labels, strict=True)):
+        pos_rows = np.unique(rows[labels == 1])
+        wrong = np.unique(rows[labels == 0])
+        wrong = wrong[~np.isin(wrong, pos_rows)]
+        own.append(wrong)
+        counts.append(len(wrong))
+        keys.append(g * n_texts + pos_rows)
+        for r in pos_rows:
+            group.append(g)
+            question.append(split.question[g])
+            positive.append(r)
+    own_count = np.array(counts, dtype=np.int64)
+    own_start = np.concatenate([[0], np.cumsum(own_count)[:-1]]).astype(np.int64)
+    pool = np.unique(np.concatenate(split.candidates)) if split.candidates else np.zeros(0, np.int64)
+    return _Pairs(
+        np.array(group, dtype=np.int64),
+        np.array(question, dtype=np.int64),
+        np.array(positive, dtype=np.int64),
+        own_start,
+        own_count,
+        np.concatenate(own) if own else np.zeros(0, np.int64),
+        pool,
+        np.sort(np.concatenate(keys)) if keys else np.zeros(0, np.int64),
+    )
+
+
+def _random_negatives(pairs: _Pairs, n: int, own_prob: float, n_texts: int, rng: np.random.Generator) -> np.ndarray:
+    """(P, n) negative rows: own wrong candidates with probability ``own_prob``, else random answers."""
+    p = len(pairs.group)
+    g = pairs.group
+    counts = pairs.own_count[g][:, None]
+    use_own = (rng.random((p, n)) < own_prob) & (counts > 0)
+    own_pick = np.zeros((p, n), np.int64)
+    if len(pairs.own_rows):
+        drawn = pairs.own_start[g][:, None] + (rng.random((p, n)) * counts).astype(np.int64)
+        own_pick = pairs.own_rows[np.minimum(drawn, len(pairs.own_rows) - 1)]
+    rand_pick = pairs.pool[rng.integers(0, len(pairs.pool), size=(p, n))]
+    # never a correct answer of the same question: redraw the few collisions
+    for _ in range(20):
+        bad = ~use_own & np.isin(g[:, None] * n_texts + rand_pick, pairs.positive_keys)
+        if not bad.any():
+            break
+        rand_pick[bad] = pairs.pool[rng.integers(0, len(pairs.pool), size=int(bad.sum()))]
+    return np.where(use_own, own_pick, rand_pick)
+
+
+def _hard_negatives(
+    model: DualEncoderQA,
+    table: TextTable,
+    pairs: _Pairs,
+    k: int,
+    pool_size: int,
+    n_texts: int,
+    rng: np.random.Generator,
+    device: torch.device,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(P, k) highest-scoring wrong answers per pair under the current model, and a mask of
+    the slots where no valid one was found."""
+    p = len(pairs.group)
+    g = pairs.group
+    # pool per pair: its own wrong candidates (all of them, or pool_size drawn at random),
+    # then pool_size random answers of the file
+    counts = pairs.own_count[g][:, None]
+    own_cols = min(pool_size, int(counts.max()) if p else 0)
+    cols = np.arange(own_cols, dtype=np.int64)[None, :]
+    drawn = (rng.random((p, own_cols)) * counts).astype(np.int64)
+    position = np.where(counts <= own_cols, cols, drawn)
+    valid_own = position < counts
+    src = np.minimum(pairs.own_start[g][:, None] + position, max(0, len(pairs.own_rows) - 1))
+    own = np.where(valid_own, pairs.own_rows[src] if len(pairs.own_rows) else 0, -1)
+    rand = pairs.pool[rng.integers(0, len(pairs.pool), size=(p, pool_size))]
+    cand = np.concatenate([own, rand], axis=1)
+    invalid = (cand < 0) | np.isin(g[:, None] * n_texts + np.maximum(cand, 0), pairs.positive_keys)
+    cand = np.maximum(cand, 0)
+    needed = np.unique(np.concatenate([pairs.question, cand.ravel()]))
+    vectors = encode_texts(model, table, needed, device)
+    assert isinstance(vectors, torch.Tensor)
+    where = np.zeros(n_texts, dtype=np.int64)
+    where[needed] = np.arange(len(needed))
+    qv = vectors[torch.from_numpy(where[pairs.question]).to(device)]
+    cv = vectors[torch.from_numpy(where[cand]).to(device)]
+    with torch.no_grad():
+        score, _ = model.score(qv[:, None, :], cv)
+        # a tiny random jitter breaks exact ties randomly, never by pool order
+        score = score + torch.from_numpy(rng.random(score.shape) * 1e-6).to(score)
+        score[torch.from_numpy(invalid).to(device)] = -math.inf
+        top = torch.topk(score, k=min(k, cand.shape[1]), dim=1).indices.cpu().numpy()
+    chosen = np.take_along_axis(cand, top, axis=1)
+    bad = np.take_along_axis(invalid, top, axis=1)
+    if chosen.shape[1] < k:  # fewer pool slots than hard negatives asked for
+        pad = k - chosen.shape[1]
+        chosen = np.concatenate([chosen, np.zeros((p, pad), np.int64)], axis=1)
+        bad = np.concatenate([bad, np.ones((p, pad), bool)], axis=1)
+    return chosen, bad
+
+
+def _scores_for(
+    model: DualEncoderQA, split: _Split, table: TextTable, device: torch.device
+) -> tuple[list[np.ndarray], torch.Tensor, torch.Tensor, np.ndarray]:
+    rows = np.unique(np.concatenate([split.question, *split.candidates]))
+    vectors, sums = encode_texts(model, table, rows, device, with_sums=True)  # type: ignore[misc]
+    position = np.full(int(rows.max()) + 1 if len(rows) else 0, -1, dtype=np.int64)
+    position[rows] = np.arange(len(rows))
+    scores: list[np.ndarray] = []
+    with torch.no_grad():
+        for q, cands in zip(split.question, split.candidates, strict=True):
+            qv = vectors[int(position[q])]
+            cv = vectors[torch.from_numpy(position[cands]).to(device)]
+            s, _ = model.score(qv[None, :], cv)
+            scores.append(s.double().cpu().numpy())
+    return scores, vectors, sums, rows
+
+
+def evaluate(model: DualEncoderQA, split: _Split, table: TextTable, device: torch.device) -> dict[str, Any]:
+    """Dev metrics (MAP, MRR, P@1; expected values under random tie-breaking)."""
+    model.eval()
+    scores, _, _, _ = _scores_for(model, split, table, device)
+    return evaluate_scores(split.groups, scores)
+
+
+def evaluate_data(
+    result: TrainResult,
+    data: str | os.PathLike[str] | Sequence[QuestionGroup],
+    *,
+    device: str = "cpu",
+    with_norms: bool = False,
+) -> dict[str, Any]:
+    """Evaluate a trained model on another labelled file (e.g. the test split).
+
+    Parameters
+    ----------
+    result : TrainResult
+    data : path or sequence of QuestionGroup
+    device : str, keyword-only
+    with_norms : bool, keyword-only
+        Also return norm statistics (``"norms"``) and, for HyperQA, the MAP of the same
+        vectors ranked by cosine (``"cosine_of_same_vectors"``).
+
+    Returns
+    -------
+    dict
+        ``{"map", "mrr", "p@1", "questions", ...}``.
+
+    Example
+    -------
+    >>> evaluate_data(result, "test.jsonl")["map"]  # doctest: +SKIP
+    0.70
+    """
+    groups, _ = _load(data)
+    table = TextTable(result.tokenizer, result.max_tokens)
+    split = _split(groups, table)
+    dev = resolve_device(device)
+    model = result.model.to(dev)
+    out = evaluate(model, split, table, dev)
+    if with_norms:
+        norms, extra = _diagnostics(model, split, table, dev)
+        out["norms"] = norms
+        if "dev_cosine_of_same_vectors" in extra:
+            out["cosine_of_same_vectors"] = extra["dev_cosine_of_same_vectors"]
+    return out
+
+
+def _diagnostics(
+    model: DualEncoderQA, split: _Split, table: TextTable, device: torch.device
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Norm statistics of the dev texts, and dev MAP when ranking the same vectors by cosine."""
+    model.eval()
+    _, vectors, sums, rows = _scores_for(model, split, table, device)
+    norms = norm_statistics(sums, vectors, model.ball.max_norm if model.geometry == "poincare" else None)
+    extra: dict[str, Any] = {}
+    if model.geometry == "poincare":
+        position = np.full(int(rows.max()) + 1, -1, dtype=np.int64)
+        position[rows] = np.arange(len(rows))
+        cos_scores = []
+        from qaindex.hyperbolic import cosine_similarity
+
+        with torch.no_grad():
+            for q, cands in zip(split.question, split.candidates, strict=True):
+                cv = vectors[torch.from_numpy(position[cands]).to(device)]
+                cos_scores.append(cosine_similarity(vectors[int(position[q])][None, :], cv).double().cpu().numpy())
+        extra["dev_cosine_of_same_vectors"] = evaluate_scores(split.groups, cos_scores)
+    return norms, extra
+
+
+def _optimizer(model: DualEncoderQA, config: TrainConfig) -> torch.optim.Optimizer:
+    decay, plain = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (decay if p.dim() >= 2 else plain).append(p)
+        del name
+    groups = [{"params": decay, "weight_decay": config.l2}, {"params": plain, "weight_decay": 0.0}]
+    if config.optimizer == "adagrad":
+        return torch.optim.Adagrad(groups, lr=config.lr, initial_accumulator_value=config.adagrad_init)
+    if config.optimizer == "adam":
+        return torch.optim.Adam(groups, lr=config.lr)
+    return torch.optim.SGD(groups, lr=config.lr)
+
+
+def _auto_alpha(
+    model: DualEncoderQA,
+    table: TextTable,
+    rows: np.ndarray,
+    device: torch.device,
+    rng: np.random.Generator,
+    init_norm: float,
+) -> float:
+    """α with ``tanh(α · median |y|) = init_norm`` over (a sample of) the training texts."""
+    sample = rows if len(rows) <= 4000 else np.sort(rng.choice(rows, size=4000, replace=False))
+    with torch.no_grad():
+        flat, offsets = table.gather(sample)
+        sums = model.encoder.bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device))
+        norms = sums.norm(dim=-1)
+        median = float(norms[norms > 0].median()) if bool((norms > 0).any()) else 1.0
+    return math.atanh(init_norm) / median
+
+
+def _load(data: str | os.PathLike[str] | Sequence[QuestionGroup]) -> tuple[list[QuestionGroup], dict[str, Any]]:
+    if isinstance(data, str | os.PathLike):
+        groups = read_labelled(data)
+        info: dict[str, Any] = {"path": os.path.abspath(data), "sha256": sha256_file(data)}
+    else:
+        groups = list(data)
+        info = {"path": None, "sha256": None}
+    info["questions"] = len(groups)
+    info["pairs"] = sum(len(g.candidates) for g in groups)
+    info["positives"] = sum(c.label for g in groups for c in g.candidates)
+    return groups, info
+
+
+# ------------------------------------------------------------------------ training
+
+
+def train(
+    config: TrainConfig,
+    train_data: str | os.PathLike[str] | Sequence[QuestionGroup],
+    dev_data: str | os.PathLike[str] | Sequence[QuestionGroup] | None = None,
+    *,
+    log: Log | None = _stderr,
+    embeddings: Embeddings | None = None,
+) -> TrainResult:
+    """Train a model and return it at its best dev-MAP epoch.
+
+    Parameters
+    ----------
+    config : TrainConfig
+    train_data : path or sequence of QuestionGroup
+        Benchmark- or corpus-format JSONL (read with ``qaindex.datasets.read_labelled``).
+    dev_data : path or sequence of QuestionGroup, optional
+        Model selection data; None holds out ``config.dev_fraction`` of the training
+        questions (chosen with the seed).
+    log : callable or None, keyword-only
+        Receives one progress line per epoch (default: stderr); None is silent.
+    embeddings : Embeddings, keyword-only, optional
+        Pre-built embeddings (skips ``config.embeddings``; handy in tests and sweeps).
+
+    Returns
+    -------
+    TrainResult
+
+    Raises
+    ------
+    qaindex.errors.CorpusError
+        Unreadable or malformed data files.
+    ValueError
+        Invalid settings, or no training pair with a correct answer.
+
+    Example
+    -------
+    >>> result = train(TrainConfig(embeddings="none", epochs=2), "train.jsonl", "dev.jsonl")  # doctest: +SKIP
+    >>> result.best_epoch, round(result.dev["map"], 3)  # doctest: +SKIP
+    (2, 0.71)
+    """
+    config.validate()
+    started = time.perf_counter()
+    say: Log = log if log is not None else (lambda _m: None)
+    train_groups, train_info = _load(train_data)
+    if dev_data is None:
+        rng = np.random.default_rng(config.seed)
+        with_pos = [i for i, g in enumerate(train_groups) if g.has_positive]
+        n_dev = max(1, round(len(with_pos) * config.dev_fraction))
+        if len(with_pos) < 2:
+            raise ValueError("too few training questions with a correct answer to hold out a dev set; pass a dev file")
+        held = set(rng.choice(with_pos, size=n_dev, replace=False).tolist())
+        dev_groups = [g for i, g in enumerate(train_groups) if i in held]
+        train_groups = [g for i, g in enumerate(train_groups) if i not in held]
+        dev_info: dict[str, Any] = {"held_out_from_train": True, "questions": len(dev_groups)}
+    else:
+        dev_groups, dev_info = _load(dev_data)
+    if not any(g.has_positive for g in train_groups):
+        raise ValueError("the training data has no question with a correct answer (label 1)")
+
+    if embeddings is None:
+        texts = [g.question for g in train_groups] + [c.answer for g in train_groups for c in g.candidates]
+        texts += [g.question for g in dev_groups] + [c.answer for g in dev_groups for c in g.candidates]
+        embeddings = build_embeddings(config.embeddings, texts, max_vocab=config.max_vocab)
+    tokenizer = embeddings.tokenizer()
+    max_tokens = {"question": config.max_question_tokens, "answer": config.max_answer_tokens}
+    table = TextTable(tokenizer, max_tokens)
+    train_split = _split(train_groups, table)
+    dev_split = _split(dev_groups, table)
+    emb_info = {
+        "source": embeddings.source,
+        "kind": embeddings.kind,
+        "vocab_size": len(embeddings.vocab),
+        "dim": embeddings.dim if embeddings.dim is not None else config.embed_dim,
+        "pretrained_rows": embeddings.found,
+    }
+
+    balls = list(BALL_MAPS) if (config.ball == "auto" and config.model == "hyperqa") else [config.ball]
+    runs: dict[str, TrainResult] = {}
+    for ball in balls:
+        run_config = replace(config, ball=ball if config.model == "hyperqa" else config.ball)
+        runs[ball] = _train_one(run_config, embeddings, tokenizer, table, train_split, dev_split, say)
+    best_ball = max(balls, key=lambda b: (runs[b].dev["map"], -balls.index(b)))
+    result = runs[best_ball]
+    if len(balls) > 1:
+        result.selection = {
+            "by": "dev MAP",
+            "chosen": best_ball,
+            "candidates": {
+                b: {"dev": runs[b].dev, "best_epoch": runs[b].best_epoch, "norms": runs[b].norms} for b in balls
+            },
+        }
+        result.config = replace(result.config, ball="auto")
+        scores = ", ".join(f"{b} {runs[b].dev['map']:.4f}" for b in balls)
+        say(f"ball map by dev MAP: {best_ball} ({scores})")
+    result.data = {"train": train_info, "dev": dev_info}
+    result.embeddings = emb_info
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _train_one(
+    config: TrainConfig,
+    embeddings: Embeddings,
+    tokenizer: Tokenizer,
+    table: TextTable,
+    train_split: _Split,
+    dev_split: _Split,
+    say: Log,
+) -> TrainResult:
+    device = resolve_device(config.device)
+    old_threads = torch.get_num_threads()
+    old_deterministic = torch.are_deterministic_algorithms_enabled()
+    if config.threads > 0:
+        torch.set_num_threads(config.threads)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        torch.manual_seed(config.seed)
+        rng = np.random.default_rng(config.seed)
+        model = build_model(
+            config.model,
+            len(tokenizer.vocab),
+            dim=config.dim,
+            embeddings=embeddings.vectors,
+            train_embeddings=config.train_embeddings,
+            embed_dim=config.embed_dim,
+            ball="clip" if config.ball == "auto" else config.ball,
+            max_norm=config.max_norm,
+            alpha=1.0,
+            learn_alpha=config.learn_alpha,
+            init_norm=config.init_norm,
+        ).to(device)
+        n_texts = len(table)
+        pairs = _pairs(train_split, n_texts)
+        if config.model == "hyperqa" and model.ball.kind == "expmap":
+            alpha = config.alpha
+            if alpha is None:
+                alpha = _auto_alpha(model, table, pairs.pool, device, rng, config.init_norm)
+            with torch.no_grad():
+                model.ball.log_alpha.fill_(math.log(alpha))
+        optimizer = _optimizer(model, config)
+        n_hard = round(config.hard_fraction * config.negatives) if config.sampling == "mix" else 0
+        tag = f"{config.model}/{model.ball.kind}" if config.model == "hyperqa" else config.model
+        best_map = -math.inf
+        best_state: dict[str, torch.Tensor] | None = None
+        best_epoch = 0
+        best_dev: dict[str, Any] = {}
+        history: list[dict[str, Any]] = []
+        since_best = 0
+        for epoch in range(1, config.epochs + 1):
+            t0 = time.perf_counter()
+            # -- sample this epoch's negatives
+            negs = _random_negatives(pairs, config.negatives, config.own_negative_prob, n_texts, rng)
+            if n_hard:
+                model.eval()
+                hard, bad = _hard_negatives(model, table, pairs, n_hard, config.hard_pool, n_texts, rng, device)
+                negs[:, :n_hard] = np.where(bad, negs[:, :n_hard], hard)
+            # -- one pass over the (question, positive) pairs in random order
+            model.train()
+            order = rng.permutation(len(pairs.group))
+            total, steps = 0.0, 0
+            for start in range(0, len(order), config.batch_size):
+                idx = order[start : start + config.batch_size]
+                q, pos, neg = pairs.question[idx], pairs.positive[idx], negs[idx]
+                rows, inverse = np.unique(np.concatenate([q, pos, neg.ravel()]), return_inverse=True)
+                flat, offsets = table.gather(rows)
+                vectors = model.encode_bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device))
+                if config.riemannian and model.geometry == "poincare":
+                    vectors = riemannian_hook(vectors)
+                b = len(idx)
+                inv = torch.from_numpy(inverse).to(device)
+                qv, pv, nv = (
+                    vectors[inv[:b]],
+                    vectors[inv[b : 2 * b]],
+                    vectors[inv[2 * b :]].view(b, config.negatives, -1),
+                )
+                s_pos, _ = model.score(qv, pv)
+                s_neg, _ = model.score(qv[:, None, :], nv)
+                loss = hinge_loss(s_pos, s_neg, config.margin)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                total += loss.item()
+                steps += 1
+            train_seconds = time.perf_counter() - t0
+            dev = evaluate(model, dev_split, table, device)
+            seconds = time.perf_counter() - t0
+            improved = dev["map"] > best_map
+            if improved:
+                best_map, best_epoch, best_dev = dev["map"], epoch, dev
+                best_state = copy.deepcopy(model.state_dict())
+                since_best = 0
+            else:
+                since_best += 1
+            row = {
+                "epoch": epoch,
+                "loss": total / max(1, steps),
+                "dev_map": dev["map"],
+                "dev_mrr": dev["mrr"],
+                "train_seconds": train_seconds,
+                "seconds": seconds,
+                "w_f": model.w_f.item(),
+            }
+            if model.geometry == "poincare" and model.ball.kind == "expmap":
+                row["alpha"] = model.ball.alpha.item()
+            history.append(row)
+            say(
+                f"[{tag}] epoch {epoch}/{config.epochs}  loss {row['loss']:.4f}  dev MAP {dev['map']:.4f}  "
+                f"MRR {dev['mrr']:.4f}  {seconds:.2f}s (train {train_seconds:.2f}s){'  *best' if improved else ''}"
+            )
+            if config.patience is not None and since_best >= config.patience:
+                say(f"[{tag}] no better dev MAP for {config.patience} epochs; stopping")
+                break
+        assert best_state is not None
+        model.load_state_dict(best_state)
+        model.eval()
+        norms, extra = _diagnostics(model, dev_split, table, device)
+        return TrainResult(
+            model=model,
+            tokenizer=tokenizer,
+            config=config,
+            best_epoch=best_epoch,
+            dev=best_dev,
+            history=history,
+            norms=norms,
+            data={},
+            embeddings={},
+            seconds=0.0,
+            diagnostics=extra,
+        )
+    finally:
+        torch.set_num_threads(old_threads)
+        torch.use_deterministic_algorithms(old_deterministic)
+
+
+# ------------------------------------------------------------------------ checkpoints
+
+
+def save_checkpoint(result: TrainResult, path: str | os.PathLike[str]) -> Path:
+    """Save a trained model with its config, tokenizer and provenance (``torch.save``).
+
+    Example
+    -------
+    >>> save_checkpoint(result, "hyperqa.pt")  # doctest: +SKIP
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(
+        {
+            "format": "qaindex-train-checkpoint",
+            "version": 1,
+            "config": result.config.to_dict(),
+            "ball": result.model.ball.kind,
+            "state_dict": result.model.state_dict(),
+            "vocab": list(result.tokenizer.vocab),
+            "tokenizer": result.tokenizer.config(),
+            "best_epoch": result.best_epoch,
+            "dev": result.dev,
+            "history": result.history,
+            "norms": result.norms,
+            "data": result.data,
+            "embeddings": result.embeddings,
+            "seconds": result.seconds,
+            "selection": result.selection,
+            "diagnostics": result.diagnostics,
+        },
+        target,
+    )
+    return target
+
+
+def load_checkpoint(path: str | os.PathLike[str], *, device: str = "cpu") -> TrainResult:
+    """Load a checkpoint written by :func:`save_checkpoint` (the model at its best epoch).
+
+    Example
+    -------
+    >>> result = load_checkpoint("hyperqa.pt")  # doctest: +SKIP
+    """
+    state = torch.load(path, map_location=device, weights_only=False)
+    if not isinstance(state, dict) or state.get("format") != "qaindex-train-checkpoint":
+        raise QAIndexError(f"{path}: not a qaindex training checkpoint")
+    config = TrainConfig.from_dict(state["config"])
+    tok_cfg = state["tokenizer"]
+    tokenizer = Tokenizer(
+        state["vocab"],
+        kind=tok_cfg["kind"],
+        lowercase=tok_cfg["lowercase"],
+        strip_accents=tok_cfg["strip_accents"],
+        unk_token=tok_cfg["unk_token"],
+        pad_token=tok_cfg["pad_token"],
+        max_chars_per_word=tok_cfg["max_chars_per_word"],
+    )
+    weights = state["state_dict"]
+    emb = weights["encoder.embedding"]
+    model = build_model(
+        config.model,
+        emb.shape[0],
+        dim=weights["encoder.proj.weight"].shape[0],
+        embeddings=emb.cpu().numpy(),
+        train_embeddings=config.train_embeddings
+        if config.train_embeddings is not None
+        else config.embeddings == "none",
+        ball=state["ball"] if state["ball"] != "none" else "clip",
+        max_norm=config.max_norm,
+        learn_alpha=config.learn_alpha,
+        init_norm=config.init_norm,
+    )
+    model.load_state_dict(weights)
+    model.eval()
+    return TrainResult(
+        model=model,
+        tokenizer=tokenizer,
+        config=config,
+        best_epoch=state["best_epoch"],
+        dev=state["dev"],
+        history=state["history"],
+        norms=state["norms"],
+        data=state["data"],
+        embeddings=state["embeddings"],
+        seconds=state["seconds"],
+        selection=state["selection"],
+        diagnostics=state.get("diagnostics", {}),
+    )

