@@ -448,6 +448,7 @@ def export_model(
         "ball_selection": result.selection,
         "encoder": f"folded per-token table ReLU(W_p E + b_p), {table_dtype}, masked sum, ball map",
         "torch_version": torch.__version__,
+        "device": result.device,
         "loss": "mean over triples of max(0, margin - score(q, a) + score(q, a'))",
     }
     return write_model(

@@ -112,8 +112,8 @@ def expected_ranking_metrics(
 
     Example
     -------
-    >>> expected_ranking_metrics([[0.9, 0.1], [0.0, 0.0, 0.0]], [[1, 0], [0, 1, 0]])["map"]
-    0.6666666666666666
+    >>> round(expected_ranking_metrics([[0.9, 0.1], [0.0, 0.0, 0.0]], [[1, 0], [0, 1, 0]])["map"], 4)
+    0.8056
     """
     aps: list[float] = []
     rrs: list[float] = []

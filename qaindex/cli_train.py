@@ -20,19 +20,12 @@ __all__ = ["train"]
 TORCH_HINT = "training needs the train extra: pip install 'qaindex[train]' (and torch==2.13.0 for the CPU build)"
 
 
-def _import_training() -> tuple[object, object, object]:
-    """Import torch and the training modules, or raise :class:`MissingDependencyError`."""
+def _require_torch() -> None:
+    """Import torch, or raise :class:`MissingDependencyError` naming the extra to install."""
     try:
         import torch  # noqa: F401
     except ImportError:
         raise MissingDependencyError(TORCH_HINT) from None
-    try:
-        from qaindex_export.onnx_export import export_model
-        from qaindex_export.train import TrainConfig, save_checkpoint
-        from qaindex_export.train import train as run_training
-    except ImportError as exc:
-        raise MissingDependencyError(f"{TORCH_HINT} ({exc})") from None
-    return TrainConfig, (run_training, save_checkpoint), export_model
 
 
 @click.command("train")
@@ -108,17 +101,45 @@ def _import_training() -> tuple[object, object, object]:
 @click.option("--dim", type=click.IntRange(min=1), default=300, show_default=True, help="Projection size d.")
 @click.option(
     "--ball",
-    type=click.Choice(["clip", "expmap", "radius", "auto"]),
-    default="radius",
+    type=click.Choice(["auto", "clip", "radius", "expmap"]),
+    default="auto",
     show_default=True,
-    help="How sums enter the Poincaré ball: clip (the paper), expmap (tanh(α|y|)·y/|y|), radius (learned "
-    "radius along the sum's direction), or auto (train all three, keep the best by dev MAP).",
+    help="How sums enter the Poincaré ball: clip (the paper: onto the sphere of radius 0.999), radius "
+    "(the sum's direction at a learned radius), expmap (tanh(α|y|)·y/|y|), or auto (train clip and "
+    "radius, keep the better by dev MAP).",
+)
+@click.option(
+    "--init-norm",
+    type=click.FloatRange(min=0, max=0.999, min_open=True, max_open=True),
+    default=0.9,
+    show_default=True,
+    help="Starting norm of radius points (and of the median expmap point).",
+)
+@click.option(
+    "--alpha",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Initial α of expmap, then learned (default: chosen from the data, see --init-norm).",
 )
 @click.option(
     "--riemannian/--no-riemannian",
     default=False,
     show_default=True,
-    help="Rescale gradients at the ball points by (1-|x|²)²/4 (the paper's eq. 8).",
+    help="Rescale gradients at the ball points by (1-|x|²)²/4 (the paper's eq. 8; off by default, it hurt on WikiQA).",
+)
+@click.option(
+    "--hard-fraction",
+    type=click.FloatRange(min=0, max=1),
+    default=0.5,
+    show_default=True,
+    help="Share of hard negatives with --sampling mix.",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="torch CPU threads while training (0: torch's default).",
 )
 @click.option(
     "--max-question-tokens", type=click.IntRange(min=1), default=40, show_default=True, help="Question truncation."
@@ -165,7 +186,11 @@ def train(
     l2: float,
     dim: int,
     ball: str,
+    init_norm: float,
+    alpha: float | None,
     riemannian: bool,
+    hard_fraction: float,
+    threads: int,
     max_question_tokens: int,
     max_answer_tokens: int,
     patience: int | None,
@@ -181,8 +206,14 @@ def train(
     other answers). Progress goes to stderr; a JSON summary to stdout.
     """
     try:
-        config_cls, (run_training, save_ckpt), export_model = _import_training()
-        config = config_cls(  # type: ignore[operator]
+        _require_torch()
+        try:
+            from qaindex_export.onnx_export import export_model
+            from qaindex_export.train import TrainConfig, save_checkpoint
+            from qaindex_export.train import train as run_training
+        except ImportError as exc:
+            raise MissingDependencyError(f"{TORCH_HINT} ({exc})") from None
+        config = TrainConfig(
             model=model_kind,
             embeddings=embeddings,
             epochs=epochs,
@@ -197,32 +228,36 @@ def train(
             l2=l2,
             dim=dim,
             ball=ball,
+            init_norm=init_norm,
+            alpha=alpha,
             riemannian=riemannian,
+            hard_fraction=hard_fraction,
+            threads=threads,
             max_question_tokens=max_question_tokens,
             max_answer_tokens=max_answer_tokens,
             patience=patience,
         )
         log = None if quiet else (lambda message: click.echo(message, err=True))
-        result = run_training(config, train_file, dev_file, log=log)  # type: ignore[operator]
+        result = run_training(config, train_file, dev_file, log=log)
         if checkpoint is not None:
-            save_ckpt(result, checkpoint)  # type: ignore[operator]
-        path = export_model(result, out, name=name, table_dtype=table_dtype, dev_data=dev_file)  # type: ignore[operator]
+            save_checkpoint(result, checkpoint)
+        path = export_model(result, out, name=name, table_dtype=table_dtype, dev_data=dev_file)
     except QAIndexError as exc:
         raise click.ClickException(str(exc)) from None
     except ValueError as exc:  # invalid settings
         raise click.ClickException(str(exc)) from None
     manifest = json.loads((Path(path) / "manifest.json").read_text(encoding="utf-8"))
-    size = sum(entry["size"] for entry in manifest["files"].values())
+    size = sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
     summary = {
         "model": str(path),
         "name": manifest["name"],
         "geometry": manifest["geometry"],
-        "best_epoch": result.best_epoch,  # type: ignore[attr-defined]
+        "best_epoch": result.best_epoch,
         "dev": {k: manifest["metrics"]["dev"].get(k) for k in ("map", "mrr", "p@1", "questions")},
         "dev_onnx": {k: v for k, v in manifest["metrics"].get("dev_onnx", {}).items() if k in ("map", "mrr")},
         "parameters": manifest["parameters"],
         "bytes": size,
-        "seconds": round(result.seconds, 2),  # type: ignore[attr-defined]
+        "seconds": round(result.seconds, 2),
     }
     click.echo(json.dumps(summary, indent=2))
     sys.stdout.flush()

@@ -91,9 +91,14 @@ def read_labelled(path: str | os.PathLike[str]) -> list[QuestionGroup]:
     candidates = tuple(Candidate(str(r.id), r.answer, 0) for r in records)
     groups = []
     for i, rec in enumerate(records):
+        if not rec.questions:
+            continue
+        # the wrong candidates are shared objects; only the correct one is new per answer
+        cands = list(candidates)
+        cands[i] = Candidate(str(rec.id), rec.answer, 1)
+        shared = tuple(cands)
         for j, q in enumerate(rec.questions):
-            cands = tuple(Candidate(c.aid, c.answer, int(k == i)) for k, c in enumerate(candidates))
-            groups.append(QuestionGroup(f"{rec.id}#{j}", q, cands))
+            groups.append(QuestionGroup(f"{rec.id}#{j}", q, shared))
     if not groups:
         raise CorpusError(
             f'{source}: no questions found; labelled data needs "question"/"questions" fields '

@@ -14,7 +14,6 @@ from qaindex.errors import DeviceError
 from qaindex.model import Model
 from qaindex.vector_index import CoarseIndex
 
-
 _RealSession = onnxruntime.InferenceSession
 
 

