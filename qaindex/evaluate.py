@@ -254,11 +254,11 @@ def evaluate_via_index(
     step = max(1, _SCORE_BUDGET // max(1, total * model.dimension))
     scores: list[npt.NDArray[np.float32]] = []
     for start in range(0, len(qv), step):
-        served, _, rows = ranker.search_vectors(qv[start : start + step], total)
+        served, _, rows = ranker.search_vectors(qv[start : start + step], total, use_coarse=True)
         for i in range(len(rows)):
-            if (rows[i] < 0).any():
-                raise AssertionError("a full ranking left out stored answers")
-            full = np.empty(total, dtype=np.float32)
-            full[rows[i]] = served[i]
+            # an answer the coarse stage did not recall is ranked last, as a user would see it
+            found = rows[i] >= 0
+            full = np.full(total, -np.inf, dtype=np.float32)
+            full[rows[i][found]] = served[i][found]
             scores.append(full[plan.rows[start + i]])
     return _finish(plan, scores, model)

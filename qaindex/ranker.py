@@ -386,7 +386,9 @@ class Ranker:
             out.append(hits)
         return out
 
-    def search_vectors(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def search_vectors(
+        self, queries: np.ndarray, k: int, *, use_coarse: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Search with question vectors; FAISS-style arrays.
 
         Parameters
@@ -394,6 +396,9 @@ class Ranker:
         queries : array (n, dimension)
             Question vectors (from ``model.encode(..., role="question")``).
         k : int
+        use_coarse : bool, keyword-only
+            Go through FAISS even when ``k * overfetch`` covers every answer (by default
+            such small searches rerank every answer exactly and skip FAISS).
 
         Returns
         -------
@@ -405,7 +410,9 @@ class Ranker:
         q = np.ascontiguousarray(queries, dtype=np.float32)
         if q.ndim != 2 or q.shape[1] != self.dimension:
             raise QueryError(f"queries must have shape (n, {self.dimension}), got {q.shape}")
-        parts = [self._search_chunk(q[s : s + _QUERY_CHUNK], k) for s in range(0, len(q), _QUERY_CHUNK)]
+        parts = [
+            self._search_chunk(q[s : s + _QUERY_CHUNK], k, use_coarse) for s in range(0, len(q), _QUERY_CHUNK)
+        ]
         if not parts:
             return (
                 np.zeros((0, k), np.float32),
@@ -414,18 +421,19 @@ class Ranker:
             )
         return tuple(np.concatenate(p) for p in zip(*parts, strict=True))  # type: ignore[return-value]
 
-    def candidates(self, queries: np.ndarray, m: int) -> np.ndarray:
-        """Rows recalled by the coarse stage (all rows when ``m >= len(self)``)."""
+    def candidates(self, queries: np.ndarray, m: int, *, use_coarse: bool = False) -> np.ndarray:
+        """Rows recalled by the coarse stage (all rows when ``m >= len(self)``, unless
+        ``use_coarse``)."""
         total = len(self)
-        if m >= total:
+        if m >= total and not use_coarse:
             return np.broadcast_to(np.arange(total, dtype=np.int64), (len(queries), total)).copy()
         self._refresh_coarse()
         return self._coarse.search(queries, m)
 
-    def _search_chunk(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _search_chunk(self, q: np.ndarray, k: int, use_coarse: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = len(q)
         m = min(len(self), k * self.overfetch)
-        rows = self.candidates(q, m)
+        rows = self.candidates(q, m, use_coarse=use_coarse)
         valid = rows >= 0
         all_valid = bool(valid.all())
         safe_rows = rows if all_valid else np.where(valid, rows, 0)
