@@ -24,7 +24,7 @@ import json
 import mmap
 import os
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -344,6 +344,17 @@ class Ranker:
             raise QueryError(f"no answer with id {json.dumps(id)} in the index")
         return self._records.get(row)
 
+    def records(self) -> Iterator[Record]:
+        """Every stored record, in row order.
+
+        Example
+        -------
+        >>> [r.id for r in ranker.records()][:2]                 # doctest: +SKIP
+        ['account-create', 'account-verify-email-resend']
+        """
+        for row in range(len(self)):
+            yield self._records.get(row)
+
     def search(self, question: str, k: int = 10) -> list[Hit]:
         """The ``k`` best answers for one question, best first.
 
@@ -482,10 +493,10 @@ class Ranker:
         k = _check_k(k)
         source = "given"
         if questions is None:
-            stored = [q for row in range(len(self)) for q in self._records.get(row).questions]
+            stored = [q for rec in self.records() for q in rec.questions]
             source = "stored questions"
             if not stored:
-                stored = [self._records.get(row).answer for row in range(len(self))]
+                stored = [rec.answer for rec in self.records()]
                 source = "answer texts"
             rng = np.random.default_rng(seed)
             pick = rng.choice(len(stored), size=min(sample, len(stored)), replace=False)
