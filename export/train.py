@@ -35,7 +35,6 @@ The best epoch by dev MAP is kept (ties of candidate scores counted as random or
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
 import os
 import sys
@@ -51,6 +50,7 @@ import torch
 from qaindex.datasets import QuestionGroup, read_labelled
 from qaindex.errors import QAIndexError
 from qaindex.hyperbolic import max_norm_for
+from qaindex.storage import sha256_file
 from qaindex.tokenizer import Tokenizer
 
 from .embeddings import Embeddings, build_embeddings
@@ -289,23 +289,6 @@ def resolve_device(device: str) -> torch.device:
     if device == "cuda" and not torch.cuda.is_available():
         raise QAIndexError("device 'cuda' was requested but torch sees no CUDA device; use --device cpu or auto")
     return torch.device(device)
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    """Hex SHA-256 of a file.
-
-    Example
-    -------
-    >>> import tempfile, pathlib
-    >>> p = pathlib.Path(tempfile.mkdtemp()) / "x"; _ = p.write_bytes(b"")
-    >>> sha256_file(p)[:12]
-    'e3b0c44298fc'
-    """
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class TextTable:

@@ -10,22 +10,18 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from . import __version__
 from .cli_eval import eval_command, inspect_command
+from .cli_options import batch_size_option, device_option, index_option
 from .cli_train import train
-from .devices import DEVICES
 from .errors import QAIndexError
 from .ranker import DEFAULT_OVERFETCH, Hit, Ranker
 from .vector_index import INDEX_KINDS
-
-F = TypeVar("F", bound=Callable[..., Any])
-DEFAULT_INDEX = "qaindex-index"
 
 
 class _Group(click.Group):
@@ -39,28 +35,6 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted; nothing already saved was changed", err=True)
             sys.exit(130)
-
-
-def index_option(f: F) -> F:
-    return click.option(
-        "--index",
-        "index",
-        default=DEFAULT_INDEX,
-        envvar="QAINDEX_INDEX",
-        show_default=True,
-        type=click.Path(path_type=Path, file_okay=False),
-        help="Index directory (or set QAINDEX_INDEX).",
-    )(f)
-
-
-def device_option(f: F) -> F:
-    return click.option(
-        "--device",
-        type=click.Choice(DEVICES),
-        default="auto",
-        show_default=True,
-        help="Where to run: auto uses CUDA (onnxruntime and FAISS) only when it really works.",
-    )(f)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -78,7 +52,7 @@ def main() -> None:
     help="Model directory (default: the built-in default model).",
 )
 @index_option
-@device_option
+@device_option()
 @click.option(
     "--index-kind",
     type=click.Choice(INDEX_KINDS),
@@ -93,9 +67,7 @@ def main() -> None:
     show_default=True,
     help="The coarse stage recalls k × overfetch candidates for the exact rerank.",
 )
-@click.option(
-    "--batch-size", type=click.IntRange(min=1), default=256, show_default=True, help="Answers per encoder call."
-)
+@batch_size_option("Answers per encoder call.")
 def build(
     corpus: Path,
     model: Path | None,
@@ -134,7 +106,7 @@ def build(
 @index_option
 @click.option("-k", "k", type=click.IntRange(min=1), default=10, show_default=True, help="Number of answers to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per question.")
-@device_option
+@device_option()
 def search(question: str, index: Path, k: int, as_json: bool, device: str) -> None:
     """Show the best answers for QUESTION ('-' reads one question per line from stdin)."""
     if question == "-":
@@ -176,7 +148,7 @@ def _devices_line(info: dict[str, Any]) -> str:
 
 @main.command()
 @index_option
-@device_option
+@device_option()
 @click.option(
     "--recall", is_flag=True, help="Measure recall@k of the coarse stage and of the pipeline against exact search."
 )
@@ -226,7 +198,7 @@ def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bo
 @main.command()
 @click.argument("corpus", type=click.Path(path_type=Path, dir_okay=False))
 @index_option
-@device_option
+@device_option()
 def add(corpus: Path, index: Path, device: str) -> None:
     """Add the answers of CORPUS (JSONL, new ids only) to an index."""
     ranker = Ranker.load(index, device=device, threads=None)

@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
+from .cli_options import batch_size_option, device_option
 from .datasets import QuestionGroup, read_labelled
-from .devices import DEVICES
 from .errors import CorpusError
 from .vector_index import INDEX_KINDS
 
@@ -57,20 +57,8 @@ def _read_data(data: Path) -> list[QuestionGroup]:
     show_default=True,
     help="FAISS index kind for --via-index.",
 )
-@click.option(
-    "--device",
-    type=click.Choice(DEVICES),
-    default="auto",
-    show_default=True,
-    help="Where to run: auto uses CUDA only when it really works.",
-)
-@click.option(
-    "--batch-size",
-    type=click.IntRange(min=1),
-    default=256,
-    show_default=True,
-    help="Texts per encoder call (and questions per scorer call).",
-)
+@device_option()
+@batch_size_option("Texts per encoder call (and questions per scorer call).")
 def eval_command(
     model_dir: Path, data: Path, as_json: bool, via_index: bool, index_kind: str, device: str, batch_size: int
 ) -> None:
@@ -129,13 +117,7 @@ def eval_command(
 )
 @click.option("--bins", type=click.IntRange(min=1), default=20, show_default=True, help="Bins of the norm histograms.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
-@click.option(
-    "--device",
-    type=click.Choice(DEVICES),
-    default="auto",
-    show_default=True,
-    help="Where to run: auto uses CUDA only when it really works.",
-)
+@device_option()
 def inspect_command(
     model_dir: Path,
     data: Path | None,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from .cli_options import device_option
 from .errors import MissingDependencyError, QAIndexError
 
 __all__ = ["train"]
@@ -61,13 +62,7 @@ def _require_torch() -> None:
 )
 @click.option("--epochs", type=click.IntRange(min=1), default=25, show_default=True, help="Training epochs.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed (same seed, same model).")
-@click.option(
-    "--device",
-    type=click.Choice(["auto", "cpu", "cuda"]),
-    default="auto",
-    show_default=True,
-    help="Where torch trains: auto uses CUDA when torch sees a GPU.",
-)
+@device_option("Where torch trains: auto uses CUDA when torch sees a GPU.")
 @click.option(
     "--lr", type=click.FloatRange(min=0, min_open=True), default=0.1, show_default=True, help="Learning rate."
 )

@@ -15,9 +15,10 @@ import pytest
 from click.testing import CliRunner
 from onnx_models import make_model, point_model
 
+from qaindex.cli import main
 from qaindex.cli_eval import eval_command, inspect_command
 from qaindex.datasets import Candidate, QuestionGroup, read_labelled
-from qaindex.errors import CorpusError, ModelFormatError, QAIndexError
+from qaindex.errors import CorpusError, ModelFormatError
 from qaindex.evaluate import _answer_ids, evaluate_model, evaluate_via_index
 from qaindex.metrics import evaluate_scores
 from qaindex.model import Model
@@ -248,25 +249,8 @@ def test_runtime_modules_import_neither_torch_nor_matplotlib() -> None:
 # -- CLI --------------------------------------------------------------------------------------
 
 
-class _Group(click.Group):
-    """Like the `qaindex` group: a QAIndexError becomes `Error: message` and exit code 1."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except QAIndexError as exc:
-            raise click.ClickException(str(exc)) from None
-
-
-def cli() -> click.Group:
-    group = _Group()
-    group.add_command(eval_command)
-    group.add_command(inspect_command)
-    return group
-
-
 def run(*args: str | Path) -> Any:
-    return CliRunner().invoke(cli(), [str(a) for a in args])
+    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def test_eval_json(model_dir: Path, data_file: Path) -> None:

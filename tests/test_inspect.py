@@ -8,13 +8,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
 from onnx_models import make_model, point_model, random_ball
 
-from qaindex.cli_eval import eval_command, inspect_command
+from qaindex.cli import main
 from qaindex.datasets import Candidate, QuestionGroup
 from qaindex.errors import MissingDependencyError, QAIndexError
 from qaindex.inspect_model import (
@@ -216,21 +215,8 @@ def test_plot_errors(ball_model: tuple[Path, list[str]], tmp_path: Path, monkeyp
 # -- CLI --------------------------------------------------------------------------------------
 
 
-class _Group(click.Group):
-    """Like the `qaindex` group: a QAIndexError becomes `Error: message` and exit code 1."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except QAIndexError as exc:
-            raise click.ClickException(str(exc)) from None
-
-
 def run(*args: str | Path) -> Any:
-    group = _Group()
-    group.add_command(eval_command)
-    group.add_command(inspect_command)
-    return CliRunner().invoke(group, [str(a) for a in args])
+    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 @pytest.fixture()

@@ -1,0 +1,39 @@
+"""Click options shared by the ``qaindex`` commands (one definition, one help text)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from .devices import DEVICES
+
+F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_INDEX = "qaindex-index"
+
+
+def index_option(f: F) -> F:
+    """``--index DIR`` (default ``./qaindex-index``, or ``QAINDEX_INDEX``)."""
+    return click.option(
+        "--index",
+        "index",
+        default=DEFAULT_INDEX,
+        envvar="QAINDEX_INDEX",
+        show_default=True,
+        type=click.Path(path_type=Path, file_okay=False),
+        help="Index directory (or set QAINDEX_INDEX).",
+    )(f)
+
+
+def device_option(
+    help: str = "Where to run: auto uses CUDA (onnxruntime and FAISS) only when it really works.",
+) -> Callable[[F], F]:
+    """``--device auto|cpu|cuda``."""
+    return click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True, help=help)
+
+
+def batch_size_option(help: str) -> Callable[[F], F]:
+    """``--batch-size N`` (default 256)."""
+    return click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True, help=help)
