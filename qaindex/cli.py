@@ -179,8 +179,9 @@ def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bo
         f"model:      {model['name']} ({model['kind']}, {data['geometry']} geometry, dimension {data['dimension']}"
         + (f", {params['trainable']:,} trainable parameters" if "trainable" in params else "")
         + ")",
-        f"coarse:     {data['index']['kind']} {json.dumps(data['index']['params']) if data['index']['params'] else ''}"
-        f"(over-fetch {data['index']['overfetch']})".replace("  ", " "),
+        f"coarse:     {data['index']['kind']}"
+        + (f" {json.dumps(data['index']['params'])}" if data["index"]["params"] else "")
+        + f" (over-fetch {data['index']['overfetch']})",
         f"devices:    {_devices_line(data)}",
         f"created:    {data['created']}",
     ]

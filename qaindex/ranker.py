@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .corpus import Record, read_corpus, records_from_dicts
-from .errors import IndexFormatError, QAIndexError, QueryError
+from .errors import IndexFormatError, ModelFormatError, QAIndexError, QueryError
 from .model import Model, copy_model_files
 from .storage import (
     file_entry,
@@ -282,7 +282,21 @@ class Ranker:
         Ranker
         """
         root = Path(path)
-        manifest = _read_index_manifest(root)
+        for attempt in range(3):
+            manifest = _read_index_manifest(root)
+            try:
+                return cls._open_snapshot(root, manifest, device=device, threads=threads, verify=verify)
+            except (IndexFormatError, ModelFormatError, FileNotFoundError):
+                # A concurrent save may have replaced the snapshot between reading the
+                # manifest and opening its files: read the manifest again.
+                if attempt == 2 or _read_index_manifest(root)["snapshot"] == manifest["snapshot"]:
+                    raise
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _open_snapshot(
+        cls, root: Path, manifest: dict[str, Any], *, device: str, threads: int | None, verify: bool
+    ) -> Ranker:
         snap = root / manifest["snapshot"]
         if verify:
             verify_files(snap, manifest["files"], error=IndexFormatError, what="index", hash_limit=_LOAD_HASH_LIMIT)

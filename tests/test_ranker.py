@@ -304,3 +304,25 @@ def test_cosine_geometry(tmp_path: Path) -> None:
     cos = (qv / np.linalg.norm(qv, axis=1, keepdims=True)) @ u.T
     np.testing.assert_array_equal(rows, np.argsort(-cos, axis=1, kind="stable")[:, :5])
     np.testing.assert_allclose(dists, 1 - np.take_along_axis(cos, rows, axis=1), atol=1e-5)
+
+
+def test_load_retries_when_a_save_replaces_the_snapshot(
+    faq_model: Path, faq_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "ix"
+    Ranker.build(faq_file, model=faq_model).save(target)
+    newer = Ranker.build(faq_file, model=faq_model)
+    newer.add([{"id": "late", "answer": "Added while a reader was opening the index."}])
+    original = Ranker._open_snapshot.__func__  # type: ignore[attr-defined]
+    calls = []
+
+    def racing(cls: type[Ranker], root: Path, manifest: dict, **kwargs: object) -> Ranker:
+        calls.append(manifest["snapshot"])
+        if len(calls) == 1:
+            newer.save(target)  # the writer wins the race: the snapshot just read is deleted
+        return original(cls, root, manifest, **kwargs)
+
+    monkeypatch.setattr(Ranker, "_open_snapshot", classmethod(racing))
+    loaded = Ranker.load(target)
+    assert len(calls) == 2 and calls[0] != calls[1]
+    assert len(loaded) == 6 and loaded.get("late").answer.startswith("Added")
