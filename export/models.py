@@ -546,6 +546,7 @@ class FoldedEncoder(nn.Module):
 
     def __init__(self, table: Tensor, ball: BallMap) -> None:
         super().__init__()
+        self.table: Tensor
         self.register_buffer("table", table.detach().clone())
         self.ball = copy.deepcopy(ball).cpu().float().requires_grad_(False)
 

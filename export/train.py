@@ -526,7 +526,7 @@ def _scores_for(
     model: DualEncoderQA, split: _Split, table: TextTable, device: torch.device
 ) -> tuple[list[np.ndarray], torch.Tensor, torch.Tensor, np.ndarray]:
     rows = np.unique(np.concatenate([split.question, *split.candidates]))
-    vectors, sums = encode_texts(model, table, rows, device, with_sums=True)  # type: ignore[misc]
+    vectors, sums = encode_texts(model, table, rows, device, with_sums=True)
     position = np.full(int(rows.max()) + 1 if len(rows) else 0, -1, dtype=np.int64)
     position[rows] = np.arange(len(rows))
     scores: list[np.ndarray] = []
@@ -611,7 +611,8 @@ def _diagnostics(
 
 
 def _optimizer(model: DualEncoderQA, config: TrainConfig) -> torch.optim.Optimizer:
-    decay, plain = [], []
+    decay: list[torch.nn.Parameter] = []
+    plain: list[torch.nn.Parameter] = []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
