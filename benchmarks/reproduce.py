@@ -61,7 +61,7 @@ MODEL_SETTINGS: dict[str, dict[str, Any]] = {
 ABLATIONS: dict[str, dict[str, Any]] = {
     "hyperqa, clip (the paper's ball)": {"model": "hyperqa", "ball": "clip"},
     "hyperqa, radius (learned radius)": {"model": "hyperqa", "ball": "radius"},
-    "hyperqa, expmap tanh(α|y|)": {"model": "hyperqa", "ball": "expmap"},
+    "hyperqa, expmap tanh(α‖y‖)": {"model": "hyperqa", "ball": "expmap"},
     "hyperqa, clip + Riemannian eq. 8": {"model": "hyperqa", "ball": "clip", "riemannian": True},
     "hyperqa, clip, random negatives": {"model": "hyperqa", "ball": "clip", "sampling": "random"},
     "hyperqa, clip, AdaGrad accumulator 0.1 (TensorFlow's)": {"model": "hyperqa", "ball": "clip", "adagrad_init": 0.1},

@@ -358,6 +358,31 @@ class Ranker:
             raise QueryError(f"no answer with id {json.dumps(id)} in the index")
         return self._records.get(row)
 
+    def configure(self, *, overfetch: int | None = None, ef_search: int | None = None) -> None:
+        """Change the speed/recall trade-off of later searches (saved with the index).
+
+        Parameters
+        ----------
+        overfetch : int, optional
+            The coarse stage recalls ``k * overfetch`` candidates for the exact rerank.
+        ef_search : int, optional
+            HNSW search breadth (at least the number of candidates is always used);
+            ignored by ``flat`` indexes.
+
+        Example
+        -------
+        >>> ranker.configure(ef_search=512)                      # doctest: +SKIP
+        >>> ranker.recall(10)["recall"]                          # doctest: +SKIP
+        0.94
+        """
+        for name, value in (("overfetch", overfetch), ("ef_search", ef_search)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise QAIndexError(f"{name} must be a positive integer, got {value!r}")
+        if overfetch is not None:
+            self.overfetch = overfetch
+        if ef_search is not None and self._coarse.kind == "hnsw":
+            self._coarse.params["ef_search"] = ef_search
+
     def records(self) -> Iterator[Record]:
         """Every stored record, in row order.
 

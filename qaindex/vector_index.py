@@ -38,7 +38,7 @@ __all__ = [
 
 INDEX_KINDS = ("auto", "flat", "hnsw")
 AUTO_FLAT_MAX = 20_000
-DEFAULT_HNSW: dict[str, int] = {"M": 32, "ef_construction": 200, "ef_search": 128}
+DEFAULT_HNSW: dict[str, int] = {"M": 32, "ef_construction": 200, "ef_search": 256}
 
 
 def choose_kind(kind: str, count: int) -> str:

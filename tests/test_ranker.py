@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from onnx_models import point_model, random_ball
 
-from qaindex import IndexFormatError, QueryError, Ranker
+from qaindex import IndexFormatError, QAIndexError, QueryError, Ranker
 from qaindex.errors import CorpusError, ModelFormatError
 
 
@@ -326,3 +326,25 @@ def test_load_retries_when_a_save_replaces_the_snapshot(
     loaded = Ranker.load(target)
     assert len(calls) == 2 and calls[0] != calls[1]
     assert len(loaded) == 6 and loaded.get("late").answer.startswith("Added")
+
+
+def test_configure_trades_speed_for_recall_and_is_saved(
+    points_ranker: tuple[Ranker, np.ndarray, list[str]], tmp_path: Path
+) -> None:
+    ranker, _, words = points_ranker
+    hnsw = Ranker.build(
+        [{"id": w, "answer": w} for w in words],
+        model=ranker.model,
+        index_kind="hnsw",
+        hnsw={"M": 4, "ef_construction": 16, "ef_search": 4},
+        overfetch=1,
+    )
+    low = hnsw.recall(10, questions=words[::15])["recall"]
+    hnsw.configure(ef_search=400, overfetch=4)
+    high = hnsw.recall(10, questions=words[::15])["recall"]
+    assert high > low + 0.3
+    hnsw.save(tmp_path / "ix")
+    loaded = Ranker.load(tmp_path / "ix")
+    assert loaded.info()["index"]["params"]["ef_search"] == 400 and loaded.overfetch == 4
+    with pytest.raises(QAIndexError, match=r"^ef_search must be a positive integer, got 0$"):
+        hnsw.configure(ef_search=0)
