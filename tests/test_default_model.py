@@ -42,7 +42,10 @@ def test_quickstart_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 def test_default_model_finds_faq_answers_far_above_chance() -> None:
     ranker = Ranker.build(ROOT / "examples" / "faq.jsonl")
-    assert ranker.recall(10)["recall"] == 1.0  # flat search is exact
+    report = ranker.recall(10)
+    # flat search is exact: the coarse stage finds every true neighbour, and the final
+    # top 10 differs from float64 only where float32 scores of neighbours tie
+    assert report["coarse_recall"] == 1.0 and report["recall"] >= 0.999
     questions = [(q, r.id) for r in ranker.records() for q in r.questions]
     results = ranker.search_batch([q for q, _ in questions], k=10)
     top10 = sum(rid in [h.id for h in hits] for (_, rid), hits in zip(questions, results, strict=True))
