@@ -34,7 +34,7 @@ import numpy as np
 
 from .corpus import Record, read_corpus, records_from_dicts
 from .errors import IndexFormatError, ModelFormatError, QAIndexError, QueryError
-from .model import Model, copy_model_files
+from .model import Model
 from .storage import (
     file_entry,
     fsync_tree,
@@ -99,11 +99,14 @@ class _Records:
         self._cache: dict[int, Record] = {}
 
     @classmethod
-    def from_records(cls, records: Sequence[Record]) -> _Records:
-        lines = [_encode_record(r) for r in records]
+    def from_lines(cls, lines: Sequence[bytes]) -> _Records:
         offsets = np.zeros(len(lines) + 1, dtype=np.int64)
         np.cumsum([len(line) for line in lines], out=offsets[1:])
         return cls(b"".join(lines), offsets)
+
+    @classmethod
+    def from_records(cls, records: Sequence[Record]) -> _Records:
+        return cls.from_lines([_encode_record(r) for r in records])
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -131,10 +134,7 @@ class _Records:
         return _Records(bytes(self.data[: int(self.offsets[-1])]) + bytes(extra.data), offsets)
 
     def keep(self, rows: np.ndarray) -> _Records:
-        lines = [self.raw(int(r)) for r in rows]
-        offsets = np.zeros(len(lines) + 1, dtype=np.int64)
-        np.cumsum([len(line) for line in lines], out=offsets[1:])
-        return _Records(b"".join(lines), offsets)
+        return _Records.from_lines([self.raw(int(r)) for r in rows])
 
 
 def _encode_record(record: Record) -> bytes:
@@ -578,13 +578,10 @@ class Ranker:
         else:
             new = records_from_dicts(records, existing_ids=existing)
         vectors = _encode_answers(self.model, [r.answer for r in new], batch_size, False)
-        start = len(self)
         self._records = self._records.append(new)
         self._vectors = np.concatenate([np.asarray(self._vectors), vectors])
         if not self._coarse_stale:
             self._coarse.add(vectors)
-        self._records._ids = None
-        assert len(self) == start + len(new)
         return len(new)
 
     def remove(self, ids: Iterable[str | int]) -> int:
@@ -647,7 +644,7 @@ class Ranker:
             np.save(snap / "records.offsets.npy", np.asarray(self._records.offsets, dtype=np.int64), allow_pickle=False)
             np.save(snap / "vectors.npy", np.ascontiguousarray(self._vectors, dtype=np.float32), allow_pickle=False)
             self._coarse.save(snap / "coarse.faiss")
-            copy_model_files(self.model.directory, self.model.manifest, snap / "model")
+            self.model.copy_to(snap / "model")
             files = {p.relative_to(snap).as_posix(): file_entry(p) for p in sorted(snap.rglob("*")) if p.is_file()}
             fsync_tree(snap)
             os.replace(snap, root / snap_name)
