@@ -1,0 +1,59 @@
+"""A LlamaIndex retriever over a :class:`qaindex.Ranker` (``pip install 'qaindex[llamaindex]'``).
+
+Example
+-------
+>>> import qaindex
+>>> from qaindex.integrations.llamaindex import QAIndexRetriever
+>>> retriever = QAIndexRetriever(qaindex.Ranker.build("examples/faq.jsonl"), k=3)
+>>> nodes = retriever.retrieve("How do I reset my password?")
+>>> len(nodes), nodes[0].score >= nodes[1].score
+(3, True)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import MissingDependencyError, QueryError
+from ..ranker import Ranker
+from . import hit_metadata
+
+try:
+    from llama_index.core.retrievers import BaseRetriever
+    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+except ImportError:  # pragma: no cover - exercised by a test that hides the package
+    raise MissingDependencyError(
+        "qaindex.integrations.llamaindex needs llama-index-core: pip install 'qaindex[llamaindex]'"
+    ) from None
+
+__all__ = ["QAIndexRetriever"]
+
+
+class QAIndexRetriever(BaseRetriever):
+    """LlamaIndex retriever: each hit becomes a ``NodeWithScore`` whose ``TextNode`` has the
+    answer as text and its id as ``id_``; ``score`` is the model's score (higher is better).
+
+    Parameters
+    ----------
+    ranker : qaindex.Ranker
+        A built or loaded index.
+    k : int
+        Number of nodes per query.
+    **search_kwargs
+        Extra keyword arguments for :meth:`qaindex.Ranker.search` (e.g. ``min_score``).
+    """
+
+    def __init__(self, ranker: Ranker, k: int = 4, **search_kwargs: Any) -> None:
+        if not isinstance(ranker, Ranker):
+            raise QueryError(f"QAIndexRetriever needs a qaindex.Ranker, got {type(ranker).__name__}")
+        self.ranker = ranker
+        self.k = k
+        self.search_kwargs = search_kwargs
+        super().__init__()
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        hits = self.ranker.search(query_bundle.query_str, k=self.k, **self.search_kwargs)
+        return [
+            NodeWithScore(node=TextNode(text=h.answer, id_=str(h.id), metadata=hit_metadata(h)), score=h.score)
+            for h in hits
+        ]
