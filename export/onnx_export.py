@@ -38,10 +38,10 @@ import torch
 
 from qaindex.datasets import QuestionGroup
 from qaindex.errors import QAIndexError
+from qaindex.metrics import evaluate_groups as evaluate_scores
 from qaindex.model import write_model
 
 from .models import CosineScorer, DualEncoderQA, FoldedEncoder, PoincareScorer
-from .ranking import evaluate_scores
 from .train import TrainResult, _load
 
 __all__ = [

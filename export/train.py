@@ -50,6 +50,7 @@ import torch
 from qaindex.datasets import QuestionGroup, read_labelled
 from qaindex.errors import QAIndexError
 from qaindex.hyperbolic import max_norm_for
+from qaindex.metrics import evaluate_groups as evaluate_scores
 from qaindex.storage import sha256_file
 from qaindex.tokenizer import Tokenizer
 
@@ -63,7 +64,6 @@ from .models import (
     norm_statistics,
     riemannian_hook,
 )
-from .ranking import evaluate_scores
 
 __all__ = [
     "AUTO_BALL_MAPS",

@@ -36,7 +36,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["average_precision", "evaluate_scores", "precision_at_1", "reciprocal_rank", "tie_groups"]
+__all__ = [
+    "average_precision",
+    "evaluate_groups",
+    "evaluate_scores",
+    "precision_at_1",
+    "reciprocal_rank",
+    "tie_groups",
+]
 
 
 def _check(scores: Any, labels: Any) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
@@ -239,3 +246,32 @@ def evaluate_scores(groups_scores: Sequence[tuple[Any, Any]]) -> dict[str, Any]:
         "questions": count,
         "skipped": skipped,
     }
+
+
+def evaluate_groups(groups: Sequence[Any], scores: Sequence[Any]) -> dict[str, Any]:
+    """:func:`evaluate_scores` for labelled question groups and one score array per group.
+
+    Parameters
+    ----------
+    groups : sequence of qaindex.datasets.QuestionGroup
+        Each group's ``candidates`` carry the labels.
+    scores : sequence of 1-D arrays
+        ``scores[i][j]`` is the score of ``groups[i].candidates[j]``, higher is better.
+
+    Returns
+    -------
+    dict
+        As :func:`evaluate_scores`.
+
+    Example
+    -------
+    >>> from qaindex.datasets import Candidate, QuestionGroup
+    >>> g = QuestionGroup("q", "?", (Candidate("a", "x", 1), Candidate("b", "y", 0)))
+    >>> evaluate_groups([g], [np.array([0.0, 0.0])])["map"]
+    0.75
+    """
+    if len(groups) != len(scores):
+        raise ValueError(f"{len(groups)} question groups but {len(scores)} score arrays")
+    return evaluate_scores(
+        [(s, np.array([c.label for c in g.candidates], dtype=np.int64)) for g, s in zip(groups, scores, strict=True)]
+    )

@@ -252,3 +252,18 @@ def test_bad_inputs_are_rejected_with_a_message() -> None:
     with pytest.raises(ValueError) as exc:
         precision_at_1([0.1, 0.2], [1.0, float("nan")])
     assert str(exc.value) == "labels contain NaN; use 1 for a correct candidate and 0 otherwise"
+
+
+def test_evaluate_groups_reads_labels_from_the_groups() -> None:
+    from qaindex.datasets import Candidate, QuestionGroup
+    from qaindex.metrics import evaluate_groups
+
+    groups = [
+        QuestionGroup("q1", "?", (Candidate("a", "x", 0), Candidate("b", "y", 1), Candidate("c", "z", 0))),
+        QuestionGroup("q2", "?", (Candidate("d", "w", 0),)),
+    ]
+    scores = [np.array([0.3, 0.2, 0.1]), np.array([1.0])]
+    assert evaluate_groups(groups, scores) == evaluate_scores([(scores[0], [0, 1, 0]), (scores[1], [0])])
+    assert evaluate_groups(groups, scores)["mrr"] == 0.5
+    with pytest.raises(ValueError, match="^2 question groups but 1 score arrays$"):
+        evaluate_groups(groups, scores[:1])

@@ -3,10 +3,8 @@ embedding loaders, checkpoints and the ``train`` CLI command."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import sys
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +26,6 @@ from qaindex_export.models import (  # noqa: E402
     riemannian_hook,
     riemannian_rescale,
 )
-from qaindex_export.ranking import expected_ranking_metrics, group_metrics  # noqa: E402
 from qaindex_export.synthetic import planted_word_groups, write_benchmark, write_corpus  # noqa: E402
 from qaindex_export.train import (  # noqa: E402
     TextTable,
@@ -208,43 +205,6 @@ def test_riemannian_training_runs(planted: tuple[list, list]) -> None:
     train_groups, dev_groups = planted[0][:80], planted[1][:20]
     result = train(TrainConfig(**SMALL, riemannian=True, ball="radius", epochs=2), train_groups, dev_groups, log=None)
     assert np.isfinite(result.history[-1]["loss"])
-
-
-# -- metrics -------------------------------------------------------------------------------------------
-
-
-def _brute(scores: list[float], labels: list[int]) -> tuple[Fraction, Fraction]:
-    aps, rrs = [], []
-    for perm in itertools.permutations(range(len(scores))):
-        order = sorted(perm, key=lambda i: -scores[i])  # stable: ties in permutation order
-        ranked = [labels[i] for i in order]
-        hits, ap, rr = 0, Fraction(0), Fraction(0)
-        for rank, lab in enumerate(ranked, start=1):
-            if lab:
-                hits += 1
-                ap += Fraction(hits, rank)
-                rr = rr or Fraction(1, rank)
-        aps.append(ap / sum(labels))
-        rrs.append(rr)
-    return sum(aps) / len(aps), sum(rrs) / len(rrs)
-
-
-@pytest.mark.parametrize(
-    ("scores", "labels"),
-    [([1, 1, 1, 1], [1, 0, 0, 1]), ([2, 1, 1, 1, 0], [0, 1, 0, 1, 1]), ([3, 3, 1, 1, 1], [0, 0, 0, 1, 0])],
-)
-def test_tie_aware_metrics_match_enumeration(scores: list[float], labels: list[int]) -> None:
-    m = group_metrics(scores, labels)
-    ap, rr = _brute(scores, labels)
-    assert m is not None
-    assert m["ap"] == pytest.approx(float(ap), abs=1e-12) and m["rr"] == pytest.approx(float(rr), abs=1e-12)
-
-
-def test_constant_scores_score_at_chance_not_file_order() -> None:
-    # correct candidates listed first, as in TrecQA: file order would give MAP 1
-    labels = [[1, 1, 0, 0, 0, 0], [1, 0, 0, 0]]
-    m = expected_ranking_metrics([np.zeros(6), np.zeros(4)], labels)
-    assert m["map"] < 0.6 and m["p@1"] == pytest.approx((2 / 6 + 1 / 4) / 2)
 
 
 # -- embeddings ------------------------------------------------------------------------------------------
