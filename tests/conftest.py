@@ -58,3 +58,13 @@ def faq_file(tmp_path: Path) -> Path:
 def _no_index_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("QAINDEX_INDEX", raising=False)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` (training on ../shared/datasets) run only with QAINDEX_SLOW=1."""
+    if os.environ.get("QAINDEX_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow: set QAINDEX_SLOW=1 to run (trains on ../shared/datasets)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -265,5 +265,5 @@ def test_evaluate_groups_reads_labels_from_the_groups() -> None:
     scores = [np.array([0.3, 0.2, 0.1]), np.array([1.0])]
     assert evaluate_groups(groups, scores) == evaluate_scores([(scores[0], [0, 1, 0]), (scores[1], [0])])
     assert evaluate_groups(groups, scores)["mrr"] == 0.5
-    with pytest.raises(ValueError, match="^2 question groups but 1 score arrays$"):
+    with pytest.raises(ValueError, match=r"^2 question groups but 1 score arrays$"):
         evaluate_groups(groups, scores[:1])
