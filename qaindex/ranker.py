@@ -1,27 +1,13 @@
 """``Ranker``: build, load, search, update and save a question→answer index.
 
-Index directory layout::
-
-    INDEX/
-      manifest.json            the commit point: format, version, counts, dimension,
-                               geometry, FAISS kind and parameters, over-fetch factor,
-                               the current snapshot, and size + SHA-256 of each of its files
-      data-<stamp>/            one complete snapshot
-        records.jsonl          the answers: {"id", "answer", "questions", "metadata"} per line
-        records.offsets.npy    int64 byte offsets of each line (n + 1), for random access
-        vectors.npy            float32 (n, dim) answer vectors, for the exact rerank
-        coarse.faiss           the FAISS index (faiss.write_index)
-        model/                 a copy of the model directory, so the index is self-contained
-
-A save writes a new snapshot beside the old one, then replaces ``manifest.json`` atomically
-(:func:`os.replace`), then deletes the old snapshot: an interrupted save leaves the previous
-index loadable. Loading memory-maps the vectors, the records and (where FAISS can) the index.
+The query and update pipeline. The index directory format (layout, manifest, snapshots) is
+in :mod:`qaindex.index_format`, the record store in :mod:`qaindex.records`, the model
+format in :mod:`qaindex.model_format`.
 """
 
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import shutil
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -34,24 +20,25 @@ import numpy as np
 
 from .corpus import Record, read_corpus, records_from_dicts
 from .errors import IndexFormatError, ModelFormatError, QAIndexError, QueryError
-from .model import Model
-from .storage import (
-    file_entry,
-    fsync_tree,
-    read_json_object,
-    verify_files,
-    write_json_atomic,
+from .index_format import (
+    INDEX_FORMAT,
+    INDEX_FORMAT_VERSION,
+    open_records,
+    open_vectors,
+    read_index_manifest,
+    remove_old_snapshots,
+    write_snapshot,
 )
+from .model import Model
+from .records import RecordStore
+from .storage import verify_files, write_json_atomic
 from .vector_index import CoarseIndex, choose_kind, exact_search
 
 __all__ = ["DEFAULT_OVERFETCH", "INDEX_FORMAT", "INDEX_FORMAT_VERSION", "Hit", "Ranker"]
 
-INDEX_FORMAT = "qaindex-index"
-INDEX_FORMAT_VERSION = 1
 DEFAULT_OVERFETCH = 10
 _LOAD_HASH_LIMIT = 64 << 20
 _QUERY_CHUNK = 256
-_RECORD_CACHE = 4096  # decoded records kept per index (cleared when full)
 
 
 @dataclass(frozen=True)
@@ -87,58 +74,6 @@ class Hit:
             "distance": self.distance,
             "metadata": self.metadata,
         }
-
-
-class _Records:
-    """Answers stored as JSON lines with byte offsets; decoded only when needed."""
-
-    def __init__(self, data: bytes | mmap.mmap, offsets: np.ndarray) -> None:
-        self.data = data
-        self.offsets = offsets
-        self._ids: dict[str, int] | None = None
-        self._cache: dict[int, Record] = {}
-
-    @classmethod
-    def from_lines(cls, lines: Sequence[bytes]) -> _Records:
-        offsets = np.zeros(len(lines) + 1, dtype=np.int64)
-        np.cumsum([len(line) for line in lines], out=offsets[1:])
-        return cls(b"".join(lines), offsets)
-
-    @classmethod
-    def from_records(cls, records: Sequence[Record]) -> _Records:
-        return cls.from_lines([_encode_record(r) for r in records])
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def raw(self, row: int) -> bytes:
-        return bytes(self.data[int(self.offsets[row]) : int(self.offsets[row + 1])])
-
-    def get(self, row: int) -> Record:
-        cached = self._cache.get(row)
-        if cached is None:
-            cached = Record.from_json(json.loads(self.raw(row).decode("utf-8")))
-            if len(self._cache) >= _RECORD_CACHE:
-                self._cache.clear()
-            self._cache[row] = cached
-        return cached
-
-    def ids(self) -> dict[str, int]:
-        if self._ids is None:
-            self._ids = {str(self.get(row).id): row for row in range(len(self))}
-        return self._ids
-
-    def append(self, records: Sequence[Record]) -> _Records:
-        extra = _Records.from_records(records)
-        offsets = np.concatenate([self.offsets, extra.offsets[1:] + self.offsets[-1]])
-        return _Records(bytes(self.data[: int(self.offsets[-1])]) + bytes(extra.data), offsets)
-
-    def keep(self, rows: np.ndarray) -> _Records:
-        return _Records.from_lines([self.raw(int(r)) for r in rows])
-
-
-def _encode_record(record: Record) -> bytes:
-    return (json.dumps(record.to_json(), ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def _check_k(k: Any) -> int:
@@ -178,7 +113,7 @@ class Ranker:
     def __init__(
         self,
         model: Model,
-        records: _Records,
+        records: RecordStore,
         vectors: np.ndarray,
         coarse: CoarseIndex,
         *,
@@ -248,7 +183,7 @@ class Ranker:
         coarse.add(vectors)
         return cls(
             loaded,
-            _Records.from_records(records),
+            RecordStore.from_records(records),
             vectors,
             coarse,
             overfetch=overfetch,
@@ -283,13 +218,13 @@ class Ranker:
         """
         root = Path(path)
         for attempt in range(3):
-            manifest = _read_index_manifest(root)
+            manifest = read_index_manifest(root)
             try:
                 return cls._open_snapshot(root, manifest, device=device, threads=threads, verify=verify)
             except (IndexFormatError, ModelFormatError, FileNotFoundError):
                 # A concurrent save may have replaced the snapshot between reading the
                 # manifest and opening its files: read the manifest again.
-                if attempt == 2 or _read_index_manifest(root)["snapshot"] == manifest["snapshot"]:
+                if attempt == 2 or read_index_manifest(root)["snapshot"] == manifest["snapshot"]:
                     raise
         raise AssertionError("unreachable")
 
@@ -301,23 +236,9 @@ class Ranker:
         if verify:
             verify_files(snap, manifest["files"], error=IndexFormatError, what="index", hash_limit=_LOAD_HASH_LIMIT)
         model = Model.load(snap / "model", device=device, threads=threads, verify=verify)
-        try:
-            vectors = np.load(snap / "vectors.npy", mmap_mode="r", allow_pickle=False)
-            offsets = np.load(snap / "records.offsets.npy", allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise IndexFormatError(f"{snap}: cannot read the stored arrays ({exc}); rebuild the index") from None
         count = manifest["count"]
-        if vectors.shape != (count, model.dimension) or offsets.shape != (count + 1,):
-            raise IndexFormatError(
-                f"{snap}: stored arrays do not match the manifest ({count} answers of dimension "
-                f"{model.dimension}); rebuild the index"
-            )
-        with open(snap / "records.jsonl", "rb") as handle:
-            data: bytes | mmap.mmap = (
-                mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(handle.fileno()).st_size else b""
-            )
-        if len(data) != int(offsets[-1]):
-            raise IndexFormatError(f"{snap / 'records.jsonl'}: size does not match its offsets; rebuild the index")
+        vectors, offsets = open_vectors(snap, count, model.dimension)
+        records = open_records(snap, offsets)
         coarse_info = manifest["coarse"]
         coarse = CoarseIndex.load(
             snap / "coarse.faiss",
@@ -330,7 +251,7 @@ class Ranker:
         )
         return cls(
             model,
-            _Records(data, offsets),
+            records,
             vectors,
             coarse,
             overfetch=manifest["overfetch"],
@@ -460,9 +381,7 @@ class Ranker:
         q = np.ascontiguousarray(queries, dtype=np.float32)
         if q.ndim != 2 or q.shape[1] != self.dimension:
             raise QueryError(f"queries must have shape (n, {self.dimension}), got {q.shape}")
-        parts = [
-            self._search_chunk(q[s : s + _QUERY_CHUNK], k, use_coarse) for s in range(0, len(q), _QUERY_CHUNK)
-        ]
+        parts = [self._search_chunk(q[s : s + _QUERY_CHUNK], k, use_coarse) for s in range(0, len(q), _QUERY_CHUNK)]
         if not parts:
             return (
                 np.zeros((0, k), np.float32),
@@ -634,23 +553,7 @@ class Ranker:
                 f"{root}: exists and is not a qaindex index; choose another --index path or remove it"
             )
         root.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
-        snap_name = f"data-{stamp}-{os.getpid()}"
-        snap = root / f".{snap_name}.tmp"
-        snap.mkdir()
-        try:
-            with open(snap / "records.jsonl", "wb") as handle:
-                handle.write(bytes(self._records.data[: int(self._records.offsets[-1])]))
-            np.save(snap / "records.offsets.npy", np.asarray(self._records.offsets, dtype=np.int64), allow_pickle=False)
-            np.save(snap / "vectors.npy", np.ascontiguousarray(self._vectors, dtype=np.float32), allow_pickle=False)
-            self._coarse.save(snap / "coarse.faiss")
-            self.model.copy_to(snap / "model")
-            files = {p.relative_to(snap).as_posix(): file_entry(p) for p in sorted(snap.rglob("*")) if p.is_file()}
-            fsync_tree(snap)
-            os.replace(snap, root / snap_name)
-        except BaseException:
-            shutil.rmtree(snap, ignore_errors=True)
-            raise
+        snap_name, files = write_snapshot(root, self._records, self._vectors, self._coarse, self.model)
         from . import __version__
 
         manifest = {
@@ -678,10 +581,7 @@ class Ranker:
             shutil.rmtree(root / snap_name, ignore_errors=True)
             raise
         # The new snapshot is live; remove older ones and leftovers of interrupted saves.
-        for entry in root.iterdir():
-            if entry.name != snap_name and (entry.name.startswith("data-") or entry.name.startswith(".data-")):
-                # a reader that memory-mapped the old snapshot keeps its data (POSIX unlink)
-                shutil.rmtree(entry, ignore_errors=True)
+        remove_old_snapshots(root, snap_name)
         self.path = root
         return root
 
@@ -689,7 +589,7 @@ class Ranker:
         """Check the size and SHA-256 of every file of the saved index (raises on mismatch)."""
         if self.path is None:
             raise QAIndexError("this index has not been saved; nothing to verify")
-        manifest = _read_index_manifest(self.path)
+        manifest = read_index_manifest(self.path)
         verify_files(self.path / manifest["snapshot"], manifest["files"], error=IndexFormatError, what="index")
 
     def info(self) -> dict[str, Any]:
@@ -723,33 +623,3 @@ def _encode_answers(model: Model, texts: list[str], batch_size: int, progress: b
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _read_index_manifest(root: Path) -> dict[str, Any]:
-    if not root.exists():
-        raise IndexFormatError(f"{root}: no index here; build one with `qaindex build CORPUS.jsonl --index {root}`")
-    if not root.is_dir():
-        raise IndexFormatError(f"{root}: is not an index directory")
-    mpath = root / "manifest.json"
-    if not mpath.is_file():
-        raise IndexFormatError(
-            f"{root}: no manifest.json, so this is not a qaindex index (or its build was interrupted "
-            f"before the first save); build one with `qaindex build CORPUS.jsonl --index {root}`"
-        )
-    manifest = read_json_object(mpath, error=IndexFormatError, what="index")
-    if manifest.get("format") != INDEX_FORMAT:
-        raise IndexFormatError(
-            f'{mpath}: not a qaindex index (field "format" is {manifest.get("format")!r}, expected {INDEX_FORMAT!r})'
-        )
-    version = manifest.get("format_version")
-    if version != INDEX_FORMAT_VERSION:
-        raise IndexFormatError(
-            f"{mpath}: index format version {version!r} is not supported by this qaindex (it reads "
-            f"version {INDEX_FORMAT_VERSION}); upgrade qaindex or rebuild the index"
-        )
-    for key, kind in (("snapshot", str), ("count", int), ("files", dict), ("coarse", dict), ("overfetch", int)):
-        if not isinstance(manifest.get(key), kind):
-            raise IndexFormatError(f'{mpath}: field "{key}" is missing or invalid; the index is corrupted, rebuild it')
-    if not (root / manifest["snapshot"]).is_dir():
-        raise IndexFormatError(f"{root / manifest['snapshot']}: missing; the index is corrupted, rebuild it")
-    return manifest
