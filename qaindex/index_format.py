@@ -20,8 +20,11 @@ index loadable. Loading memory-maps the vectors, the records and (where FAISS ca
 
 from __future__ import annotations
 
+import hashlib
+import json
 import mmap
 import os
+import re
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,17 +33,21 @@ from typing import Any
 import numpy as np
 
 from .errors import IndexFormatError
-from .model import Model
+from .model import GEOMETRIES, Model
 from .records import RecordStore
-from .storage import file_entry, fsync_tree, read_json_object
-from .vector_index import CoarseIndex
+from .storage import check_file_entries, confined_path, file_entry, fsync_tree, read_json_object, remove_debris
+from .vector_index import INDEX_KINDS, CoarseIndex
 
 __all__ = [
     "INDEX_FORMAT",
     "INDEX_FORMAT_VERSION",
+    "check_model_copy",
+    "is_index_entry",
+    "manifest_checksum",
     "open_records",
     "open_vectors",
     "read_index_manifest",
+    "remove_debris_of_saves",
     "remove_old_snapshots",
     "write_snapshot",
 ]
@@ -49,8 +56,114 @@ INDEX_FORMAT = "qaindex-index"
 INDEX_FORMAT_VERSION = 1
 
 
+SNAPSHOT_NAME = re.compile(r"data-[0-9]{8}T[0-9]{12}-[0-9]+")
+REQUIRED_FILES = ("records.jsonl", "records.offsets.npy", "vectors.npy", "coarse.faiss", "model/manifest.json")
+HNSW_PARAMS = ("M", "ef_construction", "ef_search")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+# what a save writes into an index directory, finished or interrupted
+_DEBRIS = (r"\.manifest\.json\.tmp-[0-9]+-[0-9a-f]+", r"\.data-[0-9]{8}T[0-9]{12}-[0-9]+\.tmp")
+_ENTRIES = re.compile(r"manifest\.json|\.lock|data-[0-9]{8}T[0-9]{12}-[0-9]+|" + "|".join(_DEBRIS))
+
+
+def is_index_entry(name: str) -> bool:
+    """Whether a name in an index directory is one that qaindex writes there.
+
+    Example
+    -------
+    >>> is_index_entry("manifest.json"), is_index_entry(".lock"), is_index_entry("thesis.txt")
+    (True, True, False)
+    """
+    return _ENTRIES.fullmatch(name) is not None
+
+
+def manifest_checksum(manifest: dict[str, Any]) -> str:
+    """SHA-256 of the manifest's canonical JSON, without its own ``checksum`` field.
+
+    Stored as ``checksum`` so that a damaged or edited manifest is detected like any
+    other file of the index.
+    """
+    body = {key: value for key, value in manifest.items() if key != "checksum"}
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _bad(mpath: Path, field: str, expected: str, value: Any) -> IndexFormatError:
+    return IndexFormatError(
+        f'{mpath}: field "{field}" must be {expected}, got {value!r}; the index is corrupted, rebuild it'
+    )
+
+
+def _is_int(value: Any, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _validate_fields(root: Path, mpath: Path, manifest: dict[str, Any]) -> None:
+    """Type and range of every field the loader uses."""
+    snapshot = manifest.get("snapshot")
+    if not isinstance(snapshot, str) or not SNAPSHOT_NAME.fullmatch(snapshot):
+        raise _bad(mpath, "snapshot", "a snapshot name like data-20250101T000000000000-123", snapshot)
+    for key, minimum in (("count", 0), ("dimension", 1), ("overfetch", 1)):
+        if not _is_int(manifest.get(key), minimum):
+            what = "a non-negative integer" if minimum == 0 else "a positive integer"
+            raise _bad(mpath, key, what, manifest.get(key))
+    if manifest.get("geometry") not in GEOMETRIES:
+        raise _bad(mpath, "geometry", " or ".join(GEOMETRIES), manifest.get("geometry"))
+    coarse = manifest.get("coarse")
+    if not isinstance(coarse, dict):
+        raise _bad(mpath, "coarse", "an object with kind and params", coarse)
+    kind = coarse.get("kind")
+    if kind not in ("flat", "hnsw"):
+        raise _bad(mpath, "coarse.kind", "flat or hnsw", kind)
+    params = coarse.get("params", {})
+    allowed = HNSW_PARAMS if kind == "hnsw" else ()
+    if not isinstance(params, dict) or any(name not in allowed for name in params):
+        raise _bad(mpath, "coarse.params", f"an object with keys among {list(allowed)}", params)
+    for name, value in params.items():
+        if not _is_int(value, 1):
+            raise _bad(mpath, f"coarse.params.{name}", "a positive integer", value)
+    if "requested" in coarse and coarse["requested"] not in INDEX_KINDS:
+        raise _bad(mpath, "coarse.requested", " or ".join(INDEX_KINDS), coarse["requested"])
+    for key in ("created", "updated", "qaindex_version"):
+        if key in manifest and not isinstance(manifest[key], str):
+            raise _bad(mpath, key, "a string", manifest[key])
+    files = check_file_entries(manifest.get("files"), field="files", source=mpath, error=IndexFormatError)
+    missing = [name for name in REQUIRED_FILES if name not in files]
+    if missing:
+        raise _bad(mpath, "files", f"a table listing {', '.join(REQUIRED_FILES)}", sorted(files))
+    model = manifest.get("model")
+    if not isinstance(model, dict) or model.get("directory") != "model" or not isinstance(model.get("name"), str):
+        raise _bad(mpath, "model", 'an object with "name" and "directory": "model"', model)
+    if model.get("manifest_sha256") != files["model/manifest.json"]["sha256"]:
+        raise _bad(
+            mpath, "model.manifest_sha256", "the checksum listed for model/manifest.json", model.get("manifest_sha256")
+        )
+    checksum = manifest.get("checksum")
+    if checksum is not None:
+        if not isinstance(checksum, str) or not _SHA256.fullmatch(checksum):
+            raise _bad(mpath, "checksum", "64 lowercase hex digits", checksum)
+        try:
+            actual = manifest_checksum(manifest)
+        except ValueError:  # NaN or Infinity somewhere
+            actual = ""
+        if actual != checksum:
+            raise IndexFormatError(
+                f"{mpath}: checksum does not match the manifest's content; the index is corrupted "
+                "(or its manifest was edited), rebuild it"
+            )
+
+
 def read_index_manifest(root: Path) -> dict[str, Any]:
-    """Read and validate ``root/manifest.json`` (raises :class:`IndexFormatError`)."""
+    """Read and validate ``root/manifest.json`` (raises :class:`IndexFormatError`).
+
+    Every field is checked for type and range; every path it names (``snapshot``, the keys
+    of ``files``) must be a plain relative name inside the index directory; the manifest's
+    own ``checksum`` (written since this version) must match.
+
+    Example
+    -------
+    >>> read_index_manifest(Path("qaindex-index"))["count"]     # doctest: +SKIP
+    60
+    """
     if not root.exists():
         raise IndexFormatError(f"{root}: no index here; build one with `qaindex build CORPUS.jsonl --index {root}`")
     if not root.is_dir():
@@ -61,6 +174,7 @@ def read_index_manifest(root: Path) -> dict[str, Any]:
             f"{root}: no manifest.json, so this is not a qaindex index (or its build was interrupted "
             f"before the first save); build one with `qaindex build CORPUS.jsonl --index {root}`"
         )
+    confined_path(root, "manifest.json", field="manifest.json", source=mpath, error=IndexFormatError)
     manifest = read_json_object(mpath, error=IndexFormatError, what="index")
     if manifest.get("format") != INDEX_FORMAT:
         raise IndexFormatError(
@@ -72,12 +186,35 @@ def read_index_manifest(root: Path) -> dict[str, Any]:
             f"{mpath}: index format version {version!r} is not supported by this qaindex (it reads "
             f"version {INDEX_FORMAT_VERSION}); upgrade qaindex or rebuild the index"
         )
-    for key, kind in (("snapshot", str), ("count", int), ("files", dict), ("coarse", dict), ("overfetch", int)):
-        if not isinstance(manifest.get(key), kind):
-            raise IndexFormatError(f'{mpath}: field "{key}" is missing or invalid; the index is corrupted, rebuild it')
-    if not (root / manifest["snapshot"]).is_dir():
-        raise IndexFormatError(f"{root / manifest['snapshot']}: missing; the index is corrupted, rebuild it")
+    _validate_fields(root, mpath, manifest)
+    snap = confined_path(root, manifest["snapshot"], field='"snapshot"', source=mpath, error=IndexFormatError)
+    if not snap.is_dir():
+        raise IndexFormatError(f"{snap}: missing; the index is corrupted, rebuild it")
+    for name in manifest["files"]:
+        confined_path(snap, name, field='"files" entry', source=mpath, error=IndexFormatError)
     return manifest
+
+
+def check_model_copy(mpath: Path, files: dict[str, Any], model_manifest: dict[str, Any]) -> None:
+    """The model files listed in an index manifest are exactly those of the model's manifest.
+
+    So verifying the index's files verifies the model copy too, and each file is hashed
+    once per load.
+    """
+    listed = {name[len("model/") :]: entry for name, entry in files.items() if name.startswith("model/")}
+    listed.pop("manifest.json", None)
+    theirs = model_manifest["files"]
+    if listed.keys() != theirs.keys() or any(
+        listed[n]["bytes"] != theirs[n]["bytes"] or listed[n]["sha256"] != theirs[n]["sha256"] for n in listed
+    ):
+        raise IndexFormatError(
+            f"{mpath}: the model files it lists do not match model/manifest.json; the index is corrupted, rebuild it"
+        )
+
+
+def remove_debris_of_saves(root: Path) -> list[str]:
+    """Remove what interrupted saves left in ``root`` (call only while holding its lock)."""
+    return remove_debris(root, _DEBRIS)
 
 
 def write_snapshot(

@@ -9,6 +9,7 @@ path inside the directory. Writers publish a complete sibling directory with one
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,9 +17,12 @@ from typing import Any
 
 from .errors import ModelFormatError
 from .storage import (
+    check_file_entries,
+    confined_path,
     file_entry,
     fsync_tree,
     read_json_object,
+    remove_debris,
     temporary_sibling,
     verify_files,
     write_json_atomic,
@@ -117,20 +121,50 @@ def read_model_manifest(path: str | os.PathLike[str], *, verify: bool = True) ->
     for role in ("question_encoder", "answer_encoder", "scorer"):
         if not isinstance(graphs.get(role), str):
             raise ModelFormatError(f'{mpath}: "graphs.{role}" is missing; re-export the model')
-    _require(manifest, "tokenizer", dict, mpath)
-    files = _require(manifest, "files", dict, mpath)
+    tokenizer = _require(manifest, "tokenizer", dict, mpath)
+    files = check_file_entries(manifest.get("files"), field="files", source=mpath, error=ModelFormatError)
+    for name in files:
+        if name == "manifest.json":
+            raise ModelFormatError(f'{mpath}: field "files" lists manifest.json itself; re-export the model')
+        confined_path(directory, name, field='"files" entry', source=mpath, error=ModelFormatError)
+    named = [(f"graphs.{role}", value) for role, value in graphs.items()]
+    named.append(("tokenizer.vocab", tokenizer.get("vocab")))
+    for field, name in named:
+        confined_path(directory, name, field=f'"{field}"', source=mpath, error=ModelFormatError)
+        if name not in files:
+            raise ModelFormatError(
+                f'{mpath}: field "{field}" names {name!r}, which "files" does not list (so it cannot be '
+                "verified); re-export the model"
+            )
+    for key in ("score", "training", "metrics", "parameters"):
+        if key in manifest and not isinstance(manifest[key], dict):
+            raise ModelFormatError(
+                f'{mpath}: field "{key}" must be an object, got {manifest[key]!r}; re-export the model'
+            )
     if verify:
         verify_files(directory, files, error=ModelFormatError, what="model directory")
     return manifest
 
 
 def copy_model_files(source: Path, manifest: Mapping[str, Any], destination: Path) -> None:
-    """Copy a model directory's manifest and listed files into ``destination``."""
+    """Copy a model directory's manifest and listed files into ``destination``.
+
+    Every name must be a plain relative path inside both directories: nothing is read or
+    written outside them, whatever the manifest says.
+    """
     destination.mkdir(parents=True, exist_ok=True)
+    mpath = source / "manifest.json"
     for name in [*manifest["files"], "manifest.json"]:
-        target = destination / name
+        origin = confined_path(source, name, field='"files" entry', source=mpath, error=ModelFormatError)
+        target = confined_path(destination, name, field='"files" entry', source=mpath, error=ModelFormatError)
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source / name, target)
+        try:
+            shutil.copyfile(origin, target)
+        except FileNotFoundError:
+            raise ModelFormatError(
+                f"{origin}: missing, so the model cannot be copied (was the index it was loaded from "
+                "replaced or deleted by another writer?); load the index or model again"
+            ) from None
 
 
 def _publish_directory(tmp: Path, target: Path, *, marker: str, what: str, error: type[Exception]) -> None:
@@ -188,6 +222,13 @@ def write_model(
         The published directory.
     """
     target = Path(directory)
+    # leftovers of interrupted writes of this directory, by processes that are gone
+    stem = re.escape(target.name)
+    remove_debris(
+        target.parent,
+        [rf"\.{stem}\.tmp-(?P<pid>[0-9]+)-[0-9a-f]+", rf"\.{stem}\.old-(?P<pid>[0-9]+)"],
+        only_dead=True,
+    )
     with temporary_sibling(target) as tmp:
 
         def put(fname: str, content: bytes | os.PathLike[str]) -> None:

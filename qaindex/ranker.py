@@ -7,6 +7,7 @@ format in :mod:`qaindex.model_format`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,16 +20,21 @@ from typing import Any
 import numpy as np
 
 from .corpus import Record, read_corpus, records_from_dicts
-from .errors import IndexFormatError, ModelFormatError, QAIndexError, QueryError
+from .errors import IndexChangedError, IndexFormatError, ModelFormatError, QAIndexError, QueryError
 from .index_format import (
     INDEX_FORMAT,
     INDEX_FORMAT_VERSION,
+    check_model_copy,
+    is_index_entry,
+    manifest_checksum,
     open_records,
     open_vectors,
     read_index_manifest,
+    remove_debris_of_saves,
     remove_old_snapshots,
     write_snapshot,
 )
+from .locking import DEFAULT_LOCK_TIMEOUT, index_lock
 from .model import Model
 from .records import RecordStore
 from .storage import verify_files, write_json_atomic
@@ -37,7 +43,6 @@ from .vector_index import CoarseIndex, choose_kind, exact_search
 __all__ = ["DEFAULT_OVERFETCH", "INDEX_FORMAT", "INDEX_FORMAT_VERSION", "Hit", "Ranker"]
 
 DEFAULT_OVERFETCH = 10
-_LOAD_HASH_LIMIT = 64 << 20
 _QUERY_CHUNK = 256
 
 
@@ -121,6 +126,7 @@ class Ranker:
         kind_requested: str = "auto",
         path: Path | None = None,
         created: str | None = None,
+        snapshot: str | None = None,
     ) -> None:
         self.model = model
         self._records = records
@@ -131,6 +137,10 @@ class Ranker:
         self.kind_requested = kind_requested
         self.path = path
         self.created = created or _now()
+        # the snapshot each index path held when this Ranker last loaded or saved it
+        self._seen: dict[str, str] = {}
+        if path is not None and snapshot is not None:
+            self._seen[os.path.realpath(path)] = snapshot
 
     # -- construction ------------------------------------------------------------------
     @classmethod
@@ -209,12 +219,20 @@ class Ranker:
         threads : int or None, keyword-only
             onnxruntime threads (1 is fastest for single questions; None: all cores).
         verify : bool, keyword-only
-            Check every file's size, and the checksum of files up to 64 MiB (use
-            :meth:`verify` for all of them).
+            Check the size and SHA-256 of every file of the index and of its model copy,
+            whatever its size (each file is read once, streamed). ``False`` skips the
+            checksums, for a faster start of a trusted index; the manifests are still
+            validated and every path they name must stay inside the index directory.
 
         Returns
         -------
         Ranker
+
+        Raises
+        ------
+        IndexFormatError, ModelFormatError
+            The index is missing, of an unknown version, corrupted, or names paths outside
+            its directory; the message names the file and field.
         """
         root = Path(path)
         for attempt in range(3):
@@ -234,8 +252,17 @@ class Ranker:
     ) -> Ranker:
         snap = root / manifest["snapshot"]
         if verify:
-            verify_files(snap, manifest["files"], error=IndexFormatError, what="index", hash_limit=_LOAD_HASH_LIMIT)
-        model = Model.load(snap / "model", device=device, threads=threads, verify=verify)
+            verify_files(snap, manifest["files"], error=IndexFormatError, what="index")
+        # the model copy's files were verified with the index's: do not hash them twice
+        model = Model.load(snap / "model", device=device, threads=threads, verify=False)
+        mpath = root / "manifest.json"
+        check_model_copy(mpath, manifest["files"], model.manifest)
+        if model.dimension != manifest["dimension"] or model.geometry != manifest["geometry"]:
+            raise IndexFormatError(
+                f'{mpath}: fields "dimension" and "geometry" ({manifest["dimension"]}, {manifest["geometry"]}) '
+                f"do not match the model copy ({model.dimension}, {model.geometry}); the index is corrupted, "
+                "rebuild it"
+            )
         count = manifest["count"]
         vectors, offsets = open_vectors(snap, count, model.dimension)
         records = open_records(snap, offsets)
@@ -258,7 +285,47 @@ class Ranker:
             kind_requested=coarse_info.get("requested", coarse_info["kind"]),
             path=root,
             created=manifest.get("created"),
+            snapshot=manifest["snapshot"],
         )
+
+    @classmethod
+    @contextlib.contextmanager
+    def edit(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        device: str = "auto",
+        threads: int | None = None,
+        verify: bool = True,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    ) -> Iterator[Ranker]:
+        """Read-modify-write an index under its writer lock: load, yield, save on success.
+
+        Other writers (``qaindex add``/``remove``/``build``, other ``edit`` blocks, any
+        :meth:`save` to this path) wait until the block ends, so no update is lost. If the
+        block raises, nothing is saved. Readers are never blocked.
+
+        Parameters
+        ----------
+        path : path-like
+            An existing index directory.
+        device, threads, verify
+            As for :meth:`load`.
+        lock_timeout : float, keyword-only
+            Seconds to wait for another writer before raising :class:`IndexLockedError`.
+
+        Example
+        -------
+        >>> with Ranker.edit("qaindex-index") as ranker:         # doctest: +SKIP
+        ...     ranker.add([{"id": "new", "answer": "A new answer."}])
+        1
+        """
+        root = Path(path)
+        read_index_manifest(root)  # a clear error for a missing index, before any lock file
+        with index_lock(root, timeout=lock_timeout):
+            ranker = cls.load(root, device=device, threads=threads, verify=verify)
+            yield ranker
+            ranker.save(root, lock_timeout=lock_timeout)
 
     # -- queries -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -536,23 +603,85 @@ class Ranker:
             self._coarse_stale = False
 
     # -- persistence ---------------------------------------------------------------------
-    def save(self, path: str | os.PathLike[str]) -> Path:
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        overwrite: bool = False,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    ) -> Path:
         """Save atomically: a new snapshot, then ``manifest.json`` replaced, then cleanup.
+
+        The save holds the index's writer lock (``INDEX/.lock``), waiting up to
+        ``lock_timeout`` seconds for another writer. A Ranker may be saved any number of
+        times, to its own path or others. It refuses to overwrite an index that another
+        writer changed since this Ranker loaded or last saved it (that would silently drop
+        the other writer's update); a freshly built Ranker replaces whatever index is there.
+        For read-modify-write without lost updates, load under the lock with
+        :meth:`edit`: ``with Ranker.edit(path) as r: r.add(...)``.
+
+        Parameters
+        ----------
+        path : path-like
+            The index directory (created if missing).
+        overwrite : bool, keyword-only
+            Replace the index even if another writer changed it since this Ranker read it.
+        lock_timeout : float, keyword-only
+            Seconds to wait for another writer.
 
         Returns
         -------
         Path
             The index directory.
+
+        Raises
+        ------
+        IndexLockedError
+            Another writer held the lock for longer than ``lock_timeout``.
+        IndexChangedError
+            The index changed since this Ranker read it, and ``overwrite`` is false.
+
+        Example
+        -------
+        >>> ranker = Ranker.load("qaindex-index")                 # doctest: +SKIP
+        >>> ranker.configure(overfetch=20)                        # doctest: +SKIP
+        >>> ranker.save("qaindex-index")                          # doctest: +SKIP
+        PosixPath('qaindex-index')
         """
         self._refresh_coarse()
         root = Path(path)
         if root.exists() and not root.is_dir():
             raise IndexFormatError(f"{root}: exists and is not a directory; choose another --index path")
-        if root.is_dir() and any(root.iterdir()) and not (root / "manifest.json").is_file():
+        if (
+            root.is_dir()
+            and not (root / "manifest.json").is_file()
+            and any(not is_index_entry(e.name) for e in root.iterdir())
+        ):
             raise IndexFormatError(
                 f"{root}: exists and is not a qaindex index; choose another --index path or remove it"
             )
-        root.mkdir(parents=True, exist_ok=True)
+        with index_lock(root, timeout=lock_timeout):
+            return self._save_locked(root, overwrite=overwrite)
+
+    def _current_snapshot(self, root: Path) -> str | None:
+        if not (root / "manifest.json").exists():
+            return None
+        try:
+            return str(read_index_manifest(root)["snapshot"])
+        except QAIndexError:
+            return "(unreadable)"
+
+    def _save_locked(self, root: Path, *, overwrite: bool) -> Path:
+        key = os.path.realpath(root)
+        seen = self._seen.get(key)
+        current = self._current_snapshot(root)
+        if not overwrite and seen is not None and current is not None and current != seen:
+            raise IndexChangedError(
+                f"{root}: another writer changed this index since it was loaded (snapshot {seen} is now "
+                f"{current}); saving would drop their update. Load it again and redo the change (use "
+                "Ranker.edit for read-modify-write under the lock), or pass overwrite=True"
+            )
+        remove_debris_of_saves(root)
         snap_name, files = write_snapshot(root, self._records, self._vectors, self._coarse, self.model)
         from . import __version__
 
@@ -575,6 +704,15 @@ class Ranker:
             },
             "files": files,
         }
+        manifest["checksum"] = manifest_checksum(manifest)
+        try:
+            check_model_copy(root / snap_name / "model" / "manifest.json", files, self.model.manifest)
+        except IndexFormatError:
+            shutil.rmtree(root / snap_name, ignore_errors=True)
+            raise ModelFormatError(
+                f"{self.model.directory}: the model files changed on disk since the model was loaded "
+                "(they no longer match its manifest); load the model again"
+            ) from None
         try:
             write_json_atomic(root / "manifest.json", manifest)
         except BaseException:
@@ -582,6 +720,9 @@ class Ranker:
             raise
         # The new snapshot is live; remove older ones and leftovers of interrupted saves.
         remove_old_snapshots(root, snap_name)
+        self._seen[key] = snap_name
+        # the old snapshot (maybe the model's source) is gone: later saves copy the new one
+        self.model.directory = root / snap_name / "model"
         self.path = root
         return root
 
