@@ -416,6 +416,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--kills", type=int, default=None, help="kills per operation (default 200, quick 10)")
     parser.add_argument("--pairs", type=int, default=None, help="concurrent add pairs (default 50, quick 5)")
     parser.add_argument("--large", type=int, default=60000, help="answers of the large index")
+    parser.add_argument("--only", default="kill,writers,corruption", help="comma-separated parts to run")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--verifier", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -425,26 +426,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     kills = args.kills or (10 if args.quick else 200)
     pairs = args.pairs or (5 if args.quick else 50)
     start = time.perf_counter()
+    parts = set(args.only.split(","))
     result: dict[str, Any] = {"quick": args.quick}
     with tempfile.TemporaryDirectory(prefix="qaindex-reliability-") as tmp:
         work = Path(tmp)
         model = tiny_model(work / "model")
-        result["kill_loop"] = kill_loop(work, model, kills)
-        result["concurrent_writers"] = concurrent_writers(work, model, pairs)
-        small = work / "small-index"
-        Ranker.build(records("s", 300), model=model).save(small)
-        matrix = {"small": corruption_matrix(small, work / "outside-small", "300 answers")}
-        if not args.quick:
-            large = build_large(work, args.large, 320)
-            matrix["large"] = corruption_matrix(large, work / "outside-large", f"{args.large} answers")
-        result["corruption"] = matrix
+        if "kill" in parts:
+            result["kill_loop"] = kill_loop(work, model, kills)
+        if "writers" in parts:
+            result["concurrent_writers"] = concurrent_writers(work, model, pairs)
+        if "corruption" in parts:
+            small = work / "small-index"
+            Ranker.build(records("s", 300), model=model).save(small)
+            matrix = {"small": corruption_matrix(small, work / "outside-small", "300 answers")}
+            if not args.quick:
+                large = build_large(work, args.large, 320)
+                matrix["large"] = corruption_matrix(large, work / "outside-large", f"{args.large} answers")
+            result["corruption"] = matrix
     previous = json.loads(args.out.read_text()) if args.out.exists() else {}
     result["fuzz"] = previous.get("fuzz", {"note": "filled by benchmarks/fuzz.py", "inputs": None})
     result["seconds"] = round(time.perf_counter() - start, 1)
+    kill = result.get("kill_loop", {})
+    matrix = result.get("corruption", {})
     totals = {
-        "kills": sum(v["kills"] for v in result["kill_loop"].values()),
-        "broken_or_mixed": sum(v["broken"] + v["mixed"] for v in result["kill_loop"].values()),
-        "lost_updates": result["concurrent_writers"]["lost_updates"],
+        "kills": sum(v["kills"] for v in kill.values()),
+        "broken_or_mixed": sum(v["broken"] + v["mixed"] for v in kill.values()),
+        "lost_updates": result.get("concurrent_writers", {}).get("lost_updates"),
         "corruption_cases": sum(v["cases"] for v in matrix.values()),
         "corruption_detected": sum(v["detected"] for v in matrix.values()),
     }

@@ -671,6 +671,17 @@ class Ranker:
         except QAIndexError:
             return "(unreadable)"
 
+    def _relocate_model(self, root: Path) -> None:
+        """If the snapshot the model was loaded from is gone (another writer replaced it), use
+        the identical model copy of the index at ``root``, when there is one."""
+        if (self.model.directory / "manifest.json").is_file():
+            return
+        with contextlib.suppress(QAIndexError, OSError, ValueError):
+            current = root / read_index_manifest(root)["snapshot"] / "model"
+            theirs = json.loads((current / "manifest.json").read_text(encoding="utf-8"))
+            if theirs == self.model.manifest:
+                self.model.directory = current
+
     def _save_locked(self, root: Path, *, overwrite: bool) -> Path:
         key = os.path.realpath(root)
         seen = self._seen.get(key)
@@ -682,6 +693,7 @@ class Ranker:
                 "Ranker.edit for read-modify-write under the lock), or pass overwrite=True"
             )
         remove_debris_of_saves(root)
+        self._relocate_model(root)
         snap_name, files = write_snapshot(root, self._records, self._vectors, self._coarse, self.model)
         from . import __version__
 
