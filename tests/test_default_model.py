@@ -33,9 +33,7 @@ def test_quickstart_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     runner = CliRunner()
     res = runner.invoke(main, ["build", str(ROOT / "examples" / "faq.jsonl")])
     assert res.exit_code == 0, res.output
-    assert res.stdout.startswith(
-        "indexed 289 answers into qaindex-index: dimension 300, flat index, model hyperqa-default"
-    )
+    assert res.stdout.startswith("indexed 289 answers into qaindex-index: dimension 300, flat index, model hyperqa-default")
     res = runner.invoke(main, ["search", "How do I reset my password?", "-k", "3", "--json"])
     assert res.exit_code == 0, res.output
     ids = [h["id"] for h in json.loads(res.stdout)["hits"]]

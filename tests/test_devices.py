@@ -33,9 +33,7 @@ class FallbackSession:
 
 @pytest.fixture()
 def gpu_build_without_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(
-        onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"]
-    )
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
     monkeypatch.setattr(onnxruntime, "InferenceSession", FallbackSession)
 
 
@@ -59,9 +57,7 @@ def test_cuda_demanded_without_cuda_provider(faq_model: Path) -> None:
         pytest.skip("this onnxruntime has a CUDA provider")
     with pytest.raises(DeviceError) as info:
         Model.load(faq_model, device="cuda")
-    assert str(info.value).startswith(
-        "device 'cuda' was requested but onnxruntime has no CUDAExecutionProvider (available providers: "
-    )
+    assert str(info.value).startswith("device 'cuda' was requested but onnxruntime has no CUDAExecutionProvider (available providers: ")
     assert str(info.value).endswith("install onnxruntime-gpu (`pip install 'qaindex[gpu]'`) or use --device cpu")
 
 
