@@ -20,8 +20,17 @@ from .cli_eval import eval_command, inspect_command
 from .cli_options import batch_size_option, device_option, index_option
 from .cli_train import train
 from .errors import QAIndexError
+from .locking import DEFAULT_LOCK_TIMEOUT
 from .ranker import DEFAULT_OVERFETCH, Hit, Ranker
 from .vector_index import INDEX_KINDS
+
+lock_timeout_option = click.option(
+    "--lock-timeout",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_LOCK_TIMEOUT,
+    show_default=True,
+    help="Seconds to wait for another writer of the same index before giving up.",
+)
 
 
 class _Group(click.Group):
@@ -68,6 +77,7 @@ def main() -> None:
     help="The coarse stage recalls k × overfetch candidates for the exact rerank.",
 )
 @batch_size_option("Answers per encoder call.")
+@lock_timeout_option
 def build(
     corpus: Path,
     model: Path | None,
@@ -76,6 +86,7 @@ def build(
     index_kind: str,
     overfetch: int,
     batch_size: int,
+    lock_timeout: float,
 ) -> None:
     """Encode the answers of CORPUS (JSONL) and save an index.
 
@@ -91,7 +102,7 @@ def build(
         batch_size=batch_size,
         progress=True,
     )
-    ranker.save(index)
+    ranker.save(index, lock_timeout=lock_timeout)
     seconds = time.perf_counter() - start
     info = ranker.info()
     click.echo(
@@ -200,22 +211,22 @@ def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bo
 @click.argument("corpus", type=click.Path(path_type=Path, dir_okay=False))
 @index_option
 @device_option()
-def add(corpus: Path, index: Path, device: str) -> None:
+@lock_timeout_option
+def add(corpus: Path, index: Path, device: str, lock_timeout: float) -> None:
     """Add the answers of CORPUS (JSONL, new ids only) to an index."""
-    ranker = Ranker.load(index, device=device, threads=None)
-    added = ranker.add(corpus)
-    ranker.save(index)
+    with Ranker.edit(index, device=device, threads=None, lock_timeout=lock_timeout) as ranker:
+        added = ranker.add(corpus)
     click.echo(f"added {added} answers; {len(ranker)} in {index}")
 
 
 @main.command()
 @click.argument("ids", nargs=-1, required=True)
 @index_option
-def remove(ids: tuple[str, ...], index: Path) -> None:
+@lock_timeout_option
+def remove(ids: tuple[str, ...], index: Path, lock_timeout: float) -> None:
     """Remove the answers with these IDS from an index (integer-looking ids match integer ids)."""
-    ranker = Ranker.load(index, device="cpu")
-    removed = ranker.remove(ids)
-    ranker.save(index)
+    with Ranker.edit(index, device="cpu", threads=1, lock_timeout=lock_timeout) as ranker:
+        removed = ranker.remove(ids)
     click.echo(f"removed {removed} answers; {len(ranker)} left in {index}")
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 __all__ = [
     "CorpusError",
     "DeviceError",
+    "IndexChangedError",
     "IndexFormatError",
+    "IndexLockedError",
     "MissingDependencyError",
     "ModelFormatError",
     "QAIndexError",
@@ -28,6 +30,14 @@ class CorpusError(QAIndexError, ValueError):
 
 class IndexFormatError(QAIndexError):
     """An index directory is missing, corrupted, or of an unknown format version."""
+
+
+class IndexLockedError(QAIndexError):
+    """Another writer held an index's lock for longer than the lock timeout (names the holder's pid)."""
+
+
+class IndexChangedError(QAIndexError):
+    """A save would overwrite an index that another writer changed since this Ranker read it."""
 
 
 class ModelFormatError(QAIndexError):

@@ -1,27 +1,14 @@
 """``Ranker``: build, load, search, update and save a question→answer index.
 
-Index directory layout::
-
-    INDEX/
-      manifest.json            the commit point: format, version, counts, dimension,
-                               geometry, FAISS kind and parameters, over-fetch factor,
-                               the current snapshot, and size + SHA-256 of each of its files
-      data-<stamp>/            one complete snapshot
-        records.jsonl          the answers: {"id", "answer", "questions", "metadata"} per line
-        records.offsets.npy    int64 byte offsets of each line (n + 1), for random access
-        vectors.npy            float32 (n, dim) answer vectors, for the exact rerank
-        coarse.faiss           the FAISS index (faiss.write_index)
-        model/                 a copy of the model directory, so the index is self-contained
-
-A save writes a new snapshot beside the old one, then replaces ``manifest.json`` atomically
-(:func:`os.replace`), then deletes the old snapshot: an interrupted save leaves the previous
-index loadable. Loading memory-maps the vectors, the records and (where FAISS can) the index.
+The query and update pipeline. The index directory format (layout, manifest, snapshots) is
+in :mod:`qaindex.index_format`, the record store in :mod:`qaindex.records`, the model
+format in :mod:`qaindex.model_format`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import mmap
 import os
 import shutil
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -33,25 +20,30 @@ from typing import Any
 import numpy as np
 
 from .corpus import Record, read_corpus, records_from_dicts
-from .errors import IndexFormatError, ModelFormatError, QAIndexError, QueryError
-from .model import Model
-from .storage import (
-    file_entry,
-    fsync_tree,
-    read_json_object,
-    verify_files,
-    write_json_atomic,
+from .errors import IndexChangedError, IndexFormatError, ModelFormatError, QAIndexError, QueryError
+from .index_format import (
+    INDEX_FORMAT,
+    INDEX_FORMAT_VERSION,
+    check_model_copy,
+    is_index_entry,
+    manifest_checksum,
+    open_records,
+    open_vectors,
+    read_index_manifest,
+    remove_debris_of_saves,
+    remove_old_snapshots,
+    write_snapshot,
 )
+from .locking import DEFAULT_LOCK_TIMEOUT, index_lock
+from .model import Model
+from .records import RecordStore
+from .storage import verify_files, write_json_atomic
 from .vector_index import CoarseIndex, choose_kind, exact_search
 
 __all__ = ["DEFAULT_OVERFETCH", "INDEX_FORMAT", "INDEX_FORMAT_VERSION", "Hit", "Ranker"]
 
-INDEX_FORMAT = "qaindex-index"
-INDEX_FORMAT_VERSION = 1
 DEFAULT_OVERFETCH = 10
-_LOAD_HASH_LIMIT = 64 << 20
 _QUERY_CHUNK = 256
-_RECORD_CACHE = 4096  # decoded records kept per index (cleared when full)
 
 
 @dataclass(frozen=True)
@@ -87,58 +79,6 @@ class Hit:
             "distance": self.distance,
             "metadata": self.metadata,
         }
-
-
-class _Records:
-    """Answers stored as JSON lines with byte offsets; decoded only when needed."""
-
-    def __init__(self, data: bytes | mmap.mmap, offsets: np.ndarray) -> None:
-        self.data = data
-        self.offsets = offsets
-        self._ids: dict[str, int] | None = None
-        self._cache: dict[int, Record] = {}
-
-    @classmethod
-    def from_lines(cls, lines: Sequence[bytes]) -> _Records:
-        offsets = np.zeros(len(lines) + 1, dtype=np.int64)
-        np.cumsum([len(line) for line in lines], out=offsets[1:])
-        return cls(b"".join(lines), offsets)
-
-    @classmethod
-    def from_records(cls, records: Sequence[Record]) -> _Records:
-        return cls.from_lines([_encode_record(r) for r in records])
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def raw(self, row: int) -> bytes:
-        return bytes(self.data[int(self.offsets[row]) : int(self.offsets[row + 1])])
-
-    def get(self, row: int) -> Record:
-        cached = self._cache.get(row)
-        if cached is None:
-            cached = Record.from_json(json.loads(self.raw(row).decode("utf-8")))
-            if len(self._cache) >= _RECORD_CACHE:
-                self._cache.clear()
-            self._cache[row] = cached
-        return cached
-
-    def ids(self) -> dict[str, int]:
-        if self._ids is None:
-            self._ids = {str(self.get(row).id): row for row in range(len(self))}
-        return self._ids
-
-    def append(self, records: Sequence[Record]) -> _Records:
-        extra = _Records.from_records(records)
-        offsets = np.concatenate([self.offsets, extra.offsets[1:] + self.offsets[-1]])
-        return _Records(bytes(self.data[: int(self.offsets[-1])]) + bytes(extra.data), offsets)
-
-    def keep(self, rows: np.ndarray) -> _Records:
-        return _Records.from_lines([self.raw(int(r)) for r in rows])
-
-
-def _encode_record(record: Record) -> bytes:
-    return (json.dumps(record.to_json(), ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def _check_k(k: Any) -> int:
@@ -178,7 +118,7 @@ class Ranker:
     def __init__(
         self,
         model: Model,
-        records: _Records,
+        records: RecordStore,
         vectors: np.ndarray,
         coarse: CoarseIndex,
         *,
@@ -186,6 +126,7 @@ class Ranker:
         kind_requested: str = "auto",
         path: Path | None = None,
         created: str | None = None,
+        snapshot: str | None = None,
     ) -> None:
         self.model = model
         self._records = records
@@ -196,6 +137,10 @@ class Ranker:
         self.kind_requested = kind_requested
         self.path = path
         self.created = created or _now()
+        # the snapshot each index path held when this Ranker last loaded or saved it
+        self._seen: dict[str, str] = {}
+        if path is not None and snapshot is not None:
+            self._seen[os.path.realpath(path)] = snapshot
 
     # -- construction ------------------------------------------------------------------
     @classmethod
@@ -248,7 +193,7 @@ class Ranker:
         coarse.add(vectors)
         return cls(
             loaded,
-            _Records.from_records(records),
+            RecordStore.from_records(records),
             vectors,
             coarse,
             overfetch=overfetch,
@@ -274,22 +219,30 @@ class Ranker:
         threads : int or None, keyword-only
             onnxruntime threads (1 is fastest for single questions; None: all cores).
         verify : bool, keyword-only
-            Check every file's size, and the checksum of files up to 64 MiB (use
-            :meth:`verify` for all of them).
+            Check the size and SHA-256 of every file of the index and of its model copy,
+            whatever its size (each file is read once, streamed). ``False`` skips the
+            checksums, for a faster start of a trusted index; the manifests are still
+            validated and every path they name must stay inside the index directory.
 
         Returns
         -------
         Ranker
+
+        Raises
+        ------
+        IndexFormatError, ModelFormatError
+            The index is missing, of an unknown version, corrupted, or names paths outside
+            its directory; the message names the file and field.
         """
         root = Path(path)
         for attempt in range(3):
-            manifest = _read_index_manifest(root)
+            manifest = read_index_manifest(root)
             try:
                 return cls._open_snapshot(root, manifest, device=device, threads=threads, verify=verify)
             except (IndexFormatError, ModelFormatError, FileNotFoundError):
                 # A concurrent save may have replaced the snapshot between reading the
                 # manifest and opening its files: read the manifest again.
-                if attempt == 2 or _read_index_manifest(root)["snapshot"] == manifest["snapshot"]:
+                if attempt == 2 or read_index_manifest(root)["snapshot"] == manifest["snapshot"]:
                     raise
         raise AssertionError("unreachable")
 
@@ -299,25 +252,20 @@ class Ranker:
     ) -> Ranker:
         snap = root / manifest["snapshot"]
         if verify:
-            verify_files(snap, manifest["files"], error=IndexFormatError, what="index", hash_limit=_LOAD_HASH_LIMIT)
-        model = Model.load(snap / "model", device=device, threads=threads, verify=verify)
-        try:
-            vectors = np.load(snap / "vectors.npy", mmap_mode="r", allow_pickle=False)
-            offsets = np.load(snap / "records.offsets.npy", allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise IndexFormatError(f"{snap}: cannot read the stored arrays ({exc}); rebuild the index") from None
-        count = manifest["count"]
-        if vectors.shape != (count, model.dimension) or offsets.shape != (count + 1,):
+            verify_files(snap, manifest["files"], error=IndexFormatError, what="index")
+        # the model copy's files were verified with the index's: do not hash them twice
+        model = Model.load(snap / "model", device=device, threads=threads, verify=False)
+        mpath = root / "manifest.json"
+        check_model_copy(mpath, manifest["files"], model.manifest)
+        if model.dimension != manifest["dimension"] or model.geometry != manifest["geometry"]:
             raise IndexFormatError(
-                f"{snap}: stored arrays do not match the manifest ({count} answers of dimension "
-                f"{model.dimension}); rebuild the index"
+                f'{mpath}: fields "dimension" and "geometry" ({manifest["dimension"]}, {manifest["geometry"]}) '
+                f"do not match the model copy ({model.dimension}, {model.geometry}); the index is corrupted, "
+                "rebuild it"
             )
-        with open(snap / "records.jsonl", "rb") as handle:
-            data: bytes | mmap.mmap = (
-                mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(handle.fileno()).st_size else b""
-            )
-        if len(data) != int(offsets[-1]):
-            raise IndexFormatError(f"{snap / 'records.jsonl'}: size does not match its offsets; rebuild the index")
+        count = manifest["count"]
+        vectors, offsets = open_vectors(snap, count, model.dimension)
+        records = open_records(snap, offsets)
         coarse_info = manifest["coarse"]
         coarse = CoarseIndex.load(
             snap / "coarse.faiss",
@@ -330,14 +278,54 @@ class Ranker:
         )
         return cls(
             model,
-            _Records(data, offsets),
+            records,
             vectors,
             coarse,
             overfetch=manifest["overfetch"],
             kind_requested=coarse_info.get("requested", coarse_info["kind"]),
             path=root,
             created=manifest.get("created"),
+            snapshot=manifest["snapshot"],
         )
+
+    @classmethod
+    @contextlib.contextmanager
+    def edit(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        device: str = "auto",
+        threads: int | None = None,
+        verify: bool = True,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    ) -> Iterator[Ranker]:
+        """Read-modify-write an index under its writer lock: load, yield, save on success.
+
+        Other writers (``qaindex add``/``remove``/``build``, other ``edit`` blocks, any
+        :meth:`save` to this path) wait until the block ends, so no update is lost. If the
+        block raises, nothing is saved. Readers are never blocked.
+
+        Parameters
+        ----------
+        path : path-like
+            An existing index directory.
+        device, threads, verify
+            As for :meth:`load`.
+        lock_timeout : float, keyword-only
+            Seconds to wait for another writer before raising :class:`IndexLockedError`.
+
+        Example
+        -------
+        >>> with Ranker.edit("qaindex-index") as ranker:         # doctest: +SKIP
+        ...     ranker.add([{"id": "new", "answer": "A new answer."}])
+        1
+        """
+        root = Path(path)
+        read_index_manifest(root)  # a clear error for a missing index, before any lock file
+        with index_lock(root, timeout=lock_timeout):
+            ranker = cls.load(root, device=device, threads=threads, verify=verify)
+            yield ranker
+            ranker.save(root, lock_timeout=lock_timeout)
 
     # -- queries -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -460,9 +448,7 @@ class Ranker:
         q = np.ascontiguousarray(queries, dtype=np.float32)
         if q.ndim != 2 or q.shape[1] != self.dimension:
             raise QueryError(f"queries must have shape (n, {self.dimension}), got {q.shape}")
-        parts = [
-            self._search_chunk(q[s : s + _QUERY_CHUNK], k, use_coarse) for s in range(0, len(q), _QUERY_CHUNK)
-        ]
+        parts = [self._search_chunk(q[s : s + _QUERY_CHUNK], k, use_coarse) for s in range(0, len(q), _QUERY_CHUNK)]
         if not parts:
             return (
                 np.zeros((0, k), np.float32),
@@ -617,40 +603,98 @@ class Ranker:
             self._coarse_stale = False
 
     # -- persistence ---------------------------------------------------------------------
-    def save(self, path: str | os.PathLike[str]) -> Path:
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        overwrite: bool = False,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    ) -> Path:
         """Save atomically: a new snapshot, then ``manifest.json`` replaced, then cleanup.
+
+        The save holds the index's writer lock (``INDEX/.lock``), waiting up to
+        ``lock_timeout`` seconds for another writer. A Ranker may be saved any number of
+        times, to its own path or others. It refuses to overwrite an index that another
+        writer changed since this Ranker loaded or last saved it (that would silently drop
+        the other writer's update); a freshly built Ranker replaces whatever index is there.
+        For read-modify-write without lost updates, load under the lock with
+        :meth:`edit`: ``with Ranker.edit(path) as r: r.add(...)``.
+
+        Parameters
+        ----------
+        path : path-like
+            The index directory (created if missing).
+        overwrite : bool, keyword-only
+            Replace the index even if another writer changed it since this Ranker read it.
+        lock_timeout : float, keyword-only
+            Seconds to wait for another writer.
 
         Returns
         -------
         Path
             The index directory.
+
+        Raises
+        ------
+        IndexLockedError
+            Another writer held the lock for longer than ``lock_timeout``.
+        IndexChangedError
+            The index changed since this Ranker read it, and ``overwrite`` is false.
+
+        Example
+        -------
+        >>> ranker = Ranker.load("qaindex-index")                 # doctest: +SKIP
+        >>> ranker.configure(overfetch=20)                        # doctest: +SKIP
+        >>> ranker.save("qaindex-index")                          # doctest: +SKIP
+        PosixPath('qaindex-index')
         """
         self._refresh_coarse()
         root = Path(path)
         if root.exists() and not root.is_dir():
             raise IndexFormatError(f"{root}: exists and is not a directory; choose another --index path")
-        if root.is_dir() and any(root.iterdir()) and not (root / "manifest.json").is_file():
+        if (
+            root.is_dir()
+            and not (root / "manifest.json").is_file()
+            and any(not is_index_entry(e.name) for e in root.iterdir())
+        ):
             raise IndexFormatError(
                 f"{root}: exists and is not a qaindex index; choose another --index path or remove it"
             )
-        root.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
-        snap_name = f"data-{stamp}-{os.getpid()}"
-        snap = root / f".{snap_name}.tmp"
-        snap.mkdir()
+        with index_lock(root, timeout=lock_timeout):
+            return self._save_locked(root, overwrite=overwrite)
+
+    def _current_snapshot(self, root: Path) -> str | None:
+        if not (root / "manifest.json").exists():
+            return None
         try:
-            with open(snap / "records.jsonl", "wb") as handle:
-                handle.write(bytes(self._records.data[: int(self._records.offsets[-1])]))
-            np.save(snap / "records.offsets.npy", np.asarray(self._records.offsets, dtype=np.int64), allow_pickle=False)
-            np.save(snap / "vectors.npy", np.ascontiguousarray(self._vectors, dtype=np.float32), allow_pickle=False)
-            self._coarse.save(snap / "coarse.faiss")
-            self.model.copy_to(snap / "model")
-            files = {p.relative_to(snap).as_posix(): file_entry(p) for p in sorted(snap.rglob("*")) if p.is_file()}
-            fsync_tree(snap)
-            os.replace(snap, root / snap_name)
-        except BaseException:
-            shutil.rmtree(snap, ignore_errors=True)
-            raise
+            return str(read_index_manifest(root)["snapshot"])
+        except QAIndexError:
+            return "(unreadable)"
+
+    def _relocate_model(self, root: Path) -> None:
+        """If the snapshot the model was loaded from is gone (another writer replaced it), use
+        the identical model copy of the index at ``root``, when there is one."""
+        if (self.model.directory / "manifest.json").is_file():
+            return
+        with contextlib.suppress(QAIndexError, OSError, ValueError):
+            current = root / read_index_manifest(root)["snapshot"] / "model"
+            theirs = json.loads((current / "manifest.json").read_text(encoding="utf-8"))
+            if theirs == self.model.manifest:
+                self.model.directory = current
+
+    def _save_locked(self, root: Path, *, overwrite: bool) -> Path:
+        key = os.path.realpath(root)
+        seen = self._seen.get(key)
+        current = self._current_snapshot(root)
+        if not overwrite and seen is not None and current is not None and current != seen:
+            raise IndexChangedError(
+                f"{root}: another writer changed this index since it was loaded (snapshot {seen} is now "
+                f"{current}); saving would drop their update. Load it again and redo the change (use "
+                "Ranker.edit for read-modify-write under the lock), or pass overwrite=True"
+            )
+        remove_debris_of_saves(root)
+        self._relocate_model(root)
+        snap_name, files = write_snapshot(root, self._records, self._vectors, self._coarse, self.model)
         from . import __version__
 
         manifest = {
@@ -672,16 +716,25 @@ class Ranker:
             },
             "files": files,
         }
+        manifest["checksum"] = manifest_checksum(manifest)
+        try:
+            check_model_copy(root / snap_name / "model" / "manifest.json", files, self.model.manifest)
+        except IndexFormatError:
+            shutil.rmtree(root / snap_name, ignore_errors=True)
+            raise ModelFormatError(
+                f"{self.model.directory}: the model files changed on disk since the model was loaded "
+                "(they no longer match its manifest); load the model again"
+            ) from None
         try:
             write_json_atomic(root / "manifest.json", manifest)
         except BaseException:
             shutil.rmtree(root / snap_name, ignore_errors=True)
             raise
         # The new snapshot is live; remove older ones and leftovers of interrupted saves.
-        for entry in root.iterdir():
-            if entry.name != snap_name and (entry.name.startswith("data-") or entry.name.startswith(".data-")):
-                # a reader that memory-mapped the old snapshot keeps its data (POSIX unlink)
-                shutil.rmtree(entry, ignore_errors=True)
+        remove_old_snapshots(root, snap_name)
+        self._seen[key] = snap_name
+        # the old snapshot (maybe the model's source) is gone: later saves copy the new one
+        self.model.directory = root / snap_name / "model"
         self.path = root
         return root
 
@@ -689,7 +742,7 @@ class Ranker:
         """Check the size and SHA-256 of every file of the saved index (raises on mismatch)."""
         if self.path is None:
             raise QAIndexError("this index has not been saved; nothing to verify")
-        manifest = _read_index_manifest(self.path)
+        manifest = read_index_manifest(self.path)
         verify_files(self.path / manifest["snapshot"], manifest["files"], error=IndexFormatError, what="index")
 
     def info(self) -> dict[str, Any]:
@@ -723,33 +776,3 @@ def _encode_answers(model: Model, texts: list[str], batch_size: int, progress: b
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _read_index_manifest(root: Path) -> dict[str, Any]:
-    if not root.exists():
-        raise IndexFormatError(f"{root}: no index here; build one with `qaindex build CORPUS.jsonl --index {root}`")
-    if not root.is_dir():
-        raise IndexFormatError(f"{root}: is not an index directory")
-    mpath = root / "manifest.json"
-    if not mpath.is_file():
-        raise IndexFormatError(
-            f"{root}: no manifest.json, so this is not a qaindex index (or its build was interrupted "
-            f"before the first save); build one with `qaindex build CORPUS.jsonl --index {root}`"
-        )
-    manifest = read_json_object(mpath, error=IndexFormatError, what="index")
-    if manifest.get("format") != INDEX_FORMAT:
-        raise IndexFormatError(
-            f'{mpath}: not a qaindex index (field "format" is {manifest.get("format")!r}, expected {INDEX_FORMAT!r})'
-        )
-    version = manifest.get("format_version")
-    if version != INDEX_FORMAT_VERSION:
-        raise IndexFormatError(
-            f"{mpath}: index format version {version!r} is not supported by this qaindex (it reads "
-            f"version {INDEX_FORMAT_VERSION}); upgrade qaindex or rebuild the index"
-        )
-    for key, kind in (("snapshot", str), ("count", int), ("files", dict), ("coarse", dict), ("overfetch", int)):
-        if not isinstance(manifest.get(key), kind):
-            raise IndexFormatError(f'{mpath}: field "{key}" is missing or invalid; the index is corrupted, rebuild it')
-    if not (root / manifest["snapshot"]).is_dir():
-        raise IndexFormatError(f"{root / manifest['snapshot']}: missing; the index is corrupted, rebuild it")
-    return manifest

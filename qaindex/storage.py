@@ -11,18 +11,22 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
-from collections.abc import Iterator, Mapping
-from pathlib import Path
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 from .errors import QAIndexError
 
 __all__ = [
+    "check_file_entries",
+    "confined_path",
     "file_entry",
     "fsync_tree",
     "read_json_object",
+    "remove_debris",
     "sha256_file",
     "temporary_sibling",
     "verify_files",
@@ -53,6 +57,137 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
 def file_entry(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The manifest entry of a file: ``{"bytes": size, "sha256": hex}``."""
     return {"bytes": os.path.getsize(path), "sha256": sha256_file(path)}
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def confined_path(directory: Path, name: object, *, field: str, source: Path, error: type[QAIndexError]) -> Path:
+    """``directory / name``, refused unless ``name`` is a plain relative path inside ``directory``.
+
+    Manifests name the files they describe; a crafted or corrupted manifest must not make
+    qaindex read, hash or write anything outside its own directory.
+
+    Parameters
+    ----------
+    directory : Path
+        The directory the name is relative to.
+    name : object
+        The value read from the manifest.
+    field : str
+        The manifest field, for the message (e.g. ``'files["vectors.npy"]'``).
+    source : Path
+        The manifest file, for the message.
+    error : subclass of QAIndexError
+        Raised when the name is not a string, is empty, absolute, has ``..`` (or ``.``)
+        components or backslashes, or resolves outside ``directory`` (a symlink pointing out).
+
+    Example
+    -------
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> confined_path(d, "a/b.txt", field="files", source=d / "manifest.json", error=QAIndexError) == d / "a/b.txt"
+    True
+    >>> confined_path(d, "../x", field="files", source=d / "m.json", error=QAIndexError)
+    Traceback (most recent call last):
+    ...
+    qaindex.errors.QAIndexError: ...: field files is '../x', which is not a plain relative path inside ...
+    """
+    if not isinstance(name, str):
+        raise error(f"{source}: field {field} must be a file name (a string), got {name!r}; the manifest is corrupted")
+    parts = PurePosixPath(name).parts
+    if (
+        not name
+        or "\\" in name
+        or "\0" in name
+        or PurePosixPath(name).is_absolute()
+        or PureWindowsPath(name).drive
+        or any(part in ("..", ".") for part in name.split("/"))
+        or not parts
+    ):
+        raise error(
+            f"{source}: field {field} is {name!r}, which is not a plain relative path inside {directory}; "
+            "the manifest is corrupted or crafted, rebuild it from a trusted source"
+        )
+    path = directory / name
+    try:
+        inside = path.resolve().is_relative_to(directory.resolve())
+    except (OSError, RuntimeError):  # symlink loops
+        inside = False
+    if not inside:
+        raise error(
+            f"{source}: field {field} is {name!r}, which leads outside {directory} (through a symlink); "
+            "the manifest is corrupted or crafted, rebuild it from a trusted source"
+        )
+    return path
+
+
+def check_file_entries(files: object, *, field: str, source: Path, error: type[QAIndexError]) -> dict[str, Any]:
+    """Validate a manifest's ``files`` table: ``{name: {"bytes": int >= 0, "sha256": 64 hex}}``."""
+    if not isinstance(files, dict) or not files:
+        raise error(f'{source}: field "{field}" must be a non-empty object of files, got {files!r}; rebuild it')
+    for name, entry in files.items():
+        where = f'"{field}.{name}"'
+        if not isinstance(entry, dict):
+            raise error(f"{source}: field {where} must be an object with bytes and sha256, got {entry!r}; rebuild it")
+        size = entry.get("bytes")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise error(f"{source}: field {where}.bytes must be a non-negative integer, got {size!r}; rebuild it")
+        digest = entry.get("sha256")
+        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+            raise error(f"{source}: field {where}.sha256 must be 64 lowercase hex digits, got {digest!r}; rebuild it")
+    return files
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_debris(directory: Path, patterns: Iterable[str], *, only_dead: bool = False) -> list[str]:
+    """Remove leftovers of interrupted writes in ``directory`` whose names match ``patterns``.
+
+    Parameters
+    ----------
+    directory : Path
+    patterns : iterable of str
+        Regular expressions matched against whole names; a group named ``pid`` gives the
+        writing process.
+    only_dead : bool, keyword-only
+        Remove only entries whose writer (the ``pid`` group) is no longer running, for
+        directories that no lock protects.
+
+    Returns
+    -------
+    list of str
+        The names removed.
+    """
+    compiled = [re.compile(p) for p in patterns]
+    removed: list[str] = []
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        for pattern in compiled:
+            match = pattern.fullmatch(entry.name)
+            if match is None:
+                continue
+            if only_dead and "pid" in pattern.groupindex and _pid_alive(int(match.group("pid"))):
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    entry.unlink()
+            removed.append(entry.name)
+            break
+    return removed
 
 
 def _fsync_dir(path: Path) -> None:
@@ -132,7 +267,8 @@ def verify_files(
     error, what
         The error type to raise, and what the directory is (for the message).
     hash_limit : int, optional
-        Hash only files up to this many bytes (sizes are always checked); None hashes all.
+        Hash only files up to this many bytes (sizes are always checked); None (the
+        default, and what every load uses) hashes all.
     """
     for name, entry in files.items():
         path = directory / name

@@ -1,0 +1,283 @@
+"""The index directory format: the manifest, snapshots, and reading and writing them.
+
+Index directory layout::
+
+    INDEX/
+      manifest.json            the commit point: format, version, counts, dimension,
+                               geometry, FAISS kind and parameters, over-fetch factor,
+                               the current snapshot, and size + SHA-256 of each of its files
+      data-<stamp>/            one complete snapshot
+        records.jsonl          the answers: {"id", "answer", "questions", "metadata"} per line
+        records.offsets.npy    int64 byte offsets of each line (n + 1), for random access
+        vectors.npy            float32 (n, dim) answer vectors, for the exact rerank
+        coarse.faiss           the FAISS index (faiss.write_index)
+        model/                 a copy of the model directory, so the index is self-contained
+
+A save writes a new snapshot beside the old one, then replaces ``manifest.json`` atomically
+(:func:`os.replace`), then deletes the old snapshot: an interrupted save leaves the previous
+index loadable. Loading memory-maps the vectors, the records and (where FAISS can) the index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+import re
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import IndexFormatError
+from .model import GEOMETRIES, Model
+from .records import RecordStore
+from .storage import check_file_entries, confined_path, file_entry, fsync_tree, read_json_object, remove_debris
+from .vector_index import INDEX_KINDS, CoarseIndex
+
+__all__ = [
+    "INDEX_FORMAT",
+    "INDEX_FORMAT_VERSION",
+    "check_model_copy",
+    "is_index_entry",
+    "manifest_checksum",
+    "open_records",
+    "open_vectors",
+    "read_index_manifest",
+    "remove_debris_of_saves",
+    "remove_old_snapshots",
+    "write_snapshot",
+]
+
+INDEX_FORMAT = "qaindex-index"
+INDEX_FORMAT_VERSION = 1
+
+
+SNAPSHOT_NAME = re.compile(r"data-[0-9]{8}T[0-9]{12}-[0-9]+")
+REQUIRED_FILES = ("records.jsonl", "records.offsets.npy", "vectors.npy", "coarse.faiss", "model/manifest.json")
+HNSW_PARAMS = ("M", "ef_construction", "ef_search")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+# what a save writes into an index directory, finished or interrupted
+_DEBRIS = (r"\.manifest\.json\.tmp-[0-9]+-[0-9a-f]+", r"\.data-[0-9]{8}T[0-9]{12}-[0-9]+\.tmp")
+_ENTRIES = re.compile(r"manifest\.json|\.lock|data-[0-9]{8}T[0-9]{12}-[0-9]+|" + "|".join(_DEBRIS))
+
+
+def is_index_entry(name: str) -> bool:
+    """Whether a name in an index directory is one that qaindex writes there.
+
+    Example
+    -------
+    >>> is_index_entry("manifest.json"), is_index_entry(".lock"), is_index_entry("thesis.txt")
+    (True, True, False)
+    """
+    return _ENTRIES.fullmatch(name) is not None
+
+
+def manifest_checksum(manifest: dict[str, Any]) -> str:
+    """SHA-256 of the manifest's canonical JSON, without its own ``checksum`` field.
+
+    Stored as ``checksum`` so that a damaged or edited manifest is detected like any
+    other file of the index.
+    """
+    body = {key: value for key, value in manifest.items() if key != "checksum"}
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _bad(mpath: Path, field: str, expected: str, value: Any) -> IndexFormatError:
+    return IndexFormatError(
+        f'{mpath}: field "{field}" must be {expected}, got {value!r}; the index is corrupted, rebuild it'
+    )
+
+
+def _is_int(value: Any, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _validate_fields(root: Path, mpath: Path, manifest: dict[str, Any]) -> None:
+    """Type and range of every field the loader uses."""
+    snapshot = manifest.get("snapshot")
+    if not isinstance(snapshot, str) or not SNAPSHOT_NAME.fullmatch(snapshot):
+        raise _bad(mpath, "snapshot", "a snapshot name like data-20250101T000000000000-123", snapshot)
+    for key, minimum in (("count", 0), ("dimension", 1), ("overfetch", 1)):
+        if not _is_int(manifest.get(key), minimum):
+            what = "a non-negative integer" if minimum == 0 else "a positive integer"
+            raise _bad(mpath, key, what, manifest.get(key))
+    if manifest.get("geometry") not in GEOMETRIES:
+        raise _bad(mpath, "geometry", " or ".join(GEOMETRIES), manifest.get("geometry"))
+    coarse = manifest.get("coarse")
+    if not isinstance(coarse, dict):
+        raise _bad(mpath, "coarse", "an object with kind and params", coarse)
+    kind = coarse.get("kind")
+    if kind not in ("flat", "hnsw"):
+        raise _bad(mpath, "coarse.kind", "flat or hnsw", kind)
+    params = coarse.get("params", {})
+    allowed = HNSW_PARAMS if kind == "hnsw" else ()
+    if not isinstance(params, dict) or any(name not in allowed for name in params):
+        raise _bad(mpath, "coarse.params", f"an object with keys among {list(allowed)}", params)
+    for name, value in params.items():
+        if not _is_int(value, 1):
+            raise _bad(mpath, f"coarse.params.{name}", "a positive integer", value)
+    if "requested" in coarse and coarse["requested"] not in INDEX_KINDS:
+        raise _bad(mpath, "coarse.requested", " or ".join(INDEX_KINDS), coarse["requested"])
+    for key in ("created", "updated", "qaindex_version"):
+        if key in manifest and not isinstance(manifest[key], str):
+            raise _bad(mpath, key, "a string", manifest[key])
+    files = check_file_entries(manifest.get("files"), field="files", source=mpath, error=IndexFormatError)
+    missing = [name for name in REQUIRED_FILES if name not in files]
+    if missing:
+        raise _bad(mpath, "files", f"a table listing {', '.join(REQUIRED_FILES)}", sorted(files))
+    model = manifest.get("model")
+    if not isinstance(model, dict) or model.get("directory") != "model" or not isinstance(model.get("name"), str):
+        raise _bad(mpath, "model", 'an object with "name" and "directory": "model"', model)
+    if model.get("manifest_sha256") != files["model/manifest.json"]["sha256"]:
+        raise _bad(
+            mpath, "model.manifest_sha256", "the checksum listed for model/manifest.json", model.get("manifest_sha256")
+        )
+    checksum = manifest.get("checksum")
+    if checksum is not None:
+        if not isinstance(checksum, str) or not _SHA256.fullmatch(checksum):
+            raise _bad(mpath, "checksum", "64 lowercase hex digits", checksum)
+        try:
+            actual = manifest_checksum(manifest)
+        except ValueError:  # NaN or Infinity somewhere
+            actual = ""
+        if actual != checksum:
+            raise IndexFormatError(
+                f"{mpath}: checksum does not match the manifest's content; the index is corrupted "
+                "(or its manifest was edited), rebuild it"
+            )
+
+
+def read_index_manifest(root: Path) -> dict[str, Any]:
+    """Read and validate ``root/manifest.json`` (raises :class:`IndexFormatError`).
+
+    Every field is checked for type and range; every path it names (``snapshot``, the keys
+    of ``files``) must be a plain relative name inside the index directory; the manifest's
+    own ``checksum`` (written since this version) must match.
+
+    Example
+    -------
+    >>> read_index_manifest(Path("qaindex-index"))["count"]     # doctest: +SKIP
+    60
+    """
+    if not root.exists():
+        raise IndexFormatError(f"{root}: no index here; build one with `qaindex build CORPUS.jsonl --index {root}`")
+    if not root.is_dir():
+        raise IndexFormatError(f"{root}: is not an index directory")
+    mpath = root / "manifest.json"
+    if not mpath.is_file():
+        raise IndexFormatError(
+            f"{root}: no manifest.json, so this is not a qaindex index (or its build was interrupted "
+            f"before the first save); build one with `qaindex build CORPUS.jsonl --index {root}`"
+        )
+    confined_path(root, "manifest.json", field="manifest.json", source=mpath, error=IndexFormatError)
+    manifest = read_json_object(mpath, error=IndexFormatError, what="index")
+    if manifest.get("format") != INDEX_FORMAT:
+        raise IndexFormatError(
+            f'{mpath}: not a qaindex index (field "format" is {manifest.get("format")!r}, expected {INDEX_FORMAT!r})'
+        )
+    version = manifest.get("format_version")
+    if version != INDEX_FORMAT_VERSION:
+        raise IndexFormatError(
+            f"{mpath}: index format version {version!r} is not supported by this qaindex (it reads "
+            f"version {INDEX_FORMAT_VERSION}); upgrade qaindex or rebuild the index"
+        )
+    _validate_fields(root, mpath, manifest)
+    snap = confined_path(root, manifest["snapshot"], field='"snapshot"', source=mpath, error=IndexFormatError)
+    if not snap.is_dir():
+        raise IndexFormatError(f"{snap}: missing; the index is corrupted, rebuild it")
+    for name in manifest["files"]:
+        confined_path(snap, name, field='"files" entry', source=mpath, error=IndexFormatError)
+    return manifest
+
+
+def check_model_copy(mpath: Path, files: dict[str, Any], model_manifest: dict[str, Any]) -> None:
+    """The model files listed in an index manifest are exactly those of the model's manifest.
+
+    So verifying the index's files verifies the model copy too, and each file is hashed
+    once per load.
+    """
+    listed = {name[len("model/") :]: entry for name, entry in files.items() if name.startswith("model/")}
+    listed.pop("manifest.json", None)
+    theirs = model_manifest["files"]
+    if listed.keys() != theirs.keys() or any(
+        listed[n]["bytes"] != theirs[n]["bytes"] or listed[n]["sha256"] != theirs[n]["sha256"] for n in listed
+    ):
+        raise IndexFormatError(
+            f"{mpath}: the model files it lists do not match model/manifest.json; the index is corrupted, rebuild it"
+        )
+
+
+def remove_debris_of_saves(root: Path) -> list[str]:
+    """Remove what interrupted saves left in ``root`` (call only while holding its lock)."""
+    return remove_debris(root, _DEBRIS)
+
+
+def write_snapshot(
+    root: Path, records: RecordStore, vectors: np.ndarray, coarse: CoarseIndex, model: Model
+) -> tuple[str, dict[str, Any]]:
+    """Write a complete new snapshot directory under ``root`` (not yet committed).
+
+    Returns
+    -------
+    name : str
+        The snapshot's directory name, for the manifest's ``snapshot`` field.
+    files : dict
+        The manifest's ``files`` table: ``{relative name: {"bytes", "sha256"}}``.
+    """
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+    snap_name = f"data-{stamp}-{os.getpid()}"
+    snap = root / f".{snap_name}.tmp"
+    snap.mkdir()
+    try:
+        with open(snap / "records.jsonl", "wb") as handle:
+            handle.write(records.content())
+        np.save(snap / "records.offsets.npy", np.asarray(records.offsets, dtype=np.int64), allow_pickle=False)
+        np.save(snap / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32), allow_pickle=False)
+        coarse.save(snap / "coarse.faiss")
+        model.copy_to(snap / "model")
+        files = {p.relative_to(snap).as_posix(): file_entry(p) for p in sorted(snap.rglob("*")) if p.is_file()}
+        fsync_tree(snap)
+        os.replace(snap, root / snap_name)
+    except BaseException:
+        shutil.rmtree(snap, ignore_errors=True)
+        raise
+    return snap_name, files
+
+
+def remove_old_snapshots(root: Path, keep: str) -> None:
+    """Remove every snapshot but ``keep``, and leftovers of interrupted saves."""
+    for entry in root.iterdir():
+        if entry.name != keep and (entry.name.startswith("data-") or entry.name.startswith(".data-")):
+            # a reader that memory-mapped the old snapshot keeps its data (POSIX unlink)
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def open_vectors(snap: Path, count: int, dimension: int) -> tuple[np.ndarray, np.ndarray]:
+    """Memory-map ``vectors.npy`` and read ``records.offsets.npy``, checking their shapes."""
+    try:
+        vectors = np.load(snap / "vectors.npy", mmap_mode="r", allow_pickle=False)
+        offsets = np.load(snap / "records.offsets.npy", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise IndexFormatError(f"{snap}: cannot read the stored arrays ({exc}); rebuild the index") from None
+    if vectors.shape != (count, dimension) or offsets.shape != (count + 1,):
+        raise IndexFormatError(
+            f"{snap}: stored arrays do not match the manifest ({count} answers of dimension "
+            f"{dimension}); rebuild the index"
+        )
+    return vectors, offsets
+
+
+def open_records(snap: Path, offsets: np.ndarray) -> RecordStore:
+    """Memory-map ``records.jsonl`` as a :class:`RecordStore` with these offsets."""
+    with open(snap / "records.jsonl", "rb") as handle:
+        data: bytes | mmap.mmap = (
+            mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(handle.fileno()).st_size else b""
+        )
+    if len(data) != int(offsets[-1]):
+        raise IndexFormatError(f"{snap / 'records.jsonl'}: size does not match its offsets; rebuild the index")
+    return RecordStore(data, offsets)

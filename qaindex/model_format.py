@@ -1,0 +1,273 @@
+"""The model directory format: manifest reading and validation, and writing model directories.
+
+A model directory (see :mod:`qaindex.model` for the layout and graph contracts) holds
+``manifest.json`` and the files it lists with their size and SHA-256. Every name read from a
+manifest (``files`` keys, ``graphs`` values, the tokenizer ``vocab``) must be a plain relative
+path inside the directory. Writers publish a complete sibling directory with one rename.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import ModelFormatError
+from .storage import (
+    check_file_entries,
+    confined_path,
+    file_entry,
+    fsync_tree,
+    read_json_object,
+    remove_debris,
+    temporary_sibling,
+    verify_files,
+    write_json_atomic,
+)
+from .tokenizer import Tokenizer
+
+__all__ = [
+    "GEOMETRIES",
+    "MODEL_FORMAT",
+    "MODEL_FORMAT_VERSION",
+    "MODEL_KINDS",
+    "ROLES",
+    "copy_model_files",
+    "read_model_manifest",
+    "write_model",
+]
+
+MODEL_FORMAT = "qaindex-model"
+MODEL_FORMAT_VERSION = 1
+MODEL_KINDS = ("dual_encoder",)
+GEOMETRIES = ("poincare", "cosine")
+ROLES = ("question", "answer")
+DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
+
+
+def _require(manifest: Mapping[str, Any], key: str, kind: type | tuple[type, ...], path: Path) -> Any:
+    if key not in manifest:
+        raise ModelFormatError(f'{path}: field "{key}" is missing; the model directory is corrupted, re-export it')
+    value = manifest[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise ModelFormatError(f'{path}: field "{key}" has an invalid value {value!r}; re-export the model')
+    return value
+
+
+def read_model_manifest(path: str | os.PathLike[str], *, verify: bool = True) -> dict[str, Any]:
+    """Read and validate ``manifest.json`` of a model directory (no ONNX loaded).
+
+    Parameters
+    ----------
+    path : path-like
+        The model directory.
+    verify : bool, keyword-only
+        Also check the size and SHA-256 of every listed file.
+
+    Returns
+    -------
+    dict
+        The manifest.
+
+    Example
+    -------
+    >>> read_model_manifest("path/to/model")["dimension"]      # doctest: +SKIP
+    64
+    """
+    directory = Path(path)
+    if not directory.exists():
+        raise ModelFormatError(f"{directory}: no such model directory")
+    mpath = directory / "manifest.json"
+    manifest = read_json_object(mpath, error=ModelFormatError, what="model directory")
+    if manifest.get("format") != MODEL_FORMAT:
+        raise ModelFormatError(
+            f'{mpath}: not a qaindex model (field "format" is {manifest.get("format")!r}, expected {MODEL_FORMAT!r})'
+        )
+    version = manifest.get("format_version")
+    if version != MODEL_FORMAT_VERSION:
+        raise ModelFormatError(
+            f"{mpath}: model format version {version!r} is not supported by this qaindex "
+            f"(it reads version {MODEL_FORMAT_VERSION}); upgrade qaindex or re-export the model"
+        )
+    kind = _require(manifest, "kind", str, mpath)
+    if kind not in MODEL_KINDS:
+        raise ModelFormatError(
+            f"{mpath}: model kind {kind!r} is not supported by this qaindex "
+            f"(supported: {', '.join(MODEL_KINDS)}); upgrade qaindex"
+        )
+    _require(manifest, "name", str, mpath)
+    dim = _require(manifest, "dimension", int, mpath)
+    if dim < 1:
+        raise ModelFormatError(f'{mpath}: field "dimension" must be positive, got {dim}')
+    geometry = _require(manifest, "geometry", dict, mpath)
+    if geometry.get("name") not in GEOMETRIES:
+        raise ModelFormatError(
+            f"{mpath}: geometry {geometry.get('name')!r} is not supported "
+            f"(supported: {', '.join(GEOMETRIES)}); upgrade qaindex"
+        )
+    if geometry["name"] == "poincare":
+        max_norm = geometry.get("max_norm")
+        if not isinstance(max_norm, float) or not 0.0 < max_norm < 1.0:
+            raise ModelFormatError(f'{mpath}: geometry "max_norm" must be a number in (0, 1), got {max_norm!r}')
+    max_tokens = _require(manifest, "max_tokens", dict, mpath)
+    for role in ROLES:
+        value = max_tokens.get(role)
+        if not isinstance(value, int) or value < 1:
+            raise ModelFormatError(f'{mpath}: "max_tokens.{role}" must be a positive integer, got {value!r}')
+    graphs = _require(manifest, "graphs", dict, mpath)
+    for role in ("question_encoder", "answer_encoder", "scorer"):
+        if not isinstance(graphs.get(role), str):
+            raise ModelFormatError(f'{mpath}: "graphs.{role}" is missing; re-export the model')
+    tokenizer = _require(manifest, "tokenizer", dict, mpath)
+    files = check_file_entries(manifest.get("files"), field="files", source=mpath, error=ModelFormatError)
+    for name in files:
+        if name == "manifest.json":
+            raise ModelFormatError(f'{mpath}: field "files" lists manifest.json itself; re-export the model')
+        confined_path(directory, name, field='"files" entry', source=mpath, error=ModelFormatError)
+    named = [(f"graphs.{role}", value) for role, value in graphs.items()]
+    named.append(("tokenizer.vocab", tokenizer.get("vocab")))
+    for field, name in named:
+        confined_path(directory, name, field=f'"{field}"', source=mpath, error=ModelFormatError)
+        if name not in files:
+            raise ModelFormatError(
+                f'{mpath}: field "{field}" names {name!r}, which "files" does not list (so it cannot be '
+                "verified); re-export the model"
+            )
+    for key in ("score", "training", "metrics", "parameters"):
+        if key in manifest and not isinstance(manifest[key], dict):
+            raise ModelFormatError(
+                f'{mpath}: field "{key}" must be an object, got {manifest[key]!r}; re-export the model'
+            )
+    if verify:
+        verify_files(directory, files, error=ModelFormatError, what="model directory")
+    return manifest
+
+
+def copy_model_files(source: Path, manifest: Mapping[str, Any], destination: Path) -> None:
+    """Copy a model directory's manifest and listed files into ``destination``.
+
+    Every name must be a plain relative path inside both directories: nothing is read or
+    written outside them, whatever the manifest says.
+    """
+    destination.mkdir(parents=True, exist_ok=True)
+    mpath = source / "manifest.json"
+    for name in [*manifest["files"], "manifest.json"]:
+        origin = confined_path(source, name, field='"files" entry', source=mpath, error=ModelFormatError)
+        target = confined_path(destination, name, field='"files" entry', source=mpath, error=ModelFormatError)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copyfile(origin, target)
+        except FileNotFoundError:
+            raise ModelFormatError(
+                f"{origin}: missing, so the model cannot be copied (was the index it was loaded from "
+                "replaced or deleted by another writer?); load the index or model again"
+            ) from None
+
+
+def _publish_directory(tmp: Path, target: Path, *, marker: str, what: str, error: type[Exception]) -> None:
+    """Rename ``tmp`` to ``target``, replacing an existing directory that contains ``marker``."""
+    fsync_tree(tmp)
+    if target.exists():
+        if not (target / marker).is_file() and any(target.iterdir()):
+            raise error(f"{target}: exists and is not a {what}; choose another path or remove it")
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        os.replace(target, old)
+        os.replace(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, target)
+
+
+def write_model(
+    directory: str | os.PathLike[str],
+    *,
+    name: str,
+    geometry: Mapping[str, Any],
+    dimension: int,
+    tokenizer: Tokenizer,
+    max_tokens: Mapping[str, int],
+    encoder: bytes | os.PathLike[str],
+    scorer: bytes | os.PathLike[str],
+    score: Mapping[str, Any],
+    answer_encoder: bytes | os.PathLike[str] | None = None,
+    training: Mapping[str, Any] | None = None,
+    metrics: Mapping[str, Any] | None = None,
+    parameters: Mapping[str, Any] | None = None,
+    extra_files: Mapping[str, bytes | os.PathLike[str]] | None = None,
+) -> Path:
+    """Write a model directory atomically (a sibling directory renamed into place).
+
+    Parameters
+    ----------
+    directory : path-like
+        Target; an existing model directory there is replaced.
+    name, geometry, dimension, tokenizer, max_tokens
+        Manifest fields (``geometry`` like ``{"name": "poincare", "max_norm": 0.999}``,
+        ``max_tokens`` like ``{"question": 40, "answer": 120}``).
+    encoder, scorer : bytes or path
+        ONNX graphs (serialized bytes or a file to copy). ``encoder`` serves both roles
+        unless ``answer_encoder`` is given.
+    score : mapping
+        How the scorer's ``score`` is defined, e.g.
+        ``{"formula": "-(w_f * d + b_f)", "higher_is_better": True, "parameters": {...}}``.
+    training, metrics, parameters, extra_files
+        Provenance, evaluation results, parameter counts and other files to ship.
+
+    Returns
+    -------
+    Path
+        The published directory.
+    """
+    target = Path(directory)
+    # leftovers of interrupted writes of this directory, by processes that are gone
+    stem = re.escape(target.name)
+    remove_debris(
+        target.parent,
+        [rf"\.{stem}\.tmp-(?P<pid>[0-9]+)-[0-9a-f]+", rf"\.{stem}\.old-(?P<pid>[0-9]+)"],
+        only_dead=True,
+    )
+    with temporary_sibling(target) as tmp:
+
+        def put(fname: str, content: bytes | os.PathLike[str]) -> None:
+            dest = tmp / fname
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                dest.write_bytes(content)
+            else:
+                shutil.copyfile(content, dest)
+
+        put("encoder.onnx", encoder)
+        graphs = {"question_encoder": "encoder.onnx", "answer_encoder": "encoder.onnx", "scorer": "scorer.onnx"}
+        if answer_encoder is not None:
+            put("answer_encoder.onnx", answer_encoder)
+            graphs["answer_encoder"] = "answer_encoder.onnx"
+        put("scorer.onnx", scorer)
+        tokenizer.save_vocab(tmp / "vocab.txt")
+        for fname, content in (extra_files or {}).items():
+            put(fname, content)
+        files = {p.relative_to(tmp).as_posix(): file_entry(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+        from . import __version__
+
+        manifest = {
+            "format": MODEL_FORMAT,
+            "format_version": MODEL_FORMAT_VERSION,
+            "name": name,
+            "kind": "dual_encoder",
+            "geometry": dict(geometry),
+            "dimension": int(dimension),
+            "tokenizer": tokenizer.config("vocab.txt"),
+            "max_tokens": {role: int(max_tokens[role]) for role in ROLES},
+            "graphs": graphs,
+            "score": dict(score),
+            "training": dict(training or {}),
+            "metrics": dict(metrics or {}),
+            "parameters": dict(parameters or {}),
+            "qaindex_version": __version__,
+            "files": files,
+        }
+        write_json_atomic(tmp / "manifest.json", manifest)
+        _publish_directory(tmp, target, marker="manifest.json", what="model directory", error=ModelFormatError)
+    return target

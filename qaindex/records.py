@@ -1,0 +1,104 @@
+"""The record store of an index: answers as JSON lines with byte offsets.
+
+A snapshot keeps ``records.jsonl`` (one ``{"id", "answer", "questions", "metadata"}`` object
+per line) and ``records.offsets.npy`` (``n + 1`` int64 byte offsets). :class:`RecordStore`
+serves rows from memory-mapped bytes and decodes a record only when it is asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+from collections.abc import Sequence
+
+import numpy as np
+
+from .corpus import Record
+
+__all__ = ["RecordStore", "encode_record"]
+
+_RECORD_CACHE = 4096  # decoded records kept per index (cleared when full)
+
+
+def encode_record(record: Record) -> bytes:
+    """One stored line: the record's JSON (UTF-8, not ASCII-escaped) and a newline.
+
+    Example
+    -------
+    >>> encode_record(Record(id=1, answer="Yes.", questions=(), metadata={}))
+    b'{"id": 1, "answer": "Yes.", "questions": [], "metadata": {}}\\n'
+    """
+    return (json.dumps(record.to_json(), ensure_ascii=False) + "\n").encode("utf-8")
+
+
+class RecordStore:
+    """Answers stored as JSON lines with byte offsets; decoded only when needed.
+
+    Parameters
+    ----------
+    data : bytes or mmap.mmap
+        The concatenated lines.
+    offsets : numpy.ndarray
+        ``n + 1`` int64 byte offsets of the lines in ``data``.
+
+    Example
+    -------
+    >>> store = RecordStore.from_records([Record(id="a", answer="Yes.", questions=(), metadata={})])
+    >>> len(store), store.get(0).answer, store.ids()
+    (1, 'Yes.', {'a': 0})
+    """
+
+    def __init__(self, data: bytes | mmap.mmap, offsets: np.ndarray) -> None:
+        self.data = data
+        self.offsets = offsets
+        self._ids: dict[str, int] | None = None
+        self._cache: dict[int, Record] = {}
+
+    @classmethod
+    def from_lines(cls, lines: Sequence[bytes]) -> RecordStore:
+        """A store of already encoded lines (each ending with a newline)."""
+        offsets = np.zeros(len(lines) + 1, dtype=np.int64)
+        np.cumsum([len(line) for line in lines], out=offsets[1:])
+        return cls(b"".join(lines), offsets)
+
+    @classmethod
+    def from_records(cls, records: Sequence[Record]) -> RecordStore:
+        """A store of these records, in order."""
+        return cls.from_lines([encode_record(r) for r in records])
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def raw(self, row: int) -> bytes:
+        """The stored line of ``row`` (with its newline)."""
+        return bytes(self.data[int(self.offsets[row]) : int(self.offsets[row + 1])])
+
+    def content(self) -> bytes:
+        """Every stored line, as written to ``records.jsonl``."""
+        return bytes(self.data[: int(self.offsets[-1])])
+
+    def get(self, row: int) -> Record:
+        """The decoded record of ``row`` (cached)."""
+        cached = self._cache.get(row)
+        if cached is None:
+            cached = Record.from_json(json.loads(self.raw(row).decode("utf-8")))
+            if len(self._cache) >= _RECORD_CACHE:
+                self._cache.clear()
+            self._cache[row] = cached
+        return cached
+
+    def ids(self) -> dict[str, int]:
+        """``{str(id): row}`` for every record."""
+        if self._ids is None:
+            self._ids = {str(self.get(row).id): row for row in range(len(self))}
+        return self._ids
+
+    def append(self, records: Sequence[Record]) -> RecordStore:
+        """A new store: these rows followed by ``records``."""
+        extra = RecordStore.from_records(records)
+        offsets = np.concatenate([self.offsets, extra.offsets[1:] + self.offsets[-1]])
+        return RecordStore(self.content() + bytes(extra.data), offsets)
+
+    def keep(self, rows: np.ndarray) -> RecordStore:
+        """A new store of the given rows, in that order."""
+        return RecordStore.from_lines([self.raw(int(r)) for r in rows])

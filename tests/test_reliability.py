@@ -1,0 +1,74 @@
+"""Fast versions of benchmarks/reliability.py: kill loop, concurrent writers, corruption matrix.
+
+The full run (>= 200 kills per operation, 50 writer pairs, an index with files above 64 MiB)
+is ``python benchmarks/reliability.py``; these run the same code with small counts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import reliability  # noqa: E402
+
+from qaindex import Ranker  # noqa: E402
+
+
+def test_kill_loop_leaves_old_or_new_content_and_no_debris(tmp_path: Path) -> None:
+    # in a subprocess: the loop forks, which must not happen in a process that ran onnxruntime
+    out = tmp_path / "kill.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "reliability.py"), "--quick", "--only", "kill", "--out", str(out)]
+    subprocess.run(cmd, check=True, timeout=600, capture_output=True)
+    loop = json.loads(out.read_text())["kill_loop"]
+    assert set(loop) == {"build", "add", "remove", "save"}
+    for op, stats in loop.items():
+        assert stats["kills"] >= 10, op
+        assert (stats["broken"], stats["mixed"], stats["errors"]) == (0, 0, []), op
+        assert stats["debris_after_next_save"] == 0, op
+
+
+def test_concurrent_cli_adds_both_land(tmp_path: Path) -> None:
+    model = reliability.tiny_model(tmp_path / "model")
+    stats = reliability.concurrent_writers(tmp_path, model, 5)
+    assert stats == {
+        "runs": 5,
+        "lost_updates": 0,
+        "broken": 0,
+        "tracebacks": 0,
+        "failed_commands": 0,
+        "errors": [],
+    }
+
+
+def test_corruption_matrix_is_fully_detected(tmp_path: Path) -> None:
+    model = reliability.tiny_model(tmp_path / "model")
+    index = tmp_path / "index"
+    Ranker.build(reliability.records("s", 50), model=model).save(index)
+    result = reliability.corruption_matrix(index, tmp_path / "outside", "test")
+    # manifest.json + records.jsonl, offsets, vectors, coarse.faiss + 4 model files
+    assert result["files"] == 9
+    assert result["cases"] == 9 * len(reliability.CORRUPTIONS)
+    assert (result["detected"], result["missed"], result["non_qaindex_errors"]) == (result["cases"], [], [])
+    assert len(Ranker.load(index)) == 50  # every file restored
+
+
+@pytest.mark.parametrize("how", reliability.CORRUPTIONS)
+def test_each_corruption_really_changes_the_file(tmp_path: Path, how: str) -> None:
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"0123456789")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    reliability.corrupt(path, how, outside)
+    if how == "delete":
+        assert not path.exists()
+    elif how == "symlink":
+        assert path.is_symlink() and path.read_bytes() == b"0123456789"
+    else:
+        assert path.read_bytes() != b"0123456789"
