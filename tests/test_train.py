@@ -306,7 +306,7 @@ def test_minilm_embeddings() -> None:
 
 def test_checkpoint_roundtrip(planted: tuple[list, list], tmp_path: Path) -> None:
     result = train(TrainConfig(**SMALL, ball="radius", epochs=1), planted[0][:60], planted[1][:20], log=None)
-    path = save_checkpoint(result, tmp_path / "ckpt.pt")
+    path = save_checkpoint(result, tmp_path / "ckpt")
     loaded = load_checkpoint(path)
     assert loaded.config == result.config and loaded.tokenizer.vocab == result.tokenizer.vocab
     for key, value in result.model.state_dict().items():
@@ -323,7 +323,7 @@ def test_cli_train_writes_model(tmp_path: Path) -> None:
     out = tmp_path / "model"
     args = [str(train_file), "--dev", str(dev_file), "--out", str(out), "--embeddings", "none", "--epochs", "3"]
     args += ["--dim", "16", "--batch-size", "32", "--negatives", "4", "--ball", "radius", "--device", "cpu"]
-    res = CliRunner().invoke(train_command, [*args, "--checkpoint", str(tmp_path / "best.pt")])
+    res = CliRunner().invoke(train_command, [*args, "--checkpoint", str(tmp_path / "best.ckpt")])
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     assert summary["model"] == str(out) and summary["geometry"]["ball_map"] == "radius"
@@ -331,7 +331,9 @@ def test_cli_train_writes_model(tmp_path: Path) -> None:
     assert manifest["training"]["config"]["epochs"] == 3
     assert manifest["training"]["data"]["train"]["sha256"] == sha256_file(train_file)
     assert manifest["score"]["higher_is_better"] is True
-    assert "epoch 3/3" in res.stderr and (tmp_path / "best.pt").is_file()
+    assert "epoch 3/3" in res.stderr
+    assert sorted(p.name for p in (tmp_path / "best.ckpt").iterdir()) == ["checkpoint.json", "weights.safetensors"]
+    assert load_checkpoint(tmp_path / "best.ckpt").best_epoch == summary["best_epoch"]
 
 
 def test_cli_train_errors(tmp_path: Path) -> None:
