@@ -126,6 +126,10 @@ def _field(path: list[str | int]) -> str:
     return f'field "{out}"'
 
 
+def _nonfinite(value: float) -> str:
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
 def _plain_json(obj: dict[str, Any], at: str) -> Any:
     """A fresh copy of an in-memory record as JSON would store it (no cycles, no shared parts)."""
     try:
@@ -164,7 +168,7 @@ def _check_json_values(obj: dict[str, Any], at: str) -> None:
         elif isinstance(value, float):
             if not math.isfinite(value):
                 raise CorpusError(
-                    f"{at}: {_field(path)} is {value!r} (NaN or Infinity), which is not valid JSON; "
+                    f"{at}: {_field(path)} is {_nonfinite(value)}, which is not valid JSON; "
                     "use null or a string instead"
                 )
         elif isinstance(value, dict):

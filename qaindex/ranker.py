@@ -384,7 +384,8 @@ class Ranker:
 
     def get(self, id: str | int) -> Record:
         """The stored record with this id (KeyError-like :class:`QueryError` if absent)."""
-        (ident,) = id_list([id], "id")
+        if isinstance(id, bool) or not isinstance(id, str | int | np.integer):
+            raise QueryError(f"id must be a str or int, got {type(id).__name__} {id!r}")
         row = self._records.ids().get(str(ident))
         if row is None:
             raise QueryError(f"no answer with id {json.dumps(id)} in the index")
