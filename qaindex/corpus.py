@@ -393,6 +393,10 @@ def records_from_dicts(
     >>> [r.id for r in records_from_dicts([{"answer": "a"}, {"id": "x", "answer": "b"}])]
     [1, 'x']
     """
+    if isinstance(items, str | bytes | bytearray | Mapping) or not isinstance(items, Iterable):
+        raise CorpusError(f"{source}: expected a list of records (dicts with an 'answer'), got {type(items).__name__}")
+    if isinstance(existing_ids, str | bytes) or not isinstance(existing_ids, Iterable):
+        raise CorpusError(f"existing_ids must be a list of ids, got {type(existing_ids).__name__}")
     collector = _Collector(source, existing_ids=existing_ids)
     for position, item in enumerate(items, start=1):
         obj: Any = item

@@ -386,7 +386,9 @@ class Ranker:
         """The stored record with this id (KeyError-like :class:`QueryError` if absent)."""
         if isinstance(id, bool) or not isinstance(id, str | int | np.integer):
             raise QueryError(f"id must be a str or int, got {type(id).__name__} {id!r}")
-        row = self._records.ids().get(str(ident))
+        if isinstance(id, np.integer):
+            id = int(id)
+        row = self._records.ids().get(str(id))
         if row is None:
             raise QueryError(f"no answer with id {json.dumps(id)} in the index")
         return self._records.get(row)

@@ -314,6 +314,38 @@ def test_checkpoint_roundtrip(planted: tuple[list, list], tmp_path: Path) -> Non
     assert evaluate_data(loaded, planted[1][:20])["map"] == pytest.approx(result.dev["map"])
 
 
+def test_checkpoint_is_safetensors_and_json_and_validated(planted: tuple[list, list], tmp_path: Path) -> None:
+    from qaindex.errors import QAIndexError
+
+    result = train(TrainConfig(**SMALL, ball="radius", epochs=1), planted[0][:40], planted[1][:10], log=None)
+    path = save_checkpoint(result, tmp_path / "ckpt")
+    assert save_checkpoint(result, path) == path  # overwriting a checkpoint works, nothing left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    meta = json.loads((path / "checkpoint.json").read_text())
+    assert meta["format"] == "qaindex-train-checkpoint" and meta["version"] == 2
+    assert (path / "weights.safetensors").read_bytes()[8:9] == b"{"  # safetensors: u64 header size, JSON header
+    hint = "save the checkpoint again with `qaindex train --checkpoint`"
+    with pytest.raises(QAIndexError, match=r"not a qaindex training checkpoint \(a directory with checkpoint.json"):
+        load_checkpoint(tmp_path / "nope")
+    weights = path / "weights.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(QAIndexError) as info:
+        load_checkpoint(path)
+    assert str(info.value) == f"{weights}: checksum does not match checkpoint.json (corrupted or replaced); {hint}"
+    save_checkpoint(result, path)
+    meta = json.loads((path / "checkpoint.json").read_text())
+    meta["vocab"] = "x"
+    (path / "checkpoint.json").write_text(json.dumps(meta))
+    with pytest.raises(QAIndexError) as info:
+        load_checkpoint(path)
+    assert str(info.value) == f'{path / "checkpoint.json"}: field "vocab" is missing or not a list; {hint}'
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(QAIndexError, match=r"exists and is not a qaindex checkpoint directory"):
+        save_checkpoint(result, tmp_path / "file")
+
+
 # -- CLI ------------------------------------------------------------------------------------------------------
 
 
