@@ -73,9 +73,7 @@ def make_world(directory: Path) -> tuple[Model, Path, Path]:
     emb[0] = 0.0
     model_dir = make_model(directory / "model", vocab, emb)
     corpus = directory / "corpus.jsonl"
-    lines = [
-        {"id": f"a{i}", "answer": " ".join(WORDS[i : i + 3]), "questions": [WORDS[i]], "n": i} for i in range(10)
-    ]
+    lines = [{"id": f"a{i}", "answer": " ".join(WORDS[i : i + 3]), "questions": [WORDS[i]], "n": i} for i in range(10)]
     corpus.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
     index = directory / "index"
     Ranker.build(corpus, model=model_dir, device="cpu").save(index)
@@ -127,7 +125,14 @@ def deep(depth: int, kind: str) -> str:
 RECORD = st.one_of(
     st.fixed_dictionaries(
         {"answer": TEXT},
-        optional={"id": st.one_of(INTS, TEXT, ANY), "question": ANY, "questions": ANY, "meta": ANY, "aid": ANY, "label": ANY},
+        optional={
+            "id": st.one_of(INTS, TEXT, ANY),
+            "question": ANY,
+            "questions": ANY,
+            "meta": ANY,
+            "aid": ANY,
+            "label": ANY,
+        },
     ),
     st.fixed_dictionaries({"answer": st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join)}),
     ANY,
@@ -238,7 +243,10 @@ def fuzz_api(world: tuple[Model, Path, Path], n: int, seed: int, tmp: Path) -> d
         for name, strat in (
             ("batch_size", KS),
             ("index_kind", st.one_of(st.sampled_from(["auto", "flat", "hnsw"]), ANY)),
-            ("hnsw", st.one_of(st.none(), st.dictionaries(st.sampled_from(["M", "ef_search", "x"]), KS, max_size=2), ANY)),
+            (
+                "hnsw",
+                st.one_of(st.none(), st.dictionaries(st.sampled_from(["M", "ef_search", "x"]), KS, max_size=2), ANY),
+            ),
             ("overfetch", KS),
             ("device", st.one_of(st.just("cpu"), ANY)),
             ("progress", st.one_of(st.just(False), ANY)),
@@ -323,7 +331,9 @@ def fuzz_api(world: tuple[Model, Path, Path], n: int, seed: int, tmp: Path) -> d
 
     def op_score(data: st.DataObject) -> None:
         q = data.draw(ARRAYS)
-        c = data.draw(st.one_of(ARRAYS, hnp.arrays(np.float32, st.just((3, 2, DIM)), elements=st.floats(-0.25, 0.25, width=32))))
+        c = data.draw(
+            st.one_of(ARRAYS, hnp.arrays(np.float32, st.just((3, 2, DIM)), elements=st.floats(-0.25, 0.25, width=32)))
+        )
         tally.call("Model.score", lambda: model.score(q, c))
 
     def op_evaluate(data: st.DataObject) -> None:
@@ -334,14 +344,21 @@ def fuzz_api(world: tuple[Model, Path, Path], n: int, seed: int, tmp: Path) -> d
                         QuestionGroup,
                         st.just("q"),
                         TEXT,
-                        st.lists(st.builds(Candidate, st.sampled_from(["x", "y"]), TEXT, st.one_of(st.sampled_from([0, 1]), INTS)), max_size=3).map(tuple),
+                        st.lists(
+                            st.builds(
+                                Candidate, st.sampled_from(["x", "y"]), TEXT, st.one_of(st.sampled_from([0, 1]), INTS)
+                            ),
+                            max_size=3,
+                        ).map(tuple),
                     ),
                     max_size=3,
                 ),
                 ANY,
             )
         )
-        tally.call("evaluate_model", lambda: evaluate_model(model, groups, batch_size=data.draw(st.one_of(st.just(8), KS))))
+        tally.call(
+            "evaluate_model", lambda: evaluate_model(model, groups, batch_size=data.draw(st.one_of(st.just(8), KS)))
+        )
 
     ops = [
         op_read_corpus, op_build, op_records, op_search, op_search_batch, op_search_vectors, op_candidates,
@@ -360,7 +377,9 @@ def fuzz_api(world: tuple[Model, Path, Path], n: int, seed: int, tmp: Path) -> d
 # -- the CLI fuzz ------------------------------------------------------------------------------
 
 OPTION_VALUES = st.one_of(
-    st.sampled_from(["0", "-1", "1", "3", "99999999999999999999", "1e3", "nan", "", "auto", "cpu", "cuda", "hnsw", "flat"]),
+    st.sampled_from(
+        ["0", "-1", "1", "3", "99999999999999999999", "1e3", "nan", "", "auto", "cpu", "cuda", "hnsw", "flat"]
+    ),
     st.text(max_size=12),
     SURROGATES,
     st.integers(-(10**25), 10**25).map(str),
@@ -375,7 +394,9 @@ def _cli_args(data: st.DataObject, world: tuple[Model, Path, Path], scratch: Pat
         + ["/proc/foo", "/proc/self/status", str(corpus), str(scratch), "/", "", "\udcff", "/proc/self/fd/0/x"]
     )
     command = data.draw(
-        st.sampled_from(["search"] * 6 + ["info"] * 2 + ["add", "remove", "build", "eval", "inspect", "nope", "--version", "-h"])
+        st.sampled_from(
+            ["search"] * 6 + ["info"] * 2 + ["add", "remove", "build", "eval", "inspect", "nope", "--version", "-h"]
+        )
     )
     args = [command]
     if command == "search":
@@ -441,7 +462,9 @@ def fuzz_cli(world: tuple[Model, Path, Path], n: int, n_sub: int, seed: int, tmp
         if code != 0 and len([line for line in output.splitlines() if line.startswith("Error:")]) != 1:
             problems.append("not exactly one Error: line")
         if problems:
-            stats["bad"].append({"args": [a.encode("utf-8", "backslashreplace").decode() for a in args], "problems": problems})
+            stats["bad"].append(
+                {"args": [a.encode("utf-8", "backslashreplace").decode() for a in args], "problems": problems}
+            )
 
     def scratch_index(scratch: Path) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -473,7 +496,11 @@ def fuzz_cli(world: tuple[Model, Path, Path], n: int, n_sub: int, seed: int, tmp
         ["info", "--index", str(index), "--recall", "-k", "1000000000"],
     ]
     for i in range(n_sub):
-        args = fixed[i % len(fixed)] if i < len(fixed) else rng.choice(fixed)[:-1] + [rng.choice(["0", "-5", "x", "\udcff"])]
+        args = (
+            fixed[i % len(fixed)]
+            if i < len(fixed)
+            else [*rng.choice(fixed)[:-1], rng.choice(["0", "-5", "x", "\udcff"])]
+        )
         env = dict(os.environ, PYTHONIOENCODING=rng.choice(["utf-8", "ascii", "latin-1"]))
         proc = subprocess.run(
             [*exe, *args], input=rng.choice([b"reset\n", b"\xff\xfe\n", b""]), capture_output=True, timeout=120, env=env

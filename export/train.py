@@ -1017,7 +1017,8 @@ def load_checkpoint(path: str | os.PathLike[str], *, device: str = "cpu") -> Tra
         raise _checkpoint_error(meta_path, "not a qaindex training checkpoint")
     if state.get("version") != CHECKPOINT_VERSION:
         raise _checkpoint_error(
-            meta_path, f"checkpoint version {state.get('version')!r} is not supported (this code reads {CHECKPOINT_VERSION})"
+            meta_path,
+            f"checkpoint version {state.get('version')!r} is not supported (this code reads {CHECKPOINT_VERSION})",
         )
     expect = {
         "config": dict, "ball": str, "vocab": list, "tokenizer": dict, "best_epoch": int, "weights": dict,
@@ -1069,7 +1070,9 @@ def load_checkpoint(path: str | os.PathLike[str], *, device: str = "cpu") -> Tra
         )
         model.load_state_dict(weights)
     except (RuntimeError, ValueError, KeyError) as exc:
-        raise _checkpoint_error(weights_path, f"tensors do not match the model ({' '.join(str(exc).split())[:300]})") from None
+        raise _checkpoint_error(
+            weights_path, f"tensors do not match the model ({' '.join(str(exc).split())[:300]})"
+        ) from None
     model.eval()
     return TrainResult(
         model=model,

@@ -29,8 +29,8 @@ from .errors import QueryError
 
 __all__ = [
     "MAX_INT64",
-    "first_surrogate",
     "finite_vectors",
+    "first_surrogate",
     "id_list",
     "optional_callable",
     "path_or_records",
@@ -152,12 +152,15 @@ def finite_vectors(values: Any, name: str, *, shape: tuple[int | None, ...], bal
         raise QueryError(
             f"{name} must hold integers or floats, got dtype {arr.dtype}; pass a float32 array of shape {_shape(shape)}"
         )
-    if arr.ndim != len(shape) or any(want is not None and got != want for got, want in zip(arr.shape, shape)):
+    pairs = zip(arr.shape, shape, strict=False)  # lengths differ only when ndim is wrong (checked first)
+    if arr.ndim != len(shape) or any(want is not None and got != want for got, want in pairs):
         raise QueryError(f"{name} must have shape {_shape(shape)}, got {arr.shape}")
     with np.errstate(over="ignore", invalid="ignore"):
         out = np.ascontiguousarray(arr, dtype=np.float32)
     if not np.isfinite(out).all():
-        raise QueryError(f"{name} contains NaN or infinite values (or values too large for float32); pass finite numbers")
+        raise QueryError(
+            f"{name} contains NaN or infinite values (or values too large for float32); pass finite numbers"
+        )
     if ball and out.size:
         sq = np.einsum("...j,...j->...", out.astype(np.float64), out.astype(np.float64))
         if np.any(sq >= 1.0):

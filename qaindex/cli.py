@@ -45,7 +45,7 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted; nothing already saved was changed", err=True)
             sys.exit(130)
-        except Exception as exc:  # noqa: BLE001 - the last resort: one line, never a traceback
+        except Exception as exc:
             if os.environ.get("QAINDEX_DEBUG") and not isinstance(exc, OSError | MemoryError):
                 raise
             raise click.ClickException(_one_line(describe_unexpected(exc))) from None

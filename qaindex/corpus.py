@@ -112,9 +112,7 @@ def _check_id_value(ident: Any, name: str, at: str) -> None:
     if isinstance(ident, str) and not ident.strip():
         raise CorpusError(f'{at}: field "{name}" is empty; give a non-empty id or leave it out')
     if isinstance(ident, int) and not -_MAX_ID - 1 <= ident <= _MAX_ID:
-        raise CorpusError(
-            f'{at}: field "{name}" is an integer outside the 64-bit range; use a string id instead'
-        )
+        raise CorpusError(f'{at}: field "{name}" is an integer outside the 64-bit range; use a string id instead')
 
 
 def _field(path: list[str | int]) -> str:
@@ -137,7 +135,9 @@ def _plain_json(obj: dict[str, Any], at: str) -> Any:
     except RecursionError:
         raise CorpusError(f"{at}: nested too deeply (more than {MAX_DEPTH} levels allowed); flatten it") from None
     except (TypeError, ValueError) as exc:
-        raise CorpusError(f"{at}: cannot be stored as JSON ({exc}); use str, int, float, bool, None, list or dict") from None
+        raise CorpusError(
+            f"{at}: cannot be stored as JSON ({exc}); use str, int, float, bool, None, list or dict"
+        ) from None
     try:
         return json.loads(text)
     except (RecursionError, ValueError) as exc:
@@ -150,9 +150,7 @@ def _check_json_values(obj: dict[str, Any], at: str) -> None:
     while stack:
         value, path = stack.pop()
         if len(path) > MAX_DEPTH:
-            raise CorpusError(
-                f"{at}: {_field(path[:1])} is nested more than {MAX_DEPTH} levels deep; flatten it"
-            )
+            raise CorpusError(f"{at}: {_field(path[:1])} is nested more than {MAX_DEPTH} levels deep; flatten it")
         if isinstance(value, str):
             bad = _SURROGATE.search(value)
             if bad:

@@ -115,9 +115,7 @@ def _check_groups(model: Any, groups: Any) -> list[QuestionGroup]:
     if not isinstance(model, Model):
         raise QueryError(f"model must be a loaded Model (Model.load(path)), got {type(model).__name__}")
     if isinstance(groups, str | bytes | QuestionGroup) or not isinstance(groups, Iterable):
-        raise QueryError(
-            f"groups must be a list of QuestionGroup (from read_labelled), got {type(groups).__name__}"
-        )
+        raise QueryError(f"groups must be a list of QuestionGroup (from read_labelled), got {type(groups).__name__}")
     out = list(groups)
     for i, group in enumerate(out):
         if not isinstance(group, QuestionGroup):

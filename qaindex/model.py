@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from . import hyperbolic
-from .devices import create_session
 from .arguments import finite_vectors, optional_callable, positive_int, text_list
+from .devices import create_session
 from .errors import ModelFormatError, QueryError
 from .storage import (
     file_entry,

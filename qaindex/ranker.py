@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .arguments import MAX_INT64, finite_vectors, id_list, optional_callable, path_or_records, positive_int, text_list
+from .arguments import MAX_INT64, finite_vectors, id_list, path_or_records, positive_int, text_list
 from .corpus import Record, read_corpus, records_from_dicts
 from .errors import IndexFormatError, ModelFormatError, QAIndexError, QueryError
 from .model import Model
@@ -272,7 +272,7 @@ class Ranker:
         if is_path:
             records = read_corpus(corpus)  # type: ignore[arg-type]
         else:
-            records = records_from_dicts(corpus)
+            records = records_from_dicts(corpus)  # type: ignore[arg-type]
         vectors = _encode_answers(loaded, [r.answer for r in records], batch_size, progress)
         kind = choose_kind(index_kind, len(records))
         coarse = CoarseIndex(loaded.geometry, loaded.dimension, kind, hnsw, device=device)
@@ -523,9 +523,7 @@ class Ranker:
         k = min(_check_k(k), len(self))
         _check_flag(use_coarse, "use_coarse")
         q = self._check_queries(queries)
-        parts = [
-            self._search_chunk(q[s : s + _QUERY_CHUNK], k, use_coarse) for s in range(0, len(q), _QUERY_CHUNK)
-        ]
+        parts = [self._search_chunk(q[s : s + _QUERY_CHUNK], k, use_coarse) for s in range(0, len(q), _QUERY_CHUNK)]
         if not parts:
             return (
                 np.zeros((0, k), np.float32),
@@ -535,9 +533,7 @@ class Ranker:
         return tuple(np.concatenate(p) for p in zip(*parts, strict=True))  # type: ignore[return-value]
 
     def _check_queries(self, queries: Any) -> np.ndarray:
-        return finite_vectors(
-            queries, "queries", shape=(None, self.dimension), ball=self.model.geometry == "poincare"
-        )
+        return finite_vectors(queries, "queries", shape=(None, self.dimension), ball=self.model.geometry == "poincare")
 
     def candidates(self, queries: np.ndarray, m: int, *, use_coarse: bool = False) -> np.ndarray:
         """Rows recalled by the coarse stage (all rows when ``m >= len(self)``, unless
@@ -699,7 +695,7 @@ class Ranker:
         if is_path:
             new = read_corpus(records, existing_ids=existing)  # type: ignore[arg-type]
         else:
-            new = records_from_dicts(records, existing_ids=existing)
+            new = records_from_dicts(records, existing_ids=existing)  # type: ignore[arg-type]
         vectors = _encode_answers(self.model, [r.answer for r in new], batch_size, False)
         self._records = self._records.append(new)
         self._vectors = np.concatenate([np.asarray(self._vectors), vectors])

@@ -34,7 +34,9 @@ class FallbackSession:
 
 @pytest.fixture()
 def gpu_build_without_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(
+        onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    )
     monkeypatch.setattr(onnxruntime, "InferenceSession", FallbackSession)
 
 
@@ -58,7 +60,9 @@ def test_cuda_demanded_without_cuda_provider(faq_model: Path) -> None:
         pytest.skip("this onnxruntime has a CUDA provider")
     with pytest.raises(DeviceError) as info:
         Model.load(faq_model, device="cuda")
-    assert str(info.value).startswith("device 'cuda' was requested but onnxruntime has no CUDAExecutionProvider (available providers: ")
+    assert str(info.value).startswith(
+        "device 'cuda' was requested but onnxruntime has no CUDAExecutionProvider (available providers: "
+    )
     assert str(info.value).endswith("install onnxruntime-gpu (`pip install 'qaindex[gpu]'`) or use --device cpu")
 
 
@@ -80,7 +84,9 @@ def test_unknown_device() -> None:
         devices.check_device("tpu")
 
 
-def test_auto_uses_the_gpu_when_it_works(monkeypatch: pytest.MonkeyPatch, faq_model: Path, faq_file: Path, tmp_path: Path) -> None:
+def test_auto_uses_the_gpu_when_it_works(
+    monkeypatch: pytest.MonkeyPatch, faq_model: Path, faq_file: Path, tmp_path: Path
+) -> None:
     from click.testing import CliRunner
     from fake_gpu import simulate_gpu
 

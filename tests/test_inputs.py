@@ -40,8 +40,14 @@ def two_dir(two: Ranker, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _api_cases(faq_model: Path) -> dict[str, tuple[Callable[[Ranker], Any], str]]:
     return {
-        "remove a str": (lambda r: r.remove("12"), "ids must be a list of ids, got a single str '12'; wrap it in a list, e.g. ['12']"),
-        "remove an int": (lambda r: r.remove(5), "ids must be a list of ids, got a single int 5; wrap it in a list, e.g. [5]"),
+        "remove a str": (
+            lambda r: r.remove("12"),
+            "ids must be a list of ids, got a single str '12'; wrap it in a list, e.g. ['12']",
+        ),
+        "remove an int": (
+            lambda r: r.remove(5),
+            "ids must be a list of ids, got a single int 5; wrap it in a list, e.g. [5]",
+        ),
         "remove a float id": (lambda r: r.remove([1.0]), "ids[0] must be a str or int id, got float 1.0"),
         "remove a bool id": (lambda r: r.remove([True]), "ids[0] must be a str or int id, got bool True"),
         "search_batch an int": (lambda r: r.search_batch(5), "questions must be a list of questions, got int"),
@@ -113,19 +119,28 @@ def _api_cases(faq_model: Path) -> dict[str, tuple[Callable[[Ranker], Any], str]
             lambda r: r.configure(overfetch=10**30),
             "overfetch must be at most 1,048,576, got 1000000000000000000000000000000",
         ),
-        "configure ef_search str": (lambda r: r.configure(ef_search="9"), "ef_search must be a positive integer, got '9'"),
+        "configure ef_search str": (
+            lambda r: r.configure(ef_search="9"),
+            "ef_search must be a positive integer, got '9'",
+        ),
         "get a float": (lambda r: r.get(1.5), "id must be a str or int, got float 1.5"),
         "add a dict": (
             lambda r: r.add({"answer": "x"}),
             "records must be a corpus file path or a list of records (dicts with an 'answer'), got dict",
         ),
-        "add batch_size": (lambda r: r.add([{"answer": "x"}], batch_size=-2), "batch_size must be a positive integer, got -2"),
+        "add batch_size": (
+            lambda r: r.add([{"answer": "x"}], batch_size=-2),
+            "batch_size must be a positive integer, got -2",
+        ),
         "encode a str": (
             lambda r: r.model.encode("abc", role="question"),
             "texts must be a list of texts, got a single str; wrap it in a list",
         ),
         "encode a role": (lambda r: r.model.encode(["abc"], role="x"), "role must be one of question, answer; got 'x'"),
-        "encode None item": (lambda r: r.model.encode(["a", None], role="answer"), "texts[1] must be a text (str), got NoneType None"),
+        "encode None item": (
+            lambda r: r.model.encode(["a", None], role="answer"),
+            "texts[1] must be a text (str), got NoneType None",
+        ),
         "encode progress": (
             lambda r: r.model.encode(["a"], role="answer", progress=3),
             "progress must be a function or None, got int",
@@ -183,21 +198,48 @@ def test_remove_a_list_of_one_id_still_works(faq_model: Path) -> None:
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ('{"answer": "a \\ud800"}', 'field "answer" contains a lone surrogate \\ud800, which is not valid Unicode and cannot be stored as UTF-8; fix or remove that escape'),
-        ('{"answer": "a", "tags": ["x", "\\udfff"]}', 'field "tags[1]" contains a lone surrogate \\udfff, which is not valid Unicode and cannot be stored as UTF-8; fix or remove that escape'),
-        ('{"answer": "a", "m": {"\\ud83d": 1}}', 'key "\\ud83d" of field "m" contains a lone surrogate \\ud83d, which is not valid Unicode; fix or remove that escape'),
-        ('{"answer": "a", "score": NaN}', 'field "score" is NaN, which is not valid JSON; use null or a string instead'),
-        ('{"answer": "a", "m": {"x": [1, -Infinity]}}', 'field "m.x[1]" is -Infinity, which is not valid JSON; use null or a string instead'),
+        (
+            '{"answer": "a \\ud800"}',
+            'field "answer" contains a lone surrogate \\ud800, which is not valid Unicode and cannot be stored as UTF-8; fix or remove that escape',
+        ),
+        (
+            '{"answer": "a", "tags": ["x", "\\udfff"]}',
+            'field "tags[1]" contains a lone surrogate \\udfff, which is not valid Unicode and cannot be stored as UTF-8; fix or remove that escape',
+        ),
+        (
+            '{"answer": "a", "m": {"\\ud83d": 1}}',
+            'key "\\ud83d" of field "m" contains a lone surrogate \\ud83d, which is not valid Unicode; fix or remove that escape',
+        ),
+        (
+            '{"answer": "a", "score": NaN}',
+            'field "score" is NaN, which is not valid JSON; use null or a string instead',
+        ),
+        (
+            '{"answer": "a", "m": {"x": [1, -Infinity]}}',
+            'field "m.x[1]" is -Infinity, which is not valid JSON; use null or a string instead',
+        ),
         ('{"answer": "a", "x": 1e999}', 'field "x" is Infinity, which is not valid JSON; use null or a string instead'),
         ('{"answer": "a", "id": true}', 'field "id" must be a string or an integer, got true'),
         ('{"answer": "a", "id": 1.5}', 'field "id" must be a string or an integer, got 1.5'),
         ('{"answer": "a", "id": ""}', 'field "id" is empty; give a non-empty id or leave it out'),
-        ('{"answer": "a", "id": 9223372036854775808}', 'field "id" is an integer outside the 64-bit range; use a string id instead'),
+        (
+            '{"answer": "a", "id": 9223372036854775808}',
+            'field "id" is an integer outside the 64-bit range; use a string id instead',
+        ),
         ('{"answer": "a", "aid": 1.0}', 'field "aid" must be a string or an integer, got 1.0'),
         ('{"answer": "a", "aid": "x", "label": true}', 'field "label" must be 0 or 1, got true'),
-        ('{"answer": "a", "m": ' + "[" * 70 + "]" * 70 + "}", 'field "m" is nested more than 64 levels deep; flatten it'),
-        ('{"answer": ' + "[" * 100000 + "]" * 100000 + "}", "nested too deeply to read (more than 64 levels allowed); flatten it"),
-        ('{"answer": "a", "n": ' + "9" * 5000 + "}", "not valid JSON (Exceeds the limit (4300 digits) for integer string conversion: value has 5000 digits; use sys.set_int_max_str_digits() to increase the limit); store huge numbers as strings"),
+        (
+            '{"answer": "a", "m": ' + "[" * 70 + "]" * 70 + "}",
+            'field "m" is nested more than 64 levels deep; flatten it',
+        ),
+        (
+            '{"answer": ' + "[" * 100000 + "]" * 100000 + "}",
+            "nested too deeply to read (more than 64 levels allowed); flatten it",
+        ),
+        (
+            '{"answer": "a", "n": ' + "9" * 5000 + "}",
+            "not valid JSON (Exceeds the limit (4300 digits) for integer string conversion: value has 5000 digits; use sys.set_int_max_str_digits() to increase the limit); store huge numbers as strings",
+        ),
     ],
 )
 def test_corpus_lines_refused_with_line_and_field(tmp_path: Path, line: str, message: str) -> None:
@@ -219,10 +261,22 @@ def test_in_memory_records_must_be_json(tmp_path: Path, faq_model: Path) -> None
     cyclic: dict[str, Any] = {"answer": "a"}
     cyclic["self"] = [cyclic]
     cases = [
-        ({"answer": "a", "x": float("nan")}, 'records[1]: field "x" is NaN, which is not valid JSON; use null or a string instead'),
-        ({"answer": "a", "x": {1, 2}}, "records[1]: cannot be stored as JSON (Object of type set is not JSON serializable); use str, int, float, bool, None, list or dict"),
-        (cyclic, "records[1]: cannot be stored as JSON (Circular reference detected); use str, int, float, bool, None, list or dict"),
-        ({"answer": "a", "id": 2**64}, 'records[1]: field "id" is an integer outside the 64-bit range; use a string id instead'),
+        (
+            {"answer": "a", "x": float("nan")},
+            'records[1]: field "x" is NaN, which is not valid JSON; use null or a string instead',
+        ),
+        (
+            {"answer": "a", "x": {1, 2}},
+            "records[1]: cannot be stored as JSON (Object of type set is not JSON serializable); use str, int, float, bool, None, list or dict",
+        ),
+        (
+            cyclic,
+            "records[1]: cannot be stored as JSON (Circular reference detected); use str, int, float, bool, None, list or dict",
+        ),
+        (
+            {"answer": "a", "id": 2**64},
+            'records[1]: field "id" is an integer outside the 64-bit range; use a string id instead',
+        ),
     ]
     for record, message in cases:
         with pytest.raises(QAIndexError) as info:
@@ -259,7 +313,10 @@ def test_cli_huge_k(two_dir: Path) -> None:
 def test_cli_bad_index_paths(two_dir: Path, faq_model: Path, faq_file: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     res = runner.invoke(qaindex.cli.main, ["search", "reset", "--index", "/proc/foo"])
-    assert _one_clean_line(res) == "Error: /proc/foo: no index here; build one with `qaindex build CORPUS.jsonl --index /proc/foo`"
+    assert (
+        _one_clean_line(res)
+        == "Error: /proc/foo: no index here; build one with `qaindex build CORPUS.jsonl --index /proc/foo`"
+    )
     build = ["build", str(faq_file), "--model", str(faq_model), "--device", "cpu", "--index"]
     res = runner.invoke(qaindex.cli.main, [*build, "/proc/foo"])
     assert _one_clean_line(res) == "Error: /proc/foo: No such file or directory; check the path and its permissions"
@@ -274,12 +331,24 @@ def test_cli_bad_index_paths(two_dir: Path, faq_model: Path, faq_file: Path, tmp
 @pytest.mark.parametrize(
     ("exc", "message"),
     [
-        (PermissionError(13, "Permission denied", "/srv/ix/manifest.json"), "/srv/ix/manifest.json: Permission denied; check the path and its permissions"),
-        (OSError(28, "No space left on device", "/srv/ix"), "/srv/ix: no space left on the device; free some space and retry"),
+        (
+            PermissionError(13, "Permission denied", "/srv/ix/manifest.json"),
+            "/srv/ix/manifest.json: Permission denied; check the path and its permissions",
+        ),
+        (
+            OSError(28, "No space left on device", "/srv/ix"),
+            "/srv/ix: no space left on the device; free some space and retry",
+        ),
         (MemoryError(), "out of memory; use a smaller -k, --batch-size or corpus"),
-        (UnicodeEncodeError("ascii", "é", 0, 1, "ordinal not in range(128)"), "text cannot be encoded or decoded ('ascii' codec can't encode character '\\xe9' in position 0: ordinal not in range(128)); use UTF-8 (e.g. set PYTHONIOENCODING=utf-8)"),
+        (
+            UnicodeEncodeError("ascii", "é", 0, 1, "ordinal not in range(128)"),
+            "text cannot be encoded or decoded ('ascii' codec can't encode character '\\xe9' in position 0: ordinal not in range(128)); use UTF-8 (e.g. set PYTHONIOENCODING=utf-8)",
+        ),
         (RecursionError(), "input nested too deeply; flatten it"),
-        (RuntimeError("boom\nsecond line"), "unexpected internal error (RuntimeError: boom second line); please report this bug"),
+        (
+            RuntimeError("boom\nsecond line"),
+            "unexpected internal error (RuntimeError: boom second line); please report this bug",
+        ),
     ],
 )
 def test_cli_last_resort_is_one_line(
@@ -298,11 +367,17 @@ def test_cli_corpus_errors_are_one_line(faq_model: Path, tmp_path: Path) -> None
     runner = CliRunner()
     deep = tmp_path / "deep.jsonl"
     deep.write_text('{"answer": ' + "[" * 100000 + "]" * 100000 + "}\n", encoding="utf-8")
-    res = runner.invoke(qaindex.cli.main, ["build", str(deep), "--model", str(faq_model), "--index", str(tmp_path / "i")])
-    assert _one_clean_line(res) == f"Error: {deep}:1: nested too deeply to read (more than 64 levels allowed); flatten it"
+    res = runner.invoke(
+        qaindex.cli.main, ["build", str(deep), "--model", str(faq_model), "--index", str(tmp_path / "i")]
+    )
+    assert (
+        _one_clean_line(res) == f"Error: {deep}:1: nested too deeply to read (more than 64 levels allowed); flatten it"
+    )
     sur = tmp_path / "s.jsonl"
     sur.write_text('{"answer": "a \\ud800"}\n', encoding="utf-8")
-    res = runner.invoke(qaindex.cli.main, ["build", str(sur), "--model", str(faq_model), "--index", str(tmp_path / "i")])
+    res = runner.invoke(
+        qaindex.cli.main, ["build", str(sur), "--model", str(faq_model), "--index", str(tmp_path / "i")]
+    )
     assert _one_clean_line(res).startswith(f'Error: {sur}:1: field "answer" contains a lone surrogate \\ud800')
     assert not (tmp_path / "i").exists()
 
@@ -321,9 +396,13 @@ def test_cli_stdin_and_argv_encoding(two_dir: Path) -> None:
 
 def test_cli_json_output_is_strict(faq_model: Path, tmp_path: Path) -> None:
     corpus = tmp_path / "c.jsonl"
-    corpus.write_text('{"answer": "reset password", "m": {"x": null, "y": 1.5e300, "z": "é\\u2028"}}\n', encoding="utf-8")
+    corpus.write_text(
+        '{"answer": "reset password", "m": {"x": null, "y": 1.5e300, "z": "é\\u2028"}}\n', encoding="utf-8"
+    )
     runner = CliRunner()
-    res = runner.invoke(qaindex.cli.main, ["build", str(corpus), "--model", str(faq_model), "--index", str(tmp_path / "i")])
+    res = runner.invoke(
+        qaindex.cli.main, ["build", str(corpus), "--model", str(faq_model), "--index", str(tmp_path / "i")]
+    )
     assert res.exit_code == 0, res.output
 
     def refuse(name: str) -> Any:
@@ -354,7 +433,9 @@ def test_real_subprocess_never_prints_a_traceback(two_dir: Path, tmp_path: Path)
 
 # -- no pickle ----------------------------------------------------------------------------------
 
-_PICKLE = re.compile(r"\bimport pickle\b|\bfrom pickle\b|\bpickle\.(loads?|dumps?|Unpickler|Pickler)\b|\bcPickle\b|\bdill\b|torch\.load\(|allow_pickle=True|weights_only=False")
+_PICKLE = re.compile(
+    r"\bimport pickle\b|\bfrom pickle\b|\bpickle\.(loads?|dumps?|Unpickler|Pickler)\b|\bcPickle\b|\bdill\b|torch\.load\(|allow_pickle=True|weights_only=False"
+)
 
 
 def test_no_pickle_in_the_repository() -> None:

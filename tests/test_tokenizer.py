@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import doctest
 import importlib.util
 import json
-import copy
 import re
 import sys
 import unicodedata
