@@ -270,6 +270,7 @@ class Model:
         Parameters
         ----------
         texts : sequence of str
+            A list of texts (a single string is refused); lone surrogates are refused.
         role : {"question", "answer"}, keyword-only
             Selects the encoder and the maximum token count.
         batch_size : int, keyword-only
@@ -330,6 +331,8 @@ class Model:
         ----------
         query : array (n, dimension)
         candidates : array (n, m, dimension)
+            Integer or float numbers, all finite, inside the unit ball for Poincaré models
+            (anything else is a :class:`~qaindex.QueryError`).
 
         Returns
         -------

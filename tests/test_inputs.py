@@ -448,3 +448,14 @@ def test_no_pickle_in_the_repository() -> None:
             if _PICKLE.search(line):
                 found.append(f"{rel}:{number}: {line.strip()}")
     assert found == []
+
+
+def test_doctests_of_the_argument_checks() -> None:
+    import doctest
+
+    import qaindex.arguments
+    import qaindex.corpus
+
+    for module in (qaindex.arguments, qaindex.cli, qaindex.corpus):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.failed == 0 and result.attempted > 0, module.__name__
