@@ -6,7 +6,9 @@ Errors print one line on stderr, never a traceback.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 import sys
 import time
@@ -34,16 +36,55 @@ lock_timeout_option = click.option(
 
 
 class _Group(click.Group):
-    """Turns :class:`QAIndexError` into a one-line message and exit code 1."""
+    """Turns every error into a one-line message: exit 1 for errors, 2 for usage (click).
+
+    :class:`QAIndexError` is the expected case; ``OSError`` (with its file name),
+    ``MemoryError``, ``UnicodeError`` and, as a last resort, any other exception are turned
+    into one line too, so the CLI never prints a traceback. ``QAINDEX_DEBUG=1`` re-raises
+    unexpected exceptions for debugging.
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
         except QAIndexError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(_one_line(str(exc))) from None
         except KeyboardInterrupt:
             click.echo("interrupted; nothing already saved was changed", err=True)
             sys.exit(130)
+        except Exception as exc:
+            if os.environ.get("QAINDEX_DEBUG") and not isinstance(exc, OSError | MemoryError):
+                raise
+            raise click.ClickException(_one_line(describe_unexpected(exc))) from None
+
+
+def describe_unexpected(exc: BaseException) -> str:
+    """One line for an exception that is not a :class:`QAIndexError` (the CLI's last resort).
+
+    Example
+    -------
+    >>> describe_unexpected(PermissionError(13, "Permission denied", "/x/manifest.json"))
+    '/x/manifest.json: Permission denied; check the path and its permissions'
+    """
+    if isinstance(exc, OSError):
+        where = exc.filename if exc.filename is not None else "a file"
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        if exc.errno == errno.ENOSPC:
+            return f"{where}: no space left on the device; free some space and retry"
+        return f"{where}: {reason}; check the path and its permissions"
+    if isinstance(exc, MemoryError):
+        return "out of memory; use a smaller -k, --batch-size or corpus"
+    if isinstance(exc, UnicodeError):
+        return f"text cannot be encoded or decoded ({exc}); use UTF-8 (e.g. set PYTHONIOENCODING=utf-8)"
+    if isinstance(exc, RecursionError):
+        return "input nested too deeply; flatten it"
+    return f"unexpected internal error ({type(exc).__name__}: {exc}); please report this bug"
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split()) if "\n" in message or "\r" in message else message
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -121,7 +162,14 @@ def build(
 def search(question: str, index: Path, k: int, as_json: bool, device: str) -> None:
     """Show the best answers for QUESTION ('-' reads one question per line from stdin)."""
     if question == "-":
-        questions = [line.rstrip("\r\n") for line in sys.stdin if line.strip()]
+        raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise click.ClickException(
+                f"stdin: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}); send UTF-8 text"
+            ) from None
+        questions = [line.rstrip("\r") for line in text.split("\n") if line.strip()]
         if not questions:
             raise click.ClickException("no questions on stdin; give one question per line")
     else:

@@ -158,9 +158,9 @@ def _require_torch() -> None:
 @click.option("--name", default=None, help="Model name in the manifest (default: derived from the settings).")
 @click.option(
     "--checkpoint",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=click.Path(path_type=Path, file_okay=False),
     default=None,
-    help="Also save the best torch checkpoint (config, weights, vocabulary) to this file.",
+    help="Also save the best checkpoint to this directory (weights.safetensors + checkpoint.json; no pickle).",
 )
 @click.option("--quiet", is_flag=True, help="No per-epoch progress on stderr.")
 def train(

@@ -11,12 +11,27 @@ A corpus is a UTF-8 JSONL file, one JSON object per line:
 The answer-selection benchmark format (``qid, question, aid, answer, label``) is accepted
 too: ``aid`` is the id, an answer repeated for several questions is stored once, and the
 questions whose ``label`` is 1 are kept as its questions.
+
+What is refused (a :class:`~qaindex.CorpusError` naming the line and the field), so that
+everything stored can be written back as strict JSON and UTF-8:
+
+- ids that are booleans, floats, empty or blank strings, or integers outside the signed
+  64-bit range (other JSON readers lose precision beyond it);
+- ``NaN``, ``Infinity`` and ``-Infinity`` anywhere in a line (Python's ``json`` accepts
+  them, strict JSON does not): write ``null`` or a string instead;
+- lone UTF-16 surrogates (``"\ud800"`` escapes without their pair) in any string or key:
+  they cannot be encoded as UTF-8;
+- values nested more than 64 levels deep;
+- in-memory records (:func:`records_from_dicts`): anything but JSON types (dict with
+  string keys, list, str, int, finite float, bool, None).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +42,9 @@ from .errors import CorpusError
 __all__ = ["BENCHMARK_KEYS", "Record", "read_corpus", "records_from_dicts"]
 
 BENCHMARK_KEYS = frozenset({"qid", "question", "aid", "answer", "label"})
+MAX_DEPTH = 64
+_MAX_ID = (1 << 63) - 1
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _RESERVED = frozenset({"id", "answer", "question", "questions"})
 
 
@@ -80,6 +98,98 @@ def _id_key(value: str | int) -> str:
     return str(value)
 
 
+def _short(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=True, allow_nan=True)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_id_value(ident: Any, name: str, at: str) -> None:
+    if isinstance(ident, bool) or not isinstance(ident, str | int):
+        raise CorpusError(f'{at}: field "{name}" must be a string or an integer, got {_short(ident)}')
+    if isinstance(ident, str) and not ident.strip():
+        raise CorpusError(f'{at}: field "{name}" is empty; give a non-empty id or leave it out')
+    if isinstance(ident, int) and not -_MAX_ID - 1 <= ident <= _MAX_ID:
+        raise CorpusError(f'{at}: field "{name}" is an integer outside the 64-bit range; use a string id instead')
+
+
+def _field(path: list[str | int]) -> str:
+    if not path:
+        return "the line"
+    out = str(path[0])
+    for part in path[1:]:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return f'field "{out}"'
+
+
+def _nonfinite(value: float) -> str:
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def _plain_json(obj: dict[str, Any], at: str) -> Any:
+    """A fresh copy of an in-memory record as JSON would store it (no cycles, no shared parts)."""
+    try:
+        text = json.dumps(obj, ensure_ascii=False, allow_nan=True)
+    except RecursionError:
+        raise CorpusError(f"{at}: nested too deeply (more than {MAX_DEPTH} levels allowed); flatten it") from None
+    except (TypeError, ValueError) as exc:
+        raise CorpusError(
+            f"{at}: cannot be stored as JSON ({exc}); use str, int, float, bool, None, list or dict"
+        ) from None
+    try:
+        return json.loads(text)
+    except (RecursionError, ValueError) as exc:
+        raise CorpusError(f"{at}: cannot be stored as JSON ({type(exc).__name__}); flatten it") from None
+
+
+def _check_json_values(obj: dict[str, Any], at: str) -> None:
+    """Refuse what strict JSON or UTF-8 cannot hold, iteratively (no recursion)."""
+    stack: list[tuple[Any, list[str | int]]] = [(obj, [])]
+    while stack:
+        value, path = stack.pop()
+        if len(path) > MAX_DEPTH:
+            raise CorpusError(f"{at}: {_field(path[:1])} is nested more than {MAX_DEPTH} levels deep; flatten it")
+        if isinstance(value, str):
+            bad = _SURROGATE.search(value)
+            if bad:
+                raise CorpusError(
+                    f"{at}: {_field(path)} contains a lone surrogate \\u{ord(bad.group()):04x}, which is not "
+                    "valid Unicode and cannot be stored as UTF-8; fix or remove that escape"
+                )
+        elif isinstance(value, bool) or value is None:
+            pass
+        elif isinstance(value, int):
+            if value.bit_length() > 1024:
+                raise CorpusError(f"{at}: {_field(path)} is an integer with more than 300 digits; store it as a string")
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise CorpusError(
+                    f"{at}: {_field(path)} is {_nonfinite(value)}, which is not valid JSON; "
+                    "use null or a string instead"
+                )
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise CorpusError(f"{at}: {_field(path)} has a key {_short(key)} that is not a string")
+                bad = _SURROGATE.search(key)
+                if bad:
+                    raise CorpusError(
+                        f"{at}: key {_short(key)} of {_field(path)} contains a lone surrogate "
+                        f"\\u{ord(bad.group()):04x}, which is not valid Unicode; fix or remove that escape"
+                    )
+                stack.append((item, [*path, key]))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                stack.append((item, [*path, i]))
+        else:
+            raise CorpusError(
+                f"{at}: {_field(path)} is a {type(value).__name__}, which JSON cannot hold; "
+                "use str, int, float, bool, None, list or dict"
+            )
+
+
 class _Collector:
     """Validates objects one by one, merging benchmark rows that share an ``aid``."""
 
@@ -100,6 +210,7 @@ class _Collector:
                 f"{at}: expected a JSON object, got {type(obj).__name__}; "
                 'write one object per line, e.g. {"answer": "..."}'
             )
+        _check_json_values(obj, at)
         if "aid" in obj and "id" not in obj:
             self._add_benchmark_row(obj, at)
             return
@@ -123,10 +234,7 @@ class _Collector:
         return answer
 
     def _check_id(self, ident: Any, at: str) -> None:
-        if isinstance(ident, bool) or not isinstance(ident, str | int):
-            raise CorpusError(f'{at}: field "id" must be a string or an integer, got {json.dumps(ident)}')
-        if isinstance(ident, str) and not ident.strip():
-            raise CorpusError(f'{at}: field "id" is empty; give a non-empty id or leave it out')
+        _check_id_value(ident, "id", at)
         key = _id_key(ident)
         if key in self._line_of:
             raise CorpusError(
@@ -161,10 +269,9 @@ class _Collector:
     def _add_benchmark_row(self, obj: Mapping[str, Any], at: str) -> None:
         answer = self._answer(obj, at)
         aid = obj["aid"]
-        if isinstance(aid, bool) or not isinstance(aid, str | int):
-            raise CorpusError(f'{at}: field "aid" must be a string or an integer, got {json.dumps(aid)}')
+        _check_id_value(aid, "aid", at)
         label = obj.get("label", 0)
-        if label not in (0, 1):
+        if isinstance(label, bool) or label not in (0, 1):
             raise CorpusError(f'{at}: field "label" must be 0 or 1, got {json.dumps(label)}')
         question = obj.get("question", "")
         if not isinstance(question, str):
@@ -220,15 +327,24 @@ def read_corpus(path: str | os.PathLike[str], *, existing_ids: Iterable[str | in
     >>> read_corpus(p)[0].id
     1
     """
+    if not isinstance(path, str | os.PathLike):
+        raise CorpusError(f"read_corpus takes a file path, got {type(path).__name__}")
     source = os.fspath(path)
+    if not isinstance(source, str):
+        raise CorpusError(f"read_corpus takes a file path as text, got {type(source).__name__}")
+    if isinstance(existing_ids, str | bytes) or not isinstance(existing_ids, Iterable):
+        raise CorpusError(f"existing_ids must be a list of ids, got {type(existing_ids).__name__}")
     try:
         raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise CorpusError(f"{source}: no such file") from None
     except IsADirectoryError:
         raise CorpusError(f"{source}: is a directory; give a JSONL corpus file") from None
-    except OSError as exc:
-        raise CorpusError(f"{source}: cannot be read ({exc.strerror})") from None
+    except (OSError, ValueError) as exc:  # ValueError: an embedded NUL byte in the path
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise CorpusError(f"{source}: cannot be read ({reason})") from None
+    except MemoryError:
+        raise CorpusError(f"{source}: too large to read into memory; split the corpus") from None
     collector = _Collector(source, existing_ids=existing_ids)
     for number, line_bytes in enumerate(raw.split(b"\n"), start=1):
         try:
@@ -249,6 +365,12 @@ def read_corpus(path: str | os.PathLike[str], *, existing_ids: Iterable[str | in
                 f"{source}:{number}: not valid JSON ({exc.msg} at column {exc.colno}); "
                 "each line must be one JSON object"
             ) from None
+        except RecursionError:
+            raise CorpusError(
+                f"{source}:{number}: nested too deeply to read (more than {MAX_DEPTH} levels allowed); flatten it"
+            ) from None
+        except ValueError as exc:  # e.g. an integer literal beyond Python's digit limit
+            raise CorpusError(f"{source}:{number}: not valid JSON ({exc}); store huge numbers as strings") from None
         collector.add(obj, number, number)
     return collector.finish()
 
@@ -269,6 +391,10 @@ def records_from_dicts(
     >>> [r.id for r in records_from_dicts([{"answer": "a"}, {"id": "x", "answer": "b"}])]
     [1, 'x']
     """
+    if isinstance(items, str | bytes | bytearray | Mapping) or not isinstance(items, Iterable):
+        raise CorpusError(f"{source}: expected a list of records (dicts with an 'answer'), got {type(items).__name__}")
+    if isinstance(existing_ids, str | bytes) or not isinstance(existing_ids, Iterable):
+        raise CorpusError(f"existing_ids must be a list of ids, got {type(existing_ids).__name__}")
     collector = _Collector(source, existing_ids=existing_ids)
     for position, item in enumerate(items, start=1):
         obj: Any = item
@@ -276,6 +402,8 @@ def records_from_dicts(
             obj = {"id": item.id, "answer": item.answer, "questions": list(item.questions)}
             obj.update(item.metadata)
         collector.source = f"{source}[{position}]"
+        if isinstance(obj, dict):
+            obj = _plain_json(obj, collector.source)
         collector.add(obj, None, position)
     collector.source = source
     return collector.finish()

@@ -17,16 +17,17 @@ with its text, so an ``aid`` reused with a different text counts as a different 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from .arguments import positive_int, text_list
 from .corpus import Record
 from .datasets import QuestionGroup
-from .errors import CorpusError, ModelFormatError
+from .errors import CorpusError, ModelFormatError, QueryError
 from .metrics import evaluate_scores
 from .model import Model
 
@@ -107,9 +108,23 @@ def _encode_answers(model: Model, plan: _Plan, batch_size: int) -> npt.NDArray[n
 
 
 def _check_batch_size(batch_size: Any) -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    return batch_size
+    return positive_int(batch_size, "batch_size")
+
+
+def _check_groups(model: Any, groups: Any) -> list[QuestionGroup]:
+    if not isinstance(model, Model):
+        raise QueryError(f"model must be a loaded Model (Model.load(path)), got {type(model).__name__}")
+    if isinstance(groups, str | bytes | QuestionGroup) or not isinstance(groups, Iterable):
+        raise QueryError(f"groups must be a list of QuestionGroup (from read_labelled), got {type(groups).__name__}")
+    out = list(groups)
+    for i, group in enumerate(out):
+        if not isinstance(group, QuestionGroup):
+            raise QueryError(f"groups[{i}] must be a QuestionGroup (from read_labelled), got {type(group).__name__}")
+        text_list([group.question, *(c.answer for c in group.candidates)], f"groups[{i}] texts")
+        for c in group.candidates:
+            if isinstance(c.label, bool) or c.label not in (0, 1):
+                raise QueryError(f"groups[{i}]: candidate {c.aid!r} has label {c.label!r}; labels are 0 or 1")
+    return out
 
 
 def evaluate_model(model: Model, groups: Sequence[QuestionGroup], *, batch_size: int = 256) -> dict[str, Any]:
@@ -145,7 +160,7 @@ def evaluate_model(model: Model, groups: Sequence[QuestionGroup], *, batch_size:
     0.712
     """
     batch_size = _check_batch_size(batch_size)
-    plan = _plan(groups)
+    plan = _plan(_check_groups(model, groups))
     if not plan.groups:
         return _empty_result(plan)
     qv = _encode_questions(model, plan, batch_size)
@@ -236,7 +251,7 @@ def evaluate_via_index(
     from .ranker import Ranker
 
     batch_size = _check_batch_size(batch_size)
-    plan = _plan(groups)
+    plan = _plan(_check_groups(model, groups))
     if not plan.groups:
         return _empty_result(plan)
     for aid, text in plan.keys:

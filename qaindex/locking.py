@@ -116,7 +116,9 @@ def index_lock(root: str | os.PathLike[str], *, timeout: float = DEFAULT_LOCK_TI
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise QAIndexError(f"{directory}: cannot create the index directory ({exc.strerror})") from None
+        raise QAIndexError(
+            f"{directory}: cannot create the index directory ({exc.strerror}); choose another --index path"
+        ) from None
     if fcntl is None:  # pragma: no cover - Windows: document, do not pretend
         yield
         return

@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 
 from . import hyperbolic
+from .arguments import finite_vectors, optional_callable, positive_int, text_list
 from .devices import create_session
-from .errors import ModelFormatError
+from .errors import ModelFormatError, QueryError
 from .model_format import (
     GEOMETRIES,
     MODEL_FORMAT,
@@ -210,6 +211,7 @@ class Model:
         Parameters
         ----------
         texts : sequence of str
+            A list of texts (a single string is refused); lone surrogates are refused.
         role : {"question", "answer"}, keyword-only
             Selects the encoder and the maximum token count.
         batch_size : int, keyword-only
@@ -222,8 +224,11 @@ class Model:
         numpy.ndarray (len(texts), dimension), float32
             Ball points (norm at most ``max_norm``) for the Poincaré geometry.
         """
-        if role not in ROLES:
-            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        if not isinstance(role, str) or role not in ROLES:
+            raise QueryError(f"role must be one of {', '.join(ROLES)}; got {role!r}")
+        texts = text_list(texts, "texts")
+        batch_size = positive_int(batch_size, "batch_size")
+        optional_callable(progress, "progress")
         session = self._graphs.encoders[role]
         names = self._graphs.encoder_inputs[role]
         limit = self.max_tokens[role]
@@ -267,6 +272,8 @@ class Model:
         ----------
         query : array (n, dimension)
         candidates : array (n, m, dimension)
+            Integer or float numbers, all finite, inside the unit ball for Poincaré models
+            (anything else is a :class:`~qaindex.QueryError`).
 
         Returns
         -------
@@ -274,8 +281,13 @@ class Model:
             ``score`` is higher-is-better; ``distance`` is the geometry's distance
             (Poincaré distance, or 1 - cosine).
         """
-        q = np.ascontiguousarray(query, dtype=np.float32)
-        c = np.ascontiguousarray(candidates, dtype=np.float32)
+        ball = self.geometry == "poincare"
+        q = finite_vectors(query, "query", shape=(None, self.dimension), ball=ball)
+        c = finite_vectors(candidates, "candidates", shape=(len(q), None, self.dimension), ball=ball)
+        return self.score_checked(q, c)
+
+    def score_checked(self, q: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`score` for arrays already checked (float32, C-contiguous, finite, right shapes)."""
         if c.shape[1] == 0:
             empty = np.zeros((q.shape[0], 0), dtype=np.float32)
             return empty, empty.copy()

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .arguments import MAX_INT64, finite_vectors, id_list, path_or_records, positive_int, text_list
 from .corpus import Record, read_corpus, records_from_dicts
 from .errors import IndexChangedError, IndexFormatError, ModelFormatError, QAIndexError, QueryError
 from .index_format import (
@@ -44,6 +45,7 @@ __all__ = ["DEFAULT_OVERFETCH", "INDEX_FORMAT", "INDEX_FORMAT_VERSION", "Hit", "
 
 DEFAULT_OVERFETCH = 10
 _QUERY_CHUNK = 256
+_MAX_SETTING = 1 << 20  # bound of overfetch, ef_search and HNSW parameters (FAISS takes C ints)
 
 
 @dataclass(frozen=True)
@@ -82,23 +84,45 @@ class Hit:
 
 
 def _check_k(k: Any) -> int:
-    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
-        raise QueryError(f"k must be a positive integer, got {k!r}")
-    return int(k)
+    # any size is accepted: searches bound it by the index size before allocating anything
+    return positive_int(k, "k")
 
 
-def _check_questions(questions: Sequence[str]) -> list[str]:
+def _check_questions(questions: Any) -> list[str]:
     if isinstance(questions, str):
         raise QueryError("search_batch takes a list of questions; use search() for one question")
-    out = []
-    for i, q in enumerate(questions):
-        if not isinstance(q, str):
-            raise QueryError(f"question {i + 1} is {type(q).__name__}, not text")
+    out = text_list(questions, "questions", what="question")
+    for i, q in enumerate(out):
         if not q.strip():
-            where = "the question" if len(questions) == 1 else f"question {i + 1}"
+            where = "the question" if len(out) == 1 else f"question {i + 1}"
             raise QueryError(f"{where} is empty; ask a question with at least one word")
-        out.append(q)
     return out
+
+
+def _check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise QueryError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
+def _check_hnsw(hnsw: Any) -> dict[str, int] | None:
+    if hnsw is None:
+        return None
+    if not isinstance(hnsw, Mapping):
+        raise QueryError(f"hnsw must be a mapping of M, ef_construction, ef_search; got {type(hnsw).__name__}")
+    limits = {"M": 256, "ef_construction": 1 << 16, "ef_search": _MAX_SETTING}
+    out = {}
+    for key, value in hnsw.items():
+        if key not in limits:
+            raise QueryError(f"unknown HNSW parameter {key!r}; use {', '.join(limits)}")
+        out[key] = positive_int(value, f"hnsw[{key!r}]", maximum=limits[key])
+    return out
+
+
+def _check_flag(value: Any, name: str) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise QueryError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
 
 
 class Ranker:
@@ -180,13 +204,20 @@ class Ranker:
         -------
         Ranker
         """
-        if isinstance(overfetch, bool) or not isinstance(overfetch, int) or overfetch < 1:
-            raise QAIndexError(f"overfetch must be a positive integer, got {overfetch!r}")
+        overfetch = positive_int(overfetch, "overfetch", maximum=_MAX_SETTING)
+        batch_size = positive_int(batch_size, "batch_size")
+        _check_flag(progress, "progress")
+        _check_choice(device, "device", ("auto", "cpu", "cuda"))
+        _check_choice(index_kind, "index_kind", ("auto", "flat", "hnsw"))
+        hnsw = _check_hnsw(hnsw)
+        if model is not None and not isinstance(model, str | os.PathLike | Model):
+            raise QueryError(f"model must be a model directory, a Model or None, got {type(model).__name__}")
+        is_path = path_or_records(corpus, "corpus")
         loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=None)
-        if isinstance(corpus, str | os.PathLike):
-            records = read_corpus(corpus)
+        if is_path:
+            records = read_corpus(corpus)  # type: ignore[arg-type]
         else:
-            records = records_from_dicts(corpus)
+            records = records_from_dicts(corpus)  # type: ignore[arg-type]
         vectors = _encode_answers(loaded, [r.answer for r in records], batch_size, progress)
         kind = choose_kind(index_kind, len(records))
         coarse = CoarseIndex(loaded.geometry, loaded.dimension, kind, hnsw, device=device)
@@ -341,6 +372,10 @@ class Ranker:
 
     def get(self, id: str | int) -> Record:
         """The stored record with this id (KeyError-like :class:`QueryError` if absent)."""
+        if isinstance(id, bool) or not isinstance(id, str | int | np.integer):
+            raise QueryError(f"id must be a str or int, got {type(id).__name__} {id!r}")
+        if isinstance(id, np.integer):
+            id = int(id)
         row = self._records.ids().get(str(id))
         if row is None:
             raise QueryError(f"no answer with id {json.dumps(id)} in the index")
@@ -363,9 +398,10 @@ class Ranker:
         >>> ranker.recall(10)["recall"]                          # doctest: +SKIP
         0.94
         """
-        for name, value in (("overfetch", overfetch), ("ef_search", ef_search)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise QAIndexError(f"{name} must be a positive integer, got {value!r}")
+        if overfetch is not None:
+            overfetch = positive_int(overfetch, "overfetch", maximum=_MAX_SETTING)
+        if ef_search is not None:
+            ef_search = positive_int(ef_search, "ef_search", maximum=_MAX_SETTING)
         if overfetch is not None:
             self.overfetch = overfetch
         if ef_search is not None and self._coarse.kind == "hnsw":
@@ -390,7 +426,8 @@ class Ranker:
         question : str
             Non-empty text.
         k : int
-            Number of hits (fewer if the index holds fewer answers).
+            Number of hits, any positive integer: the list is shorter when the index holds
+            fewer than ``k`` answers (``k`` is bounded by the index size before any work).
 
         Returns
         -------
@@ -406,7 +443,24 @@ class Ranker:
         return self.search_batch([question], k)[0]
 
     def search_batch(self, questions: Sequence[str], k: int = 10) -> list[list[Hit]]:
-        """:meth:`search` for many questions at once (one list of hits per question)."""
+        """:meth:`search` for many questions at once (one list of hits per question).
+
+        Parameters
+        ----------
+        questions : list of str
+            Non-empty texts (a single string is refused: use :meth:`search`).
+        k : int
+            Hits per question; each list has ``min(k, len(self))`` hits or fewer.
+
+        Returns
+        -------
+        list of list of Hit
+
+        Example
+        -------
+        >>> [len(h) for h in ranker.search_batch(["refund?", "reset password"], k=2)]  # doctest: +SKIP
+        [2, 2]
+        """
         qs = _check_questions(questions)
         k = _check_k(k)
         if not qs:
@@ -432,22 +486,31 @@ class Ranker:
         Parameters
         ----------
         queries : array (n, dimension)
-            Question vectors (from ``model.encode(..., role="question")``).
+            Question vectors (from ``model.encode(..., role="question")``): integer or float
+            numbers, all finite (inside the unit ball for Poincaré models).
         k : int
+            Any positive integer; the arrays have ``min(k, len(self))`` columns, so a huge
+            ``k`` costs no more than ``k = len(self)``.
         use_coarse : bool, keyword-only
             Go through FAISS even when ``k * overfetch`` covers every answer (by default
             such small searches rerank every answer exactly and skip FAISS).
 
         Returns
         -------
-        scores : numpy.ndarray (n, k), float32, ``-inf`` where missing
-        distances : numpy.ndarray (n, k), float32, ``inf`` where missing
-        rows : numpy.ndarray (n, k), int64, ``-1`` where missing
+        scores : numpy.ndarray (n, min(k, len(self))), float32, ``-inf`` where missing
+        distances : numpy.ndarray (n, min(k, len(self))), float32, ``inf`` where missing
+        rows : numpy.ndarray (n, min(k, len(self))), int64, ``-1`` where missing (an
+            approximate index may recall fewer candidates than asked)
+
+        Example
+        -------
+        >>> qv = ranker.model.encode(["refund?"], role="question")  # doctest: +SKIP
+        >>> ranker.search_vectors(qv, 10**12)[2].shape               # doctest: +SKIP
+        (1, 5)
         """
-        k = _check_k(k)
-        q = np.ascontiguousarray(queries, dtype=np.float32)
-        if q.ndim != 2 or q.shape[1] != self.dimension:
-            raise QueryError(f"queries must have shape (n, {self.dimension}), got {q.shape}")
+        k = min(_check_k(k), len(self))
+        _check_flag(use_coarse, "use_coarse")
+        q = self._check_queries(queries)
         parts = [self._search_chunk(q[s : s + _QUERY_CHUNK], k, use_coarse) for s in range(0, len(q), _QUERY_CHUNK)]
         if not parts:
             return (
@@ -457,9 +520,36 @@ class Ranker:
             )
         return tuple(np.concatenate(p) for p in zip(*parts, strict=True))  # type: ignore[return-value]
 
+    def _check_queries(self, queries: Any) -> np.ndarray:
+        return finite_vectors(queries, "queries", shape=(None, self.dimension), ball=self.model.geometry == "poincare")
+
     def candidates(self, queries: np.ndarray, m: int, *, use_coarse: bool = False) -> np.ndarray:
         """Rows recalled by the coarse stage (all rows when ``m >= len(self)``, unless
-        ``use_coarse``)."""
+        ``use_coarse``).
+
+        Parameters
+        ----------
+        queries : array (n, dimension)
+            Question vectors, as for :meth:`search_vectors`.
+        m : int
+            Candidates per question, any positive integer (bounded by the index size).
+        use_coarse : bool, keyword-only
+
+        Returns
+        -------
+        numpy.ndarray (n, min(m, len(self))), int64, ``-1`` where fewer were recalled
+
+        Example
+        -------
+        >>> ranker.candidates(ranker.model.encode(["refund?"], role="question"), 3).shape  # doctest: +SKIP
+        (1, 3)
+        """
+        m = min(positive_int(m, "m"), len(self))
+        _check_flag(use_coarse, "use_coarse")
+        queries = self._check_queries(queries)
+        return self._candidates(queries, m, use_coarse=use_coarse)
+
+    def _candidates(self, queries: np.ndarray, m: int, *, use_coarse: bool = False) -> np.ndarray:
         total = len(self)
         if m >= total and not use_coarse:
             return np.broadcast_to(np.arange(total, dtype=np.int64), (len(queries), total)).copy()
@@ -469,12 +559,12 @@ class Ranker:
     def _search_chunk(self, q: np.ndarray, k: int, use_coarse: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = len(q)
         m = min(len(self), k * self.overfetch)
-        rows = self.candidates(q, m, use_coarse=use_coarse)
+        rows = self._candidates(q, m, use_coarse=use_coarse)
         valid = rows >= 0
         all_valid = bool(valid.all())
         safe_rows = rows if all_valid else np.where(valid, rows, 0)
         gathered = np.asarray(self._vectors[safe_rows.ravel()], dtype=np.float32)
-        score, dist = self.model.score(q, gathered.reshape(n, rows.shape[1], self.dimension))
+        score, dist = self.model.score_checked(q, gathered.reshape(n, rows.shape[1], self.dimension))
         if not all_valid:
             score = np.where(valid, score, -np.inf)
             dist = np.where(valid, dist, np.inf)
@@ -483,6 +573,7 @@ class Ranker:
         order = np.lexsort((rows, dist, -score), axis=-1)[:, :k]
         pick = (np.arange(n)[:, None], order)
         w = order.shape[1]
+        # k <= len(self) here (search_vectors bounds it), so nothing below scales with a huge k
         top_s = np.full((n, k), -np.inf, dtype=np.float32)
         top_d = np.full((n, k), np.inf, dtype=np.float32)
         top_r = np.full((n, k), -1, dtype=np.int64)
@@ -505,6 +596,17 @@ class Ranker:
         stored answer. Questions default to a sample of the questions stored with the
         answers, or the answer texts themselves when none are stored.
 
+        Parameters
+        ----------
+        k : int
+            Positive; bounded by the index size.
+        questions : list of str, keyword-only, optional
+            Questions to measure with (default: a sample of the stored ones).
+        sample : int, keyword-only
+            How many stored questions to sample (positive).
+        seed : int, keyword-only
+            Seed of the sample (non-negative).
+
         Returns
         -------
         dict
@@ -516,6 +618,9 @@ class Ranker:
         1.0
         """
         k = _check_k(k)
+        sample = positive_int(sample, "sample")
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= seed <= MAX_INT64:
+            raise QueryError(f"seed must be a non-negative integer, got {seed!r}")
         source = "given"
         if questions is None:
             stored = [q for rec in self.records() for q in rec.questions]
@@ -527,11 +632,13 @@ class Ranker:
             pick = rng.choice(len(stored), size=min(sample, len(stored)), replace=False)
             questions = [stored[i] for i in sorted(pick)]
         qs = _check_questions(questions)
+        if not qs:
+            raise QueryError("no questions to measure recall with; give at least one question")
         qv = self.model.encode(qs, role="question")
         kk = min(k, len(self))
         _, truth = exact_search(qv, self._vectors, kk, geometry=self.model.geometry)
-        m = min(len(self), k * self.overfetch)
-        coarse_rows = self.candidates(qv, m)
+        m = min(len(self), kk * self.overfetch)
+        coarse_rows = self._candidates(qv, m)
         _, _, final_rows = self.search_vectors(qv, kk)
 
         def overlap(found: np.ndarray) -> float:
@@ -553,16 +660,30 @@ class Ranker:
     ) -> int:
         """Add answers (a corpus file or records); their ids must be new.
 
+        Parameters
+        ----------
+        records : path or iterable
+            A JSONL corpus file, or records (dicts in the corpus format, or :class:`Record`).
+        batch_size : int, keyword-only
+            Answers per encoder call (positive).
+
         Returns
         -------
         int
             The number of answers added.
+
+        Example
+        -------
+        >>> ranker.add([{"id": "new", "answer": "Open Settings, then Privacy."}])  # doctest: +SKIP
+        1
         """
+        batch_size = positive_int(batch_size, "batch_size")
+        is_path = path_or_records(records, "records")
         existing = list(self._records.ids())
-        if isinstance(records, str | os.PathLike):
-            new = read_corpus(records, existing_ids=existing)
+        if is_path:
+            new = read_corpus(records, existing_ids=existing)  # type: ignore[arg-type]
         else:
-            new = records_from_dicts(records, existing_ids=existing)
+            new = records_from_dicts(records, existing_ids=existing)  # type: ignore[arg-type]
         vectors = _encode_answers(self.model, [r.answer for r in new], batch_size, False)
         self._records = self._records.append(new)
         self._vectors = np.concatenate([np.asarray(self._vectors), vectors])
@@ -573,13 +694,24 @@ class Ranker:
     def remove(self, ids: Iterable[str | int]) -> int:
         """Remove answers by id; every id must exist.
 
+        Parameters
+        ----------
+        ids : list of str or int
+            The ids to remove (a single id must be wrapped in a list: a string is refused,
+            never iterated character by character).
+
         Returns
         -------
         int
             The number of answers removed.
+
+        Example
+        -------
+        >>> ranker.remove(["billing-refund-policy"])            # doctest: +SKIP
+        1
         """
+        wanted = id_list(ids, "ids")
         index = self._records.ids()
-        wanted = list(ids)
         missing = [i for i in wanted if str(i) not in index]
         if missing:
             shown = ", ".join(json.dumps(i) for i in missing[:5]) + (" …" if len(missing) > 5 else "")

@@ -19,7 +19,9 @@ def runner() -> CliRunner:
 
 
 def build(runner: CliRunner, faq_file: Path, faq_model: Path, index: Path, *extra: str) -> None:
-    result = runner.invoke(main, ["build", str(faq_file), "--model", str(faq_model), "--index", str(index), *extra])
+    # --device cpu: the line below names the devices, which --device auto picks per machine
+    args = ["build", str(faq_file), "--model", str(faq_model), "--index", str(index), "--device", "cpu", *extra]
+    result = runner.invoke(main, args)
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith(f"indexed 5 answers into {index}: dimension 6, flat index, model tiny-test-model, ")
     assert "onnxruntime on CPUExecutionProvider, faiss on cpu" in result.stdout

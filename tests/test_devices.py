@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,9 @@ class FallbackSession:
 
 @pytest.fixture()
 def gpu_build_without_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(
+        onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    )
     monkeypatch.setattr(onnxruntime, "InferenceSession", FallbackSession)
 
 
@@ -57,7 +60,9 @@ def test_cuda_demanded_without_cuda_provider(faq_model: Path) -> None:
         pytest.skip("this onnxruntime has a CUDA provider")
     with pytest.raises(DeviceError) as info:
         Model.load(faq_model, device="cuda")
-    assert str(info.value).startswith("device 'cuda' was requested but onnxruntime has no CUDAExecutionProvider (available providers: ")
+    assert str(info.value).startswith(
+        "device 'cuda' was requested but onnxruntime has no CUDAExecutionProvider (available providers: "
+    )
     assert str(info.value).endswith("install onnxruntime-gpu (`pip install 'qaindex[gpu]'`) or use --device cpu")
 
 
@@ -77,3 +82,27 @@ def test_faiss_gpu_only_when_faiss_sees_one(monkeypatch: pytest.MonkeyPatch) -> 
 def test_unknown_device() -> None:
     with pytest.raises(DeviceError, match=r"^unknown device 'tpu'; choose one of: auto, cpu, cuda$"):
         devices.check_device("tpu")
+
+
+def test_auto_uses_the_gpu_when_it_works(
+    monkeypatch: pytest.MonkeyPatch, faq_model: Path, faq_file: Path, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+    from fake_gpu import simulate_gpu
+
+    from qaindex.cli import main
+
+    simulate_gpu(lambda obj, name, value: monkeypatch.setattr(obj, name, value, raising=False))
+    index = str(tmp_path / "ix")
+    runner = CliRunner()
+    base = ["build", str(faq_file), "--model", str(faq_model), "--index", index]
+    auto = runner.invoke(main, base)
+    assert auto.exit_code == 0, auto.output
+    assert "onnxruntime on CUDAExecutionProvider, faiss on cuda" in auto.stdout
+    cpu = runner.invoke(main, [*base, "--device", "cpu"])
+    assert cpu.exit_code == 0, cpu.output
+    assert "onnxruntime on CPUExecutionProvider, faiss on cpu" in cpu.stdout
+    info = runner.invoke(main, ["info", "--index", index, "--json"])
+    assert json.loads(info.stdout)["devices"]["faiss"] == "cuda"
+    info = runner.invoke(main, ["info", "--index", index, "--json", "--device", "cpu"])
+    assert set(json.loads(info.stdout)["devices"]["onnxruntime"].values()) == {"CPUExecutionProvider"}

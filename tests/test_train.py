@@ -266,12 +266,44 @@ def test_minilm_embeddings() -> None:
 
 def test_checkpoint_roundtrip(planted: tuple[list, list], tmp_path: Path) -> None:
     result = train(TrainConfig(**SMALL, ball="radius", epochs=1), planted[0][:60], planted[1][:20], log=None)
-    path = save_checkpoint(result, tmp_path / "ckpt.pt")
+    path = save_checkpoint(result, tmp_path / "ckpt")
     loaded = load_checkpoint(path)
     assert loaded.config == result.config and loaded.tokenizer.vocab == result.tokenizer.vocab
     for key, value in result.model.state_dict().items():
         assert torch.equal(value, loaded.model.state_dict()[key]), key
     assert evaluate_data(loaded, planted[1][:20])["map"] == pytest.approx(result.dev["map"])
+
+
+def test_checkpoint_is_safetensors_and_json_and_validated(planted: tuple[list, list], tmp_path: Path) -> None:
+    from qaindex.errors import QAIndexError
+
+    result = train(TrainConfig(**SMALL, ball="radius", epochs=1), planted[0][:40], planted[1][:10], log=None)
+    path = save_checkpoint(result, tmp_path / "ckpt")
+    assert save_checkpoint(result, path) == path  # overwriting a checkpoint works, nothing left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    meta = json.loads((path / "checkpoint.json").read_text())
+    assert meta["format"] == "qaindex-train-checkpoint" and meta["version"] == 2
+    assert (path / "weights.safetensors").read_bytes()[8:9] == b"{"  # safetensors: u64 header size, JSON header
+    hint = "save the checkpoint again with `qaindex train --checkpoint`"
+    with pytest.raises(QAIndexError, match=r"not a qaindex training checkpoint \(a directory with checkpoint.json"):
+        load_checkpoint(tmp_path / "nope")
+    weights = path / "weights.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(QAIndexError) as info:
+        load_checkpoint(path)
+    assert str(info.value) == f"{weights}: checksum does not match checkpoint.json (corrupted or replaced); {hint}"
+    save_checkpoint(result, path)
+    meta = json.loads((path / "checkpoint.json").read_text())
+    meta["vocab"] = "x"
+    (path / "checkpoint.json").write_text(json.dumps(meta))
+    with pytest.raises(QAIndexError) as info:
+        load_checkpoint(path)
+    assert str(info.value) == f'{path / "checkpoint.json"}: field "vocab" is missing or not a list; {hint}'
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(QAIndexError, match=r"exists and is not a qaindex checkpoint directory"):
+        save_checkpoint(result, tmp_path / "file")
 
 
 # -- CLI ------------------------------------------------------------------------------------------------------
@@ -283,7 +315,7 @@ def test_cli_train_writes_model(tmp_path: Path) -> None:
     out = tmp_path / "model"
     args = [str(train_file), "--dev", str(dev_file), "--out", str(out), "--embeddings", "none", "--epochs", "3"]
     args += ["--dim", "16", "--batch-size", "32", "--negatives", "4", "--ball", "radius", "--device", "cpu"]
-    res = CliRunner().invoke(train_command, [*args, "--checkpoint", str(tmp_path / "best.pt")])
+    res = CliRunner().invoke(train_command, [*args, "--checkpoint", str(tmp_path / "best.ckpt")])
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     assert summary["model"] == str(out) and summary["geometry"]["ball_map"] == "radius"
@@ -291,7 +323,9 @@ def test_cli_train_writes_model(tmp_path: Path) -> None:
     assert manifest["training"]["config"]["epochs"] == 3
     assert manifest["training"]["data"]["train"]["sha256"] == sha256_file(train_file)
     assert manifest["score"]["higher_is_better"] is True
-    assert "epoch 3/3" in res.stderr and (tmp_path / "best.pt").is_file()
+    assert "epoch 3/3" in res.stderr
+    assert sorted(p.name for p in (tmp_path / "best.ckpt").iterdir()) == ["checkpoint.json", "weights.safetensors"]
+    assert load_checkpoint(tmp_path / "best.ckpt").best_epoch == summary["best_epoch"]
 
 
 def test_cli_train_errors(tmp_path: Path) -> None:
