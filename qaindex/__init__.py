@@ -12,6 +12,8 @@ Example
 
 from __future__ import annotations
 
+import logging as _logging
+
 __version__ = "0.1.0"
 
 from .corpus import Record, read_corpus
@@ -46,3 +48,6 @@ __all__ = [
     "__version__",
     "read_corpus",
 ]
+
+# Library logging: silent unless the application configures the "qaindex" logger.
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())

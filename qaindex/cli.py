@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import shutil
 import sys
@@ -89,8 +90,18 @@ def _one_line(message: str) -> str:
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="qaindex")
-def main() -> None:
+@click.option("-v", "--verbose", is_flag=True, help="Log what qaindex does (loads, saves, timings) on stderr.")
+def main(verbose: bool) -> None:
     """Question→answer retrieval: build an index of answers, then search it with questions."""
+    logger = logging.getLogger("qaindex")
+    for old in [h for h in logger.handlers if getattr(h, "qaindex_cli", False)]:
+        logger.removeHandler(old)
+    if verbose:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("qaindex: %(message)s"))
+        handler.qaindex_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 @main.command()

@@ -8,18 +8,23 @@ format in :mod:`qaindex.model_format`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import logging
 import os
 import shutil
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
 from .arguments import MAX_INT64, finite_vectors, id_list, path_or_records, positive_int, text_list
+from .concurrency import ReadWriteLock
 from .corpus import Record, read_corpus, records_from_dicts
 from .errors import IndexChangedError, IndexFormatError, ModelFormatError, QAIndexError, QueryError
 from .index_format import (
@@ -44,6 +49,60 @@ from .vector_index import CoarseIndex, choose_kind, exact_search
 __all__ = ["DEFAULT_OVERFETCH", "INDEX_FORMAT", "INDEX_FORMAT_VERSION", "Hit", "Ranker"]
 
 DEFAULT_OVERFETCH = 10
+_log = logging.getLogger(__name__)
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+Where = Mapping[str, Any] | Callable[[Record], bool]
+
+
+def _reading(method: Callable[Concatenate[Ranker, _P], _T]) -> Callable[Concatenate[Ranker, _P], _T]:
+    """Run a query method under the Ranker's read lock (see :mod:`qaindex.concurrency`)."""
+
+    @functools.wraps(method)
+    def wrapper(self: Ranker, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        with self._lock.read():
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+def _writing(method: Callable[Concatenate[Ranker, _P], _T]) -> Callable[Concatenate[Ranker, _P], _T]:
+    """Run an update method under the Ranker's write lock: it waits for searches in flight."""
+
+    @functools.wraps(method)
+    def wrapper(self: Ranker, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        with self._lock.write():
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+def _matcher(where: Where | None) -> Callable[[Record], bool] | None:
+    """A record predicate from ``where``: a callable, or ``{field: value or list of values}``
+    matched against the record's metadata (``"id"`` matches the record's id)."""
+    if where is None or callable(where):
+        return where
+    if not isinstance(where, Mapping) or not all(isinstance(key, str) for key in where):
+        raise QueryError(
+            "where must be a mapping of metadata fields to values (or lists of values), or a function "
+            f"of a Record returning True or False; got {type(where).__name__}"
+        )
+    wanted: list[tuple[str, Any, bool]] = []
+    for key, value in where.items():
+        many = isinstance(value, list | tuple | set | frozenset)
+        wanted.append((key, list(value) if many else value, many))
+
+    def match(record: Record) -> bool:
+        for key, value, many in wanted:
+            got = record.id if key == "id" else record.metadata.get(key, _MISSING)
+            if got is _MISSING or not (got in value if many else got == value):
+                return False
+        return True
+
+    return match
+
+
+_MISSING = object()
 _QUERY_CHUNK = 256
 _MAX_SETTING = 1 << 20  # bound of overfetch, ef_search and HNSW parameters (FAISS takes C ints)
 
@@ -64,6 +123,9 @@ class Hit:
         Poincaré distance between question and answer (1 - cosine for cosine models).
     metadata : dict
         The answer's other corpus fields.
+    row : int
+        The answer's row in the index (as in :meth:`Ranker.search_vectors`), valid until the
+        next ``add`` or ``remove``; -1 for a Hit made by hand. Not part of equality or JSON.
     """
 
     id: str | int
@@ -71,6 +133,7 @@ class Hit:
     score: float
     distance: float
     metadata: dict[str, Any] = field(default_factory=dict)
+    row: int = field(default=-1, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """``{"id", "answer", "score", "distance", "metadata"}``."""
@@ -163,6 +226,8 @@ class Ranker:
         self.created = created or _now()
         # the snapshot each index path held when this Ranker last loaded or saved it
         self._seen: dict[str, str] = {}
+        self._lock = ReadWriteLock()
+        self._refresh_mutex = threading.Lock()
         if path is not None and snapshot is not None:
             self._seen[os.path.realpath(path)] = snapshot
 
@@ -218,7 +283,9 @@ class Ranker:
             records = read_corpus(corpus)  # type: ignore[arg-type]
         else:
             records = records_from_dicts(corpus)  # type: ignore[arg-type]
+        started = time.perf_counter()
         vectors = _encode_answers(loaded, [r.answer for r in records], batch_size, progress)
+        _log.info("encoded %d answers with %s in %.2f s", len(records), loaded.name, time.perf_counter() - started)
         kind = choose_kind(index_kind, len(records))
         coarse = CoarseIndex(loaded.geometry, loaded.dimension, kind, hnsw, device=device)
         coarse.add(vectors)
@@ -381,6 +448,7 @@ class Ranker:
             raise QueryError(f"no answer with id {json.dumps(id)} in the index")
         return self._records.get(row)
 
+    @_writing
     def configure(self, *, overfetch: int | None = None, ef_search: int | None = None) -> None:
         """Change the speed/recall trade-off of later searches (saved with the index).
 
@@ -418,7 +486,9 @@ class Ranker:
         for row in range(len(self)):
             yield self._records.get(row)
 
-    def search(self, question: str, k: int = 10) -> list[Hit]:
+    def search(
+        self, question: str, k: int = 10, *, where: Where | None = None, min_score: float | None = None
+    ) -> list[Hit]:
         """The ``k`` best answers for one question, best first.
 
         Parameters
@@ -428,6 +498,15 @@ class Ranker:
         k : int
             Number of hits, any positive integer: the list is shorter when the index holds
             fewer than ``k`` answers (``k`` is bounded by the index size before any work).
+        where : mapping or callable, keyword-only, optional
+            Only answers that match: ``{"category": "billing"}`` keeps answers whose metadata
+            field equals the value, ``{"category": ["billing", "account"]}`` any of the values
+            (``"id"`` matches the answer's id); every field must match. A function of a
+            :class:`~qaindex.Record` returning True or False works too. The search widens
+            until it has ``k`` matching answers or has ranked every answer, so a filter that
+            few answers pass costs up to a full exact search.
+        min_score : float, keyword-only, optional
+            Drop hits whose score is below this (scores are the model's, higher is better).
 
         Returns
         -------
@@ -435,14 +514,19 @@ class Ranker:
 
         Example
         -------
-        >>> ranker.search("can I get a refund?", k=1)[0].id    # doctest: +SKIP
+        >>> ranker.search("can I get a refund?", k=1)[0].id
         'billing-refund-policy'
+        >>> [h.metadata["category"] for h in ranker.search("refund", k=2, where={"category": "account"})]
+        ['account', 'account']
         """
         if not isinstance(question, str):
             raise QueryError(f"the question must be text, got {type(question).__name__}")
-        return self.search_batch([question], k)[0]
+        return self.search_batch([question], k, where=where, min_score=min_score)[0]
 
-    def search_batch(self, questions: Sequence[str], k: int = 10) -> list[list[Hit]]:
+    @_reading
+    def search_batch(
+        self, questions: Sequence[str], k: int = 10, *, where: Where | None = None, min_score: float | None = None
+    ) -> list[list[Hit]]:
         """:meth:`search` for many questions at once (one list of hits per question).
 
         Parameters
@@ -451,6 +535,8 @@ class Ranker:
             Non-empty texts (a single string is refused: use :meth:`search`).
         k : int
             Hits per question; each list has ``min(k, len(self))`` hits or fewer.
+        where, min_score : keyword-only, optional
+            As for :meth:`search`.
 
         Returns
         -------
@@ -458,26 +544,81 @@ class Ranker:
 
         Example
         -------
-        >>> [len(h) for h in ranker.search_batch(["refund?", "reset password"], k=2)]  # doctest: +SKIP
+        >>> [len(h) for h in ranker.search_batch(["refund?", "reset password"], k=2)]
         [2, 2]
         """
         qs = _check_questions(questions)
         k = _check_k(k)
+        match = _matcher(where)
+        if min_score is not None and (
+            isinstance(min_score, bool) or not isinstance(min_score, int | float) or not np.isfinite(min_score)
+        ):
+            raise QueryError(f"min_score must be a finite number or None, got {min_score!r}")
         if not qs:
             return []
         qv = self.model.encode(qs, role="question")
-        scores, distances, rows = self.search_vectors(qv, k)
-        out: list[list[Hit]] = []
-        for srow, drow, rrow in zip(scores, distances, rows, strict=True):
-            hits = []
-            for s, d, r in zip(srow, drow, rrow, strict=True):
-                if r < 0:
-                    break
-                rec = self._records.get(int(r))
-                hits.append(Hit(rec.id, rec.answer, float(s) + 0.0, float(d) + 0.0, dict(rec.metadata)))
-            out.append(hits)
+        k = min(k, len(self))
+        if match is None:
+            return [_cut(row, k, min_score) for row in self.hits(*self.search_vectors(qv, k))]
+        out: list[list[Hit]] = [[] for _ in qs]
+        pending = list(range(len(qs)))
+        width = min(len(self), 4 * k)
+        while pending:
+            rows_hits = self.hits(*self.search_vectors(qv[pending], width))
+            still = []
+            for i, hits in zip(pending, rows_hits, strict=True):
+                kept = _cut([h for h in hits if match(self._records.get(h.row))], k, min_score)
+                out[i] = kept
+                below = min_score is not None and bool(hits) and hits[-1].score < min_score
+                if len(kept) < k and width < len(self) and not below:
+                    still.append(i)
+            pending = still
+            width = min(len(self), width * 4)
         return out
 
+    @_reading
+    def hits(self, scores: Any, distances: Any, rows: Any) -> list[list[Hit]]:
+        """Hits from the arrays of :meth:`search_vectors` (rows ``-1`` are skipped).
+
+        Parameters
+        ----------
+        scores, distances : array (n, w)
+        rows : int array (n, w)
+            Row numbers of stored answers, ``-1`` where missing.
+
+        Returns
+        -------
+        list of list of Hit
+            One list per query, in the arrays' order.
+
+        Example
+        -------
+        >>> qv = ranker.model.encode(["refund?"], role="question")
+        >>> [h.id for h in ranker.hits(*ranker.search_vectors(qv, 2))[0]] == [
+        ...     h.id for h in ranker.search("refund?", k=2)]
+        True
+        """
+        s = np.asarray(scores)
+        d = np.asarray(distances)
+        r = np.asarray(rows)
+        if s.ndim != 2 or s.shape != d.shape or s.shape != r.shape:
+            raise QueryError(
+                f"scores, distances and rows must be 2-D arrays of one shape, got {s.shape}, {d.shape}, {r.shape}"
+            )
+        if r.size and (not np.issubdtype(r.dtype, np.integer) or r.max() >= len(self) or r.min() < -1):
+            raise QueryError(f"rows must be integers in [-1, {len(self) - 1}] (from search_vectors of this index)")
+        out: list[list[Hit]] = []
+        for srow, drow, rrow in zip(s, d, r, strict=True):
+            found = []
+            for score, dist, row in zip(srow.tolist(), drow.tolist(), rrow.tolist(), strict=True):
+                if row < 0:
+                    continue
+                rec = self._records.get(row)
+                found.append(Hit(rec.id, rec.answer, score + 0.0, dist + 0.0, dict(rec.metadata), row))
+            out.append(found)
+        return out
+
+    @_reading
     def search_vectors(
         self, queries: np.ndarray, k: int, *, use_coarse: bool = False
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -523,6 +664,7 @@ class Ranker:
     def _check_queries(self, queries: Any) -> np.ndarray:
         return finite_vectors(queries, "queries", shape=(None, self.dimension), ball=self.model.geometry == "poincare")
 
+    @_reading
     def candidates(self, queries: np.ndarray, m: int, *, use_coarse: bool = False) -> np.ndarray:
         """Rows recalled by the coarse stage (all rows when ``m >= len(self)``, unless
         ``use_coarse``).
@@ -582,6 +724,7 @@ class Ranker:
         top_r[:, :w] = np.where(np.isneginf(top_s[:, :w]), -1, rows[pick])
         return top_s, top_d, top_r
 
+    @_reading
     def recall(
         self,
         k: int = 10,
@@ -655,6 +798,7 @@ class Ranker:
         }
 
     # -- updates ---------------------------------------------------------------------------
+    @_writing
     def add(
         self, records: str | os.PathLike[str] | Iterable[Mapping[str, Any] | Record], *, batch_size: int = 256
     ) -> int:
@@ -689,8 +833,10 @@ class Ranker:
         self._vectors = np.concatenate([np.asarray(self._vectors), vectors])
         if not self._coarse_stale:
             self._coarse.add(vectors)
+        _log.info("added %d answers; %d in all", len(new), len(self))
         return len(new)
 
+    @_writing
     def remove(self, ids: Iterable[str | int]) -> int:
         """Remove answers by id; every id must exist.
 
@@ -723,18 +869,27 @@ class Ranker:
         self._records = self._records.keep(keep)
         self._vectors = np.ascontiguousarray(np.asarray(self._vectors)[keep])
         self._coarse_stale = True
+        _log.info("removed %d answers; %d left", len(drop), len(self))
         return len(drop)
 
     def _refresh_coarse(self) -> None:
-        if self._coarse_stale:
+        # Searches call this under the read lock, so two may race here: one rebuilds, the
+        # others wait for it; the flag drops only once the new index is in place.
+        if not self._coarse_stale:
+            return
+        with self._refresh_mutex:
+            if not self._coarse_stale:
+                return
             kind = choose_kind(self.kind_requested, len(self)) if self.kind_requested == "auto" else self._coarse.kind
-            self._coarse = CoarseIndex(
+            coarse = CoarseIndex(
                 self.model.geometry, self.dimension, kind, self._coarse.params or None, device=self._coarse.device
             )
-            self._coarse.add(np.asarray(self._vectors))
+            coarse.add(np.asarray(self._vectors))
+            self._coarse = coarse
             self._coarse_stale = False
 
     # -- persistence ---------------------------------------------------------------------
+    @_writing
     def save(
         self,
         path: str | os.PathLike[str],
@@ -868,6 +1023,7 @@ class Ranker:
         # the old snapshot (maybe the model's source) is gone: later saves copy the new one
         self.model.directory = root / snap_name / "model"
         self.path = root
+        _log.info("saved %d answers to %s (snapshot %s)", len(self), root, snap_name)
         return root
 
     def verify(self) -> None:
@@ -877,6 +1033,7 @@ class Ranker:
         manifest = read_index_manifest(self.path)
         verify_files(self.path / manifest["snapshot"], manifest["files"], error=IndexFormatError, what="index")
 
+    @_reading
     def info(self) -> dict[str, Any]:
         """What ``qaindex info`` shows: model, counts, index kind, devices actually used."""
         m = self.model.manifest
@@ -895,6 +1052,13 @@ class Ranker:
             "devices": {"onnxruntime": self.model.providers, "faiss": self._coarse.device},
             "created": self.created,
         }
+
+
+def _cut(hits: list[Hit], k: int, min_score: float | None) -> list[Hit]:
+    """The first ``k`` hits, without those scoring below ``min_score`` (hits are best first)."""
+    if min_score is not None:
+        hits = [h for h in hits if h.score >= min_score]
+    return hits[:k]
 
 
 def _encode_answers(model: Model, texts: list[str], batch_size: int, progress: bool) -> np.ndarray:
