@@ -99,6 +99,8 @@ def build(
         f"{info['index']['kind']} index, model {info['model']['name']}, "
         f"{_devices_line(info)}, {seconds:.2f} s"
     )
+    if info["near_centre"] is not None:
+        click.echo(_near_centre_line(info["near_centre"]))
 
 
 @main.command()
@@ -139,6 +141,19 @@ def _table(hits: list[Hit]) -> str:
             text = text[: room - 1] + "…"
         lines.append(f"{rank:>2}  {h.score:>8.4f}  {h.distance:>7.4f}  {ident[:id_w]:<{id_w}}  {text}")
     return "\n".join(lines)
+
+
+def _near_centre_line(near: dict[str, Any]) -> str:
+    line = (
+        f"{near['count']} answers near the ball's centre (distance from it below "
+        f"{near['threshold']:.2f}, half the median answer's)"
+    )
+    if near["hub_risk"] and near["count"]:
+        return (
+            f"warning: {line}; this model ranks by plain Poincaré distance, so they can be the top hit "
+            f"of every question: use a model with relative ranking (re-export with qaindex train)"
+        )
+    return line + ("" if near["ranking"] == "distance" else "; relative ranking scores the centre worst, so they are not hubs")
 
 
 def _devices_line(info: dict[str, Any]) -> str:
@@ -185,6 +200,8 @@ def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bo
         f"devices:    {_devices_line(data)}",
         f"created:    {data['created']}",
     ]
+    if data["near_centre"] is not None:
+        lines.append(f"centre:     {_near_centre_line(data['near_centre'])}")
     if verify:
         lines.append("verified:   every file matches its checksum")
     if recall:

@@ -120,6 +120,9 @@ class Model:
         self.dimension: int = manifest["dimension"]
         self.geometry: str = manifest["geometry"]["name"]
         self.max_norm: float | None = manifest["geometry"].get("max_norm")
+        # Poincaré ranking rule: "distance" (absent: models exported before it existed) or
+        # "relative" (d(q, a) - d(0, a)); it decides how coarse recall and exact search rank
+        self.ranking: str = manifest["geometry"].get("ranking", "distance")
         self.max_tokens: dict[str, int] = dict(manifest["max_tokens"])
 
     # -- loading -----------------------------------------------------------------------
@@ -162,6 +165,12 @@ class Model:
             max_norm = geometry.get("max_norm")
             if not isinstance(max_norm, float) or not 0.0 < max_norm < 1.0:
                 raise ModelFormatError(f'{mpath}: geometry "max_norm" must be a number in (0, 1), got {max_norm!r}')
+            ranking = geometry.get("ranking", "distance")
+            if ranking not in hyperbolic.RANKINGS:
+                raise ModelFormatError(
+                    f'{mpath}: geometry "ranking" {ranking!r} is not supported '
+                    f"(supported: {', '.join(hyperbolic.RANKINGS)}); upgrade qaindex or re-export the model"
+                )
         max_tokens = _require(manifest, "max_tokens", dict, mpath)
         for role in ROLES:
             value = max_tokens.get(role)

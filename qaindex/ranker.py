@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from . import hyperbolic
 from .corpus import Record, read_corpus, records_from_dicts
 from .errors import IndexFormatError, ModelFormatError, QAIndexError, QueryError
 from .model import Model
@@ -244,7 +245,7 @@ class Ranker:
             records = records_from_dicts(corpus)
         vectors = _encode_answers(loaded, [r.answer for r in records], batch_size, progress)
         kind = choose_kind(index_kind, len(records))
-        coarse = CoarseIndex(loaded.geometry, loaded.dimension, kind, hnsw, device=device)
+        coarse = CoarseIndex(loaded.geometry, loaded.dimension, kind, hnsw, device=device, ranking=loaded.ranking)
         coarse.add(vectors)
         return cls(
             loaded,
@@ -327,6 +328,7 @@ class Ranker:
             params=coarse_info.get("params"),
             count=count,
             device=device,
+            ranking=model.ranking,
         )
         return cls(
             model,
@@ -543,7 +545,7 @@ class Ranker:
         qs = _check_questions(questions)
         qv = self.model.encode(qs, role="question")
         kk = min(k, len(self))
-        _, truth = exact_search(qv, self._vectors, kk, geometry=self.model.geometry)
+        _, truth = exact_search(qv, self._vectors, kk, geometry=self.model.geometry, ranking=self.model.ranking)
         m = min(len(self), k * self.overfetch)
         coarse_rows = self.candidates(qv, m)
         _, _, final_rows = self.search_vectors(qv, kk)
@@ -611,7 +613,12 @@ class Ranker:
         if self._coarse_stale:
             kind = choose_kind(self.kind_requested, len(self)) if self.kind_requested == "auto" else self._coarse.kind
             self._coarse = CoarseIndex(
-                self.model.geometry, self.dimension, kind, self._coarse.params or None, device=self._coarse.device
+                self.model.geometry,
+                self.dimension,
+                kind,
+                self._coarse.params or None,
+                device=self._coarse.device,
+                ranking=self.model.ranking,
             )
             self._coarse.add(np.asarray(self._vectors))
             self._coarse_stale = False
@@ -709,7 +716,16 @@ class Ranker:
             },
             "devices": {"onnxruntime": self.model.providers, "faiss": self._coarse.device},
             "created": self.created,
+            "near_centre": _near_centre(self.model, self._vectors),
         }
+
+
+def _near_centre(model: Model, vectors: np.ndarray) -> dict[str, Any] | None:
+    """Answers near the ball's centre (:func:`qaindex.hyperbolic.near_centre`) and whether
+    they can be hubs: only under plain-distance ranking. None for cosine models."""
+    if model.geometry != "poincare":
+        return None
+    return {**hyperbolic.near_centre(vectors), "ranking": model.ranking, "hub_risk": model.ranking == "distance"}
 
 
 def _encode_answers(model: Model, texts: list[str], batch_size: int, progress: bool) -> np.ndarray:
