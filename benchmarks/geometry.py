@@ -57,12 +57,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 # 50 low-information answers: one character, punctuation only, out-of-vocabulary strings.
-JUNK: list[str] = (
-    list(".,;:!?-a1xI")
-    + ["...", "!!", "?!", "--", "()", "''", "—", "…", ". .", "!?!?", "*", "#", "~", "..", ":)"]
-    + ["ok", "k", "lol", "+1", "ty", "a b", "zzz", "hm", "x.", "%"]
-    + ["𝔵𝔶𝔷", "ｑｑｑ", "ⓩⓩ", "ꙮꙮ", "ᚠᚢᚦ", "ඞ", "☃☃", "⟁", "ℵ₀", "ǂǂ", "ʬʬ", "ꓘꓘ", "ᘛᘚ", "ꝏ"]
-)
+JUNK: list[str] = [
+    *".,;:!?-a1xI",
+    *["...", "!!", "?!", "--", "()", "''", "—", "…", ". .", "!?!?", "*", "#", "~", "..", ":)"],
+    *["ok", "k", "lol", "+1", "ty", "a b", "zzz", "hm", "x.", "%"],
+    *["𝔵𝔶𝔷", "ｑｑｑ", "ⓩⓩ", "ꙮꙮ", "ᚠᚢᚦ", "ඞ", "☃☃", "⟁", "ℵ₀", "ǂǂ", "ʬʬ", "ꓘꓘ", "ᘛᘚ", "ꝏ"],
+]
 
 
 def _pool(test_groups: list[Any]) -> tuple[list[dict[str, Any]], dict[str, set[str]]]:
@@ -193,7 +193,9 @@ def default_model_recall(data: Path) -> dict[str, Any]:
         norms = np.linalg.norm(np.asarray(ranker._vectors[: -len(JUNK)]), axis=1)
         out["answer_norm_std"] = float(norms.std())
         out["near_centre"] = ranker.info()["near_centre"]
-        print(f"default model {kind}: recall@10 {r['recall']:.4f} (coarse {r['coarse_recall']:.4f}), build {build:.1f} s")
+        print(
+            f"default model {kind}: recall@10 {r['recall']:.4f} (coarse {r['coarse_recall']:.4f}), build {build:.1f} s"
+        )
     return out
 
 

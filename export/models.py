@@ -650,7 +650,8 @@ class PoincareScorer(nn.Module):
     >>> s, d = PoincareScorer(2.0, 1.0)(torch.zeros(1, 2), torch.tensor([[[0.0, 0.0], [0.5, 0.0]]]))
     >>> [round(x, 4) for x in s[0].tolist()], [round(x, 4) for x in d[0].tolist()]
     ([-1.0, -3.1972], [0.0, 1.0986])
-    >>> s, d = PoincareScorer(2.0, 1.0, ranking="relative")(torch.tensor([[0.5, 0.0]]), torch.tensor([[[0.0, 0.0], [0.5, 0.0]]]))
+    >>> centre_and_q = torch.tensor([[[0.0, 0.0], [0.5, 0.0]]])
+    >>> s, d = PoincareScorer(2.0, 1.0, ranking="relative")(torch.tensor([[0.5, 0.0]]), centre_and_q)
     >>> [round(x, 4) for x in s[0].tolist()]   # the centre scores worst
     [-3.1972, 1.1972]
     """

@@ -153,7 +153,9 @@ def _near_centre_line(near: dict[str, Any]) -> str:
             f"warning: {line}; this model ranks by plain Poincaré distance, so they can be the top hit "
             f"of every question: use a model with relative ranking (re-export with qaindex train)"
         )
-    return line + ("" if near["ranking"] == "distance" else "; relative ranking scores the centre worst, so they are not hubs")
+    return line + (
+        "" if near["ranking"] == "distance" else "; relative ranking scores the centre worst, so they are not hubs"
+    )
 
 
 def _devices_line(info: dict[str, Any]) -> str:

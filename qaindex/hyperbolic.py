@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "RANKINGS",
+    "RELATIVE_LIFT_BOUND",
     "arcosh1p",
     "ball_eps",
     "cosine_similarity",
@@ -37,8 +39,6 @@ __all__ = [
     "pairwise_distance",
     "pairwise_relative_distance",
     "project",
-    "RANKINGS",
-    "RELATIVE_LIFT_BOUND",
     "relative_distance",
     "relative_lift",
     "relative_lift_query",

@@ -214,7 +214,9 @@ def test_relative_scorer_graph_matches_formula() -> None:
     c = (rng.normal(size=(3, 5, 6)) * 0.15).astype(np.float32)
     c[:, 0] = 0.0
     c[:, 1] = c[:, 1] / np.linalg.norm(c[:, 1], axis=-1, keepdims=True) * 0.999
-    sess = ort.InferenceSession(export_scorer(PoincareScorer(2.0, 0.5, "relative"), 6), providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(
+        export_scorer(PoincareScorer(2.0, 0.5, "relative"), 6), providers=["CPUExecutionProvider"]
+    )
     score, dist = sess.run(["score", "distance"], {"query": q, "candidates": c})
     from qaindex import hyperbolic as H
 

@@ -185,9 +185,7 @@ def test_trained_model_junk_never_above_relevant_answer(tmp_path: Path, ranking:
     result = train(config, train_groups, dev_groups, log=None)
     model_dir = export_model(result, tmp_path / "model")
     test_groups = planted_word_groups(30, seed=3, prefix="t")
-    records = [
-        {"id": c.aid, "answer": c.answer} for g in test_groups for c in g.candidates if c.label == 1
-    ]
+    records = [{"id": c.aid, "answer": c.answer} for g in test_groups for c in g.candidates if c.label == 1]
     # junk: punctuation-only, one character and out-of-vocabulary answers (all [UNK] or empty)
     records += [{"id": f"junk{i}", "answer": t} for i, t in enumerate([".", "?", "!!", "zq", "unseenword", "ꙮ"])]
     ranker = Ranker.build(records, model=model_dir, index_kind="flat")
