@@ -86,7 +86,7 @@ def test_relative_ranking_is_the_default_and_distance_the_ablation(planted: tupl
     q = torch.tensor([[0.5, 0.0] + [0.0] * 30])
     a = torch.zeros(1, 32)
     s, d = result.model.score(q, a)
-    assert float(s) == pytest.approx(-(result.model.w_f.item() * float(d) + result.model.b_f.item()), rel=1e-6)
+    assert s.item() == pytest.approx(-(result.model.w_f.item() * d.item() + result.model.b_f.item()), rel=1e-6)
     assert result.model.score_definition()["formula"] == "-(w_f * d + b_f)"
 
 
