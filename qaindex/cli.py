@@ -151,11 +151,12 @@ def _near_centre_line(near: dict[str, Any]) -> str:
     if near["hub_risk"] and near["count"]:
         return (
             f"warning: {line}; this model ranks by plain Poincaré distance, so they can be the top hit "
-            f"of every question: use a model with relative ranking (re-export with qaindex train)"
+            f"of every question: retrain it with qaindex train (relative ranking), or re-export its scorer "
+            f"with qaindex_export.onnx_export.set_ranking(MODEL_DIR, 'relative')"
         )
-    return line + (
-        "" if near["ranking"] == "distance" else "; relative ranking scores the centre worst, so they are not hubs"
-    )
+    if near["ranking"] == "distance" or not near["count"]:
+        return line
+    return line + "; relative ranking scores the centre worst, so they are not hubs"
 
 
 def _devices_line(info: dict[str, Any]) -> str:
