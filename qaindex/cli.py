@@ -146,7 +146,7 @@ def _table(hits: list[Hit]) -> str:
 def _near_centre_line(near: dict[str, Any]) -> str:
     line = (
         f"{near['count']} answers near the ball's centre (distance from it below "
-        f"{near['threshold']:.2f}, half the median answer's)"
+        f"{near['threshold']:.2f}; the median answer's is {near['median_origin_distance']:.2f})"
     )
     if near["hub_risk"] and near["count"]:
         return (

@@ -369,10 +369,21 @@ def relative_lift_query(x: Array) -> Array:
 
 
 NEAR_CENTRE_FRACTION = 0.5
-"""An answer is *near the centre* when ``d(0, a)`` is below this fraction of the median answer's."""
+NEAR_CENTRE_MARGIN = 2.0
+"""An answer is *near the centre* when ``d(0, a)`` is below ``max(NEAR_CENTRE_FRACTION * m,
+m - NEAR_CENTRE_MARGIN)``, ``m`` the median answer's ``d(0, a)``. Near the boundary,
+``d(q, a) ≈ 2 log|q - a| + t_q + t_a + c`` with depth ``t = -log(1 - |a|) ≈ d(0, a) - log 2``,
+and ``2 log|q - a|`` spans about 2 between close and opposite directions: an answer 2 shallower
+than the median is closer to almost every question than the answers in its own direction."""
 
 
-def near_centre(vectors: Array, *, fraction: float = NEAR_CENTRE_FRACTION, chunk: int = 65536) -> dict[str, Any]:
+def near_centre(
+    vectors: Array,
+    *,
+    fraction: float = NEAR_CENTRE_FRACTION,
+    margin: float = NEAR_CENTRE_MARGIN,
+    chunk: int = 65536,
+) -> dict[str, Any]:
     """Count answers near the ball's centre: potential hubs under plain-distance ranking.
 
     A point near the origin is at distance about ``d(0, q)`` from *every* question ``q``, while
@@ -385,14 +396,14 @@ def near_centre(vectors: Array, *, fraction: float = NEAR_CENTRE_FRACTION, chunk
     ----------
     vectors : array (n, dim)
         Answer vectors (read in chunks: a memory-mapped array is fine).
-    fraction : float, keyword-only
-        Threshold as a fraction of the median ``d(0, a)``.
+    fraction, margin : float, keyword-only
+        Threshold ``max(fraction * median, median - margin)`` of ``d(0, a)`` (see
+        :data:`NEAR_CENTRE_MARGIN`).
 
     Returns
     -------
     dict
-        ``{"count", "fraction_of_answers", "threshold", "median_origin_distance"}``; the
-        threshold is ``fraction * median d(0, a)``.
+        ``{"count", "fraction_of_answers", "threshold", "median_origin_distance"}``.
 
     Example
     -------
@@ -407,7 +418,7 @@ def near_centre(vectors: Array, *, fraction: float = NEAR_CENTRE_FRACTION, chunk
         [origin_distance(np.asarray(vectors[i : i + chunk], dtype=np.float64)) for i in range(0, n, chunk)]
     )
     median = float(np.median(d0))
-    threshold = fraction * median
+    threshold = max(fraction * median, median - margin)
     count = int(np.sum(d0 < threshold))
     return {
         "count": count,

@@ -90,7 +90,8 @@ def test_default_model_junk_is_near_centre_and_reported(default_ranker: Ranker) 
     assert near["ranking"] == "relative" and near["hub_risk"] is False
     vectors = np.asarray(default_ranker._vectors, dtype=np.float64)
     d0 = hyperbolic.origin_distance(vectors)
-    assert near["count"] == int(np.sum(d0 < 0.5 * np.median(d0)))
+    median = np.median(d0)
+    assert near["count"] == int(np.sum(d0 < max(0.5 * median, median - 2.0)))
     assert near["count"] >= 5  # several of the junk answers sit close to the centre
 
 

@@ -235,16 +235,19 @@ def test_relative_lift_is_exact_for_cosh_form(seed: int) -> None:
     assert np.all(np.abs(approx - f)[far] < 5e-3)
 
 
-def test_near_centre_counts_below_half_the_median() -> None:
+def test_near_centre_counts_well_below_the_median() -> None:
     rng = np.random.default_rng(0)
     v = rng.normal(size=(10, 4))
     v = v / np.linalg.norm(v, axis=1, keepdims=True)
-    radii = np.array([0.999] * 7 + [0.5, 0.1, 0.0])[:, None]
+    radii = np.array([0.999] * 6 + [0.99, 0.5, 0.1, 0.0])[:, None]  # d(0, a): 7.6 ×6, 5.29, 1.1, 0.2, 0
     out = H.near_centre(v * radii)
     median = 2 * np.arctanh(0.999)
-    assert out["count"] == 3 and out["fraction_of_answers"] == 0.3
+    assert out["count"] == 4 and out["fraction_of_answers"] == 0.4  # 0.99 is 2.3 shallower: counted
     assert out["median_origin_distance"] == pytest.approx(median, rel=1e-9)
-    assert out["threshold"] == pytest.approx(0.5 * median, rel=1e-9)
+    assert out["threshold"] == pytest.approx(median - 2.0, rel=1e-9)
+    # with shallow answers everywhere the fraction rule applies: half the median
+    low = H.near_centre(v * np.array([0.5] * 8 + [0.2, 0.0])[:, None])
+    assert low["threshold"] == pytest.approx(np.arctanh(0.5), rel=1e-9) and low["count"] == 2
     assert H.near_centre(np.zeros((0, 4)))["count"] == 0
 
 
