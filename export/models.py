@@ -7,12 +7,22 @@ The network, as the paper defines it (sections 3.1-3.5)::
     y     = sum_t mask_t x_t                  neural bag of words
     v     = ball(y)                           into the Poincaré ball (see BallMap)
     d     = poincare_distance(v_q, v_a)       qaindex.hyperbolic.distance
-    s     = w_f d + b_f                       lower is better (the paper's loss ranks by it)
+    f     = d - d(0, v_a)                     ranking "relative" (default); "distance": f = d
+    s     = w_f f + b_f                       lower is better (the paper's loss ranks by it)
 
 The paper's loss is ``max(0, s(q, a) + λ - s(q, a'))``. To make the ranking direction
 unambiguous, ``w_f = softplus(w_raw) > 0`` and every score this module returns is
 **higher-is-better**: ``score = -(w_f d + b_f)``, so the loss is
 ``max(0, λ - score(q, a) + score(q, a'))`` (:func:`hinge_loss`) — the same function.
+
+Ranking rules (``ranking``): ``distance`` is the paper's ``d``; ``relative`` (the default)
+scores the origin-relative distance ``f = d(q, a) - d(0, a)``
+(:func:`qaindex.hyperbolic.relative_distance`). With plain ``d``, a point near the centre is
+about ``d(0, q)`` from every question while two boundary points are much further apart, so a
+short, punctuation-only or out-of-vocabulary answer (whose sum is short) is every question's
+nearest neighbour — a hub. Under ``f`` the centre is the *worst* place (``f(q, 0) = d(0, q)``
+is the maximum), depth amplifies agreement, and when all answers share one norm ``f = d -
+const`` ranks exactly as ``d``. ``distance`` is kept as the paper's ablation.
 
 Ball maps (:class:`BallMap`):
 
@@ -36,6 +46,13 @@ Ball maps (:class:`BallMap`):
     parameter) or fixed. Norms stay varied, but they grow with the sum's length, i.e. with
     the number of tokens: on WikiQA the model shrank every vector towards the origin (the
     hinge loss then sits at the margin) and reached only dev MAP 0.52-0.59.
+``weighted``
+    Direction from the summed projected vectors, depth from learned per-token weights:
+    ``max_norm · tanh(s · Σ_t mask_t softplus(u_t)) · ŷ`` with ``u_t = w_u·z_t + b_u`` (a linear
+    function of the token's embedding, so unseen tokens get a weight too) and a learned scale
+    ``s``. Stop words and junk can learn little depth, informative words much; the weight is
+    one extra column of the folded per-token table, so the encoder stays a gather, a masked
+    sum and the map.
 
 CosineQA (the paper's ablation) is the same network with cosine similarity:
 ``score = w_f cos + b_f`` (``w_f > 0``) and ``distance = 1 - cos``.
@@ -61,6 +78,7 @@ from qaindex import hyperbolic
 __all__ = [
     "BALL_MAPS",
     "MODEL_KINDS",
+    "RANKINGS",
     "BagOfWords",
     "BallMap",
     "CosineQA",
@@ -78,7 +96,8 @@ __all__ = [
     "riemannian_rescale",
 ]
 
-BALL_MAPS = ("clip", "expmap", "radius")
+BALL_MAPS = ("clip", "expmap", "radius", "weighted")
+RANKINGS = hyperbolic.RANKINGS
 MODEL_KINDS = ("hyperqa", "cosineqa")
 
 
@@ -89,8 +108,14 @@ def _inverse_softplus(value: float) -> float:
 # ------------------------------------------------------------------------ scoring formulas
 
 
-def poincare_score(query: Tensor, candidates: Tensor, w_f: Tensor, b_f: Tensor) -> tuple[Tensor, Tensor]:
-    """HyperQA's score, higher is better: ``-(w_f d + b_f)`` with ``d`` the Poincaré distance.
+def poincare_score(
+    query: Tensor, candidates: Tensor, w_f: Tensor, b_f: Tensor, *, ranking: str = "distance"
+) -> tuple[Tensor, Tensor]:
+    """HyperQA's score, higher is better: ``-(w_f f + b_f)``.
+
+    ``f = d`` (``ranking="distance"``, the paper) or ``f = d(q, a) - d(0, a)``
+    (``ranking="relative"``, :func:`qaindex.hyperbolic.relative_distance`); ``d`` is the
+    Poincaré distance, returned as the second output in both cases.
 
     Parameters
     ----------
@@ -98,6 +123,7 @@ def poincare_score(query: Tensor, candidates: Tensor, w_f: Tensor, b_f: Tensor) 
         Ball points, broadcastable (e.g. ``(n, 1, dim)`` against ``(n, m, dim)``).
     w_f, b_f : Tensor (scalar)
         Final-layer weight (positive) and bias.
+    ranking : {"distance", "relative"}, keyword-only
 
     Returns
     -------
@@ -109,9 +135,15 @@ def poincare_score(query: Tensor, candidates: Tensor, w_f: Tensor, b_f: Tensor) 
     >>> s, d = poincare_score(q, a, torch.tensor(1.0), torch.tensor(0.0))
     >>> round(float(d), 4), round(float(s), 4)
     (1.0986, -1.0986)
+    >>> s, d = poincare_score(q, a, torch.tensor(1.0), torch.tensor(0.0), ranking="relative")
+    >>> round(float(d), 4), abs(round(float(s), 4))   # from the origin, f = 0 for every answer
+    (1.0986, 0.0)
     """
+    if ranking not in RANKINGS:
+        raise ValueError(f"ranking must be one of {RANKINGS}, got {ranking!r}")
     distance = hyperbolic.distance(query, candidates)
-    return -(w_f * distance + b_f), distance
+    f = distance - hyperbolic.origin_distance(candidates) if ranking == "relative" else distance
+    return -(w_f * f + b_f), distance
 
 
 def cosine_score(query: Tensor, candidates: Tensor, w_f: Tensor, b_f: Tensor) -> tuple[Tensor, Tensor]:
@@ -216,6 +248,9 @@ class BagOfWords(nn.Module):
         Update the embeddings (default: only when none are given, as in the paper).
     embed_dim : int
         Width of random embeddings (ignored when ``embeddings`` is given).
+    depth : bool
+        Append one column ``softplus(w_u·z_t + b_u)`` per token (the ``weighted`` ball map's
+        per-token depth weight); the sums are then ``dim + 1`` wide.
 
     Example
     -------
@@ -232,6 +267,8 @@ class BagOfWords(nn.Module):
         embeddings: np.ndarray | None = None,
         train_embeddings: bool | None = None,
         embed_dim: int = 300,
+        depth: bool = False,
+        depth_init: float = 0.1,
     ) -> None:
         super().__init__()
         if embeddings is not None:
@@ -244,14 +281,29 @@ class BagOfWords(nn.Module):
         self.embedding = nn.Parameter(weight, requires_grad=trainable)
         self.proj = nn.Linear(weight.shape[1], dim)
         self.dim = dim
+        self.depth: nn.Linear | None = None
+        if depth:
+            self.depth = nn.Linear(weight.shape[1], 1)
+            with torch.no_grad():
+                self.depth.weight.zero_()
+                self.depth.bias.fill_(_inverse_softplus(depth_init))
+
+    @property
+    def width(self) -> int:
+        """Columns of a token vector / sum: ``dim``, plus 1 with the depth column."""
+        return self.dim + (1 if self.depth is not None else 0)
 
     @property
     def trainable_embeddings(self) -> bool:
         return bool(self.embedding.requires_grad)
 
     def token_vectors(self, ids: Tensor) -> Tensor:
-        """``ReLU(W_p E[ids] + b_p)``, shape ``ids.shape + (dim,)``."""
-        return F.relu(self.proj(F.embedding(ids, self.embedding)))
+        """``ReLU(W_p E[ids] + b_p)`` (then the depth weight), shape ``ids.shape + (width,)``."""
+        z = F.embedding(ids, self.embedding)
+        x = F.relu(self.proj(z))
+        if self.depth is None:
+            return x
+        return torch.cat([x, F.softplus(self.depth(z))], dim=-1)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         """Masked sums of token vectors for padded ids (batch, seq) → (batch, dim)."""
@@ -266,14 +318,14 @@ class BagOfWords(nn.Module):
         cheaper when texts share tokens. Empty texts give zero vectors.
         """
         if flat_ids.numel() == 0:
-            return self.proj.weight.new_zeros((offsets.numel(), self.dim))
+            return self.proj.weight.new_zeros((offsets.numel(), self.width))
         unique, inverse = torch.unique(flat_ids, return_inverse=True)
         table = self.token_vectors(unique)
         return F.embedding_bag(inverse, table, offsets, mode="sum")
 
     @torch.no_grad()
     def folded_table(self, chunk: int = 8192) -> Tensor:
-        """Per-token vectors ``ReLU(W_p E[v] + b_p)`` for every id ``v``: (vocab_size, dim)."""
+        """Per-token vectors ``ReLU(W_p E[v] + b_p)`` (and depth weight) for every id: (vocab_size, width)."""
         ids = torch.arange(self.embedding.shape[0], device=self.embedding.device)
         return torch.cat([self.token_vectors(ids[i : i + chunk]) for i in range(0, len(ids), chunk)])
 
@@ -288,6 +340,8 @@ class BallMap(nn.Module):
         ``expmap``: ``tanh(α|y|) y/|y|``, then ``project``;
         ``radius``: ``max_norm · sigmoid(w_r·ŷ + b_r) · ŷ`` with ``ŷ = y/|y|`` — the sum's
         direction at a learned, direction-dependent radius;
+        ``weighted``: input ``(y, w)`` (the sum and the summed per-token depth weights, see
+        :class:`BagOfWords` ``depth``) → ``max_norm · tanh(s w) · ŷ``, ``s`` learned;
         ``none``: identity (CosineQA).
     max_norm : float
         Radius below 1.
@@ -330,6 +384,8 @@ class BallMap(nn.Module):
             raise ValueError(f"init_norm must be in (0, max_norm), got {init_norm}")
         if kind == "expmap":
             self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha)), requires_grad=learn_alpha)
+        if kind == "weighted":
+            self.log_scale = nn.Parameter(torch.tensor(0.0))
         if kind == "radius":
             p = init_norm / max_norm
             self.radius_w = nn.Parameter(torch.zeros(dim))
@@ -353,6 +409,11 @@ class BallMap(nn.Module):
             unit = y / norm
             logit = (unit * self.radius_w.to(y.dtype)).sum(dim=-1, keepdim=True) + self.radius_b.to(y.dtype)
             y = unit * (self.max_norm * torch.sigmoid(logit))
+        elif self.kind == "weighted":
+            v, w = y[..., :-1], y[..., -1:]
+            norm = hyperbolic.sqnorm(v).clamp(min=float(np.finfo(np.float32).tiny)).sqrt()
+            depth = torch.tanh(self.log_scale.exp().to(y.dtype) * w)
+            y = v / norm * (self.max_norm * depth)
         return hyperbolic.project(y, max_norm=self.max_norm)
 
     def describe(self) -> dict[str, Any]:
@@ -364,6 +425,9 @@ class BallMap(nn.Module):
             out["alpha"] = self.alpha.item()
             out["alpha_learned"] = bool(self.log_alpha.requires_grad)
             out["formula"] = "project(tanh(alpha*|y|) * y/|y|, max_norm)"
+        elif self.kind == "weighted":
+            out["formula"] = "max_norm * tanh(s * sum_t softplus(u_t)) * y/|y| (u_t: last table column)"
+            out["scale"] = self.log_scale.exp().item()
         elif self.kind == "radius":
             out["formula"] = "max_norm * sigmoid(w_r . y/|y| + b_r) * y/|y|"
             out["radius_b"] = self.radius_b.item()
@@ -443,17 +507,28 @@ class HyperQA(DualEncoderQA):
     geometry = "poincare"
     kind = "hyperqa"
 
+    def __init__(self, encoder: BagOfWords, ball: BallMap, *, ranking: str = "relative") -> None:
+        super().__init__(encoder, ball)
+        if ranking not in RANKINGS:
+            raise ValueError(f"ranking must be one of {RANKINGS}, got {ranking!r}")
+        self.ranking = ranking
+
     def distance(self, query: Tensor, candidates: Tensor) -> Tensor:
         """Poincaré distance (``qaindex.hyperbolic.distance``), broadcasting."""
         return hyperbolic.distance(query, candidates)
 
     def score(self, query: Tensor, candidates: Tensor) -> tuple[Tensor, Tensor]:
-        """``(-(w_f d + b_f), d)``, broadcasting over leading axes; higher score is better."""
-        return poincare_score(query, candidates, self.w_f, self.b_f)
+        """``(-(w_f f + b_f), d)``, broadcasting over leading axes; higher score is better."""
+        return poincare_score(query, candidates, self.w_f, self.b_f, ranking=self.ranking)
+
+    def geometry_info(self) -> dict[str, Any]:
+        return {**super().geometry_info(), "ranking": self.ranking}
 
     def score_definition(self) -> dict[str, Any]:
+        relative = self.ranking == "relative"
         return {
-            "formula": "-(w_f * d + b_f)",
+            "formula": "-(w_f * f + b_f), f = d(q, a) - d(0, a)" if relative else "-(w_f * d + b_f)",
+            "distance_output": "d(q, a), the plain Poincaré distance",
             "higher_is_better": True,
             "parameters": {"w_f": self.w_f.item(), "b_f": self.b_f.item()},
         }
@@ -497,6 +572,7 @@ def build_model(
     alpha: float = 1.0,
     learn_alpha: bool = True,
     init_norm: float = 0.9,
+    ranking: str = "relative",
 ) -> DualEncoderQA:
     """Create a HyperQA or CosineQA model.
 
@@ -506,17 +582,22 @@ def build_model(
     vocab_size, dim, embeddings, train_embeddings, embed_dim
         See :class:`BagOfWords`.
     ball, max_norm, alpha, learn_alpha, init_norm
-        See :class:`BallMap` (ignored for CosineQA).
+        See :class:`BallMap` (ignored for CosineQA); ``weighted`` adds the depth column.
+    ranking : {"relative", "distance"}
+        HyperQA's ranking rule (see :func:`poincare_score`).
 
     Example
     -------
     >>> build_model("hyperqa", 10, dim=4, embed_dim=3, ball="expmap").geometry_info()["ball_map"]
     'expmap'
     """
-    encoder = BagOfWords(vocab_size, dim, embeddings=embeddings, train_embeddings=train_embeddings, embed_dim=embed_dim)
+    depth = kind == "hyperqa" and ball == "weighted"
+    encoder = BagOfWords(
+        vocab_size, dim, embeddings=embeddings, train_embeddings=train_embeddings, embed_dim=embed_dim, depth=depth
+    )
     if kind == "hyperqa":
         ball_map = BallMap(ball, max_norm=max_norm, alpha=alpha, learn_alpha=learn_alpha, dim=dim, init_norm=init_norm)
-        return HyperQA(encoder, ball_map)
+        return HyperQA(encoder, ball_map, ranking=ranking)
     if kind == "cosineqa":
         return CosineQA(encoder, BallMap("none"))
     raise ValueError(f"unknown model {kind!r}; choose one of {MODEL_KINDS}")
@@ -530,8 +611,9 @@ class FoldedEncoder(nn.Module):
 
     Parameters
     ----------
-    table : Tensor (vocab_size, dim)
-        ``BagOfWords.folded_table()``, float32 or float16 (cast to float32 in the graph).
+    table : Tensor (vocab_size, width)
+        ``BagOfWords.folded_table()``, float32 or float16 (cast to float32 in the graph);
+        ``dim + 1`` columns for the ``weighted`` map (the last is the per-token depth weight).
     ball : BallMap
         The trained model's map (its ``α`` is frozen into the graph).
 
@@ -559,23 +641,33 @@ class FoldedEncoder(nn.Module):
 class PoincareScorer(nn.Module):
     """Export form of HyperQA's scorer: ``(query (n,d), candidates (n,m,d)) → (score, distance)``.
 
-    Calls ``qaindex.hyperbolic.pairwise_distance``; ``score = -(w_f d + b_f)``.
+    Calls ``qaindex.hyperbolic.pairwise_distance``; ``score = -(w_f f + b_f)`` with ``f = d``
+    (``ranking="distance"``) or ``f = d(q, a) - d(0, a)`` (``"relative"``); the ``distance``
+    output is the plain Poincaré distance ``d`` in both cases.
 
     Example
     -------
     >>> s, d = PoincareScorer(2.0, 1.0)(torch.zeros(1, 2), torch.tensor([[[0.0, 0.0], [0.5, 0.0]]]))
     >>> [round(x, 4) for x in s[0].tolist()], [round(x, 4) for x in d[0].tolist()]
     ([-1.0, -3.1972], [0.0, 1.0986])
+    >>> centre_and_q = torch.tensor([[[0.0, 0.0], [0.5, 0.0]]])
+    >>> s, d = PoincareScorer(2.0, 1.0, ranking="relative")(torch.tensor([[0.5, 0.0]]), centre_and_q)
+    >>> [round(x, 4) for x in s[0].tolist()]   # the centre scores worst
+    [-3.1972, 1.1972]
     """
 
-    def __init__(self, w_f: float, b_f: float) -> None:
+    def __init__(self, w_f: float, b_f: float, ranking: str = "distance") -> None:
         super().__init__()
+        if ranking not in RANKINGS:
+            raise ValueError(f"ranking must be one of {RANKINGS}, got {ranking!r}")
+        self.ranking = ranking
         self.register_buffer("w_f", torch.tensor(float(w_f), dtype=torch.float32))
         self.register_buffer("b_f", torch.tensor(float(b_f), dtype=torch.float32))
 
     def forward(self, query: Tensor, candidates: Tensor) -> tuple[Tensor, Tensor]:
         distance = hyperbolic.pairwise_distance(query, candidates)
-        return -(self.w_f * distance + self.b_f), distance
+        f = distance - hyperbolic.origin_distance(candidates) if self.ranking == "relative" else distance
+        return -(self.w_f * f + self.b_f), distance
 
 
 class CosineScorer(nn.Module):

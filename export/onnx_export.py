@@ -53,6 +53,7 @@ __all__ = [
     "export_scorer",
     "folded_encoder",
     "scorer_module",
+    "set_ranking",
 ]
 
 DEFAULT_MAX_BYTES = 20_000_000
@@ -92,7 +93,7 @@ def scorer_module(model: DualEncoderQA) -> torch.nn.Module:
     """
     w_f, b_f = model.w_f.item(), model.b_f.item()
     if model.geometry == "poincare":
-        return PoincareScorer(w_f, b_f).eval()
+        return PoincareScorer(w_f, b_f, getattr(model, "ranking", "distance")).eval()
     return CosineScorer(w_f, b_f).eval()
 
 
@@ -398,10 +399,10 @@ def export_model(
     if table_dtype not in TABLE_DTYPES:
         raise ValueError(f"table_dtype must be one of {TABLE_DTYPES}, got {table_dtype!r}")
     model = result.model.cpu().eval()
-    vocab, dim = model.encoder.embedding.shape[0], model.encoder.dim
+    vocab, dim, width = model.encoder.embedding.shape[0], model.encoder.dim, model.encoder.width
     if table_dtype == "auto":
         overhead = 1_000_000  # vocabulary, manifest, scorer and graph structure, generously
-        table_dtype = "float32" if vocab * dim * 4 + overhead <= max_bytes else "float16"
+        table_dtype = "float32" if vocab * width * 4 + overhead <= max_bytes else "float16"
     dtype = torch.float32 if table_dtype == "float32" else torch.float16
     encoder_module = folded_encoder(model, dtype=dtype)
     scorer = scorer_module(model)
@@ -431,7 +432,7 @@ def export_model(
     counts = model.parameter_counts()
     parameters = {
         **counts,
-        "exported_table": {"rows": int(vocab), "dim": int(dim), "dtype": table_dtype},
+        "exported_table": {"rows": int(vocab), "dim": int(width), "dtype": table_dtype},
     }
     cfg = result.config
     label = name or "-".join(
@@ -465,3 +466,90 @@ def export_model(
         metrics=metrics,
         parameters=parameters,
     )
+
+
+# ------------------------------------------------------------------------ ranking of a shipped model
+
+
+def set_ranking(directory: str | os.PathLike[str], ranking: str, *, tolerance: float = 1e-4) -> Path:
+    """Re-export a Poincaré model directory's scorer with another ranking rule, in place.
+
+    Keeps the encoder and the trained ``w_f``, ``b_f`` (from the manifest's ``score``); writes a
+    new ``scorer.onnx`` computing ``-(w_f f + b_f)`` (``f = d`` or ``d(q, a) - d(0, a)``,
+    :class:`~qaindex_export.models.PoincareScorer`), checks it against torch on points spread
+    over the ball, and updates the manifest's ``geometry.ranking``, ``score`` and file
+    checksums. The directory is replaced atomically (a sibling copy renamed into place).
+
+    Parameters
+    ----------
+    directory : path-like
+        A qaindex model directory with the Poincaré geometry.
+    ranking : {"relative", "distance"}
+    tolerance : float, keyword-only
+        Parity tolerance (as in :func:`check_parity`).
+
+    Returns
+    -------
+    Path
+
+    Example
+    -------
+    >>> set_ranking("qaindex/models/default", "relative")  # doctest: +SKIP
+    PosixPath('qaindex/models/default')
+    """
+    import shutil
+
+    from qaindex.model import Model
+    from qaindex.storage import file_entry, fsync_tree, temporary_sibling, write_json_atomic
+
+    from .models import RANKINGS
+
+    if ranking not in RANKINGS:
+        raise ValueError(f"ranking must be one of {RANKINGS}, got {ranking!r}")
+    target = Path(directory)
+    manifest = Model.read_manifest(target)
+    if manifest["geometry"]["name"] != "poincare":
+        raise ExportError(f"{target}: geometry {manifest['geometry']['name']!r} has no ranking rule to set")
+    params = manifest["score"]["parameters"]
+    w_f, b_f = float(params["w_f"]), float(params["b_f"])
+    scorer = PoincareScorer(w_f, b_f, ranking).eval()
+    dim = int(manifest["dimension"])
+    graph = export_scorer(scorer, dim)
+    session = _session(graph)
+    rng = np.random.default_rng(0)
+    max_norm = float(manifest["geometry"]["max_norm"])
+    worst = 0.0
+    for n, m in ((1, 1), (3, 4), (2, 9)):
+        query = _ball_points(rng, (n, dim), max_norm)
+        cands = _ball_points(rng, (n, m, dim), max_norm)
+        cands[:, 0] = query
+        got, _ = session.run(["score", "distance"], {"query": query, "candidates": cands})
+        with torch.no_grad():
+            want = scorer(torch.from_numpy(query), torch.from_numpy(cands))[0].numpy()
+        diff = np.abs(got.astype(np.float64) - want) / np.maximum(1.0, np.abs(want))
+        worst = max(worst, float(diff.max()))
+    if worst > tolerance:
+        raise ExportError(f"parity check failed: score differs by {worst:.3g} (tolerance {tolerance:g})")
+    relative = ranking == "relative"
+    manifest["geometry"]["ranking"] = ranking
+    manifest["score"] = {
+        **manifest["score"],
+        "formula": "-(w_f * f + b_f), f = d(q, a) - d(0, a)" if relative else "-(w_f * d + b_f)",
+        "distance_output": "d(q, a), the plain Poincaré distance",
+    }
+    with temporary_sibling(target) as tmp:
+        for name in manifest["files"]:
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(target / name, tmp / name)
+        for extra in target.iterdir():  # e.g. MODEL_CARD.md
+            if extra.is_file() and extra.name not in manifest["files"] and extra.name != "manifest.json":
+                shutil.copyfile(extra, tmp / extra.name)
+        (tmp / manifest["graphs"]["scorer"]).write_bytes(graph)
+        manifest["files"] = {name: file_entry(tmp / name) for name in manifest["files"]}
+        write_json_atomic(tmp / "manifest.json", manifest)
+        fsync_tree(tmp)
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        os.replace(target, old)
+        os.replace(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    return target

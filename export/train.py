@@ -58,6 +58,7 @@ from .embeddings import Embeddings, build_embeddings
 from .models import (
     BALL_MAPS,
     MODEL_KINDS,
+    RANKINGS,
     DualEncoderQA,
     build_model,
     hinge_loss,
@@ -111,7 +112,11 @@ class TrainConfig:
         (``glove``/``word2vec``).
     dim : int
         Projection size ``d`` (paper: 100-400, 300 for WikiQA).
-    ball : {"clip", "expmap", "radius", "auto"}
+    ranking : {"relative", "distance"}
+        HyperQA's ranking rule: ``relative`` scores ``d(q, a) - d(0, a)`` (answers near the
+        ball's centre can never be hubs); ``distance`` is the paper's plain ``d`` (ablation).
+        See :func:`qaindex_export.models.poincare_score`.
+    ball : {"clip", "expmap", "radius", "weighted", "auto"}
         How sums enter the ball (see :class:`qaindex_export.models.BallMap`); ``auto``
         trains ``clip`` and ``radius`` and keeps the better one by dev MAP (``expmap`` is left
         out of ``auto``: on WikiQA it collapsed towards the origin, dev MAP 0.55-0.59).
@@ -165,6 +170,7 @@ class TrainConfig:
     embed_dim: int = 300
     max_vocab: int = 30000
     dim: int = 300
+    ranking: str = "relative"
     ball: str = "auto"
     alpha: float | None = None
     learn_alpha: bool = True
@@ -197,6 +203,8 @@ class TrainConfig:
             raise ValueError(f"model must be one of {MODEL_KINDS}, got {self.model!r}")
         if self.ball not in (*BALL_MAPS, "auto"):
             raise ValueError(f"ball must be one of {(*BALL_MAPS, 'auto')}, got {self.ball!r}")
+        if self.ranking not in RANKINGS:
+            raise ValueError(f"ranking must be one of {RANKINGS}, got {self.ranking!r}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if self.sampling not in SAMPLINGS:
@@ -790,6 +798,7 @@ def _train_one(
             alpha=1.0,
             learn_alpha=config.learn_alpha,
             init_norm=config.init_norm,
+            ranking=config.ranking,
         ).to(device)
         n_texts = len(table)
         pairs = _pairs(train_split, n_texts)
@@ -1033,7 +1042,8 @@ def load_checkpoint(path: str | os.PathLike[str], *, device: str = "cpu") -> Tra
     if sha256_file(weights_path) != state["weights"].get("sha256"):
         raise _checkpoint_error(weights_path, "checksum does not match checkpoint.json (corrupted or replaced)")
     try:
-        config = TrainConfig.from_dict(state["config"])
+        # checkpoints from before the ranking setting were trained with the plain distance
+        config = TrainConfig.from_dict({"ranking": "distance", **state["config"]})
         tok_cfg = state["tokenizer"]
         tokenizer = Tokenizer(
             state["vocab"],
@@ -1067,6 +1077,7 @@ def load_checkpoint(path: str | os.PathLike[str], *, device: str = "cpu") -> Tra
             max_norm=config.max_norm,
             learn_alpha=config.learn_alpha,
             init_norm=config.init_norm,
+            ranking=config.ranking,
         )
         model.load_state_dict(weights)
     except (RuntimeError, ValueError, KeyError) as exc:

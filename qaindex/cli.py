@@ -162,6 +162,8 @@ def build(
         f"{info['index']['kind']} index, model {info['model']['name']}, "
         f"{_devices_line(info)}, {seconds:.2f} s"
     )
+    if info["near_centre"] is not None:
+        click.echo(_near_centre_line(info["near_centre"]))
 
 
 @main.command()
@@ -211,6 +213,22 @@ def _table(hits: list[Hit]) -> str:
     return "\n".join(lines)
 
 
+def _near_centre_line(near: dict[str, Any]) -> str:
+    line = (
+        f"{near['count']} answers near the ball's centre (distance from it below "
+        f"{near['threshold']:.2f}; the median answer's is {near['median_origin_distance']:.2f})"
+    )
+    if near["hub_risk"] and near["count"]:
+        return (
+            f"warning: {line}; this model ranks by plain Poincaré distance, so they can be the top hit "
+            f"of every question: retrain it with qaindex train (relative ranking), or re-export its scorer "
+            f"with qaindex_export.onnx_export.set_ranking(MODEL_DIR, 'relative')"
+        )
+    if near["ranking"] == "distance" or not near["count"]:
+        return line
+    return line + "; relative ranking scores the centre worst, so they are not hubs"
+
+
 def _devices_line(info: dict[str, Any]) -> str:
     providers = sorted(set(info["devices"]["onnxruntime"].values()))
     return f"onnxruntime on {'/'.join(providers)}, faiss on {info['devices']['faiss']}"
@@ -255,6 +273,8 @@ def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bo
         f"devices:    {_devices_line(data)}",
         f"created:    {data['created']}",
     ]
+    if data["near_centre"] is not None:
+        lines.append(f"centre:     {_near_centre_line(data['near_centre'])}")
     if verify:
         lines.append("verified:   every file matches its checksum")
     if recall:

@@ -96,7 +96,7 @@ def _require_torch() -> None:
 @click.option("--dim", type=click.IntRange(min=1), default=300, show_default=True, help="Projection size d.")
 @click.option(
     "--ball",
-    type=click.Choice(["auto", "clip", "radius", "expmap"]),
+    type=click.Choice(["auto", "clip", "radius", "expmap", "weighted"]),
     default="auto",
     show_default=True,
     help="How sums enter the Poincaré ball: clip (the paper: onto the sphere of radius 0.999), radius "

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "RANKINGS",
+    "RELATIVE_LIFT_BOUND",
     "arcosh1p",
     "ball_eps",
     "cosine_similarity",
@@ -31,11 +33,19 @@ __all__ = [
     "lift",
     "lift_query",
     "max_norm_for",
+    "near_centre",
     "one_minus_sqnorm",
+    "origin_distance",
     "pairwise_distance",
+    "pairwise_relative_distance",
     "project",
+    "relative_distance",
+    "relative_lift",
+    "relative_lift_query",
     "sqnorm",
 ]
+
+RANKINGS = ("distance", "relative")
 
 Array = Any  # numpy.ndarray or torch.Tensor
 
@@ -81,6 +91,11 @@ def _sqrt(x: Array) -> Array:
 
 def _log1p(x: Array) -> Array:
     return x.log1p() if _is_torch(x) else np.log1p(x)
+
+
+def _norm(x: Array) -> Array:
+    """``|x|`` over the last axis (kept), from a clamped square so its gradient stays finite."""
+    return _sqrt(_clamp_min(sqnorm(x), _tiny(x)))
 
 
 def ball_eps(dtype: Any) -> float:
@@ -226,6 +241,191 @@ def pairwise_distance(query: Array, candidates: Array) -> Array:
     (1, 3)
     """
     return distance(query[..., None, :], candidates)
+
+
+def origin_distance(y: Array) -> Array:
+    """Poincaré distance from the origin: ``d(0, y) = 2 artanh(|y|)``.
+
+    Computed as ``log1p(2 |y| / (1 - |y|))`` (``2 artanh(r) = log((1 + r) / (1 - r))``), exact
+    for small norms; ``1 - |y|`` is clamped to at least ``eps^2`` so a point on the unit
+    sphere gives a large finite value rather than ``inf``.
+
+    Parameters
+    ----------
+    y : array (..., dim)
+        Points strictly inside the unit ball.
+
+    Returns
+    -------
+    array (...)
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> bool(np.isclose(origin_distance(np.array([0.5, 0.0])), 2 * np.arctanh(0.5)))
+    True
+    """
+    n = _norm(y)
+    return _log1p(2.0 * n / _clamp_min(1.0 - n, _tiny(y)))[..., 0]
+
+
+def relative_distance(x: Array, y: Array) -> Array:
+    """Origin-relative Poincaré distance (a Busemann-style score): ``d(x, y) - d(0, y)``.
+
+    ``x`` is the question, ``y`` the answer; lower is better. By the triangle inequality
+    ``-d(0, x) <= f(x, y) <= d(0, x)``, and ``y = 0`` attains the *maximum* ``d(0, x)``: an
+    answer at the ball's centre (an empty, punctuation-only or out-of-vocabulary text) can
+    never be a question's nearest neighbour, while an answer deep in the question's direction
+    scores best. When every answer has the same norm, ``f = d - const``: the ranking is the
+    plain distance ranking. (In Euclidean space, ``|x - y|^2 - |y|^2 = |x|^2 - 2 <x, y>``: this
+    is the hyperbolic analogue of inner-product scoring.)
+
+    Parameters
+    ----------
+    x, y : array (..., dim)
+        Ball points, broadcastable.
+
+    Returns
+    -------
+    array (...)
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> q = np.array([0.9, 0.0])
+    >>> centre, deep = np.zeros(2), np.array([0.95, 0.0])
+    >>> bool(relative_distance(q, deep) < relative_distance(q, centre))
+    True
+    """
+    return distance(x, y) - origin_distance(y)
+
+
+def pairwise_relative_distance(query: Array, candidates: Array) -> Array:
+    """:func:`relative_distance` from each query (n, dim) to its candidates (n, m, dim) → (n, m).
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> pairwise_relative_distance(np.zeros((1, 2)), np.zeros((1, 3, 2))).shape
+    (1, 3)
+    """
+    return relative_distance(query[..., None, :], candidates)
+
+
+def relative_lift(y: Array) -> Array:
+    """Database-side lift for coarse recall under :func:`relative_distance`, by inner product.
+
+    On the hyperboloid, ``cosh d(x, y) = X0 Y0 - <Xs, Ys>`` with ``X = ((1 + |x|^2), 2x) /
+    (1 - |x|^2)``, and ``e^{d(0, y)} = (1 + |y|)^2 / (1 - |y|^2)``. For distances of a few
+    units and more, ``e^d ≈ 2 cosh d``, so
+
+    ``e^{f(x, y)} ≈ 2 cosh d(x, y) / e^{d(0, y)} = X0 (a(y) - <k(x), b(y)>)``
+
+    with ``a(y) = 2 (1 + |y|^2) / (1 + |y|)^2``, ``b(y) = 4 y / (1 + |y|)^2`` and the Klein
+    coordinates ``k(x) = 2x / (1 + |x|^2)``. ``X0 > 0`` does not depend on ``y``, so the
+    smallest ``f`` maximises ``<(-1, k(x)), (a(y), b(y))>``: :func:`relative_lift_query`
+    against this lift. (For answers far from the centre ``a ≈ 1`` and ``b ≈ k(y)``: inner
+    product against Klein coordinates.) Approximate near ``d = 0`` only, where the exact
+    rerank of the over-fetched candidates restores the order.
+
+    Parameters
+    ----------
+    y : numpy array (n, dim)
+
+    Returns
+    -------
+    numpy array (n, dim + 1), float32, with squared norm at most 4 (see :data:`RELATIVE_LIFT_BOUND`)
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> relative_lift(np.zeros((1, 2))).tolist()
+    [[2.0, 0.0, 0.0]]
+    """
+    y64 = np.asarray(y, dtype=np.float64)
+    r = np.sqrt(sqnorm(y64))
+    scale = 1.0 / (1.0 + r) ** 2
+    out = np.concatenate([2.0 * (1.0 + r * r) * scale, 4.0 * y64 * scale], axis=-1)
+    return np.ascontiguousarray(out, dtype=np.float32)
+
+
+RELATIVE_LIFT_BOUND = 4.0
+"""Upper bound of ``|relative_lift(y)|^2`` over the ball (attained at the origin): the fixed
+radius of the extra coordinate that turns the inner-product search into an L2 search."""
+
+
+def relative_lift_query(x: Array) -> Array:
+    """Query-side lift matching :func:`relative_lift`: ``(-1, 2x / (1 + |x|^2))``, float32.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> relative_lift_query(np.array([[0.5, 0.0]])).tolist()
+    [[-1.0, 0.800000011920929, 0.0]]
+    """
+    x64 = np.asarray(x, dtype=np.float64)
+    out = np.concatenate([-np.ones_like(x64[..., :1]), 2.0 * x64 / (1.0 + sqnorm(x64))], axis=-1)
+    return np.ascontiguousarray(out, dtype=np.float32)
+
+
+NEAR_CENTRE_FRACTION = 0.5
+NEAR_CENTRE_MARGIN = 2.0
+"""An answer is *near the centre* when ``d(0, a)`` is below ``max(NEAR_CENTRE_FRACTION * m,
+m - NEAR_CENTRE_MARGIN)``, ``m`` the median answer's ``d(0, a)``. Near the boundary,
+``d(q, a) ≈ 2 log|q - a| + t_q + t_a + c`` with depth ``t = -log(1 - |a|) ≈ d(0, a) - log 2``,
+and ``2 log|q - a|`` spans about 2 between close and opposite directions: an answer 2 shallower
+than the median is closer to almost every question than the answers in its own direction."""
+
+
+def near_centre(
+    vectors: Array,
+    *,
+    fraction: float = NEAR_CENTRE_FRACTION,
+    margin: float = NEAR_CENTRE_MARGIN,
+    chunk: int = 65536,
+) -> dict[str, Any]:
+    """Count answers near the ball's centre: potential hubs under plain-distance ranking.
+
+    A point near the origin is at distance about ``d(0, q)`` from *every* question ``q``, while
+    two points near the boundary are much further apart, so under ``ranking: "distance"`` such
+    an answer (empty, punctuation-only, all out-of-vocabulary) is every question's nearest
+    neighbour. Under ``ranking: "relative"`` the centre is the worst place to be and these
+    answers are harmless.
+
+    Parameters
+    ----------
+    vectors : array (n, dim)
+        Answer vectors (read in chunks: a memory-mapped array is fine).
+    fraction, margin : float, keyword-only
+        Threshold ``max(fraction * median, median - margin)`` of ``d(0, a)`` (see
+        :data:`NEAR_CENTRE_MARGIN`).
+
+    Returns
+    -------
+    dict
+        ``{"count", "fraction_of_answers", "threshold", "median_origin_distance"}``.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> near_centre(np.array([[0.999, 0.0], [0.0, 0.998], [0.05, 0.0]]))["count"]
+    1
+    """
+    n = len(vectors)
+    if n == 0:
+        return {"count": 0, "fraction_of_answers": 0.0, "threshold": 0.0, "median_origin_distance": 0.0}
+    d0 = np.concatenate(
+        [origin_distance(np.asarray(vectors[i : i + chunk], dtype=np.float64)) for i in range(0, n, chunk)]
+    )
+    median = float(np.median(d0))
+    threshold = max(fraction * median, median - margin)
+    count = int(np.sum(d0 < threshold))
+    return {
+        "count": count,
+        "fraction_of_answers": count / n,
+        "threshold": threshold,
+        "median_origin_distance": median,
+    }
 
 
 def lift(y: Array) -> Array:

@@ -108,6 +108,9 @@ class Model:
         self.dimension: int = manifest["dimension"]
         self.geometry: str = manifest["geometry"]["name"]
         self.max_norm: float | None = manifest["geometry"].get("max_norm")
+        # Poincaré ranking rule: "distance" (absent: models exported before it existed) or
+        # "relative" (d(q, a) - d(0, a)); it decides how coarse recall and exact search rank
+        self.ranking: str = manifest["geometry"].get("ranking", "distance")
         self.max_tokens: dict[str, int] = dict(manifest["max_tokens"])
 
     # -- loading -----------------------------------------------------------------------

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from . import hyperbolic
 from .errors import ModelFormatError
 from .storage import (
     check_file_entries,
@@ -112,6 +113,12 @@ def read_model_manifest(path: str | os.PathLike[str], *, verify: bool = True) ->
         max_norm = geometry.get("max_norm")
         if not isinstance(max_norm, float) or not 0.0 < max_norm < 1.0:
             raise ModelFormatError(f'{mpath}: geometry "max_norm" must be a number in (0, 1), got {max_norm!r}')
+        ranking = geometry.get("ranking", "distance")
+        if ranking not in hyperbolic.RANKINGS:
+            raise ModelFormatError(
+                f'{mpath}: geometry "ranking" {ranking!r} is not supported '
+                f"(supported: {', '.join(hyperbolic.RANKINGS)}); upgrade qaindex or re-export the model"
+            )
     max_tokens = _require(manifest, "max_tokens", dict, mpath)
     for role in ROLES:
         value = max_tokens.get(role)

@@ -23,6 +23,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
+from . import hyperbolic
 from .arguments import MAX_INT64, finite_vectors, id_list, path_or_records, positive_int, text_list
 from .concurrency import ReadWriteLock
 from .corpus import Record, read_corpus, records_from_dicts
@@ -287,7 +288,7 @@ class Ranker:
         vectors = _encode_answers(loaded, [r.answer for r in records], batch_size, progress)
         _log.info("encoded %d answers with %s in %.2f s", len(records), loaded.name, time.perf_counter() - started)
         kind = choose_kind(index_kind, len(records))
-        coarse = CoarseIndex(loaded.geometry, loaded.dimension, kind, hnsw, device=device)
+        coarse = CoarseIndex(loaded.geometry, loaded.dimension, kind, hnsw, device=device, ranking=loaded.ranking)
         coarse.add(vectors)
         return cls(
             loaded,
@@ -373,6 +374,7 @@ class Ranker:
             params=coarse_info.get("params"),
             count=count,
             device=device,
+            ranking=model.ranking,
         )
         return cls(
             model,
@@ -779,7 +781,7 @@ class Ranker:
             raise QueryError("no questions to measure recall with; give at least one question")
         qv = self.model.encode(qs, role="question")
         kk = min(k, len(self))
-        _, truth = exact_search(qv, self._vectors, kk, geometry=self.model.geometry)
+        _, truth = exact_search(qv, self._vectors, kk, geometry=self.model.geometry, ranking=self.model.ranking)
         m = min(len(self), kk * self.overfetch)
         coarse_rows = self._candidates(qv, m)
         _, _, final_rows = self.search_vectors(qv, kk)
@@ -882,7 +884,12 @@ class Ranker:
                 return
             kind = choose_kind(self.kind_requested, len(self)) if self.kind_requested == "auto" else self._coarse.kind
             coarse = CoarseIndex(
-                self.model.geometry, self.dimension, kind, self._coarse.params or None, device=self._coarse.device
+                self.model.geometry,
+                self.dimension,
+                kind,
+                self._coarse.params or None,
+                device=self._coarse.device,
+                ranking=self.model.ranking,
             )
             coarse.add(np.asarray(self._vectors))
             self._coarse = coarse
@@ -1051,6 +1058,7 @@ class Ranker:
             },
             "devices": {"onnxruntime": self.model.providers, "faiss": self._coarse.device},
             "created": self.created,
+            "near_centre": _near_centre(self.model, self._vectors),
         }
 
 
@@ -1059,6 +1067,14 @@ def _cut(hits: list[Hit], k: int, min_score: float | None) -> list[Hit]:
     if min_score is not None:
         hits = [h for h in hits if h.score >= min_score]
     return hits[:k]
+
+
+def _near_centre(model: Model, vectors: np.ndarray) -> dict[str, Any] | None:
+    """Answers near the ball's centre (:func:`qaindex.hyperbolic.near_centre`) and whether
+    they can be hubs: only under plain-distance ranking. None for cosine models."""
+    if model.geometry != "poincare":
+        return None
+    return {**hyperbolic.near_centre(vectors), "ranking": model.ranking, "hub_risk": model.ranking == "distance"}
 
 
 def _encode_answers(model: Model, texts: list[str], batch_size: int, progress: bool) -> np.ndarray:

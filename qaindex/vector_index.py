@@ -10,6 +10,13 @@ Two index kinds, over the answers' vectors:
   the L2 metric, which recalls Poincaré neighbours far better than HNSW on lifted vectors;
   the exact rerank of ``k * overfetch`` candidates restores the exact order among them.
 
+For models ranked by the origin-relative distance (``ranking: "relative"``, see
+:func:`qaindex.hyperbolic.relative_distance`) both kinds search the lift of
+:func:`qaindex.hyperbolic.relative_lift` (``e^f`` as an inner product, accurate for
+distances of a few units and more): ``flat`` by inner product, ``hnsw`` by L2 after the usual
+extra coordinate that makes every stored vector's norm :data:`~qaindex.hyperbolic.RELATIVE_LIFT_BOUND`
+(maximum inner product search as nearest-neighbour search).
+
 For the cosine geometry both kinds search the inner product of unit-normalised vectors.
 ``auto`` picks ``flat`` up to :data:`AUTO_FLAT_MAX` answers and ``hnsw`` above.
 Search returns row numbers, ``-1`` where fewer than ``m`` answers exist.
@@ -76,6 +83,8 @@ class CoarseIndex:
         :data:`DEFAULT_HNSW`.
     device : {"auto", "cpu", "cuda"}
         ``flat`` indexes move to a GPU when FAISS sees one (``auto``) or must (``cuda``).
+    ranking : {"distance", "relative"}, keyword-only
+        The model's ranking rule (Poincaré only): plain distance, or origin-relative distance.
 
     Example
     -------
@@ -95,9 +104,13 @@ class CoarseIndex:
         *,
         device: str = "cpu",
         index: Any = None,
+        ranking: str = "distance",
     ) -> None:
         if geometry not in ("poincare", "cosine"):
             raise QAIndexError(f"unknown geometry {geometry!r}")
+        if ranking not in hyperbolic.RANKINGS:
+            raise QAIndexError(f"unknown ranking {ranking!r}; choose one of: {', '.join(hyperbolic.RANKINGS)}")
+        self.relative = geometry == "poincare" and ranking == "relative"
         if kind not in ("flat", "hnsw"):
             raise QAIndexError(f"unknown index kind {kind!r}; choose flat or hnsw")
         self.geometry = geometry
@@ -116,6 +129,8 @@ class CoarseIndex:
     @property
     def stored_dimension(self) -> int:
         """Dimension of the vectors FAISS stores (``dim + 2`` for lifted Poincaré flat)."""
+        if self.relative:
+            return self.dimension + (1 if self.kind == "flat" else 2)
         return self.dimension + 2 if (self.geometry == "poincare" and self.kind == "flat") else self.dimension
 
     def _new_index(self) -> Any:
@@ -123,6 +138,7 @@ class CoarseIndex:
         d = self.stored_dimension
         if self.kind == "flat":
             return faiss.IndexFlatIP(d)
+        # Poincaré: L2 on raw coordinates, or (relative) on the lift with its extra coordinate
         metric = faiss.METRIC_L2 if self.geometry == "poincare" else faiss.METRIC_INNER_PRODUCT
         index = faiss.IndexHNSWFlat(d, self.params["M"], metric)
         index.hnsw.efConstruction = self.params["ef_construction"]
@@ -155,6 +171,13 @@ class CoarseIndex:
     def _db(self, vectors: np.ndarray) -> np.ndarray:
         if self.geometry == "cosine":
             return _unit(vectors)
+        if self.relative:
+            rel: np.ndarray = hyperbolic.relative_lift(vectors)
+            if self.kind == "flat":
+                return rel
+            sq = np.sum(rel.astype(np.float64) ** 2, axis=1, keepdims=True)
+            extra = np.sqrt(np.maximum(hyperbolic.RELATIVE_LIFT_BOUND - sq, 0.0))
+            return np.ascontiguousarray(np.concatenate([rel, extra], axis=1), dtype=np.float32)
         if self.kind == "flat":
             lifted: np.ndarray = hyperbolic.lift(vectors)
             return lifted
@@ -163,6 +186,11 @@ class CoarseIndex:
     def _query(self, queries: np.ndarray) -> np.ndarray:
         if self.geometry == "cosine":
             return _unit(queries)
+        if self.relative:
+            rel: np.ndarray = hyperbolic.relative_lift_query(queries)
+            if self.kind == "flat":
+                return rel
+            return np.ascontiguousarray(np.concatenate([rel, np.zeros_like(rel[:, :1])], axis=1))
         if self.kind == "flat":
             lifted: np.ndarray = hyperbolic.lift_query(queries)
             return lifted
@@ -235,6 +263,7 @@ class CoarseIndex:
         params: Mapping[str, int] | None,
         count: int,
         device: str = "cpu",
+        ranking: str = "distance",
     ) -> CoarseIndex:
         """Read an index written by :meth:`save`, memory-mapping it where FAISS can."""
         faiss = import_faiss()
@@ -247,7 +276,7 @@ class CoarseIndex:
                 raise IndexFormatError(
                     f"{path}: FAISS cannot read it ({str(exc).splitlines()[0]}); rebuild the index"
                 ) from None
-        out = cls(geometry, dimension, kind, params, device=device, index=index)
+        out = cls(geometry, dimension, kind, params, device=device, index=index, ranking=ranking)
         if out.ntotal != count or index.d != out.stored_dimension:
             raise IndexFormatError(
                 f"{path}: holds {out.ntotal} vectors of dimension {index.d}, the manifest says "
@@ -272,7 +301,13 @@ def _set_blas_threshold(faiss: Any, nq: int) -> None:
 
 
 def exact_search(
-    queries: np.ndarray, vectors: np.ndarray, k: int, *, geometry: str, chunk: int = 4096
+    queries: np.ndarray,
+    vectors: np.ndarray,
+    k: int,
+    *,
+    geometry: str,
+    ranking: str = "distance",
+    chunk: int = 4096,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Brute-force nearest answers in float64: the ground truth for recall.
 
@@ -283,6 +318,9 @@ def exact_search(
     k : int
     geometry : {"poincare", "cosine"}, keyword-only
         Ranks by Poincaré distance, or by 1 - cosine.
+    ranking : {"distance", "relative"}, keyword-only
+        Poincaré only: rank by ``d(q, a)``, or by the origin-relative ``d(q, a) - d(0, a)``
+        (:func:`qaindex.hyperbolic.relative_distance`; the returned values are then ``f``).
 
     Returns
     -------
@@ -305,7 +343,9 @@ def exact_search(
     step = max(1, min(chunk, (1 << 23) // max(1, n * dim)))  # bounds the (n, step, dim) temporary
     for start in range(0, total, step):
         block = np.asarray(vectors[start : start + step], dtype=np.float64)
-        if geometry == "poincare":
+        if geometry == "poincare" and ranking == "relative":
+            d = hyperbolic.relative_distance(q[:, None, :], block[None, :, :])
+        elif geometry == "poincare":
             d = hyperbolic.distance(q[:, None, :], block[None, :, :])
         else:
             d = 1.0 - hyperbolic.cosine_similarity(q[:, None, :], block[None, :, :])

@@ -68,8 +68,9 @@ def test_manifest(exported: Path, trained, data: dict) -> None:
     manifest = json.loads((exported / "manifest.json").read_text())
     assert manifest["geometry"]["name"] == "poincare" and manifest["geometry"]["ball_map"] == "radius"
     assert manifest["geometry"]["max_norm"] == pytest.approx(0.999)
+    assert manifest["geometry"]["ranking"] == "relative" == Model.load(exported).ranking
     score = manifest["score"]
-    assert score["formula"] == "-(w_f * d + b_f)" and score["higher_is_better"] is True
+    assert score["formula"] == "-(w_f * f + b_f), f = d(q, a) - d(0, a)" and score["higher_is_better"] is True
     assert score["parameters"]["w_f"] > 0 and set(score["parameters"]) == {"w_f", "b_f"}
     training = manifest["training"]
     assert training["config"] == trained.config.to_dict()
@@ -178,14 +179,77 @@ def test_cosineqa_float16_export(data: dict, tmp_path: Path) -> None:
     assert ranker.search("what about topic2", k=1)[0].id == "b"
 
 
-@pytest.mark.parametrize("ball", ["clip", "expmap"])
-def test_other_ball_maps_export(ball: str) -> None:
+@pytest.mark.parametrize("ranking", ["relative", "distance"])
+@pytest.mark.parametrize("ball", ["clip", "expmap", "weighted"])
+def test_other_ball_maps_export(ball: str, ranking: str) -> None:
     torch.manual_seed(0)
-    model = HyperQA(BagOfWords(30, 8, embed_dim=5), BallMap(ball, alpha=0.3))
+    model = HyperQA(BagOfWords(30, 8, embed_dim=5, depth=ball == "weighted"), BallMap(ball, alpha=0.3), ranking=ranking)
     encoder = folded_encoder(model)
+    assert tuple(encoder.table.shape) == (30, 9 if ball == "weighted" else 8)  # weighted: + depth column
     graph = export_encoder(encoder)
-    parity = check_parity(model, graph, export_scorer(scorer_module(model), 8))
+    scorer = scorer_module(model)
+    assert scorer.ranking == ranking
+    parity = check_parity(model, graph, export_scorer(scorer, 8))
     assert parity["encoder_max_abs_diff"] <= 1e-5 and parity["fold_max_abs_diff"] <= 1e-5
+
+
+def test_weighted_norm_follows_token_weights() -> None:
+    torch.manual_seed(0)
+    model = HyperQA(BagOfWords(30, 8, embed_dim=5, depth=True), BallMap("weighted"))
+    with torch.no_grad():
+        model.encoder.proj.bias.fill_(0.5)  # every token has a direction
+        model.encoder.depth.weight.zero_()
+        model.encoder.depth.bias.fill_(-3.0)
+    ids = torch.tensor([[2, 3, 4, 0], [2, 0, 0, 0], [5, 0, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
+    v = model(ids, mask)
+    w = torch.nn.functional.softplus(torch.tensor(-3.0))
+    want = 0.999 * torch.tanh(torch.tensor([3.0, 1.0, 0.0]) * w)
+    assert torch.allclose(v.norm(dim=-1), want, atol=1e-6)  # the empty text sits at the centre
+
+
+def test_relative_scorer_graph_matches_formula() -> None:
+    rng = np.random.default_rng(0)
+    q = (rng.normal(size=(3, 6)) * 0.15).astype(np.float32)
+    c = (rng.normal(size=(3, 5, 6)) * 0.15).astype(np.float32)
+    c[:, 0] = 0.0
+    c[:, 1] = c[:, 1] / np.linalg.norm(c[:, 1], axis=-1, keepdims=True) * 0.999
+    sess = ort.InferenceSession(
+        export_scorer(PoincareScorer(2.0, 0.5, "relative"), 6), providers=["CPUExecutionProvider"]
+    )
+    score, dist = sess.run(["score", "distance"], {"query": q, "candidates": c})
+    from qaindex import hyperbolic as H
+
+    d = H.distance(q[:, None, :].astype(np.float64), c.astype(np.float64))
+    np.testing.assert_allclose(dist, d, rtol=1e-4, atol=1e-5)  # the plain distance, as documented
+    f = d - H.origin_distance(c.astype(np.float64))
+    np.testing.assert_allclose(score, -(2.0 * f + 0.5), rtol=1e-4, atol=1e-4)
+    assert np.all(score[:, 0] <= score.min(axis=1) + 1e-5)  # the centre scores worst
+
+
+def test_set_ranking_rewrites_scorer_and_manifest(exported: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from qaindex_export.onnx_export import set_ranking
+
+    path = tmp_path / "m"
+    shutil.copytree(exported, path)
+    before = json.loads((path / "manifest.json").read_text())
+    set_ranking(path, "distance")
+    model = Model.load(path)  # checksums of the rewritten files verify
+    assert model.ranking == "distance" and model.manifest["score"]["formula"] == "-(w_f * d + b_f)"
+    assert model.manifest["score"]["parameters"] == before["score"]["parameters"]
+    assert model.manifest["files"]["encoder.onnx"] == before["files"]["encoder.onnx"]
+    rng = np.random.default_rng(1)
+    q = (rng.normal(size=(2, 24)) * 0.1).astype(np.float32)
+    c = (rng.normal(size=(2, 4, 24)) * 0.1).astype(np.float32)
+    score, dist = model.score(q, c)
+    p = before["score"]["parameters"]
+    np.testing.assert_allclose(score, -(p["w_f"] * dist + p["b_f"]), rtol=1e-5, atol=1e-5)
+    set_ranking(path, "relative")
+    assert json.loads((path / "manifest.json").read_text())["files"] == before["files"]  # same bytes back
+    with pytest.raises(ValueError, match="ranking must be one of"):
+        set_ranking(path, "cosine")
 
 
 def test_parity_check_catches_a_wrong_graph() -> None:

@@ -151,3 +151,121 @@ def test_torch_and_numpy_agree_and_gradients_are_finite() -> None:
         assert torch.isfinite(tx.grad).all() and torch.isfinite(ty.grad).all()
         p = H.project(tx * 10, max_norm=m)
         assert float(p.detach().norm(dim=-1).max()) <= m * (1 + 1e-6)
+
+
+# -- origin-relative distance (the ranking rule that keeps the centre from being a hub) ---------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_origin_distance_is_2_artanh_norm(dtype: type) -> None:
+    r = np.linspace(0.0, H.max_norm_for(dtype), 200)
+    pts = np.stack([r * 0.6, r * 0.8], axis=1).astype(dtype)
+    got = H.origin_distance(pts)
+    assert got.dtype == dtype
+    want = 2 * np.arctanh(np.linalg.norm(pts.astype(np.float64), axis=1))
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6)
+    np.testing.assert_allclose(got, H.distance(np.zeros_like(pts), pts), rtol=2e-4, atol=2e-6)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_relative_distance_bounds_and_origin_is_worst(seed: int, dtype: type) -> None:
+    rng = np.random.default_rng(seed)
+    m = H.max_norm_for(dtype)
+    x, y = ball(rng, 300, 5, dtype, m), ball(rng, 300, 5, dtype, m)
+    f = H.relative_distance(x, y)
+    assert f.dtype == dtype
+    dx = H.origin_distance(x)
+    slack = 2e-3 if dtype == np.float32 else 1e-8
+    # triangle inequality: -d(0, x) <= f <= d(0, x)
+    assert np.all(f <= dx + slack) and np.all(f >= -dx - slack)
+    want = naive_distance(x, y) - 2 * np.arctanh(np.linalg.norm(y.astype(np.float64), axis=1))
+    np.testing.assert_allclose(f, want, rtol=1e-3 if dtype == np.float32 else 1e-9, atol=slack)
+    # the origin attains the maximum d(0, x): it is every question's *worst* answer
+    at_origin = H.relative_distance(x, np.zeros_like(y))
+    np.testing.assert_allclose(at_origin, dx, rtol=1e-4, atol=1e-6)
+    assert np.all(at_origin >= f - slack)
+    # along the question's own direction, deeper is better up to the question's depth, then
+    # constant at the minimum -d(0, x)
+    norm = np.linalg.norm(x.astype(np.float64), axis=1, keepdims=True)
+    unit = (x / norm).astype(dtype)
+    f_shallow = H.relative_distance(x, unit * np.asarray(0.3, dtype))
+    f_deep = H.relative_distance(x, unit * np.asarray(0.9, dtype))
+    assert np.all(f_deep <= f_shallow + slack)
+    assert np.all((f_deep < f_shallow)[norm[:, 0] > 0.31])
+    beyond = norm[:, 0] < 0.89
+    np.testing.assert_allclose(f_deep[beyond], -dx[beyond], atol=slack)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_relative_distance_on_a_sphere_is_distance_minus_constant(seed: int, dtype: type) -> None:
+    rng = np.random.default_rng(seed)
+    m = H.max_norm_for(dtype)
+    x = ball(rng, 20, 6, dtype, m)
+    y = rng.normal(size=(500, 6))
+    y = (y / np.linalg.norm(y, axis=1, keepdims=True) * m).astype(dtype)
+    for q in x:
+        f = H.relative_distance(q[None, :], y)
+        d = H.distance(q[None, :], y)
+        const = np.full_like(f, -H.origin_distance(y[:1])[0])
+        np.testing.assert_allclose(f - d, const, atol=2e-3 if dtype == np.float32 else 1e-9)
+        # same order (up to float32 rounding of the radius: d sorted by f never drops by more)
+        d_by_f = d.astype(np.float64)[np.argsort(f.astype(np.float64), kind="stable")]
+        assert np.all(np.diff(d_by_f) >= -(2e-3 if dtype == np.float32 else 1e-9))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_relative_lift_is_exact_for_cosh_form(seed: int) -> None:
+    """``<lift_query(x), lift(y)> = -2 cosh d(x, y) / (X0 e^{d(0, y)})`` exactly; its order
+    is the order of ``f`` wherever ``d`` is not tiny."""
+    rng = np.random.default_rng(seed)
+    x, y = ball(rng, 6, 5, np.float64, 0.999), ball(rng, 400, 5, np.float64, 0.999)
+    ip = H.relative_lift_query(x).astype(np.float64) @ H.relative_lift(y).astype(np.float64).T
+    d = naive_distance(x[:, None, :], y[None, :, :])
+    x0 = (1 + (x**2).sum(1)) / (1 - (x**2).sum(1))
+    d0 = 2 * np.arctanh(np.linalg.norm(y, axis=1))
+    np.testing.assert_allclose(ip, -2 * np.cosh(d) / (x0[:, None] * np.exp(d0)[None, :]), rtol=1e-5, atol=1e-6)
+    sq = (H.relative_lift(y).astype(np.float64) ** 2).sum(1)
+    assert np.all(sq <= H.RELATIVE_LIFT_BOUND * (1 + 1e-6)) and np.all(sq >= 2 * (1 - 1e-6))
+    f = H.relative_distance(x[:, None, :], y[None, :, :])
+    far = d > 3.0
+    # e^d ≈ 2 cosh d where d is large: log(-X0 ip) then equals f to within e^{-2d}
+    approx = np.log(-x0[:, None] * ip)
+    assert np.all(np.abs(approx - f)[far] < 5e-3)
+
+
+def test_near_centre_counts_well_below_the_median() -> None:
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(10, 4))
+    v = v / np.linalg.norm(v, axis=1, keepdims=True)
+    radii = np.array([0.999] * 6 + [0.99, 0.5, 0.1, 0.0])[:, None]  # d(0, a): 7.6 ×6, 5.29, 1.1, 0.2, 0
+    out = H.near_centre(v * radii)
+    median = 2 * np.arctanh(0.999)
+    assert out["count"] == 4 and out["fraction_of_answers"] == 0.4  # 0.99 is 2.3 shallower: counted
+    assert out["median_origin_distance"] == pytest.approx(median, rel=1e-9)
+    assert out["threshold"] == pytest.approx(median - 2.0, rel=1e-9)
+    # with shallow answers everywhere the fraction rule applies: half the median
+    low = H.near_centre(v * np.array([0.5] * 8 + [0.2, 0.0])[:, None])
+    assert low["threshold"] == pytest.approx(np.arctanh(0.5), rel=1e-9) and low["count"] == 2
+    assert H.near_centre(np.zeros((0, 4)))["count"] == 0
+
+
+def test_relative_torch_and_numpy_agree_with_finite_gradients() -> None:
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    for dtype, tdtype in ((np.float32, torch.float32), (np.float64, torch.float64)):
+        m = H.max_norm_for(dtype)
+        x, y = ball(rng, 64, 5, dtype, m), ball(rng, 64, 5, dtype, m)
+        y[0] = 0.0  # the origin
+        y[1] = x[1] / np.linalg.norm(x[1]) * m  # on the clip
+        y[2] = x[2]
+        tx = torch.tensor(x, dtype=tdtype, requires_grad=True)
+        ty = torch.tensor(y, dtype=tdtype, requires_grad=True)
+        f = H.relative_distance(tx, ty)
+        np.testing.assert_allclose(f.detach().numpy(), H.relative_distance(x, y), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(H.origin_distance(ty).detach().numpy(), H.origin_distance(y), rtol=2e-5, atol=1e-6)
+        f.sum().backward()
+        assert torch.isfinite(tx.grad).all() and torch.isfinite(ty.grad).all()
+        pf = H.pairwise_relative_distance(tx[:3], ty[None].expand(3, -1, -1))
+        assert tuple(pf.shape) == (3, 64)

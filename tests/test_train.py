@@ -57,7 +57,7 @@ def planted() -> tuple[list, list]:
 # -- learning ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ball", ["clip", "radius"])
+@pytest.mark.parametrize("ball", ["clip", "radius", "weighted"])
 def test_learns_planted_word_task(planted: tuple[list, list], ball: str) -> None:
     train_groups, dev_groups = planted
     lines: list[str] = []
@@ -72,6 +72,19 @@ def test_learns_planted_word_task(planted: tuple[list, list], ball: str) -> None
     assert result.norms is not None and result.norms["count"] > 0
     if ball == "clip":
         assert result.norms["at_clip"] > 0.9
+    if ball == "weighted":  # norms vary: the per-token depth weights are learned
+        assert result.norms["ball_std"] > 0.01 and result.norms["at_clip"] < 0.5
+        assert result.model.geometry_info()["ranking"] == "relative"
+
+
+def test_relative_ranking_is_the_default_and_distance_the_ablation(planted: tuple[list, list]) -> None:
+    assert TrainConfig().ranking == "relative"
+    result = train(TrainConfig(**SMALL, ball="clip", epochs=2, ranking="distance"), *planted, log=None)
+    q = torch.tensor([[0.5, 0.0] + [0.0] * 30])
+    a = torch.zeros(1, 32)
+    s, d = result.model.score(q, a)
+    assert s.item() == pytest.approx(-(result.model.w_f.item() * d.item() + result.model.b_f.item()), rel=1e-6)
+    assert result.model.score_definition()["formula"] == "-(w_f * d + b_f)"
 
 
 def test_cosineqa_learns(planted: tuple[list, list]) -> None:
@@ -119,6 +132,8 @@ def test_config_validation_and_roundtrip() -> None:
         TrainConfig(sampling="hardest").validate()
     with pytest.raises(ValueError, match="max_norm"):
         TrainConfig(max_norm=1.0).validate()
+    with pytest.raises(ValueError, match="ranking must be one of \\('distance', 'relative'\\), got 'cosine'"):
+        TrainConfig(ranking="cosine").validate()
 
 
 # -- negatives -------------------------------------------------------------------------------------
@@ -272,6 +287,17 @@ def test_checkpoint_roundtrip(planted: tuple[list, list], tmp_path: Path) -> Non
     for key, value in result.model.state_dict().items():
         assert torch.equal(value, loaded.model.state_dict()[key]), key
     assert evaluate_data(loaded, planted[1][:20])["map"] == pytest.approx(result.dev["map"])
+    assert loaded.model.ranking == "relative"
+
+
+def test_checkpoint_without_ranking_loads_as_distance(planted: tuple[list, list], tmp_path: Path) -> None:
+    result = train(TrainConfig(**SMALL, ball="clip", epochs=1), planted[0][:60], planted[1][:20], log=None)
+    path = save_checkpoint(result, tmp_path / "ckpt")
+    meta = json.loads((path / "checkpoint.json").read_text())
+    del meta["config"]["ranking"]  # as written before the setting existed
+    (path / "checkpoint.json").write_text(json.dumps(meta))
+    loaded = load_checkpoint(path)
+    assert loaded.config.ranking == "distance" and loaded.model.ranking == "distance"
 
 
 def test_checkpoint_is_safetensors_and_json_and_validated(planted: tuple[list, list], tmp_path: Path) -> None:

@@ -1,0 +1,201 @@
+"""Answers near the ball's centre must not be hubs (issue 11).
+
+A corpus of real answers with one-character, punctuation-only and out-of-vocabulary answers
+beside them: no junk answer may rank above a relevant real answer, with the built-in default
+model and with a freshly trained HyperQA model. The same corpus ranked by the old rule
+(plain Poincaré distance) puts junk first, which shows the test can fail.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from qaindex import Ranker, hyperbolic
+from qaindex.cli import main
+from qaindex.errors import ModelFormatError
+from qaindex.model import Model, resolve_model_path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+JUNK = [".", "a", "?", "!", ",", "-", "x", "...", "!!", "?!", "()", "--", "…", "—", "ꙮꙮ", "𝔵𝔶𝔷", "ඞ", "☃☃ ⟁"]
+
+
+def faq_records(n: int = 60) -> list[dict]:
+    lines = (ROOT / "examples" / "faq.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines[:n]]
+
+
+def junk_records() -> list[dict]:
+    return [{"id": f"junk{i}", "answer": text} for i, text in enumerate(JUNK)]
+
+
+def violations(order: list[str], relevant: set[str]) -> int:
+    """Junk answers ranked above the lowest-ranked relevant answer."""
+    last = max(order.index(r) for r in relevant)
+    return sum(1 for x in order[:last] if x.startswith("junk"))
+
+
+def rankings(ranker: Ranker, questions: list[str]) -> tuple[list[list[str]], list[list[str]]]:
+    """Served order (the model's score) and the old rule's order (plain distance) per question."""
+    served, by_distance = [], []
+    for hits in ranker.search_batch(questions, k=len(ranker)):
+        served.append([str(h.id) for h in hits])
+        by_distance.append([str(h.id) for h in sorted(hits, key=lambda h: (h.distance, str(h.id)))])
+    return served, by_distance
+
+
+@pytest.fixture(scope="module")
+def default_ranker() -> Ranker:
+    return Ranker.build([*faq_records(), *junk_records()], index_kind="flat")
+
+
+def test_default_model_ranks_by_relative_distance() -> None:
+    model = Model.load(None)
+    assert model.ranking == "relative"
+    assert model.manifest["score"]["formula"] == "-(w_f * f + b_f), f = d(q, a) - d(0, a)"
+
+
+def test_default_model_junk_never_above_relevant_answer(default_ranker: Ranker) -> None:
+    """Junk the clip model puts near the centre (short sums: '.', 'a', ',', '-', ...) never
+    outranks a relevant answer, and no junk answer is ever a top hit. (Junk whose tokens sum
+    past the clip — '?', '!!', out-of-vocabulary strings — lands on the sphere like any real
+    text; there the clip model ranks it by direction alone, as it ranks every answer.)"""
+    records = faq_records()
+    questions = [(q, str(r["id"])) for r in records for q in r["questions"]]
+    vectors = np.asarray(default_ranker._vectors, dtype=np.float64)
+    ids = [str(r["id"]) for r in [*records, *junk_records()]]
+    centre = {i for i, v in zip(ids, vectors, strict=True) if i.startswith("junk") and np.linalg.norm(v) < 0.99}
+    assert len(centre) >= 5
+    served, by_distance = rankings(default_ranker, [q for q, _ in questions])
+
+    def centre_violations(order: list[str], rid: str) -> int:
+        return sum(1 for x in order[: order.index(rid)] if x in centre)
+
+    assert [q for (q, rid), order in zip(questions, served, strict=True) if centre_violations(order, rid)] == []
+    assert [order[0] for order in served if order[0].startswith("junk")] == []
+    # the old rule fails on the same corpus: junk near the centre outranks real answers
+    old = [centre_violations(order, rid) for (_, rid), order in zip(questions, by_distance, strict=True)]
+    assert sum(1 for v in old if v) > len(questions) // 2
+    assert all(order[0] in centre for order in by_distance)
+
+
+def test_default_model_junk_is_near_centre_and_reported(default_ranker: Ranker) -> None:
+    near = default_ranker.info()["near_centre"]
+    assert near["ranking"] == "relative" and near["hub_risk"] is False
+    vectors = np.asarray(default_ranker._vectors, dtype=np.float64)
+    d0 = hyperbolic.origin_distance(vectors)
+    median = np.median(d0)
+    assert near["count"] == int(np.sum(d0 < max(0.5 * median, median - 2.0)))
+    assert near["count"] >= 5  # several of the junk answers sit close to the centre
+
+
+def _old_manifest_copy(tmp_path: Path, ranking: str | None) -> Path:
+    """The default model as exported before the ranking field: plain-distance scorer, no
+    ``geometry.ranking`` (or ``ranking`` set to the given value)."""
+    from onnx_models import poincare_scorer_graph
+
+    from qaindex.storage import file_entry
+
+    src = resolve_model_path(None)
+    dst = tmp_path / f"model-{ranking}"
+    shutil.copytree(src, dst)
+    manifest = json.loads((dst / "manifest.json").read_text())
+    params = manifest["score"]["parameters"]
+    (dst / "scorer.onnx").write_bytes(poincare_scorer_graph(params["w_f"], params["b_f"]))
+    manifest["files"]["scorer.onnx"] = file_entry(dst / "scorer.onnx")
+    manifest["score"]["formula"] = "-(w_f * d + b_f)"
+    if ranking is None:
+        del manifest["geometry"]["ranking"]
+    else:
+        manifest["geometry"]["ranking"] = ranking
+    (dst / "manifest.json").write_text(json.dumps(manifest))
+    return dst
+
+
+def test_manifest_without_ranking_loads_as_distance(tmp_path: Path) -> None:
+    model = Model.load(_old_manifest_copy(tmp_path, None))
+    assert model.ranking == "distance"
+    ranker = Ranker.build([*faq_records(20), *junk_records()], model=model, index_kind="flat")
+    assert ranker._coarse.stored_dimension == model.dimension + 2  # the old lifted index
+    assert ranker.info()["near_centre"]["hub_risk"] is True
+    assert ranker.recall(k=5)["recall"] == 1.0
+    # and it ranks as before: a junk answer near the centre is the top hit
+    assert str(ranker.search("How do I create a Lumen Notes account?", k=1)[0].id).startswith("junk")
+
+
+def test_unknown_ranking_is_refused(tmp_path: Path) -> None:
+    path = _old_manifest_copy(tmp_path, "busemann")
+    with pytest.raises(ModelFormatError) as err:
+        Model.load(path)
+    assert str(err.value) == (
+        f"{path / 'manifest.json'}: geometry \"ranking\" 'busemann' is not supported "
+        "(supported: distance, relative); upgrade qaindex or re-export the model"
+    )
+
+
+def test_build_and_info_report_answers_near_centre(tmp_path: Path) -> None:
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in [*faq_records(20), *junk_records()]))
+    runner = CliRunner()
+    index = tmp_path / "ix"
+    out = runner.invoke(main, ["build", str(corpus), "--index", str(index)])
+    assert out.exit_code == 0, out.output
+    line = out.output.strip().splitlines()[-1]
+    assert "answers near the ball's centre" in line and "relative ranking scores the centre worst" in line
+    out = runner.invoke(main, ["info", "--index", str(index)])
+    assert out.exit_code == 0, out.output
+    assert "centre:" in out.output
+    old = _old_manifest_copy(tmp_path, None)
+    out = runner.invoke(main, ["build", str(corpus), "--index", str(tmp_path / "ix2"), "--model", str(old)])
+    assert out.exit_code == 0, out.output
+    assert out.output.strip().splitlines()[-1].startswith("warning: ")
+    assert "plain Poincaré distance" in out.output
+
+
+# -- a freshly trained HyperQA model -----------------------------------------------------------
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("ranking", ["relative", "distance"])
+def test_trained_model_junk_never_above_relevant_answer(tmp_path: Path, ranking: str) -> None:
+    pytest.importorskip("torch")
+    from qaindex_export.onnx_export import export_model
+    from qaindex_export.synthetic import planted_word_groups
+    from qaindex_export.train import TrainConfig, train
+
+    train_groups = planted_word_groups(240, seed=1)
+    dev_groups = planted_word_groups(40, seed=2, prefix="d")
+    config = TrainConfig(
+        embeddings="none",
+        dim=16,
+        embed_dim=16,
+        batch_size=32,
+        negatives=4,
+        threads=1,
+        device="cpu",
+        ball="clip",
+        epochs=4,
+        ranking=ranking,
+    )
+    result = train(config, train_groups, dev_groups, log=None)
+    model_dir = export_model(result, tmp_path / "model")
+    test_groups = planted_word_groups(30, seed=3, prefix="t")
+    records = [{"id": c.aid, "answer": c.answer} for g in test_groups for c in g.candidates if c.label == 1]
+    # junk: punctuation-only, one character and out-of-vocabulary answers (all [UNK] or empty)
+    records += [{"id": f"junk{i}", "answer": t} for i, t in enumerate([".", "?", "!!", "zq", "unseenword", "ꙮ"])]
+    ranker = Ranker.build(records, model=model_dir, index_kind="flat")
+    questions = [(g.question, g.candidates[0].aid) for g in test_groups]
+    served, by_distance = rankings(ranker, [q for q, _ in questions])
+    bad = sum(1 for (_, rid), order in zip(questions, served, strict=True) if violations(order, {rid}))
+    old = sum(1 for (_, rid), order in zip(questions, by_distance, strict=True) if violations(order, {rid}))
+    if ranking == "relative":
+        assert bad == 0
+        assert old > 0  # the same vectors ranked by plain distance put junk above real answers
+    else:
+        assert bad == old > 0  # the paper's rule: junk answers are hubs
