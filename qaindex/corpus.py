@@ -32,7 +32,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,7 +144,7 @@ def _plain_json(obj: dict[str, Any], at: str) -> Any:
         raise CorpusError(f"{at}: cannot be stored as JSON ({type(exc).__name__}); flatten it") from None
 
 
-def _check_json_values(obj: dict[str, Any], at: str) -> None:
+def check_json_values(obj: dict[str, Any], at: str) -> None:
     """Refuse what strict JSON or UTF-8 cannot hold, iteratively (no recursion)."""
     stack: list[tuple[Any, list[str | int]]] = [(obj, [])]
     while stack:
@@ -190,6 +190,35 @@ def _check_json_values(obj: dict[str, Any], at: str) -> None:
             )
 
 
+def benchmark_row(obj: Mapping[str, Any], at: str) -> tuple[str | int, str, str | int, str, int]:
+    """Validate one answer-selection benchmark line: ``(qid, question, aid, answer, label)``.
+
+    The one definition of the format, used by the corpus reader and by
+    :func:`qaindex.datasets.read_labelled`: all five fields present, ``qid`` and ``aid`` ids
+    (strings or integers), ``question`` a string, ``answer`` non-empty text, ``label`` 0 or 1
+    (not ``true``/``false``). ``at`` names the file and line in messages.
+
+    Example
+    -------
+    >>> benchmark_row({"qid": "q1", "question": "who?", "aid": "a1", "answer": "me", "label": 1}, "f:1")
+    ('q1', 'who?', 'a1', 'me', 1)
+    """
+    for key in ("qid", "question", "aid", "answer", "label"):
+        if key not in obj:
+            raise CorpusError(
+                f'{at}: field "{key}" is missing; benchmark lines need qid, question, aid, answer, label'
+            )
+    _check_id_value(obj["qid"], "qid", at)
+    _check_id_value(obj["aid"], "aid", at)
+    label = obj["label"]
+    if isinstance(label, bool) or label not in (0, 1):
+        raise CorpusError(f'{at}: field "label" must be 0 or 1, got {json.dumps(label)}')
+    question = obj["question"]
+    if not isinstance(question, str):
+        raise CorpusError(f'{at}: field "question" must be a string, got {type(question).__name__}')
+    return obj["qid"], question, obj["aid"], _Collector._answer(obj, at), int(label)
+
+
 class _Collector:
     """Validates objects one by one, merging benchmark rows that share an ``aid``."""
 
@@ -210,7 +239,7 @@ class _Collector:
                 f"{at}: expected a JSON object, got {type(obj).__name__}; "
                 'write one object per line, e.g. {"answer": "..."}'
             )
-        _check_json_values(obj, at)
+        check_json_values(obj, at)
         if "aid" in obj and "id" not in obj:
             self._add_benchmark_row(obj, at)
             return
@@ -267,15 +296,7 @@ class _Collector:
         return ()
 
     def _add_benchmark_row(self, obj: Mapping[str, Any], at: str) -> None:
-        answer = self._answer(obj, at)
-        aid = obj["aid"]
-        _check_id_value(aid, "aid", at)
-        label = obj.get("label", 0)
-        if isinstance(label, bool) or label not in (0, 1):
-            raise CorpusError(f'{at}: field "label" must be 0 or 1, got {json.dumps(label)}')
-        question = obj.get("question", "")
-        if not isinstance(question, str):
-            raise CorpusError(f'{at}: field "question" must be a string')
+        _qid, question, aid, answer, label = benchmark_row(obj, at)
         key = _id_key(aid)
         if key in self._where:
             pos = self._where[key]
@@ -334,6 +355,30 @@ def read_corpus(path: str | os.PathLike[str], *, existing_ids: Iterable[str | in
         raise CorpusError(f"read_corpus takes a file path as text, got {type(source).__name__}")
     if isinstance(existing_ids, str | bytes) or not isinstance(existing_ids, Iterable):
         raise CorpusError(f"existing_ids must be a list of ids, got {type(existing_ids).__name__}")
+    collector = _Collector(source, existing_ids=existing_ids)
+    for number, obj in read_json_lines(path):
+        collector.add(obj, number, number)
+    return collector.finish()
+
+
+def read_json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
+    """The JSON values of a UTF-8 JSONL file, with their 1-based line numbers.
+
+    Blank lines are skipped and a leading byte-order mark is ignored. Every way a line can
+    fail to be JSON (bad UTF-8, bad syntax, nesting beyond :data:`MAX_DEPTH`, integers
+    beyond Python's digit limit) and every way the file can fail to be read is a
+    :class:`CorpusError` naming the file and line. Shared by :func:`read_corpus` and
+    :func:`qaindex.datasets.read_labelled`, so both formats are read by one parser.
+
+    Example
+    -------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "d.jsonl"
+    >>> _ = p.write_text('{"a": 1}\\n\\n[2]\\n', encoding="utf-8")
+    >>> list(read_json_lines(p))
+    [(1, {'a': 1}), (3, [2])]
+    """
+    source = os.fspath(path)
     try:
         raw = Path(path).read_bytes()
     except FileNotFoundError:
@@ -345,7 +390,6 @@ def read_corpus(path: str | os.PathLike[str], *, existing_ids: Iterable[str | in
         raise CorpusError(f"{source}: cannot be read ({reason})") from None
     except MemoryError:
         raise CorpusError(f"{source}: too large to read into memory; split the corpus") from None
-    collector = _Collector(source, existing_ids=existing_ids)
     for number, line_bytes in enumerate(raw.split(b"\n"), start=1):
         try:
             line = line_bytes.decode("utf-8")
@@ -371,8 +415,7 @@ def read_corpus(path: str | os.PathLike[str], *, existing_ids: Iterable[str | in
             ) from None
         except ValueError as exc:  # e.g. an integer literal beyond Python's digit limit
             raise CorpusError(f"{source}:{number}: not valid JSON ({exc}); store huge numbers as strings") from None
-        collector.add(obj, number, number)
-    return collector.finish()
+        yield number, obj
 
 
 def records_from_dicts(

@@ -14,12 +14,11 @@ candidate is listed first).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .corpus import read_corpus
+from .corpus import benchmark_row, check_json_values, read_corpus, read_json_lines
 from .errors import CorpusError
 
 __all__ = ["Candidate", "QuestionGroup", "read_labelled"]
@@ -74,18 +73,8 @@ def read_labelled(path: str | os.PathLike[str]) -> list[QuestionGroup]:
     1
     """
     source = os.fspath(path)
-    try:
-        with open(path, "rb") as handle:
-            first = handle.readline()
-    except FileNotFoundError:
-        raise CorpusError(f"{source}: no such file") from None
-    except OSError as exc:
-        raise CorpusError(f"{source}: cannot be read ({exc.strerror})") from None
-    try:
-        head = json.loads(first.decode("utf-8").removeprefix("\ufeff")) if first.strip() else {}
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        head = {}
-    if isinstance(head, dict) and "qid" in head and "label" in head:
+    first = next(iter(read_json_lines(path)), (0, None))[1]
+    if isinstance(first, dict) and "qid" in first and "label" in first:
         return _read_benchmark(Path(path))
     records = read_corpus(path)
     candidates = tuple(Candidate(str(r.id), r.answer, 0) for r in records)
@@ -112,39 +101,18 @@ def _read_benchmark(path: Path) -> list[QuestionGroup]:
     order: list[str] = []
     questions: dict[str, str] = {}
     cands: dict[str, list[Candidate]] = {}
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise CorpusError(
-                    f"{source}:{number}: not valid UTF-8 (byte 0x{raw[exc.start]:02x}); save the file as UTF-8"
-                ) from None
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line.removeprefix("\ufeff"))
-            except json.JSONDecodeError as exc:
-                raise CorpusError(f"{source}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(obj, dict):
-                raise CorpusError(f"{source}:{number}: expected a JSON object")
-            for key in ("qid", "question", "aid", "answer", "label"):
-                if key not in obj:
-                    raise CorpusError(
-                        f'{source}:{number}: field "{key}" is missing; '
-                        "benchmark lines need qid, question, aid, answer, label"
-                    )
-            label = obj["label"]
-            if label not in (0, 1) or isinstance(label, bool):
-                raise CorpusError(f'{source}:{number}: field "label" must be 0 or 1, got {json.dumps(label)}')
-            if not isinstance(obj["question"], str) or not isinstance(obj["answer"], str):
-                raise CorpusError(f'{source}:{number}: fields "question" and "answer" must be strings')
-            qid = str(obj["qid"])
-            if qid not in questions:
-                order.append(qid)
-                questions[qid] = obj["question"]
-                cands[qid] = []
-            cands[qid].append(Candidate(str(obj["aid"]), obj["answer"], int(label)))
+    for number, obj in read_json_lines(path):
+        at = f"{source}:{number}"
+        if not isinstance(obj, dict):
+            raise CorpusError(f"{at}: expected a JSON object, got {type(obj).__name__}")
+        check_json_values(obj, at)
+        qid_value, question, aid, answer, label = benchmark_row(obj, at)
+        qid = str(qid_value)
+        if qid not in questions:
+            order.append(qid)
+            questions[qid] = question
+            cands[qid] = []
+        cands[qid].append(Candidate(str(aid), answer, label))
     if not order:
         raise CorpusError(f"{source}: no lines found")
     return [QuestionGroup(q, questions[q], tuple(cands[q])) for q in order]

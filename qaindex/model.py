@@ -238,16 +238,9 @@ class Model:
         encoded = [self.tokenizer.encode(t, limit) for t in texts]
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         order = np.argsort([len(e) for e in encoded], kind="stable") if len(texts) > 1 else [0] * len(texts)
-        pad = self.tokenizer.pad_id
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
-            width = max(1, max(len(encoded[r]) for r in rows))
-            ids = np.full((len(rows), width), pad, dtype=np.int64)
-            mask = np.zeros((len(rows), width), dtype=np.int64)
-            for i, r in enumerate(rows):
-                seq = encoded[r]
-                ids[i, : len(seq)] = seq
-                mask[i, : len(seq)] = 1
+            ids, mask = self.tokenizer.pad([encoded[r] for r in rows])
             feeds = {"input_ids": ids}
             if "attention_mask" in names:
                 feeds["attention_mask"] = mask

@@ -581,12 +581,28 @@ class Tokenizer:
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of str, not a single str")
         limit = _check_limit("max_tokens", max_tokens)
-        rows = [self._encode(text, limit) for text in texts]
+        return self.pad([self._encode(text, limit) for text in texts])
+
+    def pad(self, rows: Sequence[Sequence[int]]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Right-pad token id lists into an id matrix and its attention mask.
+
+        The one padding rule of qaindex (used by :meth:`encode_batch`, the runtime's
+        ``Model.encode`` and training): width is the longest row, but at least 1, filled
+        with :attr:`pad_id`; the mask is 1 on real tokens.
+
+        Examples
+        --------
+        >>> tok = Tokenizer(["[PAD]", "[UNK]", "a", "b"])
+        >>> tok.pad([[2, 3], []])
+        (array([[2, 3],
+               [0, 0]]), array([[1, 1],
+               [0, 0]]))
+        """
         width = max([1, *map(len, rows)])
         ids = np.full((len(rows), width), self._pad_id, dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
         for i, row in enumerate(rows):
-            if row:
+            if len(row):
                 ids[i, : len(row)] = row
                 mask[i, : len(row)] = 1
         return ids, mask

@@ -207,15 +207,6 @@ class CoarseIndex:
             if self._index is not self._cpu_index:
                 self._cpu_index = None  # the GPU copy is the truth until saved
 
-    def reset(self, vectors: np.ndarray) -> None:
-        """Rebuild from scratch over ``vectors`` (used after removals)."""
-        device = self.device
-        self._cpu_index = self._new_index()
-        self._index = self._cpu_index
-        self.device = "cpu"
-        self._move_to_device(device)
-        self.add(vectors)
-
     # -- search -----------------------------------------------------------------------------
     def search(self, queries: np.ndarray, m: int) -> np.ndarray:
         """Candidate rows for each query.

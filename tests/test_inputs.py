@@ -226,8 +226,8 @@ def test_remove_a_list_of_one_id_still_works(faq_model: Path) -> None:
             '{"answer": "a", "id": 9223372036854775808}',
             'field "id" is an integer outside the 64-bit range; use a string id instead',
         ),
-        ('{"answer": "a", "aid": 1.0}', 'field "aid" must be a string or an integer, got 1.0'),
-        ('{"answer": "a", "aid": "x", "label": true}', 'field "label" must be 0 or 1, got true'),
+        ('{"qid": 1, "question": "q", "answer": "a", "aid": 1.0, "label": 0}', 'field "aid" must be a string or an integer, got 1.0'),
+        ('{"qid": 1, "question": "q", "answer": "a", "aid": "x", "label": true}', 'field "label" must be 0 or 1, got true'),
         (
             '{"answer": "a", "m": ' + "[" * 70 + "]" * 70 + "}",
             'field "m" is nested more than 64 levels deep; flatten it',
