@@ -1060,6 +1060,9 @@ def train_unlabelled(
             init_norm=config.init_norm,
         ).to(device)
         _init_identity_head(model, init_scale)
+        if config.model == "cosineqa":  # cosines live in [-1, 1]: start at the teacher's temperature
+            with torch.no_grad():
+                model.w_raw.fill_(math.log(math.expm1(1.0 / temperature)))
         optimizer = _optimizer(model, config)
         tag = f"{config.model}/{model.ball.kind}/teacher" if config.model == "hyperqa" else f"{config.model}/teacher"
         dev = evaluate(model, dev_split, table, device)
