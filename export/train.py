@@ -940,14 +940,19 @@ def _unit(x: np.ndarray) -> np.ndarray:
 
 
 def _init_identity_head(model: DualEncoderQA, scale: float) -> None:
-    """``W_p = scale·[I; −I]``, ``b_p = 0``: the summed ``ReLU`` halves keep the table's information."""
+    """``W_p = scale·[I; −I]`` on the table's first ``h = min(width, dim // 2)`` components, ``b_p = 0``.
+
+    ``ReLU`` then keeps the positive and the negative half of each of those components, so
+    the untrained head is the (leading part of the) table itself; other weights start at 0.
+    """
     proj = model.encoder.proj
-    k = proj.weight.shape[1]
+    dim, width = proj.weight.shape
+    h = min(width, dim // 2)
     with torch.no_grad():
         proj.weight.zero_()
-        eye = torch.eye(k, dtype=proj.weight.dtype) * scale
-        proj.weight[:k] = eye
-        proj.weight[k : 2 * k] = -eye
+        eye = torch.eye(h, dtype=proj.weight.dtype) * scale
+        proj.weight[:h, :h] = eye
+        proj.weight[h : 2 * h, :h] = -eye
         proj.bias.zero_()
 
 
@@ -972,7 +977,8 @@ def train_unlabelled(
     cross-entropy between the teacher's distribution over the batch's answers
     (``softmax(cos / temperature)``: the teacher decides which answers are positives) and
     the student's ``softmax(score)``. The embedding table stays frozen; the head starts as
-    ``scale·[I; −I]`` (``dim = 2 × table width``), i.e. from the table itself.
+    ``scale·[I; −I]`` on the table's leading ``dim // 2`` components (PCA order), i.e. from
+    the table itself.
 
     Model selection: held-out pseudo-questions (cut with another seed), each ranking up to
     ``dev_candidates`` answers of which the teacher's top answer is the correct one; the best
@@ -983,8 +989,7 @@ def train_unlabelled(
     config : TrainConfig
         ``model``, ``ball`` (``auto`` means ``clip``), ``embeddings`` (default
         ``"distilled"``), ``lr``, ``optimizer``, ``batch_size``, ``epochs``, ``seed``,
-        ``device``, ``threads`` and truncation are used; ``dim`` is set to twice the table
-        width.
+        ``device``, ``threads``, ``dim`` and truncation are used.
     answers : sequence of str
         The user's answers (duplicates are dropped).
     teacher : callable
@@ -1016,7 +1021,7 @@ def train_unlabelled(
         raise ValueError("training without labels needs a pretrained table (--embeddings distilled or minilm)")
     width = int(embeddings.vectors.shape[1])
     ball = "clip" if config.ball == "auto" else config.ball
-    config = replace(config, dim=2 * width, ball=ball, train_embeddings=False).validate()
+    config = replace(config, ball=ball, train_embeddings=False).validate()
     device = resolve_device(config.device)
     old_threads = torch.get_num_threads()
     if config.threads > 0:
