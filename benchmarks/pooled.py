@@ -239,8 +239,10 @@ def finetuned_model(
                          optimizer="adam", batch_size=64)  # fmt: skip
     result = train_unlabelled(config, answers, minilm_sentence_teacher(), embeddings=table.embeddings(), log=log)
     export_model(result, out, name=name)
-    command = ["qaindex", "train", "CORPUS.jsonl", "--teacher", "minilm", "--embeddings", "distilled", "--dim-table",
-               str(dim), "--weighting", weighting, "--epochs", str(epochs), "--seed", str(seed), "--out", "DIR"]  # fmt: skip
+    command = [
+        "qaindex", "train", "CORPUS.jsonl", "--teacher", "minilm", "--embeddings", f"distilled:{path}",
+        "--model", model, "--epochs", str(epochs), "--seed", str(seed), "--out", "DIR",
+    ]  # fmt: skip
     return out, command
 
 
