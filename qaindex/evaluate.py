@@ -269,7 +269,11 @@ def evaluate_via_index(
     return _finish(plan, scores, model)
 
 
-def pooled_metrics(rankings: Sequence[Sequence[int]], relevant: Sequence[Sequence[int]], k: int = 10) -> dict[str, Any]:
+def pooled_metrics(
+    rankings: Sequence[Sequence[int]] | Sequence[npt.NDArray[np.int64]] | npt.NDArray[np.int64],
+    relevant: Sequence[Sequence[int]] | Sequence[npt.NDArray[np.int64]],
+    k: int = 10,
+) -> dict[str, Any]:
     """MRR@k, recall@k and P@1 of ranked answer rows against each question's correct rows.
 
     Parameters

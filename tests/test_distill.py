@@ -178,7 +178,9 @@ def planted() -> tuple[Embeddings, list[str], object]:
 
 def test_training_without_labels_improves_a_planted_task() -> None:
     embeddings, answers, teacher = planted()
-    config = TrainConfig(model="hyperqa", ball="clip", dim=64, epochs=15, batch_size=16, lr=0.02, optimizer="adam", seed=0, threads=1)
+    config = TrainConfig(
+        model="hyperqa", ball="clip", dim=64, epochs=15, batch_size=16, lr=0.02, optimizer="adam", seed=0, threads=1
+    )
     result = train_unlabelled(config, answers, teacher, embeddings=embeddings, log=None, dev_candidates=40)  # type: ignore[arg-type]
     before = result.history[0]["dev_map"]
     assert result.history[0]["epoch"] == 0 and result.best_epoch > 0
