@@ -11,8 +11,9 @@ Systems, in the same run:
 
 - qaindex models through the real :class:`qaindex.Ranker` (``qaindex.evaluate.evaluate_pooled``):
   the previous built-in default (research-only, extracted from git at ``--previous``), the
-  current built-in default, the distilled tables without training (several PCA dimensions
-  and token weightings), distilled + unlabelled fine-tuning on the FAQ answers, and
+  current built-in default (the distilled table + a head fine-tuned without labels on the FAQ
+  answers, see ``benchmarks/default_model.py``), the distilled tables without training
+  (PCA dimensions and token weightings), and
   (``--own``) distilled + unlabelled fine-tuning on each pool's own answers (no labels: what
   ``qaindex train CORPUS --teacher minilm`` does for a user);
 - all-MiniLM-L6-v2 (the teacher) with exact cosine over every answer;
@@ -301,15 +302,11 @@ def main() -> None:
         prev = previous_default(args.previous, tmp / "previous-default")
         if prev is not None:
             models[f"previous default ({args.previous}, research-only)"] = prev
-        models["current default"] = DEFAULT_MODEL_DIR
+        models[f"current default ({Model.read_manifest(DEFAULT_MODEL_DIR)['name']})"] = DEFAULT_MODEL_DIR
         for dim, weighting in DISTILLED_VARIANTS:
             models[f"distilled {dim}-d {weighting} (no training)"] = distilled_model(
                 dim, weighting, tmp / f"d{dim}{weighting}", geometry=args.geometry, ranking=args.ranking
             )
-        faq_answers = pool_answers(pools[FAQ])
-        models[f"distilled 256-d sif + {FT_MODEL} head ft on FAQ answers"], _ = finetuned_model(
-            faq_answers, tmp / "ft-faq", epochs=args.epochs
-        )
         for spec in args.model:
             name, _, path = spec.partition("=")
             models[name] = Path(path)
