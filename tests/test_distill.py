@@ -243,3 +243,29 @@ def test_cli_train_with_teacher_on_answers_only(tmp_path: Path) -> None:
     # without --teacher the same corpus cannot train: it has no question
     res = runner.invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m2"), "--quiet"])
     assert res.exit_code == 1 and "no questions found" in res.output
+
+
+def test_cli_train_with_teacher_and_questions_runs_the_hinge_training(tmp_path: Path) -> None:
+    """With questions in the corpus, --teacher keeps the supervised hinge training, on the distilled table."""
+    corpus = tmp_path / "faq.jsonl"
+    rows = [
+        {"id": "reset", "answer": "open settings and choose reset password", "questions": ["reset my password"]},
+        {"id": "refund", "answer": "refunds are paid within fourteen days", "questions": ["can I get a refund"]},
+        {"id": "export", "answer": "export notes as markdown from the file menu", "questions": ["export notes"]},
+        {"id": "sync", "answer": "sync runs every five minutes", "questions": ["how often does sync run"]},
+    ]
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    vocab = ["[PAD]", "[UNK]", *sorted({w for r in rows for t in [r["answer"], *r["questions"]] for w in t.split()})]
+    table = DistilledTable(vocab, np.random.default_rng(1).normal(size=(len(vocab), 6)).astype(np.float32))
+    table_path = save_table(table, tmp_path / "table.npz")
+    out = tmp_path / "model"
+    res = CliRunner().invoke(
+        main,
+        ["train", str(corpus), "--teacher", "minilm", "--embeddings", f"distilled:{table_path}", "--out", str(out),
+         "--epochs", "2", "--dim", "8", "--ball", "clip", "--quiet"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    training = json.loads((out / "manifest.json").read_text())["training"]
+    assert training["config"]["embeddings"] == f"distilled:{table_path}"
+    assert training["loss"].startswith("mean over triples of max(0, margin")
+    assert training["data"]["train"]["questions"] > 0
