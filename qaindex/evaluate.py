@@ -295,7 +295,7 @@ def pooled_metrics(
     Example
     -------
     >>> pooled_metrics([[3, 1, 2], [0, 2, 1]], [[1], [1, 2]], k=2)
-    {'mrr@2': 0.75, 'recall@2': 0.75, 'p@1': 0.0, 'questions': 2, 'k': 2}
+    {'mrr@2': 0.5, 'recall@2': 0.75, 'p@1': 0.0, 'questions': 2, 'k': 2}
     """
     if len(rankings) != len(relevant):
         raise ValueError(f"{len(rankings)} rankings for {len(relevant)} questions")
