@@ -477,15 +477,18 @@ def load_table(path: str | os.PathLike[str]) -> DistilledTable:
     return DistilledTable(vocab, vectors, info)
 
 
-def default_table_path(dim: int = DEFAULT_DIM, weighting: str = DEFAULT_WEIGHTING) -> Path:
+def default_table_path(dim: int = DEFAULT_DIM, weighting: str = DEFAULT_WEIGHTING, a: float = SIF_A) -> Path:
     """The cache file of the MiniLM table with these settings.
 
     Example
     -------
     >>> default_table_path(128, "sif").name
-    'minilm-distilled-128-sif.npz'
+    'minilm-distilled-128-sif-a0.0001.npz'
+    >>> default_table_path(256, "zipf").name
+    'minilm-distilled-256-zipf.npz'
     """
-    return cache_dir() / f"minilm-distilled-{dim}-{weighting}.npz"
+    suffix = f"-a{a:g}" if weighting in ("sif", "counts") else ""
+    return cache_dir() / f"minilm-distilled-{dim}-{weighting}{suffix}.npz"
 
 
 def load_distilled(
