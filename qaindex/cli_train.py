@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -27,6 +28,29 @@ def _require_torch() -> None:
         import torch  # noqa: F401
     except ImportError:
         raise MissingDependencyError(TORCH_HINT) from None
+
+
+def _answers_without_questions(train_file: Path) -> list[str] | None:
+    """The answers of a corpus that has no question at all (None when it has questions)."""
+    from .corpus import read_corpus
+
+    records = read_corpus(train_file)
+    if any(r.questions for r in records):
+        return None
+    return [r.answer for r in records]
+
+
+def _train_with_teacher(config: Any, answers: list[str], device: str, log: Any) -> Any:
+    """Unlabelled training against all-MiniLM-L6-v2 (see qaindex_export.train.train_unlabelled)."""
+    from qaindex_export.distill import minilm_sentence_teacher
+    from qaindex_export.train import train_unlabelled
+
+    teacher_device = "cuda" if device == "cuda" else None
+    if device == "auto":
+        import torch
+
+        teacher_device = "cuda" if torch.cuda.is_available() else None
+    return train_unlabelled(config, answers, minilm_sentence_teacher(device=teacher_device), log=log)
 
 
 @click.command("train")
@@ -55,10 +79,18 @@ def _require_torch() -> None:
 )
 @click.option(
     "--embeddings",
-    default="minilm",
-    show_default=True,
-    help="Word embeddings: minilm (frozen all-MiniLM-L6-v2 token embeddings), glove:PATH, word2vec:PATH, "
-    "or none (trained from random initialisation).",
+    default=None,
+    help="Word embeddings: minilm (frozen all-MiniLM-L6-v2 token embeddings), distilled (a table distilled "
+    "from MiniLM's outputs, cached after first use) or distilled:PATH, glove:PATH, word2vec:PATH, or none "
+    "(trained from random initialisation). Default: distilled with --teacher, else minilm.",
+)
+@click.option(
+    "--teacher",
+    type=click.Choice(["minilm"]),
+    default=None,
+    help="Train against a sentence-transformer teacher (all-MiniLM-L6-v2, offline). A corpus without any "
+    "question trains without labels: pseudo-questions are cut from the answers and the teacher decides which "
+    "answers they match. With questions, the usual hinge training runs on the distilled table.",
 )
 @click.option("--epochs", type=click.IntRange(min=1), default=25, show_default=True, help="Training epochs.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed (same seed, same model).")
@@ -168,7 +200,8 @@ def train(
     dev_file: Path | None,
     out: Path,
     model_kind: str,
-    embeddings: str,
+    embeddings: str | None,
+    teacher: str | None,
     epochs: int,
     seed: int,
     device: str,
@@ -199,6 +232,10 @@ def train(
     TRAIN.jsonl (and --dev) are benchmark-format lines {"qid", "question", "aid", "answer",
     "label"} or a corpus with "question"/"questions" fields (negatives then come from the
     other answers). Progress goes to stderr; a JSON summary to stdout.
+
+    With --teacher minilm, TRAIN.jsonl may be a plain corpus of answers with no questions at
+    all: the model is then fine-tuned against the teacher's sentence embeddings of the
+    answers and of pseudo-questions cut from them (no labels needed).
     """
     try:
         _require_torch()
@@ -208,6 +245,8 @@ def train(
             from qaindex_export.train import train as run_training
         except ImportError as exc:
             raise MissingDependencyError(f"{TORCH_HINT} ({exc})") from None
+        if embeddings is None:
+            embeddings = "distilled" if teacher is not None else "minilm"
         config = TrainConfig(
             model=model_kind,
             embeddings=embeddings,
@@ -233,7 +272,12 @@ def train(
             patience=patience,
         )
         log = None if quiet else (lambda message: click.echo(message, err=True))
-        result = run_training(config, train_file, dev_file, log=log)
+        answers = _answers_without_questions(train_file) if teacher is not None else None
+        if answers is not None:
+            result = _train_with_teacher(config, answers, device, log)
+            dev_file = None  # selection used the teacher's pseudo-questions
+        else:
+            result = run_training(config, train_file, dev_file, log=log)
         if checkpoint is not None:
             save_checkpoint(result, checkpoint)
         path = export_model(result, out, name=name, table_dtype=table_dtype, dev_data=dev_file)

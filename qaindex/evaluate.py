@@ -8,6 +8,11 @@ Two paths that must agree:
   every distinct answer of the data, a full ranking per question, and the served scores of
   the question's own candidates read from it.
 
+:func:`evaluate_pooled` measures what a user of the library sees instead: every distinct
+answer of the data in one index, each question searched against all of them through the
+real :class:`~qaindex.Ranker` (FAISS recall + exact rerank), and MRR@k, recall@k and P@1 of
+the top ``k`` (:func:`pooled_metrics`).
+
 Both rank candidates by score and report expected values under random tie-breaking
 (:mod:`qaindex.metrics`): candidate order in the file never breaks a tie. Questions without
 a correct candidate are skipped. A candidate answer is identified by its ``aid`` together
@@ -31,7 +36,7 @@ from .errors import CorpusError, ModelFormatError, QueryError
 from .metrics import evaluate_scores
 from .model import Model
 
-__all__ = ["evaluate_model", "evaluate_via_index"]
+__all__ = ["evaluate_model", "evaluate_pooled", "evaluate_via_index", "pooled_metrics"]
 
 # Scorer calls get at most this many float32 candidate coordinates (64 MiB).
 _SCORE_BUDGET = 1 << 24
@@ -277,3 +282,124 @@ def evaluate_via_index(
             full[rows[i][found]] = served[i][found]
             scores.append(full[plan.rows[start + i]])
     return _finish(plan, scores, model)
+
+
+def pooled_metrics(
+    rankings: Sequence[Sequence[int]] | Sequence[npt.NDArray[np.int64]] | npt.NDArray[np.int64],
+    relevant: Sequence[Sequence[int]] | Sequence[npt.NDArray[np.int64]],
+    k: int = 10,
+) -> dict[str, Any]:
+    """MRR@k, recall@k and P@1 of ranked answer rows against each question's correct rows.
+
+    Parameters
+    ----------
+    rankings : sequence of sequences of int
+        Per question, answer rows best first (at least the top ``k``; negative rows are
+        "no hit" and ignored).
+    relevant : sequence of sequences of int
+        Per question, its correct answer rows (non-empty).
+    k : int
+
+    Returns
+    -------
+    dict
+        ``mrr@k`` (mean of 1/rank of the first correct answer within the top k, else 0),
+        ``recall@k`` (mean share of a question's correct answers within the top k), ``p@1``
+        (share of questions whose first hit is correct), ``questions``, ``k``.
+
+    Example
+    -------
+    >>> pooled_metrics([[3, 1, 2], [0, 2, 1]], [[1], [1, 2]], k=2)
+    {'mrr@2': 0.5, 'recall@2': 0.75, 'p@1': 0.0, 'questions': 2, 'k': 2}
+    """
+    if len(rankings) != len(relevant):
+        raise ValueError(f"{len(rankings)} rankings for {len(relevant)} questions")
+    rr, recall, first = [], [], []
+    for ranked, rel in zip(rankings, relevant, strict=True):
+        good = {int(r) for r in rel}
+        if not good:
+            raise ValueError("every question needs at least one correct answer")
+        top = [int(r) for r in ranked if int(r) >= 0][:k]
+        hits = [i for i, r in enumerate(top) if r in good]
+        rr.append(1.0 / (hits[0] + 1) if hits else 0.0)
+        recall.append(len(hits) / len(good))
+        first.append(1.0 if top and top[0] in good else 0.0)
+    n = len(rr)
+    return {
+        f"mrr@{k}": float(np.mean(rr)) if n else math.nan,
+        f"recall@{k}": float(np.mean(recall)) if n else math.nan,
+        "p@1": float(np.mean(first)) if n else math.nan,
+        "questions": n,
+        "k": k,
+    }
+
+
+def evaluate_pooled(
+    model: Model,
+    groups: Sequence[QuestionGroup],
+    *,
+    k: int = 10,
+    index_kind: str = "auto",
+    device: str = "auto",
+    batch_size: int = 256,
+) -> dict[str, Any]:
+    """Whole-corpus evaluation: every question searched against every distinct answer.
+
+    A :class:`~qaindex.Ranker` is built over every distinct answer of ``groups`` (keyed by
+    ``aid`` and text), each question with a correct candidate is searched for its top ``k``
+    through the Ranker's real path (FAISS recall of ``k × overfetch``, exact rerank by the
+    model's scorer, deterministic ties), and the hits are scored against the question's
+    correct answers with :func:`pooled_metrics`. Unlike :func:`evaluate_model`, a question
+    competes with *all* answers of the split, not only its own candidates.
+
+    Parameters
+    ----------
+    model : Model
+    groups : sequence of QuestionGroup
+    k : int, keyword-only
+        Cut-off for MRR and recall (default 10).
+    index_kind : {"auto", "flat", "hnsw"}, keyword-only
+    device : {"auto", "cpu", "cuda"}, keyword-only
+    batch_size : int, keyword-only
+
+    Returns
+    -------
+    dict
+        ``mrr@k``, ``recall@k``, ``p@1``, ``questions`` (evaluated), ``skipped`` (without a
+        correct candidate), ``answers`` (pool size), ``k``.
+
+    Example
+    -------
+    >>> from qaindex.datasets import read_labelled
+    >>> evaluate_pooled(Model.load(), read_labelled("test.jsonl"))["mrr@10"]  # doctest: +SKIP
+    0.61
+    """
+    from .ranker import Ranker
+
+    batch_size = _check_batch_size(batch_size)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    plan = _plan(groups)
+    if not plan.groups:
+        out = {f"mrr@{k}": math.nan, f"recall@{k}": math.nan, "p@1": math.nan, "questions": 0, "k": k}
+        return {**out, "skipped": plan.skipped, "answers": len(plan.keys)}
+    for aid, text in plan.keys:
+        if not text.strip():
+            raise CorpusError(
+                f"answer {aid!r} is empty, and an index cannot store an empty answer; drop it from the data"
+            )
+    records = [Record(ident, text) for ident, (_, text) in zip(_answer_ids(plan.keys), plan.keys, strict=True)]
+    ranker = Ranker.build(records, model=model, device=device, index_kind=index_kind, batch_size=batch_size)
+    if len(ranker) != len(plan.keys):
+        raise AssertionError(f"the index holds {len(ranker)} answers, expected {len(plan.keys)}")
+    qv = _encode_questions(model, plan, batch_size)
+    depth = min(k, len(plan.keys))
+    rankings: list[npt.NDArray[np.int64]] = []
+    for start in range(0, len(qv), batch_size):
+        _, _, rows = ranker.search_vectors(qv[start : start + batch_size], depth)
+        rankings.extend(np.asarray(r, dtype=np.int64) for r in rows)
+    relevant = [rows[labels == 1] for rows, labels in zip(plan.rows, plan.labels, strict=True)]
+    result = pooled_metrics(rankings, relevant, k)
+    result["skipped"] = plan.skipped
+    result["answers"] = len(plan.keys)
+    return result

@@ -1,10 +1,15 @@
-"""The built-in default model ships with the package and serves the README quickstart."""
+"""The built-in default model ships with the package and serves the README quickstart.
+
+Golden values pin the shipped weights: regenerating the model (``python
+benchmarks/default_model.py``) must update them on purpose.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -13,19 +18,53 @@ from qaindex.cli import main
 from qaindex.model import DEFAULT_MODEL_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
+GOLDEN_TEXTS = ["How do I reset my password?", "Refunds are paid within 14 days.", "🙂"]
+# the first 4 coordinates of each text's (question-role) vector, and its norm, rounded to 4 places
+GOLDEN_VECTORS = [[0.0, 0.0, 0.0, 0.3477], [0.2717, 0.0555, 0.0, 0.9252], [0.0, 0.0, 0.0, 0.0]]
+GOLDEN_NORMS = [5.6709, 6.1749, 0.0]
+GOLDEN_HITS = {
+    "How do I reset my password?": [
+        "account-reset-password",
+        "security-too-many-login-attempts",
+        "troubleshooting-cant-sign-in",
+    ],
+    "how do I export to pdf": ["export-pdf", "export-all-notes", "export-mobile"],
+    "can I get a refund": ["billing-refund-policy", "billing-eu-withdrawal-right", "integrations-reminders-ical-feed"],
+    "sign up": ["account-apple-hide-my-email", "account-create", "account-inactive-free-accounts"],
+}
 
 
-def test_default_model_is_small_documented_and_loads() -> None:
+@pytest.fixture(scope="module")
+def faq_ranker() -> Ranker:
+    return Ranker.build(ROOT / "examples" / "faq.jsonl")
+
+
+def test_default_model_is_small_permissive_and_documented() -> None:
     files = [p for p in DEFAULT_MODEL_DIR.iterdir() if p.is_file()]
     assert sum(p.stat().st_size for p in files) <= 20_000_000
     card = (DEFAULT_MODEL_DIR / "MODEL_CARD.md").read_text()
-    assert "research use only" in card.lower() and "benchmarks/default_model.py" in card
+    assert "Apache-2.0" in card and "python benchmarks/default_model.py" in card
+    assert "No WikiQA or TrecQA data" in card
     model = Model.load()  # the default, checksums verified
-    assert model.geometry == "poincare" and model.max_norm == pytest.approx(0.999)
+    # nothing in the provenance points at the research-only datasets
+    provenance = json.dumps(model.manifest["training"]).lower()
+    assert "wikiqa" not in provenance and "trecqa" not in provenance
     assert model.manifest["score"]["higher_is_better"] is True
     v = model.encode(["", "🙂", "What is the capital of France?"], role="question")
     assert v.shape == (3, model.dimension)
-    assert float((v**2).sum(axis=1).max()) <= 0.999**2 * (1 + 1e-6)
+    if model.geometry == "poincare":
+        assert float((v**2).sum(axis=1).max()) <= model.max_norm**2 * (1 + 1e-6)
+
+
+def test_golden_vectors() -> None:
+    v = Model.load().encode(GOLDEN_TEXTS, role="question")
+    np.testing.assert_allclose(v[:, :4], GOLDEN_VECTORS, atol=2e-4)
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), GOLDEN_NORMS, atol=2e-4)
+
+
+def test_golden_top_hits(faq_ranker: Ranker) -> None:
+    got = {q: [h.id for h in faq_ranker.search(q, k=3)] for q in GOLDEN_HITS}
+    assert got == GOLDEN_HITS
 
 
 def test_quickstart_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -33,21 +72,23 @@ def test_quickstart_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     runner = CliRunner()
     res = runner.invoke(main, ["build", str(ROOT / "examples" / "faq.jsonl")])
     assert res.exit_code == 0, res.output
-    assert res.stdout.startswith("indexed 289 answers into qaindex-index: dimension 300, flat index, model hyperqa-default")
+    model = Model.load()
+    assert res.stdout.startswith(
+        f"indexed 289 answers into qaindex-index: dimension {model.dimension}, flat index, model {model.name}"
+    )
     res = runner.invoke(main, ["search", "How do I reset my password?", "-k", "3", "--json"])
     assert res.exit_code == 0, res.output
     ids = [h["id"] for h in json.loads(res.stdout)["hits"]]
-    assert "account-reset-password" in ids
+    assert ids[0] == "account-reset-password"
 
 
-def test_default_model_finds_faq_answers_far_above_chance() -> None:
-    ranker = Ranker.build(ROOT / "examples" / "faq.jsonl")
-    report = ranker.recall(10)
+def test_default_model_finds_faq_answers_far_above_chance(faq_ranker: Ranker) -> None:
+    report = faq_ranker.recall(10)
     # flat search is exact: the coarse stage finds every true neighbour, and the final
     # top 10 differs from float64 only where float32 scores of neighbours tie
     assert report["coarse_recall"] == 1.0 and report["recall"] >= 0.999
-    questions = [(q, r.id) for r in ranker.records() for q in r.questions]
-    results = ranker.search_batch([q for q, _ in questions], k=10)
+    questions = [(q, r.id) for r in faq_ranker.records() for q in r.questions]
+    results = faq_ranker.search_batch([q for q, _ in questions], k=10)
     top10 = sum(rid in [h.id for h in hits] for (_, rid), hits in zip(questions, results, strict=True))
     # chance puts the right answer in the top 10 for 10/289 = 3.5% of the questions
     assert top10 / len(questions) > 0.5

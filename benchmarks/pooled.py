@@ -1,0 +1,355 @@
+"""Whole-corpus (pooled) retrieval: qaindex models vs MiniLM exact cosine vs BM25, and encoding speed.
+
+Each pool is every distinct answer of a split; each question with a correct answer is
+searched against all of them (MRR@10, recall@10, P@1):
+
+- WikiQA test.filtered, TrecQA raw test, TrecQA clean test (``../shared/datasets``; research
+  licences: evaluation only), and the example FAQ (``examples/faq.jsonl``: its stored
+  ``questions`` against all 289 answers).
+
+Systems, in the same run:
+
+- qaindex models through the real :class:`qaindex.Ranker` (``qaindex.evaluate.evaluate_pooled``):
+  the previous built-in default (research-only, extracted from git at ``--previous``), the
+  current built-in default (the distilled table + a head fine-tuned without labels on the FAQ
+  answers, see ``benchmarks/default_model.py``), the distilled tables without training
+  (PCA dimensions and token weightings), and
+  (``--own``) distilled + unlabelled fine-tuning on each pool's own answers (no labels: what
+  ``qaindex train CORPUS --teacher minilm`` does for a user);
+- all-MiniLM-L6-v2 (the teacher) with exact cosine over every answer;
+- BM25 (``bm25s``, English stopwords).
+
+Encoding speed: answers per second on a fixed sample of WikiQA answers, 1 and 2 threads, for
+each qaindex model (onnxruntime) and for MiniLM (torch).
+
+Writes ``benchmarks/results/pooled.json`` and ``docs/pooled-table.md``.
+
+Usage::
+
+    python benchmarks/pooled.py [--data ../shared/datasets] [--own] [--previous 8992d94]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from qaindex.datasets import QuestionGroup, read_labelled
+from qaindex.evaluate import _plan, evaluate_pooled, pooled_metrics
+from qaindex.model import DEFAULT_MODEL_DIR, Model
+
+ROOT = Path(__file__).resolve().parents[1]
+POOLS = {
+    "WikiQA test": "wikiqa/test.filtered.jsonl",
+    "TrecQA raw test": "trecqa_raw/test.jsonl",
+    "TrecQA clean test": "trecqa_clean/test.jsonl",
+}
+FAQ = "FAQ (examples/faq.jsonl)"
+K = 10
+SPEED_SAMPLE = 2000
+MINILM_SPEED_SAMPLE = 400
+PREVIOUS_DEFAULT_REV = "8992d94"  # main before the distilled default: WikiQA+TrecQA HyperQA
+DISTILLED_VARIANTS = [(128, "zipf"), (256, "zipf"), (256, "sif")]  # (PCA dim, token weighting; SIF a = 1e-4)
+FT_MODEL = "cosineqa"  # head of the fine-tuned candidates (see benchmarks/results/default_model.json)
+
+
+# ------------------------------------------------------------------------ data
+
+
+def load_pools(data: Path) -> dict[str, list[QuestionGroup]]:
+    """Question groups of every pool (FAQ last)."""
+    pools = {label: read_labelled(data / rel) for label, rel in POOLS.items()}
+    pools[FAQ] = read_labelled(ROOT / "examples" / "faq.jsonl")
+    return pools
+
+
+def pool_answers(groups: Sequence[QuestionGroup]) -> list[str]:
+    """The pool's distinct answers in the order ``evaluate_pooled`` indexes them."""
+    return [text for _, text in _plan(groups).keys]
+
+
+def _questions_and_relevant(groups: Sequence[QuestionGroup]) -> tuple[list[str], list[np.ndarray]]:
+    plan = _plan(groups)
+    relevant = [rows[labels == 1] for rows, labels in zip(plan.rows, plan.labels, strict=True)]
+    return [g.question for g in plan.groups], relevant
+
+
+# ------------------------------------------------------------------------ systems
+
+
+def eval_qaindex(model_dir: Path, pools: dict[str, list[QuestionGroup]]) -> dict[str, dict[str, Any]]:
+    """Pooled metrics of a qaindex model directory through the Ranker (flat index)."""
+    model = Model.load(model_dir, threads=None)
+    return {label: evaluate_pooled(model, groups, k=K, index_kind="auto") for label, groups in pools.items()}
+
+
+def eval_dense(encode: Callable[[list[str]], np.ndarray], pools: dict[str, list[QuestionGroup]]) -> dict[str, Any]:
+    """Exact cosine over every answer with an arbitrary text encoder."""
+    out = {}
+    for label, groups in pools.items():
+        questions, relevant = _questions_and_relevant(groups)
+        a = encode(pool_answers(groups))
+        q = encode(questions)
+        a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+        q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
+        sims = q @ a.T
+        ranked = np.argsort(-sims, axis=1, kind="stable")[:, :K]
+        out[label] = {**pooled_metrics(ranked, relevant, K), "answers": a.shape[0]}
+    return out
+
+
+def eval_bm25(pools: dict[str, list[QuestionGroup]]) -> dict[str, Any]:
+    """BM25 (bm25s defaults, English stopwords) over every answer."""
+    import bm25s
+
+    out = {}
+    for label, groups in pools.items():
+        questions, relevant = _questions_and_relevant(groups)
+        answers = pool_answers(groups)
+        retriever = bm25s.BM25()
+        retriever.index(bm25s.tokenize(answers, stopwords="en", show_progress=False), show_progress=False)
+        tokens = bm25s.tokenize(questions, stopwords="en", show_progress=False)
+        docs, scores = retriever.retrieve(tokens, k=min(K, len(answers)), show_progress=False, n_threads=1)
+        # a question with no known word scores 0 everywhere: no hit
+        ranked = np.where(scores > 0, docs, -1)
+        out[label] = {**pooled_metrics(ranked, relevant, K), "answers": len(answers)}
+    return out
+
+
+def minilm_encoder(threads: int | None = None) -> Callable[[list[str]], np.ndarray]:
+    """all-MiniLM-L6-v2 sentence embeddings (offline package), normalised."""
+    import torch
+    from qaindex_export.embeddings import minilm_dir
+    from sentence_transformers import SentenceTransformer
+
+    if threads:
+        torch.set_num_threads(threads)
+    model = SentenceTransformer(os.fspath(minilm_dir()), device="cpu", local_files_only=True)
+
+    def encode(texts: list[str]) -> np.ndarray:
+        return np.asarray(model.encode(texts, batch_size=64, normalize_embeddings=True), dtype=np.float32)
+
+    return encode
+
+
+# ------------------------------------------------------------------------ speed
+
+
+def speed_qaindex(model_dir: Path, texts: list[str]) -> dict[str, float]:
+    """Answers/s of ``Model.encode`` (batch 256) with 1 and 2 onnxruntime threads (best of 3)."""
+    out = {}
+    for threads in (1, 2):
+        model = Model.load(model_dir, threads=threads, device="cpu")
+        model.encode(texts[:256], role="answer")
+        best = min(_timed(lambda m=model: m.encode(texts, role="answer")) for _ in range(3))
+        out[f"{threads}_thread"] = len(texts) / best
+    return out
+
+
+def speed_minilm(texts: list[str]) -> dict[str, float]:
+    """Answers/s of MiniLM (sentence-transformers, batch 64, CPU) with 1 and 2 torch threads."""
+    import torch
+
+    out = {}
+    old = torch.get_num_threads()
+    encode = minilm_encoder()
+    encode(texts[:64])
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        out[f"{threads}_thread"] = len(texts) / _timed(lambda: encode(texts))
+    torch.set_num_threads(old)
+    return out
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+# ------------------------------------------------------------------------ candidate models
+
+
+def previous_default(rev: str, target: Path) -> Path | None:
+    """Extract ``qaindex/models/default`` as it was at git revision ``rev`` (None if unavailable)."""
+    try:
+        names = subprocess.run(
+            ["git", "ls-tree", "--name-only", f"{rev}:qaindex/models/default"],
+            cwd=ROOT, check=True, capture_output=True, text=True,
+        ).stdout.split()  # fmt: skip
+        target.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            blob = subprocess.run(
+                ["git", "show", f"{rev}:qaindex/models/default/{name}"], cwd=ROOT, check=True, capture_output=True
+            ).stdout
+            (target / name).write_bytes(blob)
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return None
+    return target
+
+
+def distilled_model(
+    dim: int, weighting: str, out: Path, *, geometry: str = "poincare", ranking: str | None = None
+) -> Path:
+    """Export the distilled MiniLM table (no training) as a model directory."""
+    from qaindex_export.distill import distill_minilm, export_table_model
+
+    table = distill_minilm(dim=dim, weighting=weighting)
+    return export_table_model(
+        table, out, name=f"distilled-minilm-{dim}-{weighting}", geometry=geometry, ranking=ranking
+    )
+
+
+def finetuned_model(
+    answers: Sequence[str],
+    out: Path,
+    *,
+    dim: int = 256,
+    weighting: str = "sif",
+    epochs: int = 10,
+    seed: int = 0,
+    model: str = FT_MODEL,
+    ball: str = "clip",
+    name: str = "distilled-minilm-ft",
+    log: Callable[[str], None] | None = None,
+) -> tuple[Path, list[str]]:
+    """Distilled table + unlabelled fine-tuning of the head on ``answers``; returns (dir, command).
+
+    The same as ``qaindex train CORPUS --teacher minilm --embeddings distilled:TABLE`` with
+    these settings.
+    """
+    from qaindex_export.distill import distill_minilm, minilm_sentence_teacher, save_table
+    from qaindex_export.onnx_export import export_model
+    from qaindex_export.train import TrainConfig, train_unlabelled
+
+    table = distill_minilm(dim=dim, weighting=weighting)
+    path = save_table(table, out.parent / f"{out.name}.table.npz")
+    config = TrainConfig(model=model, embeddings=f"distilled:{path}", ball=ball, dim=300, epochs=epochs, seed=seed,
+                         lr=0.02, optimizer="adam", batch_size=64)  # fmt: skip
+    result = train_unlabelled(config, answers, minilm_sentence_teacher(), embeddings=table.embeddings(), log=log)
+    export_model(result, out, name=name)
+    command = [
+        "qaindex", "train", "CORPUS.jsonl", "--teacher", "minilm", "--embeddings", f"distilled:{path}",
+        "--model", model, "--dim", "300", "--lr", "0.02", "--optimizer", "adam", "--batch-size", "64",
+        "--epochs", str(epochs), "--seed", str(seed), "--out", "DIR",
+    ]  # fmt: skip
+    return out, command
+
+
+# ------------------------------------------------------------------------ report
+
+
+def table_markdown(results: dict[str, dict[str, Any]], speed: dict[str, dict[str, float]]) -> str:
+    labels = list(next(iter(results.values())).keys())
+    head = "| system | " + " | ".join(f"{lab} MRR@10 / R@10 / P@1" for lab in labels) + " | answers/s (1 thr / 2 thr) |"
+    lines = [head, "|" + "---|" * (len(labels) + 2)]
+    minilm = results.get("MiniLM exact cosine")
+    for system, per_pool in results.items():
+        cells = []
+        for lab in labels:
+            r = per_pool[lab]
+            cell = f"{r['mrr@10']:.3f} / {r['recall@10']:.3f} / {r['p@1']:.3f}"
+            if minilm is not None and system != "MiniLM exact cosine":
+                cell += f" ({r['mrr@10'] / minilm[lab]['mrr@10']:.2f}×)"
+            cells.append(cell)
+        sp = speed.get(system)
+        cells.append(f"{sp['1_thread']:,.0f} / {sp['2_thread']:,.0f}" if sp else "-")
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default=str(ROOT.parent / "shared" / "datasets"), help="datasets folder")
+    parser.add_argument("--previous", default=PREVIOUS_DEFAULT_REV, help="git revision of the previous default")
+    parser.add_argument("--own", action="store_true", help="also fine-tune on each pool's own answers")
+    parser.add_argument("--epochs", type=int, default=10, help="epochs of unlabelled fine-tuning")
+    parser.add_argument("--geometry", default="poincare", choices=["poincare", "cosine"], help="distilled models")
+    parser.add_argument("--ranking", default=None, help="manifest geometry 'ranking' field for distilled models")
+    parser.add_argument("--model", action="append", default=[], metavar="NAME=DIR", help="extra qaindex models")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pooled.json"))
+    args = parser.parse_args()
+    data = Path(args.data)
+    pools = load_pools(data)
+    results: dict[str, dict[str, Any]] = {}
+    speed: dict[str, dict[str, float]] = {}
+    sample = pool_answers(pools["WikiQA test"])[:SPEED_SAMPLE]
+    started = time.perf_counter()
+
+    def report(system: str, res: dict[str, Any]) -> None:
+        results[system] = res
+        cells = "  ".join(
+            f"{lab[:12]:>12} {r['mrr@10']:.3f}/{r['recall@10']:.3f}/{r['p@1']:.3f}" for lab, r in res.items()
+        )
+        print(f"{system:44} {cells}", flush=True)
+
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        models: dict[str, Path] = {}
+        prev = previous_default(args.previous, tmp / "previous-default")
+        if prev is not None:
+            models[f"previous default ({args.previous}, research-only)"] = prev
+        models[f"current default ({Model.read_manifest(DEFAULT_MODEL_DIR)['name']})"] = DEFAULT_MODEL_DIR
+        for dim, weighting in DISTILLED_VARIANTS:
+            models[f"distilled {dim}-d {weighting} (no training)"] = distilled_model(
+                dim, weighting, tmp / f"d{dim}{weighting}", geometry=args.geometry, ranking=args.ranking
+            )
+        for spec in args.model:
+            name, _, path = spec.partition("=")
+            models[name] = Path(path)
+        for system, path in models.items():
+            report(system, eval_qaindex(path, pools))
+            speed[system] = speed_qaindex(path, sample)
+        if args.own:
+            own: dict[str, Any] = {}
+            for label, groups in pools.items():
+                d, _ = finetuned_model(pool_answers(groups), tmp / f"own-{len(own)}", epochs=args.epochs)
+                own[label] = evaluate_pooled(Model.load(d, threads=None), groups, k=K)
+            report(f"distilled 256-d sif + {FT_MODEL} head ft on own pool answers (no labels)", own)
+    report("MiniLM exact cosine", eval_dense(minilm_encoder(), pools))
+    speed["MiniLM exact cosine"] = speed_minilm(sample[:MINILM_SPEED_SAMPLE])
+    report("BM25 (bm25s)", eval_bm25(pools))
+    for system, sp in speed.items():
+        print(f"speed {system:44} {sp['1_thread']:>10,.0f} /s (1 thread)  {sp['2_thread']:>10,.0f} /s (2 threads)")
+    out = {
+        "k": K,
+        "pools": {
+            lab: {"questions": r["questions"], "answers": r["answers"]} for lab, r in results["BM25 (bm25s)"].items()
+        },
+        "results": results,
+        "speed_answers_per_second": speed,
+        "speed_sample": {"texts": len(sample), "minilm_texts": MINILM_SPEED_SAMPLE, "source": "WikiQA test answers"},
+        "seconds": time.perf_counter() - started,
+        "command": "python benchmarks/pooled.py" + (" --own" if args.own else ""),
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    md = ROOT / "docs" / "pooled-table.md"
+    md.write_text(
+        "# Whole-corpus retrieval (pooled)\n\n"
+        "<!-- generated by benchmarks/pooled.py; do not edit by hand -->\n\n"
+        "Every question searched against every distinct answer of its split (MRR@10 / recall@10 / P@1; "
+        "in brackets: MRR@10 relative to MiniLM in the same run). qaindex models go through the real "
+        "Ranker (FAISS + exact rerank). Encoding speed: answers/s on "
+        f"{len(sample)} WikiQA answers ({MINILM_SPEED_SAMPLE} for MiniLM), CPU.\n\n"
+        + table_markdown(results, speed)
+        + f"\n\nGenerated by `{out['command']}`.\n"
+    )
+    print(f"wrote {args.out} and {md} in {out['seconds']:.0f}s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
