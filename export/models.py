@@ -75,6 +75,8 @@ from torch import Tensor, nn
 
 from qaindex import hyperbolic
 
+from .config import BALL_MAPS, MODEL_KINDS
+
 __all__ = [
     "BALL_MAPS",
     "MODEL_KINDS",
@@ -96,9 +98,7 @@ __all__ = [
     "riemannian_rescale",
 ]
 
-BALL_MAPS = ("clip", "expmap", "radius", "weighted")
 RANKINGS = hyperbolic.RANKINGS
-MODEL_KINDS = ("hyperqa", "cosineqa")
 
 
 def _inverse_softplus(value: float) -> float:

@@ -41,7 +41,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,16 +50,13 @@ import torch
 
 from qaindex.datasets import Candidate, QuestionGroup, read_labelled
 from qaindex.errors import QAIndexError
-from qaindex.hyperbolic import max_norm_for
 from qaindex.metrics import evaluate_groups as evaluate_scores
 from qaindex.storage import sha256_file
 from qaindex.tokenizer import Tokenizer
 
+from .config import OPTIMIZERS, SAMPLINGS, TrainConfig
 from .embeddings import Embeddings, build_embeddings
 from .models import (
-    BALL_MAPS,
-    MODEL_KINDS,
-    RANKINGS,
     DualEncoderQA,
     build_model,
     hinge_loss,
@@ -86,179 +83,12 @@ __all__ = [
     "train_unlabelled",
 ]
 
-OPTIMIZERS = ("adagrad", "adam", "sgd")
 AUTO_BALL_MAPS = ("clip", "radius")
-SAMPLINGS = ("random", "mix")
 Log = Callable[[str], None]
 
 
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-@dataclass
-class TrainConfig:
-    """Every setting of a training run; stored in checkpoints and the model manifest.
-
-    Attributes
-    ----------
-    model : {"hyperqa", "cosineqa"}
-    embeddings : str
-        ``"minilm"`` (frozen all-MiniLM-L6-v2 token embeddings, WordPiece),
-        ``"glove:PATH"``, ``"word2vec:PATH"`` or ``"none"`` (trainable, random init).
-    train_embeddings : bool or None
-        Update the embeddings; None: only when there are no pretrained ones (the paper).
-    embed_dim : int
-        Width of random embeddings (``embeddings="none"``).
-    max_vocab : int
-        Word vocabulary limit (``none``), or file words kept besides the training words
-        (``glove``/``word2vec``).
-    dim : int
-        Projection size ``d`` (paper: 100-400, 300 for WikiQA).
-    ranking : {"relative", "distance"}
-        HyperQA's ranking rule: ``relative`` scores ``d(q, a) - d(0, a)`` (answers near the
-        ball's centre can never be hubs); ``distance`` is the paper's plain ``d`` (ablation).
-        See :func:`qaindex_export.models.poincare_score`.
-    ball : {"clip", "expmap", "radius", "weighted", "auto"}
-        How sums enter the ball (see :class:`qaindex_export.models.BallMap`); ``auto``
-        trains ``clip`` and ``radius`` and keeps the better one by dev MAP (``expmap`` is left
-        out of ``auto``: on WikiQA it collapsed towards the origin, dev MAP 0.55-0.59).
-    alpha : float or None
-        ``expmap`` scale; None picks it so the median training text starts at ``init_norm``.
-    learn_alpha : bool
-        Learn ``α`` (``expmap``).
-    init_norm : float
-        Starting norm of ``radius`` points, and of the median ``expmap`` point.
-    max_norm : float
-        Ball radius (``qaindex.hyperbolic.max_norm_for("float32")`` = 0.999).
-    margin : float
-        Hinge margin λ.
-    lr : float
-        Learning rate.
-    optimizer : {"adagrad", "adam", "sgd"}
-    adagrad_init : float
-        AdaGrad's initial accumulator (torch's default 0; TensorFlow's is 0.1, which learned
-        slower here: WikiQA clip test MAP 0.669 vs 0.704, seed 0).
-    l2 : float
-        L2 regularisation (weight decay) of weight matrices (not biases or scalars).
-    riemannian : bool
-        Rescale gradients at the ball points by ``(1 - |x|^2)^2 / 4`` (eq. 8).
-    batch_size : int
-        (question, correct answer) pairs per step; each brings ``negatives`` triples.
-    negatives : int
-        Wrong answers per correct answer (paper: 2-8).
-    sampling : {"random", "mix"}
-    own_negative_prob : float
-        Chance that a random negative is one of the question's own wrong candidates.
-    hard_fraction : float
-        Share of hard negatives with ``sampling="mix"``.
-    hard_pool : int
-        Random answers added to the own wrong candidates when mining hard negatives.
-    epochs : int
-    patience : int or None
-        Stop after this many epochs without a better dev MAP (None: never).
-    seed : int
-    device : {"auto", "cpu", "cuda"}
-    threads : int
-        ``torch.set_num_threads`` during training (0 leaves it alone).
-    max_question_tokens, max_answer_tokens : int
-        Truncation (also written to the manifest for the runtime).
-    dev_fraction : float
-        Share of training questions held out for model selection when no dev file is given.
-    """
-
-    model: str = "hyperqa"
-    embeddings: str = "minilm"
-    train_embeddings: bool | None = None
-    embed_dim: int = 300
-    max_vocab: int = 30000
-    dim: int = 300
-    ranking: str = "relative"
-    ball: str = "auto"
-    alpha: float | None = None
-    learn_alpha: bool = True
-    init_norm: float = 0.9
-    max_norm: float = max_norm_for("float32")
-    margin: float = 1.0
-    lr: float = 0.1
-    optimizer: str = "adagrad"
-    adagrad_init: float = 0.0
-    l2: float = 1e-5
-    riemannian: bool = False
-    batch_size: int = 100
-    negatives: int = 8
-    sampling: str = "mix"
-    own_negative_prob: float = 0.5
-    hard_fraction: float = 0.5
-    hard_pool: int = 32
-    epochs: int = 25
-    patience: int | None = None
-    seed: int = 0
-    device: str = "auto"
-    threads: int = 2
-    max_question_tokens: int = 40
-    max_answer_tokens: int = 128
-    dev_fraction: float = 0.1
-
-    def validate(self) -> TrainConfig:
-        """Raise :class:`ValueError` naming the first bad setting; returns self."""
-        if self.model not in MODEL_KINDS:
-            raise ValueError(f"model must be one of {MODEL_KINDS}, got {self.model!r}")
-        if self.ball not in (*BALL_MAPS, "auto"):
-            raise ValueError(f"ball must be one of {(*BALL_MAPS, 'auto')}, got {self.ball!r}")
-        if self.ranking not in RANKINGS:
-            raise ValueError(f"ranking must be one of {RANKINGS}, got {self.ranking!r}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        if self.sampling not in SAMPLINGS:
-            raise ValueError(f"sampling must be one of {SAMPLINGS}, got {self.sampling!r}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
-        if not 0.0 < self.max_norm < 1.0:
-            raise ValueError(f"max_norm must be in (0, 1), got {self.max_norm}")
-        for name in (
-            "dim",
-            "batch_size",
-            "negatives",
-            "epochs",
-            "max_question_tokens",
-            "max_answer_tokens",
-            "embed_dim",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("own_negative_prob", "hard_fraction"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if not 0.0 < self.dev_fraction < 1.0:
-            raise ValueError(f"dev_fraction must be in (0, 1), got {self.dev_fraction}")
-        if self.lr <= 0 or self.margin < 0 or self.l2 < 0:
-            raise ValueError("lr must be positive, margin and l2 non-negative")
-        if self.alpha is not None and self.alpha <= 0:
-            raise ValueError(f"alpha must be positive, got {self.alpha}")
-        return self
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable settings.
-
-        Example
-        -------
-        >>> TrainConfig(epochs=3).to_dict()["epochs"]
-        3
-        """
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
-        """Inverse of :meth:`to_dict` (unknown keys are ignored).
-
-        Example
-        -------
-        >>> TrainConfig.from_dict({"seed": 4, "unknown": 1}).seed
-        4
-        """
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in names})
 
 
 @dataclass

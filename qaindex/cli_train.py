@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import Field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
+from qaindex_export.config import TrainConfig, read_config_file
 
-from .cli_options import device_option
 from .errors import MissingDependencyError, QAIndexError
 
 __all__ = ["train"]
@@ -53,6 +55,38 @@ def _train_with_teacher(config: Any, answers: list[str], device: str, log: Any) 
     return train_unlabelled(config, answers, minilm_sentence_teacher(device=teacher_device), log=log)
 
 
+def _option_for(setting: Field[Any]) -> Callable[[F], F]:
+    """The click option of one :class:`TrainConfig` field: ``--batch-size`` for ``batch_size``.
+
+    Its help text and choices come from the field's metadata; it has no click default (a
+    value counts only when given), so ``--config FILE`` and the dataclass supply the rest.
+    """
+    flag = "--" + setting.name.replace("_", "-")
+    help_text = f"{setting.metadata['help']} [default: {_shown(setting.default)}]"
+    kind = str(setting.type).replace(" ", "")
+    if kind.startswith("bool"):
+        no = "--freeze-embeddings" if setting.name == "train_embeddings" else f"--no-{flag[2:]}"
+        return click.option(f"{flag}/{no}", setting.name, default=None, help=help_text)
+    choices = setting.metadata.get("choices")
+    param: Any = (
+        click.Choice(choices) if choices else {"int": int, "float": float}.get(kind.split("|")[0], str)
+    )
+    return click.option(flag, setting.name, type=param, default=None, help=help_text)
+
+
+def _shown(value: Any) -> str:
+    return "auto" if value is None else str(value)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _config_options(f: F) -> F:
+    for setting in reversed(fields(TrainConfig)):
+        f = _option_for(setting)(f)
+    return f
+
+
 @click.command("train")
 @click.argument("train_file", metavar="TRAIN.jsonl", type=click.Path(path_type=Path, dir_okay=False))
 @click.option(
@@ -60,7 +94,7 @@ def _train_with_teacher(config: Any, answers: list[str], device: str, log: Any) 
     "dev_file",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
-    help="Labelled dev file for choosing the best epoch (default: hold out 10% of the training questions).",
+    help="Labelled dev file for choosing the best epoch (default: hold out --dev-fraction of the training questions).",
 )
 @click.option(
     "--out",
@@ -70,19 +104,12 @@ def _train_with_teacher(config: Any, answers: list[str], device: str, log: Any) 
     help="Model directory to write (an existing model directory there is replaced).",
 )
 @click.option(
-    "--model",
-    "model_kind",
-    type=click.Choice(["hyperqa", "cosineqa"]),
-    default="hyperqa",
-    show_default=True,
-    help="HyperQA (Poincaré distance) or CosineQA (the paper's cosine ablation).",
-)
-@click.option(
-    "--embeddings",
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False),
     default=None,
-    help="Word embeddings: minilm (frozen all-MiniLM-L6-v2 token embeddings), distilled (a table distilled "
-    "from MiniLM's outputs, cached after first use) or distilled:PATH, glove:PATH, word2vec:PATH, or none "
-    "(trained from random initialisation). Default: distilled with --teacher, else minilm.",
+    help="Training settings from a JSON (.json) or TOML file, keys named like the options below "
+    "(batch_size or batch-size); options given on the command line win.",
 )
 @click.option(
     "--teacher",
@@ -92,94 +119,7 @@ def _train_with_teacher(config: Any, answers: list[str], device: str, log: Any) 
     "question trains without labels: pseudo-questions are cut from the answers and the teacher decides which "
     "answers they match. With questions, the usual hinge training runs on the distilled table.",
 )
-@click.option("--epochs", type=click.IntRange(min=1), default=25, show_default=True, help="Training epochs.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed (same seed, same model).")
-@device_option("Where torch trains: auto uses CUDA when torch sees a GPU.")
-@click.option(
-    "--lr", type=click.FloatRange(min=0, min_open=True), default=0.1, show_default=True, help="Learning rate."
-)
-@click.option("--margin", type=click.FloatRange(min=0), default=1.0, show_default=True, help="Hinge-loss margin λ.")
-@click.option(
-    "--batch-size",
-    type=click.IntRange(min=1),
-    default=100,
-    show_default=True,
-    help="(question, correct answer) pairs per step; each brings --negatives triples.",
-)
-@click.option(
-    "--negatives", type=click.IntRange(min=1), default=8, show_default=True, help="Wrong answers per correct answer."
-)
-@click.option(
-    "--sampling",
-    type=click.Choice(["random", "mix"]),
-    default="mix",
-    show_default=True,
-    help="Negatives: random (own wrong candidates and other answers), or mix (half of them the hardest "
-    "under the current model, re-mined every epoch).",
-)
-@click.option(
-    "--optimizer",
-    type=click.Choice(["adagrad", "adam", "sgd"]),
-    default="adagrad",
-    show_default=True,
-    help="Optimizer (the paper uses AdaGrad).",
-)
-@click.option("--l2", type=click.FloatRange(min=0), default=1e-5, show_default=True, help="L2 weight decay.")
-@click.option("--dim", type=click.IntRange(min=1), default=300, show_default=True, help="Projection size d.")
-@click.option(
-    "--ball",
-    type=click.Choice(["auto", "clip", "radius", "expmap", "weighted"]),
-    default="auto",
-    show_default=True,
-    help="How sums enter the Poincaré ball: clip (the paper: onto the sphere of radius 0.999), radius "
-    "(the sum's direction at a learned radius), expmap (tanh(α|y|)·y/|y|), or auto (train clip and "
-    "radius, keep the better by dev MAP).",
-)
-@click.option(
-    "--init-norm",
-    type=click.FloatRange(min=0, max=0.999, min_open=True, max_open=True),
-    default=0.9,
-    show_default=True,
-    help="Starting norm of radius points (and of the median expmap point).",
-)
-@click.option(
-    "--alpha",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Initial α of expmap, then learned (default: chosen from the data, see --init-norm).",
-)
-@click.option(
-    "--riemannian/--no-riemannian",
-    default=False,
-    show_default=True,
-    help="Rescale gradients at the ball points by (1-|x|²)²/4 (the paper's eq. 8; off by default, it hurt on WikiQA).",
-)
-@click.option(
-    "--hard-fraction",
-    type=click.FloatRange(min=0, max=1),
-    default=0.5,
-    show_default=True,
-    help="Share of hard negatives with --sampling mix.",
-)
-@click.option(
-    "--threads",
-    type=click.IntRange(min=0),
-    default=2,
-    show_default=True,
-    help="torch CPU threads while training (0: torch's default).",
-)
-@click.option(
-    "--max-question-tokens", type=click.IntRange(min=1), default=40, show_default=True, help="Question truncation."
-)
-@click.option(
-    "--max-answer-tokens", type=click.IntRange(min=1), default=128, show_default=True, help="Answer truncation."
-)
-@click.option(
-    "--patience",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Stop after this many epochs without a better dev MAP (default: run every epoch).",
-)
+@_config_options
 @click.option(
     "--table-dtype",
     type=click.Choice(["auto", "float32", "float16"]),
@@ -199,33 +139,13 @@ def train(
     train_file: Path,
     dev_file: Path | None,
     out: Path,
-    model_kind: str,
-    embeddings: str | None,
+    config_file: Path | None,
     teacher: str | None,
-    epochs: int,
-    seed: int,
-    device: str,
-    lr: float,
-    margin: float,
-    batch_size: int,
-    negatives: int,
-    sampling: str,
-    optimizer: str,
-    l2: float,
-    dim: int,
-    ball: str,
-    init_norm: float,
-    alpha: float | None,
-    riemannian: bool,
-    hard_fraction: float,
-    threads: int,
-    max_question_tokens: int,
-    max_answer_tokens: int,
-    patience: int | None,
     table_dtype: str,
     name: str | None,
     checkpoint: Path | None,
     quiet: bool,
+    **settings: Any,
 ) -> None:
     """Train a model on TRAIN.jsonl and export it to --out as a qaindex model directory.
 
@@ -241,36 +161,19 @@ def train(
         _require_torch()
         try:
             from qaindex_export.onnx_export import export_model
-            from qaindex_export.train import TrainConfig, save_checkpoint
+            from qaindex_export.train import save_checkpoint
             from qaindex_export.train import train as run_training
         except ImportError as exc:
             raise MissingDependencyError(f"{TORCH_HINT} ({exc})") from None
-        if embeddings is None:
-            embeddings = "distilled" if teacher is not None else "minilm"
-        config = TrainConfig(
-            model=model_kind,
-            embeddings=embeddings,
-            epochs=epochs,
-            seed=seed,
-            device=device,
-            lr=lr,
-            margin=margin,
-            batch_size=batch_size,
-            negatives=negatives,
-            sampling=sampling,
-            optimizer=optimizer,
-            l2=l2,
-            dim=dim,
-            ball=ball,
-            init_norm=init_norm,
-            alpha=alpha,
-            riemannian=riemannian,
-            hard_fraction=hard_fraction,
-            threads=threads,
-            max_question_tokens=max_question_tokens,
-            max_answer_tokens=max_answer_tokens,
-            patience=patience,
-        )
+        values = read_config_file(config_file) if config_file is not None else {}
+        values.update({key: value for key, value in settings.items() if value is not None})
+        if "embeddings" not in values:
+            values["embeddings"] = "distilled" if teacher is not None else "minilm"
+        try:
+            config = TrainConfig(**values).validate()
+        except TypeError as exc:  # a wrongly typed value from a config file
+            raise QAIndexError(f"{config_file}: invalid settings ({exc})") from None
+        device = config.device
         log = None if quiet else (lambda message: click.echo(message, err=True))
         answers = _answers_without_questions(train_file) if teacher is not None else None
         if answers is not None:

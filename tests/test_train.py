@@ -381,3 +381,56 @@ def test_cli_train_without_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         "training needs the train extra: pip install 'qaindex[train]' (and torch==2.13.0 for the CPU build)"
         in res.output
     )
+
+
+# -- options generated from TrainConfig -------------------------------------------------------------
+
+
+def test_every_config_field_is_a_cli_option() -> None:
+    from dataclasses import fields
+
+    from qaindex_export.config import TrainConfig as Config
+
+    names = {p.name for p in train_command.params}
+    assert {f.name for f in fields(Config)} <= names
+    for f in fields(Config):
+        option = next(p for p in train_command.params if p.name == f.name)
+        assert option.opts[0] == "--" + f.name.replace("_", "-")
+        assert f.metadata["help"] in (option.help or "")
+
+
+def test_cli_train_config_file_and_options(tmp_path: Path) -> None:
+    train_file = write_benchmark(planted_word_groups(80, seed=1), tmp_path / "train.jsonl")
+    config = tmp_path / "train.toml"
+    config.write_text(
+        'embeddings = "none"\nepochs = 2\ndim = 12\nbatch-size = 16\nnegatives = 3\nball = "clip"\n'
+        'device = "cpu"\nhard_pool = 7\nown_negative_prob = 0.25\nadagrad_init = 0.05\n',
+        encoding="utf-8",
+    )
+    out = tmp_path / "model"
+    res = CliRunner().invoke(
+        train_command, [str(train_file), "--out", str(out), "--config", str(config), "--dim", "10", "--quiet"]
+    )
+    assert res.exit_code == 0, res.output
+    saved = json.loads((out / "manifest.json").read_text())["training"]["config"]
+    assert saved["dim"] == 10  # the command line wins over the file
+    assert (saved["epochs"], saved["batch_size"], saved["hard_pool"]) == (2, 16, 7)  # the file wins over defaults
+    assert (saved["own_negative_prob"], saved["adagrad_init"], saved["ball"]) == (0.25, 0.05, "clip")
+    assert saved["margin"] == TrainConfig().margin  # neither: the dataclass default
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "message"),
+    [
+        ("epochs = 2\nbogus = 1\n", "t.toml", "unknown setting 'bogus'; settings are the options of `qaindex train --help`"),
+        ("epochs = [\n", "t.toml", "not valid TOML"),
+        ('{"epochs": 0}', "t.json", "epochs must be at least 1, got 0"),
+        ('{"ball": "square"}', "t.json", "ball must be one of ('clip', 'expmap', 'radius', 'weighted', 'auto'), got 'square'"),
+    ],
+)
+def test_cli_train_config_file_errors(tmp_path: Path, text: str, name: str, message: str) -> None:
+    config = tmp_path / name
+    config.write_text(text, encoding="utf-8")
+    res = CliRunner().invoke(train_command, [str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "m"), "--config", str(config)])
+    assert res.exit_code == 1
+    assert message in res.stderr and "Traceback" not in res.output

@@ -1,0 +1,299 @@
+"""Training settings: :class:`TrainConfig`, the one definition of every training option.
+
+Torch-free, so the ``qaindex train`` command line is generated from it (each field becomes an
+option with its ``metadata["help"]`` and, where given, ``metadata["choices"]``) without
+importing torch, and a ``--config FILE`` (JSON or TOML) sets the same fields by name. Stored
+in checkpoints and in the exported model's manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from qaindex.errors import QAIndexError
+from qaindex.hyperbolic import RANKINGS, max_norm_for
+
+__all__ = [
+    "BALL_CHOICES",
+    "BALL_MAPS",
+    "DEVICES",
+    "MODEL_KINDS",
+    "OPTIMIZERS",
+    "RANKINGS",
+    "SAMPLINGS",
+    "TrainConfig",
+    "read_config_file",
+]
+
+MODEL_KINDS = ("hyperqa", "cosineqa")
+BALL_MAPS = ("clip", "expmap", "radius", "weighted")
+BALL_CHOICES = (*BALL_MAPS, "auto")
+OPTIMIZERS = ("adagrad", "adam", "sgd")
+SAMPLINGS = ("random", "mix")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def _setting(default: Any, help: str, *, choices: tuple[str, ...] | None = None) -> Any:
+    """A :class:`TrainConfig` field whose metadata carries its CLI help (and choices)."""
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
+@dataclass
+class TrainConfig:
+    """Every setting of a training run; stored in checkpoints and the model manifest.
+
+    Each field's ``metadata["help"]`` says what it does (``qaindex train --help`` shows the
+    same text, one option per field).
+
+    Example
+    -------
+    >>> TrainConfig(epochs=3, ball="clip").validate().epochs
+    3
+    """
+
+    model: str = _setting(
+        "hyperqa",
+        "HyperQA (Poincaré ball) or CosineQA (the paper's cosine ablation).",
+        choices=MODEL_KINDS,
+    )
+    embeddings: str = _setting(
+        "minilm",
+        "Word embeddings: minilm (frozen all-MiniLM-L6-v2 token embeddings), distilled (a table "
+        "distilled from MiniLM's outputs, cached after first use) or distilled:PATH, glove:PATH, "
+        "word2vec:PATH, or none (trained from random initialisation). Default with --teacher: "
+        "distilled.",
+    )
+    train_embeddings: bool | None = _setting(
+        None,
+        "Update the embeddings while training (default: only when there are no pretrained ones, as in the paper).",
+    )
+    embed_dim: int = _setting(
+        300,
+        "Width of random embeddings (--embeddings none).",
+    )
+    max_vocab: int = _setting(
+        30000,
+        "Word vocabulary limit (none), or file words kept besides the training words (glove/word2vec).",
+    )
+    dim: int = _setting(
+        300,
+        "Projection size d (the paper: 100-400, 300 for WikiQA).",
+    )
+    ranking: str = _setting(
+        "relative",
+        "HyperQA's ranking rule: relative scores d(q,a) - d(0,a), so answers near the ball's "
+        "centre can never be hubs; distance is the paper's plain d (ablation).",
+        choices=RANKINGS,
+    )
+    ball: str = _setting(
+        "auto",
+        "How sums enter the Poincaré ball: clip (the paper: onto the sphere of radius 0.999), "
+        "radius (the sum's direction at a learned radius), expmap (tanh(α|y|)·y/|y|), weighted "
+        "(norm from learned per-token depth), or auto (train clip and radius, keep the better by "
+        "dev MAP).",
+        choices=BALL_CHOICES,
+    )
+    alpha: float | None = _setting(
+        None,
+        "Initial α of expmap (default: chosen so the median training text starts at --init-norm).",
+    )
+    learn_alpha: bool = _setting(
+        True,
+        "Learn α of expmap.",
+    )
+    init_norm: float = _setting(
+        0.9,
+        "Starting norm of radius points (and of the median expmap point).",
+    )
+    max_norm: float = _setting(
+        max_norm_for("float32"),
+        "Ball radius (0.999 in float32: 1 - |x|² keeps 4-5 significant digits).",
+    )
+    margin: float = _setting(
+        1.0,
+        "Hinge-loss margin λ.",
+    )
+    lr: float = _setting(
+        0.1,
+        "Learning rate.",
+    )
+    optimizer: str = _setting(
+        "adagrad",
+        "Optimizer (the paper uses AdaGrad).",
+        choices=OPTIMIZERS,
+    )
+    adagrad_init: float = _setting(
+        0.0,
+        "AdaGrad's initial accumulator (torch's default 0; TensorFlow's 0.1 learned slower here).",
+    )
+    l2: float = _setting(
+        1e-5,
+        "L2 weight decay of weight matrices (not biases or scalars).",
+    )
+    riemannian: bool = _setting(
+        False,
+        "Rescale gradients at the ball points by (1-|x|²)²/4 (the paper's eq. 8; off by default, it hurt on WikiQA).",
+    )
+    batch_size: int = _setting(
+        100,
+        "(question, correct answer) pairs per step; each brings --negatives triples.",
+    )
+    negatives: int = _setting(
+        8,
+        "Wrong answers per correct answer (the paper: 2-8).",
+    )
+    sampling: str = _setting(
+        "mix",
+        "Negatives: random (own wrong candidates and other answers), or mix (part of them the "
+        "hardest under the current model, re-mined every epoch).",
+        choices=SAMPLINGS,
+    )
+    own_negative_prob: float = _setting(
+        0.5,
+        "Chance that a random negative is one of the question's own wrong candidates.",
+    )
+    hard_fraction: float = _setting(
+        0.5,
+        "Share of hard negatives with --sampling mix.",
+    )
+    hard_pool: int = _setting(
+        32,
+        "Random answers added to the own wrong candidates when mining hard negatives.",
+    )
+    epochs: int = _setting(
+        25,
+        "Training epochs.",
+    )
+    patience: int | None = _setting(
+        None,
+        "Stop after this many epochs without a better dev MAP (default: run every epoch).",
+    )
+    seed: int = _setting(
+        0,
+        "Random seed (same seed, same model).",
+    )
+    device: str = _setting(
+        "auto",
+        "Where torch trains: auto uses CUDA when torch sees a GPU.",
+        choices=DEVICES,
+    )
+    threads: int = _setting(
+        2,
+        "torch CPU threads while training (0: torch's default).",
+    )
+    max_question_tokens: int = _setting(
+        40,
+        "Question truncation in tokens (also used by the runtime).",
+    )
+    max_answer_tokens: int = _setting(
+        128,
+        "Answer truncation in tokens (also used by the runtime).",
+    )
+    dev_fraction: float = _setting(
+        0.1,
+        "Share of training questions held out to choose the best epoch when no --dev file is given.",
+    )
+
+    def validate(self) -> TrainConfig:
+        """Raise :class:`ValueError` naming the first bad setting; returns self."""
+        if self.model not in MODEL_KINDS:
+            raise ValueError(f"model must be one of {MODEL_KINDS}, got {self.model!r}")
+        if self.ball not in BALL_CHOICES:
+            raise ValueError(f"ball must be one of {BALL_CHOICES}, got {self.ball!r}")
+        if self.ranking not in RANKINGS:
+            raise ValueError(f"ranking must be one of {RANKINGS}, got {self.ranking!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.sampling not in SAMPLINGS:
+            raise ValueError(f"sampling must be one of {SAMPLINGS}, got {self.sampling!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if not 0.0 < self.max_norm < 1.0:
+            raise ValueError(f"max_norm must be in (0, 1), got {self.max_norm}")
+        for name in (
+            "dim",
+            "batch_size",
+            "negatives",
+            "epochs",
+            "max_question_tokens",
+            "max_answer_tokens",
+            "embed_dim",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("own_negative_prob", "hard_fraction"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if not 0.0 < self.dev_fraction < 1.0:
+            raise ValueError(f"dev_fraction must be in (0, 1), got {self.dev_fraction}")
+        if self.lr <= 0 or self.margin < 0 or self.l2 < 0:
+            raise ValueError("lr must be positive, margin and l2 non-negative")
+        if self.alpha is not None and self.alpha <= 0:
+            raise ValueError(f"alpha must be positive, got {self.alpha}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable settings.
+
+        Example
+        -------
+        >>> TrainConfig(epochs=3).to_dict()["epochs"]
+        3
+        """
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        """Inverse of :meth:`to_dict` (unknown keys are ignored).
+
+        Example
+        -------
+        >>> TrainConfig.from_dict({"seed": 4, "unknown": 1}).seed
+        4
+        """
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Training settings from a JSON (``.json``) or TOML (any other name) file.
+
+    Keys are :class:`TrainConfig` field names (``batch_size`` or ``batch-size``); an unknown
+    key, or a file that cannot be read, is a :class:`~qaindex.QAIndexError` naming it.
+
+    Example
+    -------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "train.toml"
+    >>> _ = p.write_text('epochs = 5\\nball = "clip"\\n')
+    >>> read_config_file(p)
+    {'epochs': 5, 'ball': 'clip'}
+    """
+    source = Path(path)
+    try:
+        text = source.read_text(encoding="utf-8")
+        values = json.loads(text) if source.suffix == ".json" else tomllib.loads(text)
+    except OSError as exc:
+        raise QAIndexError(f"{source}: cannot be read ({exc.strerror}); check the --config path") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        kind = "JSON" if source.suffix == ".json" else "TOML"
+        raise QAIndexError(f"{source}: not valid {kind} ({exc})") from None
+    if not isinstance(values, dict):
+        raise QAIndexError(f"{source}: expected a table of settings, got {type(values).__name__}")
+    names = {f.name for f in fields(TrainConfig)}
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        name = str(key).replace("-", "_")
+        if name not in names:
+            raise QAIndexError(
+                f"{source}: unknown setting {key!r}; settings are the options of `qaindex train --help` "
+                f"without the leading dashes ({', '.join(sorted(names))})"
+            )
+        out[name] = value
+    return out
