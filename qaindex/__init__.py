@@ -5,9 +5,10 @@ The runtime needs numpy, onnxruntime, faiss and click; it never imports torch.
 Example
 -------
 >>> import qaindex
->>> ranker = qaindex.Ranker.build("examples/faq.jsonl")          # doctest: +SKIP
->>> for hit in ranker.search("How do I reset my password?", k=3):  # doctest: +SKIP
-...     print(hit.id, round(hit.score, 3))
+>>> ranker = qaindex.Ranker.build("examples/faq.jsonl")
+>>> hits = ranker.search("How do I reset my password?", k=3)
+>>> hits[0].id, len(hits)
+('account-reset-password', 3)
 """
 
 from __future__ import annotations

@@ -161,8 +161,9 @@ def read_index_manifest(root: Path) -> dict[str, Any]:
 
     Example
     -------
-    >>> read_index_manifest(Path("qaindex-index"))["count"]     # doctest: +SKIP
-    60
+    >>> path = ranker.save("qaindex-index")
+    >>> read_index_manifest(Path("qaindex-index"))["count"] == len(ranker)
+    True
     """
     if not root.exists():
         raise IndexFormatError(f"{root}: no index here; build one with `qaindex build CORPUS.jsonl --index {root}`")

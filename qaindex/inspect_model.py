@@ -157,9 +157,9 @@ def norm_report(
 
     Example
     -------
-    >>> report = norm_report(model, ["what is a refund?", "Refunds take 14 days."])  # doctest: +SKIP
-    >>> report["question"]["percentiles"]["p50"]                                   # doctest: +SKIP
-    0.83
+    >>> report = norm_report(model, ["what is a refund?", "Refunds take 14 days."])
+    >>> sorted(report["question"]["percentiles"])[:3]
+    ['p1', 'p25', 'p5']
     """
     if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
         raise ValueError(f"bins must be a positive integer, got {bins!r}")
@@ -206,8 +206,9 @@ def single_token_words(model: Model) -> list[str]:
 
     Example
     -------
-    >>> single_token_words(model)[:3]                                   # doctest: +SKIP
-    ['the', 'of', 'and']
+    >>> words = single_token_words(model)
+    >>> "the" in words, "[CLS]" in words
+    (True, False)
     """
     return list(_single_token_words(model))
 
@@ -227,7 +228,7 @@ def word_frequencies(model: Model, texts: Iterable[str]) -> Counter[str]:
 
     Example
     -------
-    >>> word_frequencies(model, ["the cat", "the dog"]).most_common(1)   # doctest: +SKIP
+    >>> word_frequencies(model, ["the cat", "the dog"]).most_common(1)
     [('the', 2)]
     """
     tok = model.tokenizer
@@ -276,9 +277,9 @@ def word_levels(
 
     Example
     -------
-    >>> for (low, high), ws in word_levels(model, levels=5, per_level=3):  # doctest: +SKIP
-    ...     print(f"{low:.3f}-{high:.3f}", ws)
-    0.120-0.301 ['the', 'of', 'a']
+    >>> levels = word_levels(model, levels=5, per_level=3)
+    >>> all(low <= high and len(ws) <= 3 for (low, high), ws in levels)
+    True
     """
     for name, value in (("levels", levels), ("per_level", per_level)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -329,7 +330,8 @@ def plot(report: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
 
     Example
     -------
-    >>> plot(norm_report(model, read_labelled("test.jsonl")), "norms.png")  # doctest: +SKIP
+    >>> from qaindex.datasets import read_labelled
+    >>> plot(norm_report(model, read_labelled("test.jsonl")), "norms.png")
     """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg

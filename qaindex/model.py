@@ -94,9 +94,13 @@ class Model:
 
     Example
     -------
-    >>> model = Model.load("path/to/model")                     # doctest: +SKIP
-    >>> q = model.encode(["how do I reset my password?"], role="question")  # doctest: +SKIP
-    >>> score, dist = model.score(q, model.encode(["Use the reset link."], role="answer")[None])  # doctest: +SKIP
+    >>> model = Model.load()                    # the built-in default; or Model.load("path/to/model")
+    >>> q = model.encode(["how do I reset my password?"], role="question")
+    >>> q.shape == (1, model.dimension)
+    True
+    >>> score, dist = model.score(q, model.encode(["Use the reset link.", "Plans cost $5."], role="answer")[None])
+    >>> score.shape, bool(score[0, 0] > score[0, 1])
+    ((1, 2), True)
     """
 
     def __init__(self, directory: Path, manifest: dict[str, Any], tokenizer: Tokenizer, graphs: _Graphs) -> None:

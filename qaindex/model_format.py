@@ -75,8 +75,9 @@ def read_model_manifest(path: str | os.PathLike[str], *, verify: bool = True) ->
 
     Example
     -------
-    >>> read_model_manifest("path/to/model")["dimension"]      # doctest: +SKIP
-    64
+    >>> from qaindex.model import DEFAULT_MODEL_DIR
+    >>> read_model_manifest(DEFAULT_MODEL_DIR)["format"]
+    'qaindex-model'
     """
     directory = Path(path)
     if not directory.exists():
