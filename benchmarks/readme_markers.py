@@ -19,6 +19,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 GENERATORS: dict[str, str] = {
     "search-bench": "bench_search",
     "reproduction": "reproduce",
+    "reliability": "reliability_report",
 }
 
 _MARKER = re.compile(r"<!-- ([a-z0-9-]+):start -->")
