@@ -118,8 +118,7 @@ def eval_command(
         click.echo(json.dumps(result, ensure_ascii=False))
         return
     lines = [
-        f"model       {model.name} ({model.geometry}, dimension {model.dimension})",
-        f"data        {data}",
+        *_header(model, data),
         f"scored by   {'the index (full ranking)' if via_index else 'the model scorer'}",
         f"questions   {result['questions']} evaluated, {result['skipped']} skipped (no correct candidate)",
         f"candidates  {result['candidates']} pairs, {result['answers']} distinct answers",
@@ -129,6 +128,10 @@ def eval_command(
         "ties count as the expected value over random orderings",
     ]
     click.echo("\n".join(lines))
+
+
+def _header(model: Any, data: Path) -> list[str]:
+    return [f"model       {model.name} ({model.geometry}, dimension {model.dimension})", f"data        {data}"]
 
 
 def _echo_pooled(
@@ -143,8 +146,7 @@ def _echo_pooled(
         click.echo(json.dumps(result, ensure_ascii=False))
         return
     lines = [
-        f"model       {model.name} ({model.geometry}, dimension {model.dimension})",
-        f"data        {data}",
+        *_header(model, data),
         f"scored by   search over the whole pool ({result['answers']} distinct answers, top {k})",
         f"questions   {result['questions']} evaluated, {result['skipped']} skipped (no correct candidate)",
         f"MRR@{k:<7} {result[f'mrr@{k}']:.4f}",

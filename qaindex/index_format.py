@@ -35,7 +35,15 @@ import numpy as np
 from .errors import IndexFormatError
 from .model import GEOMETRIES, Model
 from .records import RecordStore
-from .storage import check_file_entries, confined_path, file_entry, fsync_tree, read_json_object, remove_debris
+from .storage import (
+    check_file_entries,
+    check_format,
+    confined_path,
+    file_entry,
+    fsync_tree,
+    read_json_object,
+    remove_debris,
+)
 from .vector_index import INDEX_KINDS, CoarseIndex
 
 __all__ = [
@@ -177,16 +185,15 @@ def read_index_manifest(root: Path) -> dict[str, Any]:
         )
     confined_path(root, "manifest.json", field="manifest.json", source=mpath, error=IndexFormatError)
     manifest = read_json_object(mpath, error=IndexFormatError, what="index")
-    if manifest.get("format") != INDEX_FORMAT:
-        raise IndexFormatError(
-            f'{mpath}: not a qaindex index (field "format" is {manifest.get("format")!r}, expected {INDEX_FORMAT!r})'
-        )
-    version = manifest.get("format_version")
-    if version != INDEX_FORMAT_VERSION:
-        raise IndexFormatError(
-            f"{mpath}: index format version {version!r} is not supported by this qaindex (it reads "
-            f"version {INDEX_FORMAT_VERSION}); upgrade qaindex or rebuild the index"
-        )
+    check_format(
+        manifest,
+        mpath,
+        name=INDEX_FORMAT,
+        version=INDEX_FORMAT_VERSION,
+        what="index",
+        remedy="rebuild the index",
+        error=IndexFormatError,
+    )
     _validate_fields(root, mpath, manifest)
     snap = confined_path(root, manifest["snapshot"], field='"snapshot"', source=mpath, error=IndexFormatError)
     if not snap.is_dir():

@@ -19,6 +19,7 @@ from . import hyperbolic
 from .errors import ModelFormatError
 from .storage import (
     check_file_entries,
+    check_format,
     confined_path,
     file_entry,
     fsync_tree,
@@ -84,16 +85,15 @@ def read_model_manifest(path: str | os.PathLike[str], *, verify: bool = True) ->
         raise ModelFormatError(f"{directory}: no such model directory")
     mpath = directory / "manifest.json"
     manifest = read_json_object(mpath, error=ModelFormatError, what="model directory")
-    if manifest.get("format") != MODEL_FORMAT:
-        raise ModelFormatError(
-            f'{mpath}: not a qaindex model (field "format" is {manifest.get("format")!r}, expected {MODEL_FORMAT!r})'
-        )
-    version = manifest.get("format_version")
-    if version != MODEL_FORMAT_VERSION:
-        raise ModelFormatError(
-            f"{mpath}: model format version {version!r} is not supported by this qaindex "
-            f"(it reads version {MODEL_FORMAT_VERSION}); upgrade qaindex or re-export the model"
-        )
+    check_format(
+        manifest,
+        mpath,
+        name=MODEL_FORMAT,
+        version=MODEL_FORMAT_VERSION,
+        what="model",
+        remedy="re-export the model",
+        error=ModelFormatError,
+    )
     kind = _require(manifest, "kind", str, mpath)
     if kind not in MODEL_KINDS:
         raise ModelFormatError(

@@ -22,6 +22,7 @@ from .errors import QAIndexError
 
 __all__ = [
     "check_file_entries",
+    "check_format",
     "confined_path",
     "file_entry",
     "fsync_tree",
@@ -246,6 +247,49 @@ def read_json_object(path: Path, *, error: type[QAIndexError], what: str) -> dic
     if not isinstance(obj, dict):
         raise error(f"{path}: expected a JSON object; the {what} is corrupted, rebuild it")
     return obj
+
+
+def check_format(
+    manifest: Mapping[str, Any],
+    path: Path,
+    *,
+    name: str,
+    version: int,
+    what: str,
+    remedy: str,
+    error: type[QAIndexError],
+) -> None:
+    """Refuse a manifest whose ``format`` is not ``name`` or whose ``format_version`` is not ``version``.
+
+    Parameters
+    ----------
+    manifest : mapping
+        The parsed ``manifest.json``.
+    path : Path
+        The manifest file (for messages).
+    name, version
+        The expected ``format`` and ``format_version``.
+    what : str
+        ``"index"`` or ``"model"``.
+    remedy : str
+        What to do about an unsupported version, e.g. ``"rebuild the index"``.
+    error : subclass of QAIndexError
+
+    Example
+    -------
+    >>> check_format({"format": "x", "format_version": 1}, Path("m.json"), name="x", version=1,
+    ...              what="index", remedy="rebuild it", error=QAIndexError)
+    """
+    if manifest.get("format") != name:
+        raise error(
+            f'{path}: not a qaindex {what} (field "format" is {manifest.get("format")!r}, expected {name!r})'
+        )
+    found = manifest.get("format_version")
+    if found != version:
+        raise error(
+            f"{path}: {what} format version {found!r} is not supported by this qaindex (it reads "
+            f"version {version}); upgrade qaindex or {remedy}"
+        )
 
 
 def verify_files(
