@@ -1072,6 +1072,7 @@ def train_unlabelled(
             ball=ball if config.model == "hyperqa" else "clip",
             max_norm=config.max_norm,
             init_norm=config.init_norm,
+            ranking=config.ranking,
         ).to(device)
         _init_identity_head(model, init_scale)
         if config.model == "cosineqa":  # cosines live in [-1, 1]: start at the teacher's temperature
