@@ -140,8 +140,22 @@ def evaluate_candidate(model_dir: Path, pools: dict[str, Any]) -> dict[str, Any]
     out["quickstart_rank"] = hits.index(QUICKSTART[1]) + 1 if QUICKSTART[1] in hits else None
     out["quickstart_top3"] = hits[:3]
     out["bytes"] = sum(p.stat().st_size for p in model_dir.iterdir() if p.is_file() and p.name != "MODEL_CARD.md")
+    out["norms"] = norm_stats(model, [r["answer"] for r in records])
     out["selection"] = (out["faq"]["mrr"] + sum(out["pooled"][p]["mrr@10"] for p in TEST_POOLS) / len(TEST_POOLS)) / 2
     return out
+
+
+def norm_stats(model: Model, answers: list[str]) -> dict[str, float]:
+    """Answer-vector norms of the FAQ answers and of the junk answers (Poincaré: distance from the
+    centre matters; cosine: norms are ignored)."""
+    import numpy as np
+
+    real = np.linalg.norm(model.encode(answers, role="answer").astype(np.float64), axis=1)
+    junk = np.linalg.norm(model.encode(JUNK_ANSWERS, role="answer").astype(np.float64), axis=1)
+    return {
+        "faq_mean": float(real.mean()), "faq_std": float(real.std()), "faq_min": float(real.min()),
+        "junk_mean": float(junk.mean()), "junk_max": float(junk.max()),
+    }  # fmt: skip
 
 
 def choice_key(r: dict[str, Any]) -> tuple[bool, float]:
@@ -257,22 +271,24 @@ def write_card(out: Path, report: dict[str, Any], ratios: dict[str, float], spee
     recipe = run["recipe"]
     geometry = manifest["geometry"]
     rows = []
-    for name, r in [(f"previous default `{prev['name']}` (research-only data)", prev)] + [
+    for name, r in [(f"current default before this run `{prev['name']}`", prev)] + [
         (f"`{n}`" + (" **(chosen)**" if n == chosen else ""), r) for n, r in report["candidates"].items()
     ]:
         cells = " | ".join(f"{r['pooled'][p]['mrr@10']:.3f}" for p in TEST_POOLS)
         rows.append(
-            f"| {name} | {r['faq']['p@1']:.3f} | {r['faq']['mrr']:.3f} | {cells} | {r['quickstart_rank']} | "
-            f"{r['bytes'] / 1e6:.1f} |"
+            f"| {name} | {r['junk_faq']['above_relevant']} | {r['junk_faq']['in_top3']} | {r['faq']['p@1']:.3f} | "
+            f"{r['faq']['mrr']:.3f} | {cells} | {r['quickstart_rank']} | {r['bytes'] / 1e6:.1f} |"
         )
     cells = " | ".join(f"{minilm['pooled'][p]['mrr@10']:.3f}" for p in TEST_POOLS)
     faq_m = minilm["pooled"][FAQ]
     from qaindex_export.embeddings import minilm_dir
 
     teacher_mb = (minilm_dir() / "model.safetensors").stat().st_size / 1e6
-    rows.append(f"| all-MiniLM-L6-v2, exact cosine (the teacher) | {faq_m['p@1']:.3f} | (MRR@10 {faq_m['mrr@10']:.3f}) "
-                f"| {cells} | - | {teacher_mb:.1f} |")  # fmt: skip
+    n_junk = len(report["junk_answers"])
+    rows.append(f"| all-MiniLM-L6-v2, exact cosine (the teacher) | - | - | {faq_m['p@1']:.3f} | (MRR@10 "
+                f"{faq_m['mrr@10']:.3f}) | {cells} | - | {teacher_mb:.1f} |")  # fmt: skip
     head = recipe["head"]
+    head_name = {"hyperqa": "HyperQA", "cosineqa": "CosineQA"}.get(head or "", head)
     faq_text = (
         ""
         if head is None
@@ -287,24 +303,57 @@ def write_card(out: Path, report: dict[str, Any], ratios: dict[str, float], spee
         )
     else:
         what = (
-            f"The {recipe['table_dim']}-d distilled all-MiniLM-L6-v2 table (frozen) with a {head} head "
+            f"The {recipe['table_dim']}-d distilled all-MiniLM-L6-v2 table (frozen) with a {head_name} head "
             f"`ReLU(W_p z + b_p)` fine-tuned without labels against MiniLM's sentence embeddings of the FAQ answers "
             f"and of pseudo-questions cut from them (best epoch {recipe.get('best_epoch')} of {recipe.get('epochs')})"
         )
-    if geometry["name"] == "poincare":
+    score = manifest["score"]["formula"]
+    norms = run["norms"]
+    if geometry["name"] == "poincare" and geometry.get("ball_map") == "weighted":
         geo = (
-            f"mapped into the Poincaré ball by `{geometry.get('ball_map')}` at radius {geometry.get('max_norm')}"
-            + (f", ranked by `{geometry['ranking']}` distance" if "ranking" in geometry else "")
-            + ". **Every non-empty text lands on the clip sphere, so the Poincaré ranking here is exactly the "
-            "cosine ranking**: the geometry is kept for format compatibility, it adds nothing to this model."
+            "**a Poincaré model** (not cosine): the direction is the sum of the projected token vectors, the norm "
+            f"`{geometry['max_norm']}·tanh(s·Σ_t softplus(u_t))` comes from learned per-token depth weights "
+            f"(`weighted` ball map, s = {geometry.get('scale', float('nan')):.3f}), and answers are ranked by the "
+            f"origin-relative distance, score `{score}`, which scores the centre worst. Texts with few or "
+            f"uninformative tokens get little depth: the {n_junk} junk answers of the evaluation have norm "
+            f"{norms['junk_mean']:.3f} on average (at most {norms['junk_max']:.3f}), the FAQ answers "
+            f"{norms['faq_mean']:.3f} ± {norms['faq_std']:.3f} (minimum {norms['faq_min']:.3f}), so junk sits near "
+            "the centre, where it can never be a hub"
         )
+    elif geometry["name"] == "poincare":
+        ranking = geometry.get("ranking", "distance")
+        geo = (
+            f"a Poincaré model, mapped into the ball by `{geometry.get('ball_map')}` at radius "
+            f"{geometry.get('max_norm')}, ranked by `{ranking}` distance (score `{score}`); FAQ answer norms "
+            f"{norms['faq_mean']:.3f} ± {norms['faq_std']:.3f}, junk answers {norms['junk_mean']:.3f} on average"
+        )
+        if geometry.get("ball_map") == "clip":
+            geo += (
+                ". Every non-empty text lands on the clip sphere, so the Poincaré ranking here is the cosine "
+                "ranking: the geometry adds nothing to this model"
+            )
     else:
-        geo = "compared by cosine."
+        geo = (
+            "**a cosine model** (score `w_f·cos + b_f`): the answer's length is ignored, so a lone `?` is a pure "
+            "direction like any other answer"
+        )
+    why = (
+        f"Why this one: the choice rule is that {report['rule']}. "
+        + ", ".join(
+            f"`{n}` puts junk above the relevant answer for {r['junk_faq']['above_relevant']} FAQ question(s)"
+            for n, r in report["candidates"].items()
+        )
+        + f" (the default before this run: {prev['junk_faq']['above_relevant']})."
+    )
+    header = (
+        "| model | FAQ junk above | FAQ junk top 3 | FAQ P@1 | FAQ MRR | WikiQA test MRR@10 | TrecQA raw MRR@10 "
+        "| TrecQA clean MRR@10 | quickstart rank | MB |\n|" + "---|" * 10
+    )
     card = f"""# Model card: `{manifest["name"]}` (qaindex built-in default)
 
 <!-- generated by benchmarks/default_model.py; do not edit by hand -->
 
-**What it is.** {what}; {geo} Exported as ONNX ({run["bytes"] / 1e6:.1f} MB in all, table stored as
+**What it is.** {what}; {geo}. Exported as ONNX ({run["bytes"] / 1e6:.1f} MB in all, table stored as
 {manifest["parameters"].get("exported_table", {}).get("dtype")}), dimension {manifest["dimension"]}.
 
 **Inputs and licence.** Built only from permissively licensed inputs: all-MiniLM-L6-v2
@@ -314,18 +363,20 @@ No WikiQA or TrecQA data (research-only licences) reached the weights: they were
 evaluation only. The model can be shipped under Apache-2.0.
 
 **How it was chosen and how to regenerate it.** `python benchmarks/default_model.py` builds
-{len(report["candidates"])} candidates, scores each by {report["selection"]}, and ships the best
-if it beats the current default's FAQ MRR. The FAQ *questions* are held out (they are labels;
-only the answers may be used for training), but they did choose the model, so the FAQ figures are a
-selection score, not an unbiased estimate. Chosen: **`{chosen}`**. Rerunning the script
-regenerates the model and this card.
+{len(report["candidates"])} candidates and evaluates each with {n_junk} junk answers (one character, digits,
+punctuation runs, emoji, out-of-vocabulary scripts) added to every pool. Rule: {report["rule"]}; the selection
+score is {report["selection"]}. The winner replaces the current default only if it is better by the same rule.
+The FAQ *questions* are held out (they are labels; only the answers may be used for training), but they did
+choose the model, so the FAQ figures are a selection score, not an unbiased estimate. Chosen: **`{chosen}`**.
+{why} Rerunning the script regenerates the model and this card.
 
 **Metrics.** FAQ: each of the 732 stored questions of `examples/faq.jsonl` ranks all 289
-answers (P@1, MRR). Pooled: whole-corpus MRR@10, every question of the test split searched
-against every distinct answer of the split through the Ranker (`qaindex eval --pool`).
+answers (P@1, MRR); "junk above" counts the questions with a junk answer ranked above their relevant
+answer when the {n_junk} junk answers join the 289 ("junk top 3": a junk answer in the top 3). Pooled:
+whole-corpus MRR@10, every question of the test split searched against every distinct answer of the split
+plus the junk answers, through the Ranker (`qaindex eval --pool` path).
 
-| model | FAQ P@1 | FAQ MRR | WikiQA test MRR@10 | TrecQA raw MRR@10 | TrecQA clean MRR@10 | quickstart rank | MB |
-|---|---|---|---|---|---|---|---|
+{header}
 {chr(10).join(rows)}
 
 Against MiniLM in the same run: pooled MRR@10 {", ".join(f"{p} {r:.2f}×" for p, r in ratios.items())}

@@ -977,6 +977,7 @@ def train_unlabelled(
     dev_questions: int = 300,
     dev_candidates: int = 100,
     init_scale: float = 4.0,
+    hyperqa_scale: float | None = None,
 ) -> TrainResult:
     """Fine-tune the HyperQA / CosineQA head on answers alone, against a sentence teacher.
 
@@ -1078,6 +1079,9 @@ def train_unlabelled(
         if config.model == "cosineqa":  # cosines live in [-1, 1]: start at the teacher's temperature
             with torch.no_grad():
                 model.w_raw.fill_(math.log(math.expm1(1.0 / temperature)))
+        elif hyperqa_scale is not None:  # start w_f at hyperqa_scale / temperature
+            with torch.no_grad():
+                model.w_raw.fill_(math.log(math.expm1(hyperqa_scale / temperature)))
         optimizer = _optimizer(model, config)
         tag = f"{config.model}/{model.ball.kind}/teacher" if config.model == "hyperqa" else f"{config.model}/teacher"
         dev = evaluate(model, dev_split, table, device)
