@@ -69,13 +69,16 @@ from qaindex.model import DEFAULT_MODEL_DIR, Model
 ROOT = Path(__file__).resolve().parents[1]
 TEST_POOLS = ("WikiQA test", "TrecQA raw test", "TrecQA clean test")
 QUICKSTART = ("How do I reset my password?", "account-reset-password")
-# name: (table dim, weighting, SIF a, head fine-tuned on the FAQ answers (or None), ball map)
-CANDIDATES: dict[str, tuple[int, str, float, str | None, str]] = {
-    "distilled-256-sif": (256, "sif", 1e-4, None, "clip"),
-    "distilled-256-sif+ft-faq-cosineqa": (256, "sif", 1e-4, "cosineqa", "clip"),
-    "distilled-256-sif+ft-faq-hyperqa-weighted": (256, "sif", 1e-4, "hyperqa", "weighted"),
-    "distilled-256-sif+ft-faq-hyperqa-radius": (256, "sif", 1e-4, "hyperqa", "radius"),
+# name: (table dim, weighting, SIF a, head fine-tuned on the FAQ answers (or None), ball map,
+# epochs (None: --epochs))
+CANDIDATES: dict[str, tuple[int, str, float, str | None, str, int | None]] = {
+    "distilled-256-sif": (256, "sif", 1e-4, None, "clip", None),
+    "distilled-256-sif+ft-faq-cosineqa": (256, "sif", 1e-4, "cosineqa", "clip", None),
+    "distilled-256-sif+ft-faq-hyperqa-weighted": (256, "sif", 1e-4, "hyperqa", "weighted", None),
+    "distilled-256-sif+ft-faq-hyperqa-weighted-10ep": (256, "sif", 1e-4, "hyperqa", "weighted", 10),
+    "distilled-256-sif+ft-faq-hyperqa-radius": (256, "sif", 1e-4, "hyperqa", "radius", None),
 }
+HYPERQA_SCALE = 0.5  # HyperQA heads start at w_f = HYPERQA_SCALE / temperature (train_unlabelled)
 RULE = (
     "a candidate with a junk answer above the relevant answer for any FAQ question loses to one without; "
     "among equals, the higher selection score wins"
@@ -91,7 +94,8 @@ def build_candidate(
     from qaindex_export.onnx_export import export_model
     from qaindex_export.train import TrainConfig, train_unlabelled
 
-    dim, weighting, a, head, ball = CANDIDATES[name]
+    dim, weighting, a, head, ball, epochs = CANDIDATES[name]
+    epochs = epochs or args.epochs
     table = distill_minilm(dim=dim, weighting=weighting, a=a)
     recipe: dict[str, Any] = {"table_dim": dim, "weighting": weighting, "sif_a": a, "head": head}
     if head == "hyperqa":
@@ -102,10 +106,13 @@ def build_candidate(
             extra_training={"inputs": "all-MiniLM-L6-v2 and its vocabulary only (no text, no labels)"},
         )  # fmt: skip
         return path, recipe
-    config = TrainConfig(model=head, embeddings="distilled", ball=ball, dim=300, epochs=args.epochs,
+    config = TrainConfig(model=head, embeddings="distilled", ball=ball, dim=300, epochs=epochs,
                          seed=args.seed, lr=0.02, optimizer="adam", batch_size=64, ranking=args.ranking)  # fmt: skip
-    result = train_unlabelled(config, faq_answers, minilm_sentence_teacher(), embeddings=table.embeddings(), log=None)
-    recipe.update(best_epoch=result.best_epoch, dev=result.dev, epochs=args.epochs, seed=args.seed)
+    result = train_unlabelled(config, faq_answers, minilm_sentence_teacher(), embeddings=table.embeddings(),
+                              log=None, hyperqa_scale=HYPERQA_SCALE)  # fmt: skip
+    recipe.update(best_epoch=result.best_epoch, dev=result.dev, epochs=epochs, seed=args.seed)
+    if head == "hyperqa":
+        recipe["hyperqa_scale"] = HYPERQA_SCALE
     path = export_model(result, out, name="qaindex-default-distilled-ft")
     return path, recipe
 
@@ -168,7 +175,7 @@ def main() -> None:
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "datasets"), help="datasets folder")
     parser.add_argument("--geometry", default="poincare", choices=["poincare", "cosine"], help="untrained tables")
     parser.add_argument("--ranking", default="relative", choices=["relative", "distance"], help="Poincaré ranking")
-    parser.add_argument("--epochs", type=int, default=10, help="epochs of unlabelled fine-tuning")
+    parser.add_argument("--epochs", type=int, default=20, help="epochs of unlabelled fine-tuning")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", nargs="*", default=None, help="candidates to build (default: all)")
     parser.add_argument(

@@ -71,7 +71,8 @@ SPEED_SAMPLE = 2000
 MINILM_SPEED_SAMPLE = 400
 PREVIOUS_DEFAULT_REV = "8992d94"  # main before the distilled default: WikiQA+TrecQA HyperQA
 DISTILLED_VARIANTS = [(128, "zipf"), (256, "zipf"), (256, "sif")]  # (PCA dim, token weighting; SIF a = 1e-4)
-FT_MODEL = "cosineqa"  # head of the fine-tuned candidates (see benchmarks/results/default_model.json)
+FT_MODEL = "hyperqa"  # head of the fine-tuned candidates (see benchmarks/results/default_model.json)
+FT_BALL = "weighted"  # with the relative ranking
 # Junk answers added to every pool (never relevant): the JUNK list of tests/test_hubs.py, then
 # more single letters, digits, punctuation runs, emoji and scripts outside the English vocabulary.
 JUNK_ANSWERS = [
@@ -295,7 +296,7 @@ def finetuned_model(
     epochs: int = 10,
     seed: int = 0,
     model: str = FT_MODEL,
-    ball: str = "clip",
+    ball: str = FT_BALL,
     name: str = "distilled-minilm-ft",
     log: Callable[[str], None] | None = None,
 ) -> tuple[Path, list[str]]:
@@ -316,7 +317,7 @@ def finetuned_model(
     export_model(result, out, name=name)
     command = [
         "qaindex", "train", "CORPUS.jsonl", "--teacher", "minilm", "--embeddings", f"distilled:{path}",
-        "--model", model, "--dim", "300", "--lr", "0.02", "--optimizer", "adam", "--batch-size", "64",
+        "--model", model, "--ball", ball, "--dim", "300", "--lr", "0.02", "--optimizer", "adam", "--batch-size", "64",
         "--epochs", str(epochs), "--seed", str(seed), "--out", "DIR",
     ]  # fmt: skip
     return out, command
@@ -395,7 +396,7 @@ def main() -> None:
             for label, groups in pools.items():
                 d, _ = finetuned_model(real_answers(groups), tmp / f"own-{len(own)}", epochs=args.epochs)
                 own[label] = eval_qaindex_model(Model.load(d, threads=None), groups)
-            report(f"distilled 256-d sif + {FT_MODEL} head ft on own pool answers (no labels)", own)
+            report(f"distilled 256-d sif + {FT_MODEL} {FT_BALL} head ft on own pool answers (no labels)", own)
     report("MiniLM exact cosine", eval_dense(minilm_encoder(), pools))
     speed["MiniLM exact cosine"] = speed_minilm(sample[:MINILM_SPEED_SAMPLE])
     report("BM25 (bm25s)", eval_bm25(pools))

@@ -977,7 +977,7 @@ def train_unlabelled(
     dev_questions: int = 300,
     dev_candidates: int = 100,
     init_scale: float = 4.0,
-    hyperqa_scale: float | None = None,
+    hyperqa_scale: float | None = 0.5,
 ) -> TrainResult:
     """Fine-tune the HyperQA / CosineQA head on answers alone, against a sentence teacher.
 
@@ -997,7 +997,9 @@ def train_unlabelled(
     Parameters
     ----------
     config : TrainConfig
-        ``model``, ``ball`` (``auto`` means ``clip``), ``embeddings`` (default
+        ``model``, ``ball`` (``auto`` means ``weighted``: norms from learned per-token depth, so
+        with the ``relative`` ranking low-information answers sit near the centre and score
+        worst), ``ranking``, ``embeddings`` (default
         ``"distilled"``), ``lr``, ``optimizer``, ``batch_size``, ``epochs``, ``seed``,
         ``device``, ``threads``, ``dim`` and truncation are used.
     answers : sequence of str
@@ -1009,6 +1011,11 @@ def train_unlabelled(
     log : callable or None
     pseudo_per_answer, temperature, dev_questions, dev_candidates, init_scale
         See above.
+    hyperqa_scale : float or None
+        HyperQA starts at ``w_f = hyperqa_scale / temperature`` (None: ``w_f = 1``). Near the
+        boundary an answer's relative score is about ``-log|ξ - q|²`` (``ξ`` its direction), a
+        spread of a few units: ``w_f = 1`` starts far softer than the teacher's distribution
+        (on the FAQ answers, 0.5 trained for all 10 epochs instead of peaking at epoch 1).
 
     Returns
     -------
@@ -1030,7 +1037,7 @@ def train_unlabelled(
     if embeddings.vectors is None:
         raise ValueError("training without labels needs a pretrained table (--embeddings distilled or minilm)")
     width = int(embeddings.vectors.shape[1])
-    ball = "clip" if config.ball == "auto" else config.ball
+    ball = "weighted" if config.ball == "auto" else config.ball
     config = replace(config, ball=ball, train_embeddings=False).validate()
     device = resolve_device(config.device)
     old_threads = torch.get_num_threads()

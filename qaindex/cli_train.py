@@ -132,8 +132,9 @@ def _train_with_teacher(config: Any, answers: list[str], device: str, log: Any) 
     default="auto",
     show_default=True,
     help="How sums enter the Poincaré ball: clip (the paper: onto the sphere of radius 0.999), radius "
-    "(the sum's direction at a learned radius), expmap (tanh(α|y|)·y/|y|), or auto (train clip and "
-    "radius, keep the better by dev MAP).",
+    "(the sum's direction at a learned radius), expmap (tanh(α|y|)·y/|y|), weighted (norm from learned "
+    "per-token depth), or auto (train clip and radius, keep the better by dev MAP; with --teacher on "
+    "answers only: weighted).",
 )
 @click.option(
     "--init-norm",
