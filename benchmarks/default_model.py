@@ -327,6 +327,23 @@ def write_card(out: Path, report: dict[str, Any], ratios: dict[str, float], spee
             f"{norms['faq_mean']:.3f} ± {norms['faq_std']:.3f} (minimum {norms['faq_min']:.3f}), so junk sits near "
             "the centre, where it can never be a hub"
         )
+    elif geometry["name"] == "poincare" and geometry.get("ball_map") == "radius":
+        geo = (
+            "**a Poincaré model** (not cosine): the sum of the projected token vectors gives the direction `ŷ`, "
+            f"placed at a learned, direction-dependent radius `{geometry['max_norm']}·sigmoid(w_r·ŷ + b_r)` "
+            f"(`radius` ball map), and answers are ranked by the origin-relative distance, score `{score}`, which "
+            f"scores the centre worst. The {n_junk} junk answers of the evaluation have norm {norms['junk_mean']:.3f} "
+            f"on average (at most {norms['junk_max']:.3f}), the FAQ answers {norms['faq_mean']:.3f} ± "
+            f"{norms['faq_std']:.3f} (minimum {norms['faq_min']:.3f}). Unlike `weighted` (norm from per-token "
+            "depth), the radius follows the direction, not the amount of information"
+            + (
+                ": here junk does *not* sit nearer the centre than real answers, so junk ranks below relevant "
+                "answers because of its direction and the learned radius, not by construction; the FAQ junk "
+                "counts below are the evidence"
+                if norms["junk_mean"] >= norms["faq_mean"]
+                else ""
+            )
+        )
     elif geometry["name"] == "poincare":
         ranking = geometry.get("ranking", "distance")
         geo = (
