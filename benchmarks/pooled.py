@@ -7,9 +7,15 @@ searched against all of them (MRR@10, recall@10, P@1):
   licences: evaluation only), and the example FAQ (``examples/faq.jsonl``: its stored
   ``questions`` against all 289 answers).
 
+Every pool also holds the fixed junk answers ``JUNK_ANSWERS`` (one character, digits,
+punctuation runs, emoji, out-of-vocabulary scripts; never relevant): real corpora hold such
+records, and a model that puts them near every question (a hub, issue 11) must show it here.
+Besides MRR@10 / recall@10 / P@1 (measured *with* the junk present), each system reports
+``junk@10``: the share of questions with at least one junk answer in its top 10.
+
 Systems, in the same run:
 
-- qaindex models through the real :class:`qaindex.Ranker` (``qaindex.evaluate.evaluate_pooled``):
+- qaindex models through the real :class:`qaindex.Ranker` (the path of ``qaindex.evaluate.evaluate_pooled``):
   the previous built-in default (research-only, extracted from git at ``--previous``), the
   current built-in default (the distilled table + a head fine-tuned without labels on the FAQ
   answers, see ``benchmarks/default_model.py``), the distilled tables without training
@@ -47,9 +53,11 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from qaindex.datasets import QuestionGroup, read_labelled
-from qaindex.evaluate import _plan, evaluate_pooled, pooled_metrics
+from qaindex import Ranker
+from qaindex.datasets import Candidate, QuestionGroup, read_labelled
+from qaindex.evaluate import _answer_ids, _encode_questions, _plan, pooled_metrics
 from qaindex.model import DEFAULT_MODEL_DIR, Model
+from qaindex.ranker import Record
 
 ROOT = Path(__file__).resolve().parents[1]
 POOLS = {
@@ -63,17 +71,46 @@ SPEED_SAMPLE = 2000
 MINILM_SPEED_SAMPLE = 400
 PREVIOUS_DEFAULT_REV = "8992d94"  # main before the distilled default: WikiQA+TrecQA HyperQA
 DISTILLED_VARIANTS = [(128, "zipf"), (256, "zipf"), (256, "sif")]  # (PCA dim, token weighting; SIF a = 1e-4)
-FT_MODEL = "cosineqa"  # head of the fine-tuned candidates (see benchmarks/results/default_model.json)
+FT_MODEL = "hyperqa"  # head of the fine-tuned candidates (see benchmarks/results/default_model.json)
+FT_BALL = "weighted"  # with the relative ranking
+# Junk answers added to every pool (never relevant): the JUNK list of tests/test_hubs.py, then
+# more single letters, digits, punctuation runs, emoji and scripts outside the English vocabulary.
+JUNK_ANSWERS = [
+    ".", "a", "?", "!", ",", "-", "x", "...", "!!", "?!", "()", "--", "…", "—", "ꙮꙮ", "𝔵𝔶𝔷", "ඞ", "☃☃ ⟁",
+    "b", "k", "z", "I", "0", "1", "7", "42", "2024", "???", "!!!", "?!?!", ";;", "**", "#", "@", "&&", "%",
+    "~~~", "+1", ":)", "😀", "🙂👍", "🔥🔥🔥", "🤷", "жжж", "中文", "العربية", "한국어", "ॐ", "ᚠᚢᚦ", "∑∫∂",
+]  # fmt: skip
+JUNK_AID = "junk-"
 
 
 # ------------------------------------------------------------------------ data
 
 
-def load_pools(data: Path) -> dict[str, list[QuestionGroup]]:
-    """Question groups of every pool (FAQ last)."""
+def load_pools(data: Path, *, junk: bool = True) -> dict[str, list[QuestionGroup]]:
+    """Question groups of every pool (FAQ last), with the junk answers added unless ``junk=False``."""
     pools = {label: read_labelled(data / rel) for label, rel in POOLS.items()}
     pools[FAQ] = read_labelled(ROOT / "examples" / "faq.jsonl")
-    return pools
+    return {label: with_junk(groups) for label, groups in pools.items()} if junk else pools
+
+
+def with_junk(groups: Sequence[QuestionGroup]) -> list[QuestionGroup]:
+    """``groups`` plus one question-less group holding every junk answer (label 0).
+
+    The pooled evaluation indexes every distinct answer of the split and skips groups
+    without a correct answer, so the junk joins the pool and is never relevant.
+    """
+    junk = tuple(Candidate(f"{JUNK_AID}{i}", text, 0) for i, text in enumerate(JUNK_ANSWERS))
+    return [*groups, QuestionGroup("junk", "", junk)]
+
+
+def junk_rows(groups: Sequence[QuestionGroup]) -> np.ndarray:
+    """Pool rows (``pool_answers`` order) of the junk answers."""
+    return np.asarray([i for i, (aid, _) in enumerate(_plan(groups).keys) if aid.startswith(JUNK_AID)], dtype=np.int64)
+
+
+def real_answers(groups: Sequence[QuestionGroup]) -> list[str]:
+    """The pool's distinct answers without the junk (what a model may be fine-tuned on)."""
+    return [text for aid, text in _plan(groups).keys if not aid.startswith(JUNK_AID)]
 
 
 def pool_answers(groups: Sequence[QuestionGroup]) -> list[str]:
@@ -90,10 +127,47 @@ def _questions_and_relevant(groups: Sequence[QuestionGroup]) -> tuple[list[str],
 # ------------------------------------------------------------------------ systems
 
 
+def junk_metrics(
+    ranked: Sequence[Sequence[int]] | np.ndarray, relevant: Sequence[np.ndarray], junk: np.ndarray
+) -> dict[str, Any]:
+    """``pooled_metrics`` plus ``junk@10`` (share of questions with a junk answer in the top K)
+    and ``junk_above_relevant`` (share with a junk answer ranked above the first correct hit,
+    or anywhere in the top K when no correct answer is in it)."""
+    out = pooled_metrics(ranked, relevant, K)
+    junk_set = set(int(j) for j in junk)
+    in_top, above = 0, 0
+    for row, rel in zip(ranked, relevant, strict=True):
+        top = [int(r) for r in row[:K] if int(r) >= 0]
+        flags = [r in junk_set for r in top]
+        in_top += any(flags)
+        rel_set = set(int(r) for r in rel)
+        first = next((i for i, r in enumerate(top) if r in rel_set), len(top))
+        above += any(flags[:first])
+    n = max(1, len(relevant))
+    return {**out, "junk@10": in_top / n, "junk_above_relevant": above / n}
+
+
+def eval_qaindex_model(model: Model, groups: Sequence[QuestionGroup]) -> dict[str, Any]:
+    """Pooled metrics of one pool through the real Ranker path, as ``evaluate_pooled`` runs it
+    (same plan, ids, FAISS recall and exact rerank), plus the junk shares."""
+    plan = _plan(groups)
+    records = [Record(ident, text) for ident, (_, text) in zip(_answer_ids(plan.keys), plan.keys, strict=True)]
+    ranker = Ranker.build(records, model=model, index_kind="auto", batch_size=256)
+    qv = _encode_questions(model, plan, 256)
+    depth = min(K, len(plan.keys))
+    ranked: list[np.ndarray] = []
+    for start in range(0, len(qv), 256):
+        _, _, rows = ranker.search_vectors(qv[start : start + 256], depth)
+        ranked.extend(np.asarray(r, dtype=np.int64) for r in rows)
+    relevant = [rows[labels == 1] for rows, labels in zip(plan.rows, plan.labels, strict=True)]
+    skipped = plan.skipped - sum(1 for g in groups if g.qid == "junk" and not g.question)  # the junk group
+    return {**junk_metrics(ranked, relevant, junk_rows(groups)), "skipped": skipped, "answers": len(plan.keys)}
+
+
 def eval_qaindex(model_dir: Path, pools: dict[str, list[QuestionGroup]]) -> dict[str, dict[str, Any]]:
-    """Pooled metrics of a qaindex model directory through the Ranker (flat index)."""
+    """Pooled metrics (with junk shares) of a qaindex model directory through the Ranker."""
     model = Model.load(model_dir, threads=None)
-    return {label: evaluate_pooled(model, groups, k=K, index_kind="auto") for label, groups in pools.items()}
+    return {label: eval_qaindex_model(model, groups) for label, groups in pools.items()}
 
 
 def eval_dense(encode: Callable[[list[str]], np.ndarray], pools: dict[str, list[QuestionGroup]]) -> dict[str, Any]:
@@ -107,7 +181,7 @@ def eval_dense(encode: Callable[[list[str]], np.ndarray], pools: dict[str, list[
         q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
         sims = q @ a.T
         ranked = np.argsort(-sims, axis=1, kind="stable")[:, :K]
-        out[label] = {**pooled_metrics(ranked, relevant, K), "answers": a.shape[0]}
+        out[label] = {**junk_metrics(ranked, relevant, junk_rows(groups)), "answers": a.shape[0]}
     return out
 
 
@@ -125,7 +199,7 @@ def eval_bm25(pools: dict[str, list[QuestionGroup]]) -> dict[str, Any]:
         docs, scores = retriever.retrieve(tokens, k=min(K, len(answers)), show_progress=False, n_threads=1)
         # a question with no known word scores 0 everywhere: no hit
         ranked = np.where(scores > 0, docs, -1)
-        out[label] = {**pooled_metrics(ranked, relevant, K), "answers": len(answers)}
+        out[label] = {**junk_metrics(ranked, relevant, junk_rows(groups)), "answers": len(answers)}
     return out
 
 
@@ -222,7 +296,7 @@ def finetuned_model(
     epochs: int = 10,
     seed: int = 0,
     model: str = FT_MODEL,
-    ball: str = "clip",
+    ball: str = FT_BALL,
     name: str = "distilled-minilm-ft",
     log: Callable[[str], None] | None = None,
 ) -> tuple[Path, list[str]]:
@@ -243,7 +317,7 @@ def finetuned_model(
     export_model(result, out, name=name)
     command = [
         "qaindex", "train", "CORPUS.jsonl", "--teacher", "minilm", "--embeddings", f"distilled:{path}",
-        "--model", model, "--dim", "300", "--lr", "0.02", "--optimizer", "adam", "--batch-size", "64",
+        "--model", model, "--ball", ball, "--dim", "300", "--lr", "0.02", "--optimizer", "adam", "--batch-size", "64",
         "--epochs", str(epochs), "--seed", str(seed), "--out", "DIR",
     ]  # fmt: skip
     return out, command
@@ -254,14 +328,17 @@ def finetuned_model(
 
 def table_markdown(results: dict[str, dict[str, Any]], speed: dict[str, dict[str, float]]) -> str:
     labels = list(next(iter(results.values())).keys())
-    head = "| system | " + " | ".join(f"{lab} MRR@10 / R@10 / P@1" for lab in labels) + " | answers/s (1 thr / 2 thr) |"
+    head = (
+        "| system | " + " | ".join(f"{lab} MRR@10 / R@10 / P@1 / junk@10" for lab in labels)
+        + " | answers/s (1 thr / 2 thr) |"
+    )  # fmt: skip
     lines = [head, "|" + "---|" * (len(labels) + 2)]
     minilm = results.get("MiniLM exact cosine")
     for system, per_pool in results.items():
         cells = []
         for lab in labels:
             r = per_pool[lab]
-            cell = f"{r['mrr@10']:.3f} / {r['recall@10']:.3f} / {r['p@1']:.3f}"
+            cell = f"{r['mrr@10']:.3f} / {r['recall@10']:.3f} / {r['p@1']:.3f} / {r['junk@10']:.2f}"
             if minilm is not None and system != "MiniLM exact cosine":
                 cell += f" ({r['mrr@10'] / minilm[lab]['mrr@10']:.2f}×)"
             cells.append(cell)
@@ -278,7 +355,7 @@ def main() -> None:
     parser.add_argument("--own", action="store_true", help="also fine-tune on each pool's own answers")
     parser.add_argument("--epochs", type=int, default=10, help="epochs of unlabelled fine-tuning")
     parser.add_argument("--geometry", default="poincare", choices=["poincare", "cosine"], help="distilled models")
-    parser.add_argument("--ranking", default=None, help="manifest geometry 'ranking' field for distilled models")
+    parser.add_argument("--ranking", default="relative", help="manifest geometry 'ranking' field for distilled models")
     parser.add_argument("--model", action="append", default=[], metavar="NAME=DIR", help="extra qaindex models")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pooled.json"))
     args = parser.parse_args()
@@ -286,13 +363,14 @@ def main() -> None:
     pools = load_pools(data)
     results: dict[str, dict[str, Any]] = {}
     speed: dict[str, dict[str, float]] = {}
-    sample = pool_answers(pools["WikiQA test"])[:SPEED_SAMPLE]
+    sample = real_answers(pools["WikiQA test"])[:SPEED_SAMPLE]
     started = time.perf_counter()
 
     def report(system: str, res: dict[str, Any]) -> None:
         results[system] = res
         cells = "  ".join(
-            f"{lab[:12]:>12} {r['mrr@10']:.3f}/{r['recall@10']:.3f}/{r['p@1']:.3f}" for lab, r in res.items()
+            f"{lab[:12]:>12} {r['mrr@10']:.3f}/{r['recall@10']:.3f}/{r['p@1']:.3f} junk {r['junk@10']:.2f}"
+            for lab, r in res.items()
         )
         print(f"{system:44} {cells}", flush=True)
 
@@ -316,9 +394,9 @@ def main() -> None:
         if args.own:
             own: dict[str, Any] = {}
             for label, groups in pools.items():
-                d, _ = finetuned_model(pool_answers(groups), tmp / f"own-{len(own)}", epochs=args.epochs)
-                own[label] = evaluate_pooled(Model.load(d, threads=None), groups, k=K)
-            report(f"distilled 256-d sif + {FT_MODEL} head ft on own pool answers (no labels)", own)
+                d, _ = finetuned_model(real_answers(groups), tmp / f"own-{len(own)}", epochs=args.epochs)
+                own[label] = eval_qaindex_model(Model.load(d, threads=None), groups)
+            report(f"distilled 256-d sif + {FT_MODEL} {FT_BALL} head ft on own pool answers (no labels)", own)
     report("MiniLM exact cosine", eval_dense(minilm_encoder(), pools))
     speed["MiniLM exact cosine"] = speed_minilm(sample[:MINILM_SPEED_SAMPLE])
     report("BM25 (bm25s)", eval_bm25(pools))
@@ -327,8 +405,10 @@ def main() -> None:
     out = {
         "k": K,
         "pools": {
-            lab: {"questions": r["questions"], "answers": r["answers"]} for lab, r in results["BM25 (bm25s)"].items()
+            lab: {"questions": r["questions"], "answers": r["answers"], "junk_answers": len(JUNK_ANSWERS)}
+            for lab, r in results["BM25 (bm25s)"].items()
         },
+        "junk_answers": JUNK_ANSWERS,
         "results": results,
         "speed_answers_per_second": speed,
         "speed_sample": {"texts": len(sample), "minilm_texts": MINILM_SPEED_SAMPLE, "source": "WikiQA test answers"},
@@ -341,8 +421,11 @@ def main() -> None:
     md.write_text(
         "# Whole-corpus retrieval (pooled)\n\n"
         "<!-- generated by benchmarks/pooled.py; do not edit by hand -->\n\n"
-        "Every question searched against every distinct answer of its split (MRR@10 / recall@10 / P@1; "
-        "in brackets: MRR@10 relative to MiniLM in the same run). qaindex models go through the real "
+        "Every question searched against every distinct answer of its split **plus "
+        f"{len(JUNK_ANSWERS)} junk answers** (one character, digits, punctuation runs, emoji, "
+        "out-of-vocabulary scripts; never relevant): MRR@10 / recall@10 / P@1 measured with the junk "
+        "present, and junk@10, the share of questions with a junk answer in their top 10 (in brackets: "
+        "MRR@10 relative to MiniLM in the same run). qaindex models go through the real "
         "Ranker (FAISS + exact rerank). Encoding speed: answers/s on "
         f"{len(sample)} WikiQA answers ({MINILM_SPEED_SAMPLE} for MiniLM), CPU.\n\n"
         + table_markdown(results, speed)

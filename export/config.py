@@ -96,7 +96,7 @@ class TrainConfig:
         "How sums enter the Poincaré ball: clip (the paper: onto the sphere of radius 0.999), "
         "radius (the sum's direction at a learned radius), expmap (tanh(α|y|)·y/|y|), weighted "
         "(norm from learned per-token depth), or auto (train clip and radius, keep the better by "
-        "dev MAP).",
+        "dev MAP; with --teacher on answers only: weighted).",
         choices=BALL_CHOICES,
     )
     alpha: float | None = _setting(

@@ -600,11 +600,13 @@ def export_table_model(
         smallest = float(norms[norms > 0].min()) if (norms > 0).any() else 1.0
         vectors = vectors * max(1.0, 10.0 / smallest)
         ball = BallMap("clip", max_norm=max_norm)
-        scorer: torch.nn.Module = PoincareScorer(1.0, 0.0).eval()
+        # the scorer computes the recorded ranking rule (no field: the plain distance)
+        scorer: torch.nn.Module = PoincareScorer(1.0, 0.0, ranking or "distance").eval()
         geo: dict[str, Any] = {"name": "poincare", **ball.describe()}
         if ranking is not None:
             geo["ranking"] = ranking
-        score = {"formula": "-(w_f * d + b_f)", "higher_is_better": True, "parameters": {"w_f": 1.0, "b_f": 0.0}}
+        formula = "-(w_f * f + b_f), f = d(q, a) - d(0, a)" if ranking == "relative" else "-(w_f * d + b_f)"
+        score = {"formula": formula, "higher_is_better": True, "parameters": {"w_f": 1.0, "b_f": 0.0}}
     else:
         ball = BallMap("none")
         scorer = CosineScorer(1.0, 0.0).eval()

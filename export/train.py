@@ -807,6 +807,7 @@ def train_unlabelled(
     dev_questions: int = 300,
     dev_candidates: int = 100,
     init_scale: float = 4.0,
+    hyperqa_scale: float | None = 0.5,
 ) -> TrainResult:
     """Fine-tune the HyperQA / CosineQA head on answers alone, against a sentence teacher.
 
@@ -826,7 +827,9 @@ def train_unlabelled(
     Parameters
     ----------
     config : TrainConfig
-        ``model``, ``ball`` (``auto`` means ``clip``), ``embeddings`` (default
+        ``model``, ``ball`` (``auto`` means ``weighted``: norms from learned per-token depth, so
+        with the ``relative`` ranking low-information answers sit near the centre and score
+        worst), ``ranking``, ``embeddings`` (default
         ``"distilled"``), ``lr``, ``optimizer``, ``batch_size``, ``epochs``, ``seed``,
         ``device``, ``threads``, ``dim`` and truncation are used.
     answers : sequence of str
@@ -838,6 +841,11 @@ def train_unlabelled(
     log : callable or None
     pseudo_per_answer, temperature, dev_questions, dev_candidates, init_scale
         See above.
+    hyperqa_scale : float or None
+        HyperQA starts at ``w_f = hyperqa_scale / temperature`` (None: ``w_f = 1``). Near the
+        boundary an answer's relative score is about ``-log|ξ - q|²`` (``ξ`` its direction), a
+        spread of a few units: ``w_f = 1`` starts far softer than the teacher's distribution
+        (on the FAQ answers, 0.5 trained for all 10 epochs instead of peaking at epoch 1).
 
     Returns
     -------
@@ -859,7 +867,7 @@ def train_unlabelled(
     if embeddings.vectors is None:
         raise ValueError("training without labels needs a pretrained table (--embeddings distilled or minilm)")
     width = int(embeddings.vectors.shape[1])
-    ball = "clip" if config.ball == "auto" else config.ball
+    ball = "weighted" if config.ball == "auto" else config.ball
     config = replace(config, ball=ball, train_embeddings=False).validate()
     device = resolve_device(config.device)
     old_threads = torch.get_num_threads()
@@ -902,11 +910,15 @@ def train_unlabelled(
             ball=ball if config.model == "hyperqa" else "clip",
             max_norm=config.max_norm,
             init_norm=config.init_norm,
+            ranking=config.ranking,
         ).to(device)
         _init_identity_head(model, init_scale)
         if config.model == "cosineqa":  # cosines live in [-1, 1]: start at the teacher's temperature
             with torch.no_grad():
                 model.w_raw.fill_(math.log(math.expm1(1.0 / temperature)))
+        elif hyperqa_scale is not None:  # start w_f at hyperqa_scale / temperature
+            with torch.no_grad():
+                model.w_raw.fill_(math.log(math.expm1(hyperqa_scale / temperature)))
         optimizer = _optimizer(model, config)
         tag = f"{config.model}/{model.ball.kind}/teacher" if config.model == "hyperqa" else f"{config.model}/teacher"
         dev = evaluate(model, dev_split, table, device)
