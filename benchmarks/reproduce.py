@@ -56,7 +56,13 @@ def baseline(dataset: str, method: str) -> str:
 MODEL_SETTINGS: dict[str, dict[str, Any]] = {
     "hyperqa": {"model": "hyperqa", "ball": "auto", "margin": 1.0},
     "cosineqa": {"model": "cosineqa", "margin": 0.1},
+    # the attentive-pooling paper's baselines: context window 4, max of 50 sampled negatives;
+    # c = 400 filters / H = 141 (c = 282) units per direction, margin 0.2 (CPU-sized choices)
+    "qa-cnn": {"model": "qa-cnn", "dim": 400, "window": 4, "negatives": 1, "negative_pool": 50, "margin": 0.2},
+    "qa-bilstm": {"model": "qa-bilstm", "dim": 282, "negatives": 1, "negative_pool": 50, "margin": 0.2},
 }
+# Published WikiQA test MAP, MRR of the other papers' models (dos Santos et al., 2016, table 6).
+PAPER_MODELS = {("wikiqa", "qa-cnn"): (0.670, 0.682), ("wikiqa", "qa-bilstm"): (0.656, 0.670)}
 # WikiQA ablations (--ablations): what was tried, each a TrainConfig override.
 ABLATIONS: dict[str, dict[str, Any]] = {
     "hyperqa, clip (the paper's ball)": {"model": "hyperqa", "ball": "clip"},
