@@ -136,7 +136,7 @@ def table(runs: list[dict[str, Any]]) -> str:
         maps = [r["test"]["map"] for r in rs]
         mrrs = [r["test"]["mrr"] for r in rs]
         p1 = [r["test"]["p@1"] for r in rs]
-        paper = PAPER[dataset]
+        paper = PAPER_MODELS.get((dataset, model), PAPER[dataset])
         met = statistics.mean(maps) >= paper[0] and statistics.mean(mrrs) >= paper[1]
         params = rs[0]["parameters"]
         lines.append(
@@ -152,7 +152,9 @@ def table(runs: list[dict[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", default=",".join(SPLITS), help="comma-separated: " + ", ".join(SPLITS))
-    parser.add_argument("--models", default="hyperqa,cosineqa", help="comma-separated: hyperqa, cosineqa")
+    parser.add_argument(
+        "--models", default="hyperqa,cosineqa", help="comma-separated: hyperqa, cosineqa, qa-cnn, qa-bilstm"
+    )
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     parser.add_argument("--epochs", type=int, default=25, help="epochs per run (the paper: 25)")
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "datasets"), help="datasets folder")
