@@ -242,7 +242,10 @@ class TrainConfig:
         if self.window < 1:
             raise ValueError(f"window must be at least 1, got {self.window}")
         if self.model == "qa-bilstm" and self.dim % 2:
-            raise ValueError(f"dim of qa-bilstm is 2H and must be even, got {self.dim}")
+            raise ValueError(
+                f"dim of qa-bilstm is 2H (two directions of H units) and must be even, got {self.dim}; "
+                "pass an even --dim"
+            )
         pool = self.effective_negative_pool
         if pool and pool < self.negatives:
             raise ValueError(f"negative_pool ({pool}) must be at least negatives ({self.negatives}), or 0 for off")

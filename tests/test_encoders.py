@@ -138,7 +138,10 @@ def test_settings_defaults_and_errors() -> None:
     assert TrainConfig(model="hyperqa").effective_negative_pool == 0
     with pytest.raises(ValueError, match=r"^negative_pool \(4\) must be at least negatives \(8\), or 0 for off$"):
         TrainConfig(model="qa-cnn", negative_pool=4, negatives=8).validate()
-    with pytest.raises(ValueError, match=r"^dim of qa-bilstm is 2H and must be even, got 7$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^dim of qa-bilstm is 2H \(two directions of H units\) and must be even, got 7; pass an even --dim$",
+    ):
         TrainConfig(model="qa-bilstm", dim=7).validate()
 
 
