@@ -61,7 +61,7 @@ MODEL_SETTINGS: dict[str, dict[str, Any]] = {
     "qa-cnn": {"model": "qa-cnn", "dim": 400, "window": 4, "negatives": 1, "negative_pool": 50, "margin": 0.2},
     "qa-bilstm": {"model": "qa-bilstm", "dim": 282, "negatives": 1, "negative_pool": 50, "margin": 0.2},
 }
-# Published WikiQA test MAP, MRR of the other papers' models (dos Santos et al., 2016, table 6).
+# Published WikiQA test MAP, MRR of the other papers' models (dos Santos et al., 2016, WikiQA results).
 PAPER_MODELS = {("wikiqa", "qa-cnn"): (0.670, 0.682), ("wikiqa", "qa-bilstm"): (0.656, 0.670)}
 # WikiQA ablations (--ablations): what was tried, each a TrainConfig override.
 ABLATIONS: dict[str, dict[str, Any]] = {
