@@ -31,7 +31,7 @@ __all__ = [
     "read_config_file",
 ]
 
-MODEL_KINDS = ("hyperqa", "cosineqa")
+MODEL_KINDS = ("hyperqa", "cosineqa", "qa-cnn", "qa-bilstm")
 BALL_MAPS = ("clip", "expmap", "radius", "weighted")
 BALL_CHOICES = (*BALL_MAPS, "auto")
 OPTIMIZERS = ("adagrad", "adam", "sgd")
@@ -59,7 +59,9 @@ class TrainConfig:
 
     model: str = _setting(
         "hyperqa",
-        "HyperQA (Poincaré ball) or CosineQA (the paper's cosine ablation).",
+        "HyperQA (Poincaré ball), CosineQA (the paper's cosine ablation), or the attentive-pooling "
+        "paper's QA-CNN / QA-biLSTM (convolution or biLSTM, max-pooling + tanh, cosine; --dim is the "
+        "number of filters c, or 2H for the biLSTM).",
         choices=MODEL_KINDS,
     )
     embeddings: str = _setting(
@@ -84,6 +86,10 @@ class TrainConfig:
     dim: int = _setting(
         300,
         "Projection size d (the paper: 100-400, 300 for WikiQA).",
+    )
+    window: int = _setting(
+        4,
+        "QA-CNN's context window k in words (the paper: 4 for WikiQA and TrecQA).",
     )
     ranking: str = _setting(
         "relative",
@@ -153,6 +159,12 @@ class TrainConfig:
         "Negatives: random (own wrong candidates and other answers), or mix (part of them the "
         "hardest under the current model, re-mined every epoch).",
         choices=SAMPLINGS,
+    )
+    negative_pool: int | None = _setting(
+        None,
+        "Draw this many random negatives per pair at every step, score them with the current model "
+        "and train on the highest-scoring --negatives of them (the QA-CNN paper: 50, with --negatives "
+        "1); replaces --sampling. Default: 50 for qa-cnn and qa-bilstm, off (0) for the others.",
     )
     own_negative_prob: float = _setting(
         0.5,
@@ -227,6 +239,16 @@ class TrainConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.window < 1:
+            raise ValueError(f"window must be at least 1, got {self.window}")
+        if self.model == "qa-bilstm" and self.dim % 2:
+            raise ValueError(
+                f"dim of qa-bilstm is 2H (two directions of H units) and must be even, got {self.dim}; "
+                "pass an even --dim"
+            )
+        pool = self.effective_negative_pool
+        if pool and pool < self.negatives:
+            raise ValueError(f"negative_pool ({pool}) must be at least negatives ({self.negatives}), or 0 for off")
         for name in ("own_negative_prob", "hard_fraction"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
@@ -237,6 +259,19 @@ class TrainConfig:
         if self.alpha is not None and self.alpha <= 0:
             raise ValueError(f"alpha must be positive, got {self.alpha}")
         return self
+
+    @property
+    def effective_negative_pool(self) -> int:
+        """``negative_pool``, or its default for the model (50 for QA-CNN/QA-biLSTM, else 0: off).
+
+        Example
+        -------
+        >>> TrainConfig(model="qa-cnn").effective_negative_pool, TrainConfig().effective_negative_pool
+        (50, 0)
+        """
+        if self.negative_pool is not None:
+            return max(0, int(self.negative_pool))
+        return 50 if self.model in ("qa-cnn", "qa-bilstm") else 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable settings.

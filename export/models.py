@@ -573,8 +573,9 @@ def build_model(
     learn_alpha: bool = True,
     init_norm: float = 0.9,
     ranking: str = "relative",
+    window: int = 4,
 ) -> DualEncoderQA:
-    """Create a HyperQA or CosineQA model.
+    """Create a HyperQA, CosineQA, QA-CNN or QA-biLSTM model.
 
     Parameters
     ----------
@@ -585,12 +586,22 @@ def build_model(
         See :class:`BallMap` (ignored for CosineQA); ``weighted`` adds the depth column.
     ranking : {"relative", "distance"}
         HyperQA's ranking rule (see :func:`poincare_score`).
+    window : int
+        QA-CNN's context window (``qa-cnn`` and ``qa-bilstm``: see
+        :func:`qaindex_export.encoders.build_sequence_model`; ``dim`` is their output size).
 
     Example
     -------
     >>> build_model("hyperqa", 10, dim=4, embed_dim=3, ball="expmap").geometry_info()["ball_map"]
     'expmap'
     """
+    if kind in ("qa-cnn", "qa-bilstm"):
+        from .encoders import build_sequence_model
+
+        return build_sequence_model(
+            kind, vocab_size, dim=dim, embeddings=embeddings, train_embeddings=train_embeddings,
+            embed_dim=embed_dim, window=window,
+        )  # fmt: skip
     depth = kind == "hyperqa" and ball == "weighted"
     encoder = BagOfWords(
         vocab_size, dim, embeddings=embeddings, train_embeddings=train_embeddings, embed_dim=embed_dim, depth=depth

@@ -41,6 +41,8 @@ from qaindex.errors import QAIndexError
 from qaindex.metrics import evaluate_groups as evaluate_scores
 from qaindex.model import write_model
 
+from .encoders import SequenceQA
+from .encoders import export_module as sequence_export_module
 from .models import CosineScorer, DualEncoderQA, FoldedEncoder, PoincareScorer
 from .train import TrainResult, _load
 
@@ -157,7 +159,7 @@ def _export(
     return bytes(proto.SerializeToString())
 
 
-def export_encoder(encoder: FoldedEncoder) -> bytes:
+def export_encoder(encoder: torch.nn.Module) -> bytes:
     """ONNX bytes of an encoder: ``(input_ids, attention_mask) -> vectors``, dynamic batch/seq.
 
     Example
@@ -167,7 +169,8 @@ def export_encoder(encoder: FoldedEncoder) -> bytes:
     from torch.export import Dim
 
     batch, seq = Dim("batch"), Dim("seq")
-    vocab = encoder.table.shape[0]
+    table = encoder.table if isinstance(encoder, FoldedEncoder) else getattr(encoder, "embedding")  # noqa: B009
+    vocab = int(table.shape[0])
     ids = torch.tensor([[min(2, vocab - 1), min(3, vocab - 1), 0], [min(4, vocab - 1), 0, 0]], dtype=torch.int64)
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.int64)
     return _export(
@@ -233,7 +236,7 @@ def check_parity(
     encoder_graph: bytes,
     scorer_graph: bytes,
     *,
-    reference: FoldedEncoder | None = None,
+    reference: torch.nn.Module | None = None,
     tolerance: float = 1e-4,
     seed: int = 0,
 ) -> dict[str, float]:
@@ -400,11 +403,16 @@ def export_model(
         raise ValueError(f"table_dtype must be one of {TABLE_DTYPES}, got {table_dtype!r}")
     model = result.model.cpu().eval()
     vocab, dim, width = model.encoder.embedding.shape[0], model.encoder.dim, model.encoder.width
+    if isinstance(model, SequenceQA):  # QA-CNN / QA-biLSTM: the network itself, float32 embeddings
+        width = model.encoder.embed_width
+        table_dtype = "float32"
     if table_dtype == "auto":
         overhead = 1_000_000  # vocabulary, manifest, scorer and graph structure, generously
         table_dtype = "float32" if vocab * width * 4 + overhead <= max_bytes else "float16"
     dtype = torch.float32 if table_dtype == "float32" else torch.float16
-    encoder_module = folded_encoder(model, dtype=dtype)
+    encoder_module: Any = (
+        sequence_export_module(model) if isinstance(model, SequenceQA) else folded_encoder(model, dtype=dtype)
+    )
     scorer = scorer_module(model)
     encoder_graph = export_encoder(encoder_module)
     scorer_graph = export_scorer(scorer, dim)
@@ -447,7 +455,9 @@ def export_model(
         "history": result.history,
         "seconds": result.seconds,
         "ball_selection": result.selection,
-        "encoder": f"folded per-token table ReLU(W_p E + b_p), {table_dtype}, masked sum, ball map",
+        "encoder": model.describe()
+        if isinstance(model, SequenceQA)
+        else f"folded per-token table ReLU(W_p E + b_p), {table_dtype}, masked sum, ball map",
         "torch_version": torch.__version__,
         "device": result.device,
         "loss": "mean over triples of max(0, margin - score(q, a) + score(q, a'))",

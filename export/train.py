@@ -221,6 +221,11 @@ def encode_texts(
     """
     vecs: list[torch.Tensor] = []
     sums: list[torch.Tensor] = []
+    order: np.ndarray | None = None
+    if getattr(model.encoder, "padded", False):  # sequence encoders: similar lengths per chunk
+        table._pack()
+        order = np.argsort(table._lengths[rows], kind="stable")
+        rows, chunk = rows[order], min(chunk, 256)
     with torch.no_grad():
         for start in range(0, len(rows), chunk):
             flat, offsets = table.gather(rows[start : start + chunk])
@@ -229,6 +234,11 @@ def encode_texts(
             vecs.append(model.embed(s))
     dim = model.encoder.dim
     v = torch.cat(vecs) if vecs else torch.zeros(0, dim, device=device)
+    if order is not None:  # back to the callers' row order
+        inverse = torch.from_numpy(np.argsort(order)).to(v.device)
+        v = v[inverse]
+        if with_sums:
+            return v, torch.cat(sums)[inverse] if sums else v
     if with_sums:
         return v, (torch.cat(sums) if sums else torch.zeros(0, dim, device=device))
     return v
@@ -361,6 +371,35 @@ def _hard_negatives(
         chosen = np.concatenate([chosen, np.zeros((p, pad), np.int64)], axis=1)
         bad = np.concatenate([bad, np.ones((p, pad), bool)], axis=1)
     return chosen, bad
+
+
+def _max_of_pool(
+    model: DualEncoderQA,
+    table: TextTable,
+    questions: np.ndarray,
+    pool: np.ndarray,
+    k: int,
+    n_texts: int,
+    device: torch.device,
+) -> np.ndarray:
+    """(b, k) highest-scoring rows of each question's sampled ``pool`` (b, K) under the current model.
+
+    The QA-CNN paper's sampling: score K random negatives, train on the best-scoring one(s).
+    """
+    needed = np.unique(np.concatenate([questions, pool.ravel()]))
+    was_training = model.training
+    model.eval()
+    vectors = encode_texts(model, table, needed, device)
+    assert isinstance(vectors, torch.Tensor)
+    model.train(was_training)
+    where = np.zeros(n_texts, dtype=np.int64)
+    where[needed] = np.arange(len(needed))
+    with torch.no_grad():
+        qv = vectors[torch.from_numpy(where[questions]).to(device)]
+        cv = vectors[torch.from_numpy(where[pool]).to(device)]
+        score, _ = model.score(qv[:, None, :], cv)
+        top = torch.topk(score, k=k, dim=1).indices.cpu().numpy()
+    return np.take_along_axis(pool, top, axis=1)
 
 
 def _scores_for(
@@ -632,6 +671,7 @@ def _train_one(
             learn_alpha=config.learn_alpha,
             init_norm=config.init_norm,
             ranking=config.ranking,
+            window=config.window,
         ).to(device)
         n_texts = len(table)
         pairs = _pairs(train_split, n_texts)
@@ -643,6 +683,9 @@ def _train_one(
                 model.ball.log_alpha.fill_(math.log(alpha))
         optimizer = _optimizer(model, config)
         n_hard = round(config.hard_fraction * config.negatives) if config.sampling == "mix" else 0
+        pool_size = config.effective_negative_pool  # max-of-K sampling replaces --sampling
+        if pool_size:
+            n_hard = 0
         tag = f"{config.model}/{model.ball.kind}" if config.model == "hyperqa" else config.model
         best_map = -math.inf
         best_state: dict[str, torch.Tensor] | None = None
@@ -653,7 +696,9 @@ def _train_one(
         for epoch in range(1, config.epochs + 1):
             t0 = time.perf_counter()
             # -- sample this epoch's negatives
-            negs = _random_negatives(pairs, config.negatives, config.own_negative_prob, n_texts, rng)
+            negs = _random_negatives(
+                pairs, pool_size or config.negatives, config.own_negative_prob, n_texts, rng
+            )  # fmt: skip
             if n_hard:
                 model.eval()
                 hard, bad = _hard_negatives(model, table, pairs, n_hard, config.hard_pool, n_texts, rng, device)
@@ -665,6 +710,8 @@ def _train_one(
             for start in range(0, len(order), config.batch_size):
                 idx = order[start : start + config.batch_size]
                 q, pos, neg = pairs.question[idx], pairs.positive[idx], negs[idx]
+                if pool_size:
+                    neg = _max_of_pool(model, table, q, neg, config.negatives, n_texts, device)
                 rows, inverse = np.unique(np.concatenate([q, pos, neg.ravel()]), return_inverse=True)
                 flat, offsets = table.gather(rows)
                 vectors = model.encode_bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device))
@@ -1163,7 +1210,8 @@ def load_checkpoint(path: str | os.PathLike[str], *, device: str = "cpu") -> Tra
         weights = load_file(str(weights_path), device=str(device))
     except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
         raise _checkpoint_error(weights_path, f"cannot be read ({exc})") from None
-    for name in ("encoder.embedding", "encoder.proj.weight"):
+    sequence = config.model in ("qa-cnn", "qa-bilstm")
+    for name in ("encoder.embedding",) if sequence else ("encoder.embedding", "encoder.proj.weight"):
         if name not in weights or weights[name].ndim != 2:
             raise _checkpoint_error(weights_path, f"tensor {name!r} is missing or not a matrix")
     emb = weights["encoder.embedding"]
@@ -1171,7 +1219,7 @@ def load_checkpoint(path: str | os.PathLike[str], *, device: str = "cpu") -> Tra
         model = build_model(
             config.model,
             emb.shape[0],
-            dim=weights["encoder.proj.weight"].shape[0],
+            dim=config.dim if sequence else weights["encoder.proj.weight"].shape[0],
             embeddings=emb.cpu().numpy(),
             train_embeddings=config.train_embeddings
             if config.train_embeddings is not None
@@ -1181,6 +1229,7 @@ def load_checkpoint(path: str | os.PathLike[str], *, device: str = "cpu") -> Tra
             learn_alpha=config.learn_alpha,
             init_norm=config.init_norm,
             ranking=config.ranking,
+            window=config.window,
         )
         model.load_state_dict(weights)
     except (RuntimeError, ValueError, KeyError) as exc:
