@@ -20,6 +20,7 @@ GENERATORS: dict[str, str] = {
     "search-bench": "bench_search",
     "reproduction": "reproduce",
     "reliability": "reliability_report",
+    "pooled": "pooled",
 }
 
 _MARKER = re.compile(r"<!-- ([a-z0-9-]+):start -->")

@@ -34,6 +34,7 @@ import numpy as np
 
 from .errors import IndexFormatError
 from .model import GEOMETRIES, Model
+from .model_format import copy_model_files
 from .records import RecordStore
 from .storage import (
     check_file_entries,
@@ -226,9 +227,17 @@ def remove_debris_of_saves(root: Path) -> list[str]:
 
 
 def write_snapshot(
-    root: Path, records: RecordStore, vectors: np.ndarray, coarse: CoarseIndex, model: Model
+    root: Path,
+    records: RecordStore,
+    vectors: np.ndarray,
+    coarse: CoarseIndex,
+    model: Model,
+    *,
+    model_source: Path | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Write a complete new snapshot directory under ``root`` (not yet committed).
+
+    The model's files are copied from ``model_source`` (default: the model's directory).
 
     Returns
     -------
@@ -247,7 +256,7 @@ def write_snapshot(
         np.save(snap / "records.offsets.npy", np.asarray(records.offsets, dtype=np.int64), allow_pickle=False)
         np.save(snap / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32), allow_pickle=False)
         coarse.save(snap / "coarse.faiss")
-        model.copy_to(snap / "model")
+        copy_model_files(model_source or model.directory, model.manifest, snap / "model")
         files = {p.relative_to(snap).as_posix(): file_entry(p) for p in sorted(snap.rglob("*")) if p.is_file()}
         fsync_tree(snap)
         os.replace(snap, root / snap_name)

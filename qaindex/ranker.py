@@ -229,6 +229,10 @@ class Ranker:
         # the snapshot each index path held when this Ranker last loaded or saved it
         self._seen: dict[str, str] = {}
         self._lock = ReadWriteLock()
+        # where save() copies the model's files from: the model's own directory until this
+        # Ranker saves, then its latest snapshot's copy (a save deletes older snapshots, which
+        # may be where the model was loaded from). Per Ranker: a Model may be shared.
+        self._model_source: Path = model.directory
         self._refresh_mutex = threading.Lock()
         if path is not None and snapshot is not None:
             self._seen[os.path.realpath(path)] = snapshot
@@ -971,15 +975,19 @@ class Ranker:
             return "(unreadable)"
 
     def _relocate_model(self, root: Path) -> None:
-        """If the snapshot the model was loaded from is gone (another writer replaced it), use
-        the identical model copy of the index at ``root``, when there is one."""
-        if (self.model.directory / "manifest.json").is_file():
+        """Where to copy the model from when the last source is gone (its snapshot was deleted):
+        the model's own directory if it still exists, else the identical model copy of the
+        index at ``root``, when there is one."""
+        if (self._model_source / "manifest.json").is_file():
+            return
+        if (self.model.directory / "manifest.json").is_file():  # the directory the model came from
+            self._model_source = self.model.directory
             return
         with contextlib.suppress(QAIndexError, OSError, ValueError):
             current = root / read_index_manifest(root)["snapshot"] / "model"
             theirs = json.loads((current / "manifest.json").read_text(encoding="utf-8"))
             if theirs == self.model.manifest:
-                self.model.directory = current
+                self._model_source = current
 
     def _save_locked(self, root: Path, *, overwrite: bool) -> Path:
         key = os.path.realpath(root)
@@ -993,7 +1001,9 @@ class Ranker:
             )
         remove_debris_of_saves(root)
         self._relocate_model(root)
-        snap_name, files = write_snapshot(root, self._records, self._vectors, self._coarse, self.model)
+        snap_name, files = write_snapshot(
+            root, self._records, self._vectors, self._coarse, self.model, model_source=self._model_source
+        )
         from . import __version__
 
         manifest = {
@@ -1021,7 +1031,7 @@ class Ranker:
         except IndexFormatError:
             shutil.rmtree(root / snap_name, ignore_errors=True)
             raise ModelFormatError(
-                f"{self.model.directory}: the model files changed on disk since the model was loaded "
+                f"{self._model_source}: the model files changed on disk since the model was loaded "
                 "(they no longer match its manifest); load the model again"
             ) from None
         try:
@@ -1033,7 +1043,7 @@ class Ranker:
         remove_old_snapshots(root, snap_name)
         self._seen[key] = snap_name
         # the old snapshot (maybe the model's source) is gone: later saves copy the new one
-        self.model.directory = root / snap_name / "model"
+        self._model_source = root / snap_name / "model"
         self.path = root
         _log.info("saved %d answers to %s (snapshot %s)", len(self), root, snap_name)
         return root

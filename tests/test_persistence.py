@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from conftest import FAQ
 
 import qaindex.storage
 from qaindex import IndexChangedError, IndexFormatError, IndexLockedError, ModelFormatError, QAIndexError, Ranker
@@ -476,3 +477,20 @@ def test_write_model_removes_debris_of_dead_writers_only(tmp_path: Path) -> None
     )
     assert not dead.exists() and not dead_old.exists() and alive.exists()
     assert Model.read_manifest(target)["name"] == "m"
+
+
+def test_rankers_sharing_a_model_save_independently(faq_model: Path, tmp_path: Path) -> None:
+    """A save must not change the shared Model: once the first index is deleted, the second
+    Ranker built on the same Model still saves (found by benchmarks/bench_search.py)."""
+    import shutil
+
+    model = Model.load(faq_model, device="cpu")
+    first = Ranker.build(FAQ, model=model, device="cpu")
+    second = Ranker.build(FAQ[:3], model=model, device="cpu")
+    first.save(tmp_path / "one")
+    assert model.directory == faq_model
+    shutil.rmtree(tmp_path / "one")
+    second.save(tmp_path / "two")
+    assert len(Ranker.load(tmp_path / "two", device="cpu")) == 3
+    first.save(tmp_path / "three")  # its own source was deleted: it copies from the model again
+    assert len(Ranker.load(tmp_path / "three", device="cpu")) == len(FAQ)
