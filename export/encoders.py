@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .models import BallMap, CosineQA
+from .models import BallMap, CosineQA, embedding_parameter
 
 __all__ = [
     "SEQUENCE_MODELS",
@@ -108,14 +108,7 @@ class SequenceEncoder(nn.Module):
         embed_dim: int = 300,
     ) -> None:
         super().__init__()
-        if embeddings is not None:
-            weight = torch.as_tensor(np.asarray(embeddings, dtype=np.float32)).clone()
-            if weight.shape[0] != vocab_size:
-                raise ValueError(f"embeddings have {weight.shape[0]} rows, the vocabulary {vocab_size} tokens")
-        else:
-            weight = torch.randn(vocab_size, embed_dim) / math.sqrt(embed_dim)
-        trainable = embeddings is None if train_embeddings is None else bool(train_embeddings)
-        self.embedding = nn.Parameter(weight, requires_grad=trainable)
+        self.embedding = embedding_parameter(vocab_size, embeddings, train_embeddings, embed_dim)
         self.dim = int(dim)
 
     @property

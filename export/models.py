@@ -233,6 +233,28 @@ def riemannian_hook(points: Tensor) -> Tensor:
 # ------------------------------------------------------------------------ modules
 
 
+def embedding_parameter(
+    vocab_size: int, embeddings: np.ndarray | None, train_embeddings: bool | None, embed_dim: int
+) -> nn.Parameter:
+    """The word-embedding table of every encoder: pretrained ``embeddings`` (frozen unless
+    ``train_embeddings``), or a random ``(vocab_size, embed_dim)`` table (trainable unless
+    ``train_embeddings`` is False).
+
+    Example
+    -------
+    >>> embedding_parameter(3, None, None, 4).shape, embedding_parameter(3, None, None, 4).requires_grad
+    (torch.Size([3, 4]), True)
+    """
+    if embeddings is not None:
+        weight = torch.as_tensor(np.asarray(embeddings, dtype=np.float32)).clone()
+        if weight.shape[0] != vocab_size:
+            raise ValueError(f"embeddings have {weight.shape[0]} rows, the vocabulary {vocab_size} tokens")
+    else:
+        weight = torch.randn(vocab_size, embed_dim) / math.sqrt(embed_dim)
+    trainable = embeddings is None if train_embeddings is None else bool(train_embeddings)
+    return nn.Parameter(weight, requires_grad=trainable)
+
+
 class BagOfWords(nn.Module):
     """Word embeddings → ``ReLU(W_p z + b_p)`` per token → masked sum.
 
@@ -271,19 +293,12 @@ class BagOfWords(nn.Module):
         depth_init: float = 0.1,
     ) -> None:
         super().__init__()
-        if embeddings is not None:
-            weight = torch.as_tensor(np.asarray(embeddings, dtype=np.float32)).clone()
-            if weight.shape[0] != vocab_size:
-                raise ValueError(f"embeddings have {weight.shape[0]} rows, the vocabulary {vocab_size} tokens")
-        else:
-            weight = torch.randn(vocab_size, embed_dim) / math.sqrt(embed_dim)
-        trainable = embeddings is None if train_embeddings is None else bool(train_embeddings)
-        self.embedding = nn.Parameter(weight, requires_grad=trainable)
-        self.proj = nn.Linear(weight.shape[1], dim)
+        self.embedding = embedding_parameter(vocab_size, embeddings, train_embeddings, embed_dim)
+        self.proj = nn.Linear(self.embedding.shape[1], dim)
         self.dim = dim
         self.depth: nn.Linear | None = None
         if depth:
-            self.depth = nn.Linear(weight.shape[1], 1)
+            self.depth = nn.Linear(self.embedding.shape[1], 1)
             with torch.no_grad():
                 self.depth.weight.zero_()
                 self.depth.bias.fill_(_inverse_softplus(depth_init))
