@@ -21,6 +21,10 @@ from .errors import MissingDependencyError, QAIndexError
 
 __all__ = ["train"]
 
+# Training without labels (--teacher on a corpus without questions) starts from the settings
+# benchmarks/default_model.py built the shipped default with; options and --config override them.
+UNLABELLED_DEFAULTS = {"lr": 0.02, "optimizer": "adam", "batch_size": 64, "epochs": 20}
+
 TORCH_HINT = "training needs the train extra: pip install 'qaindex[train]' (and torch==2.13.0 for the CPU build)"
 
 
@@ -155,7 +159,8 @@ def train(
 
     With --teacher minilm, TRAIN.jsonl may be a plain corpus of answers with no questions at
     all: the model is then fine-tuned against the teacher's sentence embeddings of the
-    answers and of pseudo-questions cut from them (no labels needed).
+    answers and of pseudo-questions cut from them (no labels needed), by default with the
+    recipe of the built-in model (Adam, lr 0.02, batch 64, 20 epochs).
     """
     try:
         _require_torch()
@@ -169,13 +174,15 @@ def train(
         values.update({key: value for key, value in settings.items() if value is not None})
         if "embeddings" not in values:
             values["embeddings"] = "distilled" if teacher is not None else "minilm"
+        answers = _answers_without_questions(train_file) if teacher is not None else None
+        if answers is not None:  # the recipe the built-in default was trained with
+            values = {**UNLABELLED_DEFAULTS, **values}
         try:
             config = TrainConfig(**values).validate()
         except TypeError as exc:  # a wrongly typed value from a config file
             raise QAIndexError(f"{config_file}: invalid settings ({exc})") from None
         device = config.device
         log = None if quiet else (lambda message: click.echo(message, err=True))
-        answers = _answers_without_questions(train_file) if teacher is not None else None
         if answers is not None:
             result = _train_with_teacher(config, answers, device, log)
             dev_file = None  # selection used the teacher's pseudo-questions

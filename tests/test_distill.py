@@ -239,6 +239,8 @@ def test_cli_train_with_teacher_on_answers_only(tmp_path: Path) -> None:
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["training"]["config"]["embeddings"] == f"distilled:{table_path}"
     assert manifest["training"]["data"]["train"]["labels"] is None
+    config = manifest["training"]["config"]  # the default model's recipe, --epochs given wins
+    assert (config["lr"], config["optimizer"], config["batch_size"], config["epochs"]) == (0.02, "adam", 64, 2)
     assert Model.load(out).encode(["reset my password"], role="question").shape == (1, 16)
     # without --teacher the same corpus cannot train: it has no question
     res = runner.invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m2"), "--quiet"])
