@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from qaindex.errors import QAIndexError
 from qaindex.hyperbolic import RANKINGS, max_norm_for
@@ -311,9 +310,11 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     {'epochs': 5, 'ball': 'clip'}
     """
     source = Path(path)
+    if source.suffix != ".json" and sys.version_info < (3, 11):
+        raise QAIndexError(f"{source}: TOML settings need Python 3.11 or newer; write them as JSON (a .json file)")
     try:
         text = source.read_text(encoding="utf-8")
-        values = json.loads(text) if source.suffix == ".json" else tomllib.loads(text)
+        values = json.loads(text) if source.suffix == ".json" else _toml(text)
     except OSError as exc:
         raise QAIndexError(f"{source}: cannot be read ({exc.strerror}); check the --config path") from None
     except (ValueError, UnicodeDecodeError) as exc:
@@ -332,3 +333,9 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             )
         out[name] = value
     return out
+
+
+def _toml(text: str) -> Any:
+    import tomllib  # Python 3.11+
+
+    return tomllib.loads(text)
