@@ -22,6 +22,7 @@ from . import __version__
 from .cli_eval import eval_command, inspect_command
 from .cli_options import batch_size_option, device_option, index_option
 from .cli_train import train
+from .devices import devices_line
 from .errors import QAIndexError
 from .locking import DEFAULT_LOCK_TIMEOUT
 from .ranker import DEFAULT_OVERFETCH, Hit, Ranker
@@ -230,8 +231,7 @@ def _near_centre_line(near: dict[str, Any]) -> str:
 
 
 def _devices_line(info: dict[str, Any]) -> str:
-    providers = sorted(set(info["devices"]["onnxruntime"].values()))
-    return f"onnxruntime on {'/'.join(providers)}, faiss on {info['devices']['faiss']}"
+    return devices_line(info["devices"])
 
 
 @main.command()
@@ -271,6 +271,8 @@ def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bo
         + (f" {json.dumps(data['index']['params'])}" if data["index"]["params"] else "")
         + f" (over-fetch {data['index']['overfetch']})",
         f"devices:    {_devices_line(data)}",
+        f"            why: onnxruntime: {data['devices']['why']['onnxruntime']}; "
+        f"faiss: {data['devices']['why']['faiss']}",
         f"created:    {data['created']}",
     ]
     if data["near_centre"] is not None:

@@ -34,7 +34,7 @@ import numpy as np
 
 from . import hyperbolic
 from .arguments import finite_vectors, optional_callable, positive_int, text_list
-from .devices import create_session
+from .devices import SessionPair, open_sessions
 from .errors import ModelFormatError, QueryError
 from .model_format import (
     GEOMETRIES,
@@ -82,8 +82,8 @@ def resolve_model_path(model: str | os.PathLike[str] | None) -> Path:
 
 @dataclass
 class _Graphs:
-    encoders: dict[str, Any]  # role -> session
-    scorer: Any
+    encoders: dict[str, SessionPair]  # role -> sessions (qaindex.devices: CPU for small calls, maybe CUDA for bulk)
+    scorer: SessionPair
     encoder_inputs: dict[str, tuple[str, ...]]
 
 
@@ -158,15 +158,15 @@ class Model:
             tokenizer = Tokenizer.from_config(manifest["tokenizer"], directory)
         except TokenizerError as exc:
             raise ModelFormatError(f"{directory / 'manifest.json'}: tokenizer: {exc}") from None
-        sessions: dict[str, Any] = {}
+        sessions: dict[str, SessionPair] = {}
 
-        def session_for(file: str) -> Any:
+        def session_for(file: str) -> SessionPair:
             if file not in sessions:
                 gpath = directory / file
                 if not gpath.is_file():
                     raise ModelFormatError(f"{gpath}: missing; the model directory is incomplete, re-export it")
                 try:
-                    sessions[file] = create_session(gpath, device=device, threads=threads)
+                    sessions[file] = open_sessions(gpath, device=device, threads=threads)
                 except Exception as exc:  # onnxruntime raises its own exception types
                     if isinstance(exc, ModelFormatError) or type(exc).__module__.startswith("qaindex"):
                         raise
@@ -179,16 +179,16 @@ class Model:
         encoders = {role: session_for(g[f"{role}_encoder"]) for role in ROLES}
         scorer = session_for(g["scorer"])
         encoder_inputs: dict[str, tuple[str, ...]] = {}
-        for role, session in encoders.items():
-            names = tuple(i.name for i in session.get_inputs())
+        for role, pair in encoders.items():
+            names = tuple(i.name for i in pair.small.get_inputs())
             if "input_ids" not in names or not set(names) <= {"input_ids", "attention_mask"}:
                 raise ModelFormatError(
                     f"{directory / g[f'{role}_encoder']}: encoder inputs are {list(names)}, expected "
                     "input_ids and optionally attention_mask; re-export the model"
                 )
             encoder_inputs[role] = names
-        scorer_inputs = {i.name for i in scorer.get_inputs()}
-        scorer_outputs = {o.name for o in scorer.get_outputs()}
+        scorer_inputs = {i.name for i in scorer.small.get_inputs()}
+        scorer_outputs = {o.name for o in scorer.small.get_outputs()}
         if scorer_inputs != {"query", "candidates"} or not {"score", "distance"} <= scorer_outputs:
             raise ModelFormatError(
                 f"{directory / g['scorer']}: scorer graph must take query, candidates and give "
@@ -200,10 +200,24 @@ class Model:
     # -- inference -----------------------------------------------------------------------
     @property
     def providers(self) -> dict[str, str]:
-        """The onnxruntime execution provider each graph actually runs on."""
-        out = {f"{role}_encoder": s.get_providers()[0] for role, s in self._graphs.encoders.items()}
-        out["scorer"] = self._graphs.scorer.get_providers()[0]
+        """The onnxruntime execution provider each graph actually runs on for single questions
+        and small batches (see :attr:`bulk_providers` for large ones)."""
+        out = {f"{role}_encoder": p.small.get_providers()[0] for role, p in self._graphs.encoders.items()}
+        out["scorer"] = self._graphs.scorer.small.get_providers()[0]
         return out
+
+    @property
+    def bulk_providers(self) -> dict[str, str]:
+        """The provider each graph runs on for calls of :attr:`device_policy` ``bulk_from`` rows or more."""
+        out = {f"{role}_encoder": p.bulk.get_providers()[0] for role, p in self._graphs.encoders.items()}
+        out["scorer"] = self._graphs.scorer.bulk.get_providers()[0]
+        return out
+
+    @property
+    def device_policy(self) -> dict[str, Any]:
+        """``{"bulk_from": rows, "why": reason}``: where the graphs run and why (:mod:`qaindex.devices`)."""
+        pair = self._graphs.scorer
+        return {"bulk_from": pair.bulk_from, "why": pair.why}
 
     def encode(
         self,
@@ -236,7 +250,7 @@ class Model:
         texts = text_list(texts, "texts")
         batch_size = positive_int(batch_size, "batch_size")
         optional_callable(progress, "progress")
-        session = self._graphs.encoders[role]
+        session = self._graphs.encoders[role].for_rows(len(texts))
         names = self._graphs.encoder_inputs[role]
         limit = self.max_tokens[role]
         encoded = [self.tokenizer.encode(t, limit) for t in texts]
@@ -291,7 +305,8 @@ class Model:
         if c.shape[1] == 0:
             empty = np.zeros((q.shape[0], 0), dtype=np.float32)
             return empty, empty.copy()
-        score, distance = self._graphs.scorer.run(["score", "distance"], {"query": q, "candidates": c})
+        session = self._graphs.scorer.for_rows(q.shape[0])
+        score, distance = session.run(["score", "distance"], {"query": q, "candidates": c})
         return np.asarray(score, dtype=np.float32), np.asarray(distance, dtype=np.float32)
 
     def copy_to(self, destination: Path) -> None:

@@ -27,6 +27,7 @@ from . import hyperbolic
 from .arguments import MAX_INT64, finite_vectors, id_list, path_or_records, positive_int, text_list
 from .concurrency import ReadWriteLock
 from .corpus import Record, read_corpus, records_from_dicts
+from .devices import devices_info
 from .errors import IndexChangedError, IndexFormatError, ModelFormatError, QAIndexError, QueryError
 from .index_format import (
     INDEX_FORMAT,
@@ -285,10 +286,11 @@ class Ranker:
             raise QueryError(f"model must be a model directory, a Model or None, got {type(model).__name__}")
         is_path = path_or_records(corpus, "corpus")
         loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=None)
-        if is_path:
-            records = read_corpus(corpus)  # type: ignore[arg-type]
-        else:
-            records = records_from_dicts(corpus)  # type: ignore[arg-type]
+        if is_path:  # streamed: one chunk of texts in memory at a time (qaindex.building)
+            source: str | os.PathLike[str] = corpus  # type: ignore[assignment]
+            store, matrix, coarse = _build_from_file(source, loaded, index_kind, hnsw, device, batch_size, progress)
+            return cls(loaded, store, matrix, coarse, overfetch=overfetch, kind_requested=index_kind)
+        records = records_from_dicts(corpus)  # type: ignore[arg-type]
         started = time.perf_counter()
         vectors = _encode_answers(loaded, [r.answer for r in records], batch_size, progress)
         _log.info("encoded %d answers with %s in %.2f s", len(records), loaded.name, time.perf_counter() - started)
@@ -1071,7 +1073,7 @@ class Ranker:
                 "parameters": m.get("parameters", {}),
                 "metrics": m.get("metrics", {}),
             },
-            "devices": {"onnxruntime": self.model.providers, "faiss": self._coarse.device},
+            "devices": devices_info(self.model, self._coarse.device, self._coarse.kind),
             "created": self.created,
             "near_centre": _near_centre(self.model, self._vectors),
         }
@@ -1099,6 +1101,27 @@ def _encode_answers(model: Model, texts: list[str], batch_size: int, progress: b
 
     with tqdm(total=len(texts), desc="encoding answers", unit="answer", disable=None) as bar:
         return model.encode(texts, role="answer", batch_size=batch_size, progress=bar.update)
+
+
+def _build_from_file(
+    corpus: str | os.PathLike[str],
+    model: Model,
+    index_kind: str,
+    hnsw: Mapping[str, int] | None,
+    device: str,
+    batch_size: int,
+    progress: bool,
+) -> tuple[RecordStore, np.ndarray, CoarseIndex]:
+    from .building import build_from_file
+
+    if not progress:
+        return build_from_file(corpus, model, index_kind=index_kind, hnsw=hnsw, device=device, batch_size=batch_size)
+    from tqdm import tqdm
+
+    with tqdm(desc="encoding answers", unit="answer", disable=None) as bar:
+        return build_from_file(
+            corpus, model, index_kind=index_kind, hnsw=hnsw, device=device, batch_size=batch_size, progress=bar.update
+        )
 
 
 def _now() -> str:

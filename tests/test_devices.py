@@ -98,7 +98,11 @@ def test_auto_uses_the_gpu_when_it_works(
     base = ["build", str(faq_file), "--model", str(faq_model), "--index", index]
     auto = runner.invoke(main, base)
     assert auto.exit_code == 0, auto.output
-    assert "onnxruntime on CUDAExecutionProvider, faiss on cuda" in auto.stdout
+    # 5 answers: fewer than GPU_MIN_BATCH rows, so the CPU session encoded them
+    assert (
+        "onnxruntime on CPUExecutionProvider (CUDAExecutionProvider for calls of 64+ rows), faiss on cuda"
+        in auto.stdout
+    )
     cpu = runner.invoke(main, [*base, "--device", "cpu"])
     assert cpu.exit_code == 0, cpu.output
     assert "onnxruntime on CPUExecutionProvider, faiss on cpu" in cpu.stdout
