@@ -131,6 +131,16 @@ def main(verbose: bool) -> None:
 )
 @batch_size_option("Answers per encoder call.")
 @lock_timeout_option
+@click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value="local",
+    default=None,
+    metavar="[ADDRESS|auto|local]",
+    help="Encode on Ray Data workers (pip install 'qaindex[ray]'): local starts Ray here (the default "
+    "with a bare --ray), auto joins this machine's cluster, or a Ray address such as ray://head:10001.",
+)
 def build(
     corpus: Path,
     model: Path | None,
@@ -140,21 +150,21 @@ def build(
     overfetch: int,
     batch_size: int,
     lock_timeout: float,
+    ray_address: str | None,
 ) -> None:
     """Encode the answers of CORPUS (JSONL) and save an index.
 
-    An existing index at --index is replaced only once the new one is complete.
+    The corpus is read a chunk at a time (memory grows with the vectors and the index, not
+    with the text). An existing index at --index is replaced only once the new one is complete.
     """
     start = time.perf_counter()
-    ranker = Ranker.build(
-        corpus,
-        model=model,
-        device=device,
-        index_kind=index_kind,
-        overfetch=overfetch,
-        batch_size=batch_size,
-        progress=True,
-    )
+    options: dict[str, Any] = {"model": model, "device": device, "index_kind": index_kind, "overfetch": overfetch}
+    if ray_address is not None:
+        from .distributed import build_on_ray
+
+        ranker = build_on_ray(corpus, address=ray_address, batch_size=batch_size, **options)
+    else:
+        ranker = Ranker.build(corpus, batch_size=batch_size, progress=True, **options)
     ranker.save(index, lock_timeout=lock_timeout)
     seconds = time.perf_counter() - start
     info = ranker.info()

@@ -185,7 +185,7 @@ def open_sessions(
 
     Example
     -------
-    >>> pair = open_sessions("qaindex/models/default/encoder.onnx", device="cpu")
+    >>> pair = open_sessions(model.directory / "encoder.onnx", device="cpu")
     >>> pair.small is pair.bulk, pair.small.get_providers()[0], pair.why
     (True, 'CPUExecutionProvider', '--device cpu')
     """
