@@ -61,8 +61,7 @@ def test_ray_build_equals_local_build(local_ray: None, faq_model: Path, tmp_path
     local = Ranker.build(path, model=faq_model, device="cpu")
     # chunks of 8 answers: 6 read tasks and encoder calls, shared by the 2 actors
     distributed = build_on_ray(path, model=faq_model, device="cpu", chunk_size=8, workers=2)
-    # Ray's actors run onnxruntime on one thread each: the local streaming build with the
-    # same chunks on one thread gives bit-identical vectors
+    # the local streaming build with the same chunks gives bit-identical vectors
     store, vectors, _ = build_from_file(path, Model.load(faq_model, device="cpu"), device="cpu", chunk_size=8)
     assert [r.to_json() for r in distributed.records()] == [r.to_json() for r in local.records()]
     assert distributed.get("b1").questions == ("reset?", "link?")
@@ -80,8 +79,7 @@ def test_ray_build_equals_local_build(local_ray: None, faq_model: Path, tmp_path
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith(f"indexed {len(local)} answers into {index}")
     loaded = Ranker.load(index, device="cpu")
-    # one chunk (the default size), encoded on one thread: bit-identical to one local encode call
-    # on one thread; onnxruntime on 2 threads (the local build's default) rounds differently
+    # one chunk (the default size): bit-identical to one local encode call of all the answers
     one_thread = Model.load(faq_model, device="cpu", threads=1)
     expected = one_thread.encode([r.answer for r in local.records()], role="answer")
     np.testing.assert_array_equal(np.asarray(loaded._vectors), expected)
