@@ -288,7 +288,9 @@ class Ranker:
         loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=None)
         if is_path:  # streamed: one chunk of texts in memory at a time (qaindex.building)
             source: str | os.PathLike[str] = corpus  # type: ignore[assignment]
+            started = time.perf_counter()
             store, matrix, coarse = _build_from_file(source, loaded, index_kind, hnsw, device, batch_size, progress)
+            _log.info("encoded %d answers with %s in %.2f s", len(store), loaded.name, time.perf_counter() - started)
             return cls(loaded, store, matrix, coarse, overfetch=overfetch, kind_requested=index_kind)
         records = records_from_dicts(corpus)  # type: ignore[arg-type]
         started = time.perf_counter()
