@@ -252,7 +252,7 @@ def write_snapshot(
     snap.mkdir()
     try:
         with open(snap / "records.jsonl", "wb") as handle:
-            handle.write(records.content())
+            records.write_to(handle)  # in blocks: a memory-mapped store is never copied whole
         np.save(snap / "records.offsets.npy", np.asarray(records.offsets, dtype=np.int64), allow_pickle=False)
         np.save(snap / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32), allow_pickle=False)
         coarse.save(snap / "coarse.faiss")

@@ -64,6 +64,7 @@ def test_ray_build_equals_local_build(local_ray: None, faq_model: Path, tmp_path
     # the local streaming build with the same chunks gives bit-identical vectors
     store, vectors, _ = build_from_file(path, Model.load(faq_model, device="cpu"), device="cpu", chunk_size=8)
     assert [r.to_json() for r in distributed.records()] == [r.to_json() for r in local.records()]
+    assert distributed._records.content() == store.content()
     assert distributed.get("b1").questions == ("reset?", "link?")
     np.testing.assert_array_equal(np.asarray(distributed._vectors), np.asarray(vectors))
     np.testing.assert_allclose(np.asarray(distributed._vectors), np.asarray(local._vectors), rtol=0, atol=1e-6)
@@ -125,3 +126,18 @@ def test_ray_missing_says_which_extra(faq_model: Path, faq_file: Path, monkeypat
 def test_import_qaindex_never_imports_ray() -> None:
     code = "import sys, qaindex, qaindex.cli, qaindex.building; print('ray' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
+@needs_ray
+def test_unreachable_cluster_is_one_line(faq_model: Path, faq_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("Could not find any running Ray instance.\nmore detail")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refuse)
+    result = CliRunner().invoke(main, ["build", str(faq_file), "--model", str(faq_model), "--ray", "ray://head:10001"])
+    assert (result.exit_code, result.stderr) == (
+        1,
+        "Error: --ray ray://head:10001: cannot connect to Ray (Could not find any running Ray instance.); start the "
+        "cluster (`ray start --head`), check the address (e.g. ray://head:10001 or auto), or use --ray local\n",
+    )
