@@ -24,6 +24,7 @@ Usage::
 
 Prints a table and writes JSON (default ``benchmarks/results/build_memory.json``) with the
 load average of the machine at start and end (other processes share its 2 cores).
+``--report`` prints the README table of an existing results file (no benchmark run).
 """
 
 from __future__ import annotations
@@ -130,6 +131,33 @@ def run_case(pool: list[str], count: int, per_answer: int, scratch: Path) -> dic
     return row
 
 
+def report(path: Path) -> str:
+    """The README table of a results file, with the memory each extra answer costs."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    lines = [
+        "| answers | sentences each | corpus MiB | vectors + flat index MiB | peak RSS streamed MiB | "
+        "peak RSS records in memory MiB | build answers/s (streamed) |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in data["sizes"] + data["text_lengths"]:
+        lines.append(
+            f"| {row['answers']:,} | {row['sentences_per_answer']} | {row['corpus_mib']:.0f} | "
+            f"{row['vectors_mib'] + row['flat_index_mib']:.0f} | {row['streamed']['peak_rss_mib']:.0f} | "
+            f"{row['in_memory']['peak_rss_mib']:.0f} | {row['answers'] / row['streamed']['build_seconds']:,.0f} |"
+        )
+    sizes = data["sizes"]
+    if len(sizes) >= 2:
+        first, last = sizes[0], sizes[-1]
+        extra = last["answers"] - first["answers"]
+        for mode in ("streamed", "in_memory"):
+            slope = (last[mode]["peak_rss_mib"] - first[mode]["peak_rss_mib"]) * 2**20 / extra
+            lines.append(f"\n{mode}: {slope:,.0f} bytes of peak RSS per extra answer")
+        per_answer = (last["vectors_mib"] + last["flat_index_mib"]) * 2**20 / last["answers"]
+        lines.append(f"vectors + flat index: {per_answer:,.0f} bytes per answer")
+    lines.append(f"\nload average at start/end: {data['loadavg_start']} / {data['loadavg_end']}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--child", nargs=3, metavar=("MODE", "CORPUS", "INDEX"), help=argparse.SUPPRESS)
@@ -137,7 +165,11 @@ def main() -> None:
     parser.add_argument("--lengths", default="1,8", help="sentences per answer for the text-length series")
     parser.add_argument("--length-count", type=int, default=100_000)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "build_memory.json")
+    parser.add_argument("--report", action="store_true", help="print the table of --out (no benchmark run)")
     args = parser.parse_args()
+    if args.report:
+        print(report(args.out))
+        return
     if args.child:
         child(*args.child)
         return

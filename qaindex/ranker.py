@@ -258,6 +258,8 @@ class Ranker:
         ----------
         corpus : path or iterable
             A JSONL corpus file, or records (dicts in the corpus format, or :class:`Record`).
+            A file is read, encoded and stored in chunks, with one chunk of texts in memory
+            at a time (:mod:`qaindex.building`).
         model : path, Model or None, keyword-only
             Model directory or loaded model; None uses the built-in default model.
         device : {"auto", "cpu", "cuda"}, keyword-only
