@@ -149,9 +149,10 @@ def report(path: Path) -> str:
     if len(sizes) >= 2:
         first, last = sizes[0], sizes[-1]
         extra = last["answers"] - first["answers"]
+        lines.append("")
         for mode in ("streamed", "in_memory"):
             slope = (last[mode]["peak_rss_mib"] - first[mode]["peak_rss_mib"]) * 2**20 / extra
-            lines.append(f"\n{mode}: {slope:,.0f} bytes of peak RSS per extra answer")
+            lines.append(f"{mode}: {slope:,.0f} bytes of peak RSS per extra answer")
         per_answer = (last["vectors_mib"] + last["flat_index_mib"]) * 2**20 / last["answers"]
         lines.append(f"vectors + flat index: {per_answer:,.0f} bytes per answer")
     lines.append(f"\nload average at start/end: {data['loadavg_start']} / {data['loadavg_end']}")
