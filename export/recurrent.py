@@ -100,7 +100,8 @@ def _gru(inputs: int, hidden: int) -> nn.GRU:
     """A single-layer GRU with orthogonal recurrent weights (the paper, after Saxe et al.)."""
     gru = nn.GRU(inputs, hidden, batch_first=True)
     with torch.no_grad():
-        for gate in gru.weight_hh_l0.view(3, hidden, hidden):
+        weight = gru.get_parameter("weight_hh_l0")
+        for gate in weight.view(3, hidden, hidden):
             nn.init.orthogonal_(gate)
     return gru
 
@@ -217,7 +218,7 @@ class RecurrentQA(nn.Module):
         """Answers → ``c = M e`` (batch, d), the vectors the index stores."""
         return self.answer_features(input_ids, attention_mask) @ self.M.t()
 
-    def encode_rows(self, table: Any, rows: np.ndarray, device: torch.device, *, chunk: int = 256) -> Tensor:
+    def encode_rows(self, table: Any, rows: np.ndarray, device: torch.device, *, chunk: int = 64) -> Tensor:
         """Vectors of ``table`` rows (a ``TextTable``): questions → ``q``, answers → ``M e``.
 
         Rows are grouped by role and by length (less padding), encoded ``chunk`` at a time,
@@ -314,7 +315,9 @@ def build_recurrent_model(
     >>> build_recurrent_model("hrde", tok, hidden=3, embed_dim=2).chunking.ends
     frozenset({3})
     """
-    chunker = Chunking.for_tokenizer(tokenizer, method=chunking, max_chunks=max_chunks, max_chunk_tokens=max_chunk_tokens)
+    chunker = Chunking.for_tokenizer(
+        tokenizer, method=chunking, max_chunks=max_chunks, max_chunk_tokens=max_chunk_tokens
+    )
     return RecurrentQA(
         kind,
         len(tokenizer.vocab),

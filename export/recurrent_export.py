@@ -117,7 +117,7 @@ def _export_torchscript(model: Any, role: str) -> bytes:
             torch.onnx.export(
                 module,
                 (ids, mask),
-                buffer,
+                buffer,  # type: ignore[arg-type]  # a file object works too
                 input_names=["input_ids", "attention_mask"],
                 output_names=["vectors"],
                 dynamic_axes=axes,

@@ -63,7 +63,7 @@ from .models import (
     norm_statistics,
     riemannian_hook,
 )
-from .recurrent import cross_entropy_loss
+from .recurrent import RecurrentQA, cross_entropy_loss
 
 __all__ = [
     "AUTO_BALL_MAPS",
@@ -226,7 +226,7 @@ def encode_texts(
     -------
     Tensor (len(rows), dim), or (vectors, sums) with ``with_sums``.
     """
-    if getattr(model, "role_aware", False):  # RDE family: questions and answers encode differently
+    if isinstance(model, RecurrentQA):  # RDE family: questions and answers encode differently
         with torch.no_grad():
             v = model.encode_rows(table, rows, device)
         return (v, v) if with_sums else v
@@ -728,7 +728,7 @@ def _train_one(
                 if pool_size:
                     neg = _max_of_pool(model, table, q, neg, config.negatives, n_texts, device)
                 rows, inverse = np.unique(np.concatenate([q, pos, neg.ravel()]), return_inverse=True)
-                if getattr(model, "role_aware", False):
+                if isinstance(model, RecurrentQA):  # questions and answers encode differently
                     vectors = model.encode_rows(table, rows, device)
                 else:
                     flat, offsets = table.gather(rows)
@@ -1029,11 +1029,8 @@ def train_unlabelled(
                     continue
                 q_rows = pseudo_rows[idx, pick[idx]]
                 rows, inverse = np.unique(np.concatenate([q_rows, answer_rows[idx]]), return_inverse=True)
-                if getattr(model, "role_aware", False):
-                    vectors = model.encode_rows(table, rows, device)
-                else:
-                    flat, offsets = table.gather(rows)
-                    vectors = model.encode_bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device))
+                flat, offsets = table.gather(rows)
+                vectors = model.encode_bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device))
                 inv = torch.from_numpy(inverse).to(device)
                 b = len(idx)
                 qv, av = vectors[inv[:b]], vectors[inv[b:]]
@@ -1255,13 +1252,22 @@ def load_checkpoint(path: str | os.PathLike[str], *, device: str = "cpu") -> Tra
         weights = load_file(str(weights_path), device=str(device))
     except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
         raise _checkpoint_error(weights_path, f"cannot be read ({exc})") from None
+    recurrent: DualEncoderQA | None = None
+    if config.model in RECURRENT_KINDS:  # the RDE family: its own tensors and builder
+        try:
+            recurrent = _recurrent_model(config, tokenizer, weights["embedding"].cpu().numpy())
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise _checkpoint_error(
+                weights_path, f"tensors do not match the model ({' '.join(str(exc).split())[:300]})"
+            ) from None
     sequence = config.model in ("qa-cnn", "qa-bilstm")
-    for name in ("encoder.embedding",) if sequence else ("encoder.embedding", "encoder.proj.weight"):
+    required = ("embedding",) if recurrent is not None else ("encoder.embedding",)
+    for name in required if sequence or recurrent is not None else (*required, "encoder.proj.weight"):
         if name not in weights or weights[name].ndim != 2:
             raise _checkpoint_error(weights_path, f"tensor {name!r} is missing or not a matrix")
-    emb = weights["encoder.embedding"]
+    emb = weights["embedding" if recurrent is not None else "encoder.embedding"]
     try:
-        model = build_model(
+        model = recurrent if recurrent is not None else build_model(
             config.model,
             emb.shape[0],
             dim=config.dim if sequence else weights["encoder.proj.weight"].shape[0],

@@ -195,11 +195,11 @@ class Model:
                     "input_ids and optionally attention_mask; re-export the model"
                 )
             encoder_inputs[role] = names
-            rank = 3 if role in manifest.get("chunking", {}) else 2
-            if len(session.get_inputs()[0].shape) != rank:
+            rank, got = 3 if role in manifest.get("chunking", {}) else 2, len(session.get_inputs()[0].shape)
+            if got != rank:
                 raise ModelFormatError(
-                    f"{directory / g[f'{role}_encoder']}: the {role} encoder takes {len(session.get_inputs()[0].shape)}-D "
-                    f'input_ids, the manifest\'s "chunking" field implies {rank}-D; re-export the model'
+                    f"{directory / g[f'{role}_encoder']}: the {role} encoder takes {got}-D input_ids, "
+                    f'the manifest\'s "chunking" field implies {rank}-D; re-export the model'
                 )
         scorer_inputs = {i.name for i in scorer.get_inputs()}
         scorer_outputs = {o.name for o in scorer.get_outputs()}

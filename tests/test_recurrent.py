@@ -102,7 +102,7 @@ def test_rde_is_the_gru_last_state_and_the_bilinear_form() -> None:
         model.M.copy_(torch.randn(5, 5))
         model.b.fill_(0.3)
         z = torch.nn.functional.embedding(torch.tensor([[2, 5, 7]]), model.embedding)
-        out, h_n = model.word(z)
+        _, h_n = model.word(z)
         q = model.encode_question(torch.tensor([[2, 5, 7, 0]]), torch.tensor([[1, 1, 1, 0]]))
         assert torch.allclose(q[0], h_n[0, 0], atol=1e-6)  # the last real token's state
         a = model.encode_answer(torch.tensor([[2, 5, 7]]), torch.ones(1, 3, dtype=torch.int64))
@@ -142,7 +142,9 @@ def test_last_state_and_cross_entropy() -> None:
     out = torch.arange(12.0).view(2, 3, 2)
     assert last_state(out, torch.tensor([[1, 1, 0], [0, 0, 0]])).tolist() == [[2.0, 3.0], [0.0, 0.0]]
     pos, neg = torch.tensor([2.0]), torch.tensor([[-1.0, 0.5]])
-    want = -np.log(1 / (1 + np.exp(-2.0))) + np.mean([-np.log(1 - 1 / (1 + np.exp(1.0))), -np.log(1 - 1 / (1 + np.exp(-0.5)))])
+    want = -np.log(1 / (1 + np.exp(-2.0))) + np.mean(
+        [-np.log(1 - 1 / (1 + np.exp(1.0))), -np.log(1 - 1 / (1 + np.exp(-0.5)))]
+    )
     assert cross_entropy_loss(pos, neg).item() == pytest.approx(want, rel=1e-6)
 
 
@@ -229,7 +231,9 @@ def test_runtime_encodes_like_torch(exported: Path, trained) -> None:
 def test_served_ranking_equals_torch_brute_force(exported: Path, trained, data: dict, kind: str) -> None:
     answers = {c.aid: c.answer for g in data["dev_groups"] for c in g.candidates}
     keys = list(answers)
-    ranker = Ranker.build([{"id": k, "answer": v} for k, v in answers.items()], model=exported, device="cpu", index_kind=kind)
+    ranker = Ranker.build(
+        [{"id": k, "answer": v} for k, v in answers.items()], model=exported, device="cpu", index_kind=kind
+    )
     model = trained.model.cpu().eval()
     tok = trained.tokenizer
     a_vec = torch.from_numpy(_torch_vectors(model, tok, list(answers.values()), "answer", 128))
@@ -265,16 +269,27 @@ def _copy_with(exported: Path, tmp_path: Path, edit) -> Path:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda m: m["geometry"].update(bias="0.5"), 'geometry "bias" must be a finite number, got \'0.5\'; re-export the model'),
+        (
+            lambda m: m["geometry"].update(bias="0.5"),
+            "geometry \"bias\" must be a finite number, got '0.5'; re-export the model",
+        ),
         (lambda m: m["geometry"].pop("bias"), 'geometry "bias" must be a finite number, got None; re-export the model'),
-        (lambda m: m["geometry"].update(name="bilinear2"),
-         "geometry 'bilinear2' is not supported (supported: poincare, cosine, bilinear); upgrade qaindex"),
-        (lambda m: m.update(chunking={"answer": {"method": "words", "max_chunks": 2, "max_chunk_tokens": 3}}),
-         'field "chunking.answer.method" must be sentences or length, got \'words\'; re-export the model'),
-        (lambda m: m.update(chunking={"answer": {"method": "length", "max_chunks": 0, "max_chunk_tokens": 3}}),
-         'field "chunking.answer.max_chunks" must be a positive integer, got 0; re-export the model'),
-        (lambda m: m.update(chunking={"reranker": {}}),
-         "field \"chunking\" must be keyed by roles among ['question', 'answer'], got 'reranker'; re-export the model"),
+        (
+            lambda m: m["geometry"].update(name="bilinear2"),
+            "geometry 'bilinear2' is not supported (supported: poincare, cosine, bilinear); upgrade qaindex",
+        ),
+        (
+            lambda m: m.update(chunking={"answer": {"method": "words", "max_chunks": 2, "max_chunk_tokens": 3}}),
+            "field \"chunking.answer.method\" must be sentences or length, got 'words'; re-export the model",
+        ),
+        (
+            lambda m: m.update(chunking={"answer": {"method": "length", "max_chunks": 0, "max_chunk_tokens": 3}}),
+            'field "chunking.answer.max_chunks" must be a positive integer, got 0; re-export the model',
+        ),
+        (
+            lambda m: m.update(chunking={"reranker": {}}),
+            "field \"chunking\" must be keyed by roles among ['question', 'answer'], got 'reranker'; re-export the model",
+        ),
     ],
 )
 def test_bilinear_format_errors(exported: Path, tmp_path: Path, edit, message: str) -> None:
@@ -290,7 +305,7 @@ def test_chunking_must_match_the_graph_rank(exported: Path, tmp_path: Path, trai
     with pytest.raises(ModelFormatError) as info:
         Model.load(target, device="cpu")
     assert str(info.value) == (
-        f"{target / 'encoder.onnx'}: the question encoder takes 2-D input_ids, the manifest's \"chunking\" "
+        f'{target / "encoder.onnx"}: the question encoder takes 2-D input_ids, the manifest\'s "chunking" '
         "field implies 3-D; re-export the model"
     )
 
@@ -340,10 +355,24 @@ def test_coarse_index_bilinear_equals_exact_search_and_survives_save_load(kind: 
 def test_ranker_save_load_add_keeps_bilinear_search(exported: Path, trained, data: dict, tmp_path: Path) -> None:
     answers = {c.aid: c.answer for g in data["dev_groups"] for c in g.candidates}
     items = list(answers.items())
-    ranker = Ranker.build([{"id": k, "answer": v} for k, v in items[:150]], model=exported, device="cpu", index_kind="hnsw")
+    ranker = Ranker.build(
+        [{"id": k, "answer": v} for k, v in items[:150]], model=exported, device="cpu", index_kind="hnsw"
+    )
     ranker.save(tmp_path / "index")
     with Ranker.edit(tmp_path / "index") as r:
         r.add([{"id": k, "answer": v} for k, v in items[150:]])
     again = Ranker.load(tmp_path / "index", device="cpu")
     assert len(again) == len(items)
     assert again.recall(k=5)["recall"] == 1.0
+
+
+def test_checkpoint_round_trip(trained, tmp_path: Path) -> None:
+    from qaindex_export.train import load_checkpoint, save_checkpoint
+
+    loaded = load_checkpoint(save_checkpoint(trained, tmp_path / "ckpt"))
+    texts = ["what about topic3 fill2. fill1", "topic7", ""]
+    for role in ("question", "answer"):
+        want = _torch_vectors(trained.model.cpu().eval(), trained.tokenizer, texts, role, 40)
+        got = _torch_vectors(loaded.model, loaded.tokenizer, texts, role, 40)
+        assert np.array_equal(got, want)
+    assert loaded.model.kind == trained.config.model
