@@ -203,14 +203,19 @@ def test_export_manifest_graphs_and_parity(exported: Path, trained) -> None:
             assert len(dims) == want and all(d.dim_param and not d.HasField("dim_value") for d in dims)
 
 
-def test_parity_check_catches_a_wrong_graph(trained) -> None:
-    model = trained.model.cpu().eval()
-    other = RecurrentQA(model.kind, model.embedding.shape[0], hidden=model.dim, embed_dim=16, topics=3)
+@pytest.mark.parametrize("kind", ["rde", "hrde-ltc"])
+def test_parity_check_catches_a_wrong_graph(kind: str) -> None:
     from qaindex_export.recurrent_export import _export_torchscript
 
-    question, answer = _export_torchscript(model, "question"), _export_torchscript(other, "answer")
+    torch.manual_seed(4)
+    model, other = (RecurrentQA(kind, 20, hidden=6, embed_dim=4, topics=2).eval() for _ in range(2))
+    question, scorer = _export_torchscript(model, "question"), export_graph(model, "scorer")
+    assert (
+        check_recurrent_parity(model, question, _export_torchscript(model, "answer"), scorer)["answer_max_abs_diff"]
+        < 1e-5
+    )
     with pytest.raises(ExportError, match=r"^parity check failed: answer differs by .* between onnxruntime and torch"):
-        check_recurrent_parity(model, question, answer, export_graph(model, "scorer"))
+        check_recurrent_parity(model, question, _export_torchscript(other, "answer"), scorer)
 
 
 def test_runtime_encodes_like_torch(exported: Path, trained) -> None:
