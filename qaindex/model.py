@@ -195,7 +195,8 @@ class Model:
                     "input_ids and optionally attention_mask; re-export the model"
                 )
             encoder_inputs[role] = names
-            rank, got = 3 if role in manifest.get("chunking", {}) else 2, len(session.get_inputs()[0].shape)
+            rank = 3 if role in manifest.get("chunking", {}) else 2
+            got = next(len(i.shape) for i in session.get_inputs() if i.name == "input_ids")
             if got != rank:
                 raise ModelFormatError(
                     f"{directory / g[f'{role}_encoder']}: the {role} encoder takes {got}-D input_ids, "
