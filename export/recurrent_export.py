@@ -271,6 +271,39 @@ def check_recurrent_parity(
     return {f"{k}_max_abs_diff": v for k, v in worst.items()}
 
 
+SHARED_TABLE = "embeddings.data"
+
+
+def _share_embedding_table(graphs: list[bytes], table: np.ndarray) -> tuple[list[bytes], bytes]:
+    """Move the word-embedding table out of both encoder graphs into one shared file.
+
+    Each graph's initializer equal to ``table`` becomes ONNX external data pointing at
+    :data:`SHARED_TABLE` (offset 0), so the question and answer encoders store the table once
+    (onnxruntime reads it relative to the graph's folder). Graphs without such an initializer
+    are returned unchanged.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    raw = np.ascontiguousarray(table, dtype="<f4").tobytes()
+    out = []
+    for graph in graphs:
+        proto = onnx.load_from_string(graph)
+        for init in proto.graph.initializer:
+            if tuple(init.dims) == table.shape and init.data_type == onnx.TensorProto.FLOAT:
+                if not np.array_equal(numpy_helper.to_array(init), table):
+                    continue
+                init.ClearField("raw_data")
+                init.ClearField("float_data")
+                init.data_location = onnx.TensorProto.EXTERNAL
+                del init.external_data[:]
+                for key, value in (("location", SHARED_TABLE), ("offset", "0"), ("length", str(len(raw)))):
+                    entry = init.external_data.add()
+                    entry.key, entry.value = key, value
+        out.append(bytes(proto.SerializeToString()))
+    return out, raw
+
+
 def _runtime_metrics(directory: Path, groups: Sequence[QuestionGroup]) -> dict[str, Any]:
     """Metrics of ``groups`` through the runtime (:class:`qaindex.Model`: tokenizer, chunking, ONNX)."""
     from qaindex import Model
@@ -360,6 +393,8 @@ def export_recurrent(
         else "mean over triples of max(0, margin - score(q, a) + score(q, a'))",
     }
     metrics: dict[str, Any] = {"dev": result.dev, "best_epoch": result.best_epoch, "parity": parity}
+    table = model.embedding.detach().cpu().numpy().astype(np.float32)
+    (question_graph, answer_graph), shared = _share_embedding_table([question_graph, answer_graph], table)
 
     def publish() -> Path:
         return write_model(
@@ -377,6 +412,7 @@ def export_recurrent(
             metrics=metrics,
             parameters=model.parameter_counts(),
             chunking=chunking,
+            extra_files={SHARED_TABLE: shared},
         )
 
     path = publish()

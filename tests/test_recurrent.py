@@ -196,6 +196,14 @@ def test_export_manifest_graphs_and_parity(exported: Path, trained) -> None:
     assert manifest["metrics"]["dev_onnx"]["map"] == pytest.approx(trained.dev["map"], abs=1e-6)
     rank = 3 if model.hierarchical else 2
     assert ("chunking" in manifest) == model.hierarchical
+    # the word-embedding table is stored once, shared by both encoder graphs as external data
+    table = model.embedding.detach().numpy()
+    assert (exported / "embeddings.data").read_bytes() == table.astype("<f4").tobytes()
+    for name in ("encoder.onnx", "answer_encoder.onnx"):
+        proto = onnx.load(str(exported / name), load_external_data=False)
+        external = [i for i in proto.graph.initializer if i.data_location == onnx.TensorProto.EXTERNAL]
+        assert [tuple(i.dims) for i in external] == [table.shape]
+        assert {e.key: e.value for e in external[0].external_data}["location"] == "embeddings.data"
     for name, want in (("encoder.onnx", 2), ("answer_encoder.onnx", rank)):
         proto = onnx.load(str(exported / name))
         for value in proto.graph.input:
