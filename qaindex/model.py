@@ -13,7 +13,8 @@ Layout (written by ``export/``, read here)::
 Graph contracts (``kind = "dual_encoder"``):
 
 - encoder: inputs ``input_ids`` int64 (batch, seq) and, if declared, ``attention_mask``
-  int64 (batch, seq); first output float32 (batch, dimension).
+  int64 (batch, seq); first output float32 (batch, dimension). A role named in the
+  manifest's ``chunking`` field takes (batch, chunks, tokens) instead (:mod:`qaindex.chunking`).
 - scorer: inputs ``query`` float32 (n, dimension) and ``candidates`` float32
   (n, m, dimension); outputs ``score`` (n, m), higher is better, and ``distance`` (n, m).
 
@@ -32,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from . import chunking as chunking_format
 from . import hyperbolic
 from .arguments import finite_vectors, optional_callable, positive_int, text_list
 from .devices import SessionPair, open_sessions
@@ -116,6 +118,12 @@ class Model:
         # "relative" (d(q, a) - d(0, a)); it decides how coarse recall and exact search rank
         self.ranking: str = manifest["geometry"].get("ranking", "distance")
         self.max_tokens: dict[str, int] = dict(manifest["max_tokens"])
+        # bilinear models (RDE family): score σ(q·c + b), ranked by the inner product q·c
+        self.bias: float = float(manifest["geometry"].get("bias", 0.0))
+        # roles whose encoder reads (batch, chunks, tokens): hierarchical encoders (HRDE)
+        self.chunking: dict[str, chunking_format.Chunking] = {
+            role: chunking_format.from_manifest(spec, tokenizer) for role, spec in manifest.get("chunking", {}).items()
+        }
 
     # -- loading -----------------------------------------------------------------------
     @staticmethod
@@ -187,6 +195,13 @@ class Model:
                     "input_ids and optionally attention_mask; re-export the model"
                 )
             encoder_inputs[role] = names
+            rank = 3 if role in manifest.get("chunking", {}) else 2
+            got = next(len(i.shape) for i in pair.small.get_inputs() if i.name == "input_ids")
+            if got != rank:
+                raise ModelFormatError(
+                    f"{directory / g[f'{role}_encoder']}: the {role} encoder takes {got}-D input_ids, "
+                    f'the manifest\'s "chunking" field implies {rank}-D; re-export the model'
+                )
         scorer_inputs = {i.name for i in scorer.small.get_inputs()}
         scorer_outputs = {o.name for o in scorer.small.get_outputs()}
         if scorer_inputs != {"query", "candidates"} or not {"score", "distance"} <= scorer_outputs:
@@ -258,7 +273,10 @@ class Model:
         order = np.argsort([len(e) for e in encoded], kind="stable") if len(texts) > 1 else [0] * len(texts)
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
-            ids, mask = self.tokenizer.pad([encoded[r] for r in rows])
+            if role in self.chunking:  # (batch, chunks, tokens)
+                ids, mask = self.chunking[role].pad([encoded[r] for r in rows])
+            else:
+                ids, mask = self.tokenizer.pad([encoded[r] for r in rows])
             feeds = {"input_ids": ids}
             if "attention_mask" in names:
                 feeds["attention_mask"] = mask

@@ -18,6 +18,8 @@ extra coordinate that makes every stored vector's norm :data:`~qaindex.hyperboli
 (maximum inner product search as nearest-neighbour search).
 
 For the cosine geometry both kinds search the inner product of unit-normalised vectors.
+For the bilinear geometry (:mod:`qaindex.bilinear`) ``flat`` searches the raw inner product
+and ``hnsw`` L2 on the MIPS lift (:func:`qaindex.bilinear.mips_lift`).
 ``auto`` picks ``flat`` up to :data:`AUTO_FLAT_MAX` answers and ``hnsw`` above.
 Search returns row numbers, ``-1`` where fewer than ``m`` answers exist.
 """
@@ -30,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from . import hyperbolic
+from . import bilinear, hyperbolic
 from .devices import faiss_gpu_count, import_faiss
 from .errors import IndexFormatError, QAIndexError
 
@@ -106,7 +108,7 @@ class CoarseIndex:
         index: Any = None,
         ranking: str = "distance",
     ) -> None:
-        if geometry not in ("poincare", "cosine"):
+        if geometry not in ("poincare", "cosine", "bilinear"):
             raise QAIndexError(f"unknown geometry {geometry!r}")
         if ranking not in hyperbolic.RANKINGS:
             raise QAIndexError(f"unknown ranking {ranking!r}; choose one of: {', '.join(hyperbolic.RANKINGS)}")
@@ -120,6 +122,7 @@ class CoarseIndex:
         if kind == "hnsw" and params:
             self.params.update({k: int(v) for k, v in params.items()})
         self._faiss = import_faiss()
+        self._mips_bound: float | None = None  # bilinear hnsw only
         self._cpu_index = index if index is not None else self._new_index()
         self.device = "cpu"
         self._index = self._cpu_index
@@ -131,6 +134,8 @@ class CoarseIndex:
         """Dimension of the vectors FAISS stores (``dim + 2`` for lifted Poincaré flat)."""
         if self.relative:
             return self.dimension + (1 if self.kind == "flat" else 2)
+        if self.geometry == "bilinear":  # inner product; hnsw: L2 on the MIPS lift
+            return self.dimension + (1 if self.kind == "hnsw" else 0)
         return self.dimension + 2 if (self.geometry == "poincare" and self.kind == "flat") else self.dimension
 
     def _new_index(self) -> Any:
@@ -139,7 +144,7 @@ class CoarseIndex:
         if self.kind == "flat":
             return faiss.IndexFlatIP(d)
         # Poincaré: L2 on raw coordinates, or (relative) on the lift with its extra coordinate
-        metric = faiss.METRIC_L2 if self.geometry == "poincare" else faiss.METRIC_INNER_PRODUCT
+        metric = faiss.METRIC_INNER_PRODUCT if self.geometry == "cosine" else faiss.METRIC_L2
         index = faiss.IndexHNSWFlat(d, self.params["M"], metric)
         index.hnsw.efConstruction = self.params["ef_construction"]
         index.hnsw.efSearch = self.params["ef_search"]
@@ -171,6 +176,17 @@ class CoarseIndex:
     def _db(self, vectors: np.ndarray) -> np.ndarray:
         if self.geometry == "cosine":
             return _unit(vectors)
+        if self.geometry == "bilinear":
+            if self.kind == "flat":
+                return np.ascontiguousarray(vectors, dtype=np.float32)
+            if self._mips_bound is None:  # padded norm: fixed by the first vectors (or the stored ones)
+                stored = self._cpu_index.ntotal if self._cpu_index is not None else 0
+                self._mips_bound = (
+                    float(np.sum(self._cpu_index.reconstruct(0).astype(np.float64) ** 2))
+                    if stored
+                    else bilinear.mips_bound(vectors)
+                )
+            return bilinear.mips_lift(vectors, self._mips_bound)
         if self.relative:
             rel: np.ndarray = hyperbolic.relative_lift(vectors)
             if self.kind == "flat":
@@ -186,6 +202,8 @@ class CoarseIndex:
     def _query(self, queries: np.ndarray) -> np.ndarray:
         if self.geometry == "cosine":
             return _unit(queries)
+        if self.geometry == "bilinear":
+            return bilinear.mips_query(queries) if self.kind == "hnsw" else np.ascontiguousarray(queries, np.float32)
         if self.relative:
             rel: np.ndarray = hyperbolic.relative_lift_query(queries)
             if self.kind == "flat":
@@ -338,6 +356,8 @@ def exact_search(
             d = hyperbolic.relative_distance(q[:, None, :], block[None, :, :])
         elif geometry == "poincare":
             d = hyperbolic.distance(q[:, None, :], block[None, :, :])
+        elif geometry == "bilinear":
+            d = -np.einsum("nd,md->nm", q, block)
         else:
             d = 1.0 - hyperbolic.cosine_similarity(q[:, None, :], block[None, :, :])
         rows = np.broadcast_to(np.arange(start, start + len(block)), d.shape)

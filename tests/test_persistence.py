@@ -311,7 +311,7 @@ INDEX_FIELD_CASES = [
     ("count", -1, 'field "count" must be a non-negative integer, got -1'),
     ("count", True, 'field "count" must be a non-negative integer, got True'),
     ("dimension", 0, 'field "dimension" must be a positive integer, got 0'),
-    ("geometry", "euclid", "field \"geometry\" must be poincare or cosine, got 'euclid'"),
+    ("geometry", "euclid", "field \"geometry\" must be poincare or cosine or bilinear, got 'euclid'"),
     ("coarse", {}, 'field "coarse.kind" must be flat or hnsw, got None'),
     ("coarse", [], 'field "coarse" must be an object with kind and params, got []'),
     ("coarse", {"kind": "ivf"}, "field \"coarse.kind\" must be flat or hnsw, got 'ivf'"),
