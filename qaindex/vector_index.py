@@ -20,6 +20,19 @@ extra coordinate that makes every stored vector's norm :data:`~qaindex.hyperboli
 For the cosine geometry both kinds search the inner product of unit-normalised vectors.
 ``auto`` picks ``flat`` up to :data:`AUTO_FLAT_MAX` answers and ``hnsw`` above.
 Search returns row numbers, ``-1`` where fewer than ``m`` answers exist.
+
+Three more kinds trade memory and disk for recall, each searching the same vectors as its
+family (the exact rerank of the candidates restores the order among them):
+
+- ``hnsw_sq8``: HNSW whose stored vectors are 8-bit scalar-quantised (``IndexHNSWSQ``),
+  a quarter of the bytes of ``hnsw``; parameters as ``hnsw``.
+- ``ivf``: inverted lists (``IndexIVFFlat``) over the vectors ``flat`` searches, ``nlist``
+  k-means lists of which ``nprobe`` are scanned per question; ``nprobe = nlist`` is an
+  exhaustive search.
+- ``ivf_sq8``: ``ivf`` with 8-bit scalar-quantised storage (``IndexIVFScalarQuantizer``).
+
+The search breadth (``ef_search``, ``nprobe``) can be tuned to a recall target at build
+time (:mod:`qaindex.tuning`).
 """
 
 from __future__ import annotations
@@ -36,16 +49,57 @@ from .errors import IndexFormatError, QAIndexError
 
 __all__ = [
     "AUTO_FLAT_MAX",
+    "BREADTH_PARAM",
+    "CONCRETE_KINDS",
     "DEFAULT_HNSW",
     "INDEX_KINDS",
+    "KIND_PARAMS",
     "CoarseIndex",
     "choose_kind",
+    "default_params",
     "exact_search",
 ]
 
-INDEX_KINDS = ("auto", "flat", "hnsw")
+INDEX_KINDS = ("auto", "flat", "hnsw", "hnsw_sq8", "ivf", "ivf_sq8")
+CONCRETE_KINDS = INDEX_KINDS[1:]
+HNSW_KINDS = ("hnsw", "hnsw_sq8")
+IVF_KINDS = ("ivf", "ivf_sq8")
 AUTO_FLAT_MAX = 20_000
 DEFAULT_HNSW: dict[str, int] = {"M": 32, "ef_construction": 200, "ef_search": 256}
+#: The parameters each kind takes (all positive integers).
+KIND_PARAMS: dict[str, tuple[str, ...]] = {
+    "flat": (),
+    "hnsw": ("M", "ef_construction", "ef_search"),
+    "hnsw_sq8": ("M", "ef_construction", "ef_search"),
+    "ivf": ("nlist", "nprobe"),
+    "ivf_sq8": ("nlist", "nprobe"),
+}
+#: The parameter that sets the search breadth (what :mod:`qaindex.tuning` tunes), per kind.
+BREADTH_PARAM: dict[str, str] = {"hnsw": "ef_search", "hnsw_sq8": "ef_search", "ivf": "nprobe", "ivf_sq8": "nprobe"}
+
+
+def default_params(kind: str, count: int) -> dict[str, int]:
+    """Default parameters of an index kind for ``count`` answers.
+
+    HNSW keeps :data:`DEFAULT_HNSW` up to 200,000 answers; above, ``ef_construction`` drops
+    to 100 (building a million-answer graph at 200 takes too long on a small machine; the
+    build-time recall tuning of :mod:`qaindex.tuning` widens the search instead). IVF uses
+    about ``2·√count`` lists (at least 1, at most 8,192) and probes an eighth of them.
+
+    Example
+    -------
+    >>> default_params("ivf", 1_000_000), default_params("hnsw", 10**6)["ef_construction"]
+    ({'nlist': 2000, 'nprobe': 250}, 100)
+    """
+    if kind in HNSW_KINDS:
+        params = dict(DEFAULT_HNSW)
+        if count > 200_000:
+            params["ef_construction"] = 100
+        return params
+    if kind in IVF_KINDS:
+        nlist = int(min(8192, max(1, round(2 * np.sqrt(max(count, 1))))))
+        return {"nlist": nlist, "nprobe": max(1, nlist // 8)}
+    return {}
 
 
 def choose_kind(kind: str, count: int) -> str:
@@ -77,10 +131,11 @@ class CoarseIndex:
     geometry : {"poincare", "cosine"}
     dimension : int
         Dimension of the answer vectors.
-    kind : {"flat", "hnsw"}
+    kind : {"flat", "hnsw", "hnsw_sq8", "ivf", "ivf_sq8"}
     params : mapping, optional
-        HNSW parameters (``M``, ``ef_construction``, ``ef_search``); defaults
-        :data:`DEFAULT_HNSW`.
+        The kind's parameters (:data:`KIND_PARAMS`: ``M``, ``ef_construction``,
+        ``ef_search`` for HNSW; ``nlist``, ``nprobe`` for IVF); missing ones default to
+        :func:`default_params` for ``count``.
     device : {"auto", "cpu", "cuda"}
         ``flat`` indexes move to a GPU when FAISS sees one (``auto``) or must (``cuda``).
     ranking : {"distance", "relative"}, keyword-only
@@ -105,20 +160,26 @@ class CoarseIndex:
         device: str = "cpu",
         index: Any = None,
         ranking: str = "distance",
+        count: int = 0,
     ) -> None:
         if geometry not in ("poincare", "cosine"):
             raise QAIndexError(f"unknown geometry {geometry!r}")
         if ranking not in hyperbolic.RANKINGS:
             raise QAIndexError(f"unknown ranking {ranking!r}; choose one of: {', '.join(hyperbolic.RANKINGS)}")
         self.relative = geometry == "poincare" and ranking == "relative"
-        if kind not in ("flat", "hnsw"):
-            raise QAIndexError(f"unknown index kind {kind!r}; choose flat or hnsw")
+        if kind not in CONCRETE_KINDS:
+            raise QAIndexError(f"unknown index kind {kind!r}; choose one of: {', '.join(CONCRETE_KINDS)}")
         self.geometry = geometry
         self.dimension = int(dimension)
         self.kind = kind
-        self.params: dict[str, int] = dict(DEFAULT_HNSW) if kind == "hnsw" else {}
-        if kind == "hnsw" and params:
-            self.params.update({k: int(v) for k, v in params.items()})
+        self.params: dict[str, int] = default_params(kind, count)
+        if params:
+            self.params.update({k: int(v) for k, v in params.items() if k in KIND_PARAMS[kind]})
+        if kind in IVF_KINDS:
+            self.params["nprobe"] = min(self.params["nprobe"], self.params["nlist"])
+        #: how the search breadth was chosen (:func:`qaindex.tuning.tune_breadth`), or None
+        self.tuning: dict[str, Any] | None = None
+        self._read_only_source: str | None = None
         self._faiss = import_faiss()
         self._cpu_index = index if index is not None else self._new_index()
         self.device = "cpu"
@@ -127,20 +188,39 @@ class CoarseIndex:
 
     # -- construction ----------------------------------------------------------------------
     @property
+    def _inner_product(self) -> bool:
+        """Whether this kind searches the inner product of ``flat``'s vectors (flat, IVF)."""
+        return self.kind not in HNSW_KINDS
+
+    @property
     def stored_dimension(self) -> int:
         """Dimension of the vectors FAISS stores (``dim + 2`` for lifted Poincaré flat)."""
         if self.relative:
-            return self.dimension + (1 if self.kind == "flat" else 2)
-        return self.dimension + 2 if (self.geometry == "poincare" and self.kind == "flat") else self.dimension
+            return self.dimension + (1 if self._inner_product else 2)
+        return self.dimension + 2 if (self.geometry == "poincare" and self._inner_product) else self.dimension
 
     def _new_index(self) -> Any:
         faiss = self._faiss
         d = self.stored_dimension
         if self.kind == "flat":
             return faiss.IndexFlatIP(d)
+        if self.kind in IVF_KINDS:
+            quantizer = faiss.IndexFlatIP(d)
+            nlist = self.params["nlist"]
+            if self.kind == "ivf":
+                index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
+            else:
+                index = faiss.IndexIVFScalarQuantizer(
+                    quantizer, d, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
+                )
+            index.nprobe = self.params["nprobe"]
+            return index
         # Poincaré: L2 on raw coordinates, or (relative) on the lift with its extra coordinate
         metric = faiss.METRIC_L2 if self.geometry == "poincare" else faiss.METRIC_INNER_PRODUCT
-        index = faiss.IndexHNSWFlat(d, self.params["M"], metric)
+        if self.kind == "hnsw_sq8":
+            index = faiss.IndexHNSWSQ(d, faiss.ScalarQuantizer.QT_8bit, self.params["M"], metric)
+        else:
+            index = faiss.IndexHNSWFlat(d, self.params["M"], metric)
         index.hnsw.efConstruction = self.params["ef_construction"]
         index.hnsw.efSearch = self.params["ef_search"]
         return index
@@ -149,7 +229,8 @@ class CoarseIndex:
         if device == "cpu" or self.kind != "flat":
             if device == "cuda" and self.kind != "flat":
                 raise QAIndexError(
-                    "FAISS has no GPU version of the hnsw index; use --device auto or cpu, or --index-kind flat"
+                    f"qaindex moves only the flat index to a GPU, not {self.kind}; use --device auto or cpu, "
+                    "or --index-kind flat"
                 )
             return
         gpus = faiss_gpu_count()
@@ -173,12 +254,12 @@ class CoarseIndex:
             return _unit(vectors)
         if self.relative:
             rel: np.ndarray = hyperbolic.relative_lift(vectors)
-            if self.kind == "flat":
+            if self._inner_product:
                 return rel
             sq = np.sum(rel.astype(np.float64) ** 2, axis=1, keepdims=True)
             extra = np.sqrt(np.maximum(hyperbolic.RELATIVE_LIFT_BOUND - sq, 0.0))
             return np.ascontiguousarray(np.concatenate([rel, extra], axis=1), dtype=np.float32)
-        if self.kind == "flat":
+        if self._inner_product:
             lifted: np.ndarray = hyperbolic.lift(vectors)
             return lifted
         return np.ascontiguousarray(vectors, dtype=np.float32)
@@ -188,10 +269,10 @@ class CoarseIndex:
             return _unit(queries)
         if self.relative:
             rel: np.ndarray = hyperbolic.relative_lift_query(queries)
-            if self.kind == "flat":
+            if self._inner_product:
                 return rel
             return np.ascontiguousarray(np.concatenate([rel, np.zeros_like(rel[:, :1])], axis=1))
-        if self.kind == "flat":
+        if self._inner_product:
             lifted: np.ndarray = hyperbolic.lift_query(queries)
             return lifted
         return np.ascontiguousarray(queries, dtype=np.float32)
@@ -203,9 +284,46 @@ class CoarseIndex:
     def add(self, vectors: np.ndarray) -> None:
         """Append vectors (their rows continue after the existing ones)."""
         if len(vectors):
-            self._index.add(self._db(vectors))
+            if self._read_only_source is not None:
+                # a memory-mapped IVF index is read-only in FAISS: read it into memory first
+                self._cpu_index = self._index = self._faiss.read_index(self._read_only_source)
+                self._index.nprobe = self.params["nprobe"]
+                self._read_only_source = None
+            db = self._db(vectors)
+            if not self._index.is_trained:
+                self._train(db)
+            self._index.add(db)
             if self._index is not self._cpu_index:
                 self._cpu_index = None  # the GPU copy is the truth until saved
+
+    def _train(self, db: np.ndarray) -> None:
+        """Train IVF lists / scalar quantisers on (a seeded sample of) the first vectors added."""
+        if self.kind in IVF_KINDS:
+            nlist = self.params["nlist"]
+            if len(db) < nlist:  # k-means needs at least one point per list
+                raise QAIndexError(
+                    f"an {self.kind} index of {nlist} lists needs at least {nlist} answers to train, got "
+                    f"{len(db)}; add more answers or choose --index-kind flat"
+                )
+            sample = min(len(db), 64 * nlist)
+            self._index.cp.min_points_per_centroid = 1  # small corpora: no FAISS warning on stderr
+        else:
+            sample = min(len(db), 100_000)
+        if sample < len(db):
+            pick = np.sort(np.random.default_rng(0).choice(len(db), size=sample, replace=False))
+            db = db[pick]
+        self._index.train(np.ascontiguousarray(db))
+
+    def set_breadth(self, value: int) -> None:
+        """Set the search breadth (``ef_search`` or ``nprobe``) of later searches."""
+        name = BREADTH_PARAM.get(self.kind)
+        if name is None:
+            return
+        value = int(value)
+        if name == "nprobe":
+            value = min(value, self.params["nlist"])
+            self._index.nprobe = value
+        self.params[name] = value
 
     # -- search -----------------------------------------------------------------------------
     def search(self, queries: np.ndarray, m: int) -> np.ndarray:
@@ -225,8 +343,10 @@ class CoarseIndex:
         n = len(queries)
         if m <= 0 or n == 0:
             return np.full((n, max(m, 0)), -1, dtype=np.int64)
-        if self.kind == "hnsw":
+        if self.kind in HNSW_KINDS:
             self._index.hnsw.efSearch = max(self.params["ef_search"], m)
+        elif self.kind in IVF_KINDS:
+            self._index.nprobe = self.params["nprobe"]
         else:
             _set_blas_threshold(self._faiss, n)
         _, rows = self._index.search(self._query(queries), m)
@@ -234,8 +354,11 @@ class CoarseIndex:
 
     # -- persistence ---------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
-        """Kind, parameters and device, for manifests and ``qaindex info``."""
-        return {"kind": self.kind, "params": dict(self.params), "device": self.device}
+        """Kind, parameters, device and recall tuning, for manifests and ``qaindex info``."""
+        out: dict[str, Any] = {"kind": self.kind, "params": dict(self.params), "device": self.device}
+        if self.tuning is not None:
+            out["tuning"] = dict(self.tuning)
+        return out
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the index with ``faiss.write_index`` (FAISS's own binary format)."""
@@ -255,6 +378,7 @@ class CoarseIndex:
         count: int,
         device: str = "cpu",
         ranking: str = "distance",
+        tuning: Mapping[str, Any] | None = None,
     ) -> CoarseIndex:
         """Read an index written by :meth:`save`, memory-mapping it where FAISS can."""
         faiss = import_faiss()
@@ -267,7 +391,11 @@ class CoarseIndex:
                 raise IndexFormatError(
                     f"{path}: FAISS cannot read it ({str(exc).splitlines()[0]}); rebuild the index"
                 ) from None
-        out = cls(geometry, dimension, kind, params, device=device, index=index, ranking=ranking)
+        out = cls(geometry, dimension, kind, params, device=device, index=index, ranking=ranking, count=count)
+        out.tuning = dict(tuning) if tuning is not None else None
+        if kind in IVF_KINDS:
+            out._index.nprobe = out.params["nprobe"]
+            out._read_only_source = os.fspath(path)
         if out.ntotal != count or index.d != out.stored_dimension:
             raise IndexFormatError(
                 f"{path}: holds {out.ntotal} vectors of dimension {index.d}, the manifest says "
