@@ -308,7 +308,7 @@ class Ranker:
             loaded.geometry, loaded.dimension, kind, hnsw, device=device, ranking=loaded.ranking, count=len(records)
         )
         coarse.add(vectors)
-        if recall is not None:
+        if recall is not None and kind != "flat":  # flat is exact: nothing to tune
             _tune(coarse, loaded, records, vectors, recall, overfetch)
         return cls(
             loaded,

@@ -179,7 +179,6 @@ class CoarseIndex:
             self.params["nprobe"] = min(self.params["nprobe"], self.params["nlist"])
         #: how the search breadth was chosen (:func:`qaindex.tuning.tune_breadth`), or None
         self.tuning: dict[str, Any] | None = None
-        self._read_only_source: str | None = None
         self._faiss = import_faiss()
         self._cpu_index = index if index is not None else self._new_index()
         self.device = "cpu"
@@ -193,11 +192,26 @@ class CoarseIndex:
         return self.kind not in HNSW_KINDS
 
     @property
-    def stored_dimension(self) -> int:
-        """Dimension of the vectors FAISS stores (``dim + 2`` for lifted Poincaré flat)."""
+    def _searched_dimension(self) -> int:
         if self.relative:
             return self.dimension + (1 if self._inner_product else 2)
         return self.dimension + 2 if (self.geometry == "poincare" and self._inner_product) else self.dimension
+
+    @property
+    def stored_dimension(self) -> int:
+        """Dimension of the vectors FAISS stores (``dim + 2`` for lifted Poincaré flat).
+
+        Scalar-quantised kinds pad it with zeros to a multiple of 16, where FAISS's SIMD
+        distance code applies (zeros change neither inner products nor L2 distances).
+        """
+        d = self._searched_dimension
+        return d + (-d) % 16 if self.kind.endswith("_sq8") else d
+
+    def _padded(self, x: np.ndarray) -> np.ndarray:
+        extra = self.stored_dimension - x.shape[1]
+        if extra <= 0:
+            return x
+        return np.ascontiguousarray(np.concatenate([x, np.zeros((len(x), extra), dtype=np.float32)], axis=1))
 
     def _new_index(self) -> Any:
         faiss = self._faiss
@@ -250,6 +264,12 @@ class CoarseIndex:
         self.device = "cuda"
 
     def _db(self, vectors: np.ndarray) -> np.ndarray:
+        return self._padded(self._db_vectors(vectors))
+
+    def _query(self, queries: np.ndarray) -> np.ndarray:
+        return self._padded(self._query_vectors(queries))
+
+    def _db_vectors(self, vectors: np.ndarray) -> np.ndarray:
         if self.geometry == "cosine":
             return _unit(vectors)
         if self.relative:
@@ -264,7 +284,7 @@ class CoarseIndex:
             return lifted
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
-    def _query(self, queries: np.ndarray) -> np.ndarray:
+    def _query_vectors(self, queries: np.ndarray) -> np.ndarray:
         if self.geometry == "cosine":
             return _unit(queries)
         if self.relative:
@@ -284,11 +304,6 @@ class CoarseIndex:
     def add(self, vectors: np.ndarray) -> None:
         """Append vectors (their rows continue after the existing ones)."""
         if len(vectors):
-            if self._read_only_source is not None:
-                # a memory-mapped IVF index is read-only in FAISS: read it into memory first
-                self._cpu_index = self._index = self._faiss.read_index(self._read_only_source)
-                self._index.nprobe = self.params["nprobe"]
-                self._read_only_source = None
             db = self._db(vectors)
             if not self._index.is_trained:
                 self._train(db)
@@ -382,8 +397,10 @@ class CoarseIndex:
     ) -> CoarseIndex:
         """Read an index written by :meth:`save`, memory-mapping it where FAISS can."""
         faiss = import_faiss()
+        # IVF lists memory-mapped by FAISS are read-only and measured 4x slower to scan: read them
+        flags = 0 if kind in IVF_KINDS else faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY
         try:
-            index = faiss.read_index(os.fspath(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+            index = faiss.read_index(os.fspath(path), flags)
         except RuntimeError:
             try:
                 index = faiss.read_index(os.fspath(path))
@@ -395,7 +412,6 @@ class CoarseIndex:
         out.tuning = dict(tuning) if tuning is not None else None
         if kind in IVF_KINDS:
             out._index.nprobe = out.params["nprobe"]
-            out._read_only_source = os.fspath(path)
         if out.ntotal != count or index.d != out.stored_dimension:
             raise IndexFormatError(
                 f"{path}: holds {out.ntotal} vectors of dimension {index.d}, the manifest says "

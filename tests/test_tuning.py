@@ -172,7 +172,9 @@ def test_bad_recall_targets_and_tuning_fields_are_refused(answers: list[dict[str
     Ranker.build(answers[:50], recall=0.9).save(tmp_path / "ix")
     mpath = tmp_path / "ix" / "manifest.json"
     manifest = json.loads(mpath.read_text())
-    assert manifest["coarse"]["tuning"]["param"] is None  # flat: measured, nothing to tune
+    assert "tuning" not in manifest["coarse"]  # flat is exact: nothing to tune
+    Ranker.build(answers[:300], index_kind="ivf", recall=0.9).save(tmp_path / "ix")
+    manifest = json.loads(mpath.read_text())
     manifest["coarse"]["tuning"]["recall"] = 2
     manifest["checksum"] = manifest_checksum({k: v for k, v in manifest.items() if k != "checksum"})
     mpath.write_text(json.dumps(manifest))
