@@ -162,9 +162,12 @@ def recall_at_k(found: np.ndarray, truth: np.ndarray) -> float:
     return hits / max(1, int((truth >= 0).sum()))
 
 
-def pipeline_recall(ranker: Ranker, qv: np.ndarray, vectors: np.ndarray, k: int = 10) -> float:
+def pipeline_recall(
+    ranker: Ranker, qv: np.ndarray, vectors: np.ndarray, k: int = 10, truth: np.ndarray | None = None
+) -> float:
     """Recall@k of ``ranker``'s whole pipeline against float64 brute force over ``vectors``."""
-    _, truth = exact_search(qv, vectors, k, geometry=ranker.model.geometry, ranking=ranker.model.ranking)
+    if truth is None:
+        _, truth = exact_search(qv, vectors, k, geometry=ranker.model.geometry, ranking=ranker.model.ranking)
     _, _, rows = ranker.search_vectors(qv, k)
     return recall_at_k(rows, truth)
 
@@ -225,18 +228,21 @@ def measure_qaindex(
     recall: float,
     tmp: Path,
     label: str,
+    truth_cache: dict[str, np.ndarray],
+    truth_questions: int,
 ) -> dict[str, Any]:
     records = [{"id": i, "answer": t} for i, t in enumerate(texts)]
     set_faiss_threads(2)
     rss0 = rss_mb()
     t = time.perf_counter()
-    ranker = Ranker.build(records, model=model, index_kind=kind, device="cpu", recall=recall if kind != "flat" else None)
+    target = recall if kind != "flat" else None
+    ranker = Ranker.build(records, model=model, index_kind=kind, device="cpu", recall=target)
     build_s = time.perf_counter() - t
     rss1 = rss_mb()
     info = ranker.info()
     path = tmp / label
     ranker.save(path)
-    vectors = np.asarray(ranker._vectors)  # noqa: SLF001 - the stored vectors, for the ground truth
+    vectors = np.asarray(ranker._vectors)  # the stored vectors, for the ground truth
     raw = vectors.size * 4 + sum(len(x.encode("utf-8")) for x in texts)
     disk = index_bytes(path)
     model_copy = index_bytes(next(path.glob("data-*")) / "model")
@@ -261,16 +267,19 @@ def measure_qaindex(
     set_faiss_threads(1)
     out["single_1_thread"] = percentiles(per_call_ms(lambda q: one.search(q, k=10), questions))
     out["split_1_thread_ms"] = split_ms(one, questions)
-    qv = one.model.encode(questions, role="question")
-    out["recall_at_10"] = round(pipeline_recall(one, qv, vectors), 4)
-    del one
+    qv = one.model.encode(questions[:truth_questions], role="question")
+    if "truth" not in truth_cache:  # the same vectors for every kind: one ground truth per corpus
+        t = time.perf_counter()
+        truth_cache["truth"] = exact_search(qv, vectors, 10, geometry=one.model.geometry, ranking=one.model.ranking)[1]
+        truth_cache["seconds"] = np.array(time.perf_counter() - t)
+    out["recall_at_10"] = round(pipeline_recall(one, qv, vectors, truth=truth_cache["truth"]), 4)
+    out["recall_questions"] = len(qv)
     two = Ranker.load(path, threads=2, device="cpu")
     set_faiss_threads(2)
     out["single_2_threads"] = percentiles(per_call_ms(lambda q: two.search(q, k=10), questions))
     t = time.perf_counter()
     two.search_batch(questions, k=10)
     out["batch_questions_per_s_2_threads"] = round(len(questions) / (time.perf_counter() - t), 1)
-    del two
     out["peak_rss_mb_so_far"] = round(peak_rss_mb(), 1)
     return out
 
@@ -565,6 +574,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--recall", type=float, default=0.99, help="recall target of the build-time tuning")
     parser.add_argument("--questions", type=int, default=1000)
     parser.add_argument("--minilm-questions", type=int, default=200)
+    parser.add_argument(
+        "--truth-questions", type=int, default=None, help="questions for recall@10 (default: all; brute force)"
+    )
+    parser.add_argument("--merge", action="store_true", help="keep the other sizes of an existing --out file")
     parser.add_argument("--minilm-pool", type=int, default=1000)
     parser.add_argument("--baselines", default="flat,minilm,bm25")
     parser.add_argument("--model", default=None, help="model directory (default: the built-in default)")
@@ -600,13 +613,33 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "encode_answers_per_s": round(encode_rate(texts, args.model), 1),
                 "qaindex": [],
             }
+            truth: dict[str, np.ndarray] = {}
+            tq = args.truth_questions or len(questions)
             for kind in kinds:
-                r = measure_qaindex(texts, questions, kind, model=args.model, recall=args.recall, tmp=tmp, label=f"{n}-{kind}")
+                r = measure_qaindex(
+                    texts,
+                    questions,
+                    kind,
+                    model=args.model,
+                    recall=args.recall,
+                    tmp=tmp,
+                    label=f"{n}-{kind}",
+                    truth_cache=truth,
+                    truth_questions=tq,
+                )
                 size["qaindex"].append(r)
                 print(f"{n:>9,} qaindex {r['kind']}: {json.dumps(r)}", flush=True)
             if "flat" in baselines and all(r["kind"] != "flat" for r in size["qaindex"]):
                 size["no_index"] = measure_qaindex(
-                    texts, questions, "flat", model=args.model, recall=args.recall, tmp=tmp, label=f"{n}-noindex"
+                    texts,
+                    questions,
+                    "flat",
+                    model=args.model,
+                    recall=args.recall,
+                    tmp=tmp,
+                    label=f"{n}-noindex",
+                    truth_cache=truth,
+                    truth_questions=tq,
                 )
                 print(f"{n:>9,} no index (FAISS IndexFlat): {json.dumps(size['no_index'])}", flush=True)
             if minilm is not None:
@@ -620,6 +653,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             for p in tmp.iterdir():  # free the disk before the next size
                 if p.is_dir():
                     shutil.rmtree(p, ignore_errors=True)
+    if args.merge and args.out.exists():
+        old = json.loads(args.out.read_text())
+        mine = {s["answers"] for s in results["sizes"]}
+        results["sizes"] = sorted(
+            [s for s in old["sizes"] if s["answers"] not in mine] + results["sizes"], key=lambda s: s["answers"]
+        )
+        results["command"] = old["command"] + "; then " + results["command"]
     results["targets"] = targets(results)
     for t in results["targets"]:
         print(f"{'met' if t['met'] else 'MISSED' if t['met'] is False else 'n/a':>6}  {t['target']}: {t['figure']}")
