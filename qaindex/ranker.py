@@ -45,7 +45,7 @@ from .locking import DEFAULT_LOCK_TIMEOUT, index_lock
 from .model import Model
 from .records import RecordStore
 from .storage import verify_files, write_json_atomic
-from .tuning import DEFAULT_TUNING_QUERIES, check_target, sample_texts, tune_breadth
+from .tuning import DEFAULT_TUNING_QUERIES, answer_spans, check_target, sample_texts, tune_breadth
 from .vector_index import INDEX_KINDS, CoarseIndex, choose_kind, exact_search
 
 __all__ = ["DEFAULT_OVERFETCH", "INDEX_FORMAT", "INDEX_FORMAT_VERSION", "Hit", "Ranker"]
@@ -1124,13 +1124,23 @@ def _tune(
 ) -> None:
     """Tune ``coarse``'s breadth to ``target`` recall@10 on the corpus's questions (or answers)."""
     texts = [q for r in records for q in r.questions]
-    source = "stored questions"
-    if not texts:
-        texts, source = [r.answer for r in records], "answer texts"
-    sample = sample_texts(texts, DEFAULT_TUNING_QUERIES)
+    exclude = None
+    if texts:
+        sample, source = sample_texts(texts, DEFAULT_TUNING_QUERIES), "stored questions"
+    else:  # no questions: spans of answers, each answer held out from its own span's truth
+        sample, exclude = answer_spans([r.answer for r in records], DEFAULT_TUNING_QUERIES)
+        source = "held-out answer spans"
     qv = model.encode(sample, role="question")
     out = tune_breadth(
-        coarse, vectors, qv, target=target, k=10, overfetch=overfetch, geometry=model.geometry, ranking=model.ranking
+        coarse,
+        vectors,
+        qv,
+        target=target,
+        k=10,
+        overfetch=overfetch,
+        geometry=model.geometry,
+        ranking=model.ranking,
+        exclude=exclude,
     )
     out["source"] = source
     _log.info("tuned %s=%s: recall@%d %.4f (target %.4f)", out["param"], out["value"], out["k"], out["recall"], target)

@@ -29,7 +29,15 @@ import numpy as np
 from .errors import QueryError
 from .vector_index import BREADTH_PARAM, HNSW_KINDS, CoarseIndex, exact_search
 
-__all__ = ["DEFAULT_TUNING_QUERIES", "MAX_EF_SEARCH", "check_target", "recall_at", "tune_breadth"]
+__all__ = [
+    "DEFAULT_TUNING_QUERIES",
+    "MAX_EF_SEARCH",
+    "answer_spans",
+    "check_target",
+    "recall_at",
+    "sample_texts",
+    "tune_breadth",
+]
 
 DEFAULT_TUNING_QUERIES = 200
 MAX_EF_SEARCH = 16_384
@@ -84,6 +92,7 @@ def tune_breadth(
     geometry: str,
     ranking: str = "distance",
     max_breadth: int | None = None,
+    exclude: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Set the smallest search breadth at which the coarse stage reaches ``target`` recall@k.
 
@@ -104,6 +113,9 @@ def tune_breadth(
         The model's ranking rule (for the exact ground truth).
     max_breadth : int, keyword-only, optional
         Largest breadth tried (default :data:`MAX_EF_SEARCH` for HNSW, ``nlist`` for IVF).
+    exclude : array (n,) of int, keyword-only, optional
+        A row to leave out per query (-1: none), for queries made from a stored answer: that
+        answer is then neither in the truth nor counted when found (a held-out query).
 
     Returns
     -------
@@ -128,13 +140,15 @@ def tune_breadth(
     kk = min(k, total)
     m = min(total, kk * overfetch)
     q = np.ascontiguousarray(queries, dtype=np.float32)
-    _, truth = exact_search(q, vectors, kk, geometry=geometry, ranking=ranking)
+    drop = np.full(len(q), -1, dtype=np.int64) if exclude is None else np.asarray(exclude, dtype=np.int64)
+    _, truth = exact_search(q, vectors, min(total, kk + 1), geometry=geometry, ranking=ranking)
+    truth = _without(truth, drop, kk)
     tried: list[list[float]] = []
 
     def measure(value: int | None) -> float:
         if value is not None:
             coarse.set_breadth(value)
-        got = recall_at(coarse.search(q, m), truth)
+        got = recall_at(_without(coarse.search(q, m), drop, m), truth)
         if value is not None:
             tried.append([int(value), round(got, 6)])
         return got
@@ -194,6 +208,37 @@ def tune_breadth(
     }
     coarse.tuning = result
     return result
+
+
+def _without(rows: np.ndarray, drop: np.ndarray, width: int) -> np.ndarray:
+    """``rows`` less each query's excluded row, cut to ``width`` columns (-1 padded)."""
+    out = np.full((len(rows), width), -1, dtype=np.int64)
+    for i, (r, d) in enumerate(zip(rows, drop, strict=True)):
+        kept = r[r != d][:width] if d >= 0 else r[:width]
+        out[i, : len(kept)] = kept
+    return out
+
+
+def answer_spans(texts: Sequence[str], n: int = DEFAULT_TUNING_QUERIES, seed: int = 0) -> tuple[list[str], np.ndarray]:
+    """Question-like queries cut from answers: a seeded span of 4–10 words of ``n`` answers.
+
+    Returns the spans and the row of the answer each comes from (to hold it out).
+
+    Example
+    -------
+    >>> spans, rows = answer_spans(["one two three four five six seven eight nine ten eleven"], 1)
+    >>> len(spans[0].split()) >= 4, rows.tolist()
+    (True, [0])
+    """
+    rng = np.random.default_rng(seed)
+    rows = np.arange(len(texts)) if len(texts) <= n else np.sort(rng.choice(len(texts), size=n, replace=False))
+    spans = []
+    for row in rows:
+        words = texts[row].split()
+        length = min(len(words), int(rng.integers(4, 11)))
+        start = int(rng.integers(0, len(words) - length + 1)) if words else 0
+        spans.append(" ".join(words[start : start + length]) or texts[row])
+    return spans, rows.astype(np.int64)
 
 
 def sample_texts(texts: Sequence[str], n: int = DEFAULT_TUNING_QUERIES, seed: int = 0) -> list[str]:

@@ -21,7 +21,7 @@ from qaindex import IndexFormatError, QueryError, Ranker, hyperbolic
 from qaindex.cli import main
 from qaindex.corpus import read_corpus
 from qaindex.index_format import manifest_checksum
-from qaindex.tuning import recall_at, tune_breadth
+from qaindex.tuning import answer_spans, recall_at, tune_breadth
 from qaindex.vector_index import CoarseIndex, default_params, exact_search
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,7 +138,7 @@ def test_new_kinds_return_the_brute_force_top_k_and_persist(
 def test_build_with_recall_tunes_stores_and_reports(answers: list[dict[str, Any]], tmp_path: Path) -> None:
     ranker = Ranker.build(answers, index_kind="hnsw", hnsw={"M": 16, "ef_construction": 40}, recall=0.99)
     tuning = ranker.info()["index"]["tuning"]
-    assert tuning["target"] == 0.99 and tuning["reached"] is True and tuning["source"] == "answer texts"
+    assert tuning["target"] == 0.99 and tuning["reached"] is True and tuning["source"] == "held-out answer spans"
     assert tuning["param"] == "ef_search" and ranker.info()["index"]["params"]["ef_search"] == tuning["value"]
     ranker.save(tmp_path / "ix")
     loaded = Ranker.load(tmp_path / "ix")
@@ -237,3 +237,28 @@ def test_the_screened_exact_search_equals_the_plain_one(geometry: str, ranking: 
     assert np.array_equal(plain[1], screened[1]) and np.array_equal(plain[0], screened[0])
     if geometry == "poincare":
         assert np.array_equal(plain[1], brute_force(q, v, 20, ranking))
+
+
+def test_held_out_queries_leave_their_own_answer_out() -> None:
+    vectors = ball_points(1500, 8, seed=4)
+    ix = CoarseIndex("poincare", 8, "ivf", {"nlist": 30, "nprobe": 1}, ranking="relative", count=1500)
+    ix.add(vectors)
+    q, rows = vectors[:40] * 0.98, np.arange(40)
+    out = tune_breadth(ix, vectors, q, target=0.95, k=10, overfetch=2, geometry="poincare", ranking="relative",
+                       exclude=rows)  # fmt: skip
+    truth = brute_force(q, vectors, 11, "relative")
+    truth = np.array([[r for r in t if r != own][:10] for t, own in zip(truth, rows, strict=True)])
+    found = ix.search(q, 20)
+    found = np.array([np.pad(f[f != own][:20], (0, 20 - len(f[f != own][:20])), constant_values=-1)
+                      for f, own in zip(found, rows, strict=True)])  # fmt: skip
+    assert recall_at(found, truth) == pytest.approx(out["recall"], abs=1e-6)
+    assert all(own not in t for t, own in zip(truth, rows, strict=True))
+
+
+def test_answer_spans_are_seeded_word_spans_of_their_answers() -> None:
+    texts = [" ".join(f"w{i}-{j}" for j in range(3 + i % 15)) for i in range(500)]
+    spans, rows = answer_spans(texts, 50)
+    assert len(spans) == 50 and len(set(rows.tolist())) == 50
+    for span, row in zip(spans, rows, strict=True):
+        assert span in texts[row] and 3 <= len(span.split()) <= 10
+    assert answer_spans(texts, 50)[0] == spans
