@@ -457,8 +457,9 @@ def exact_search(
     |x|² + |y|² − 2⟨x, y⟩``) and keeps each query's ``max(4k, k + 64)`` nearest; the
     element-difference formula then recomputes the distances of those to rank them. The
     pass's rounding (about 1e-16 relative to the norms) is far below the gaps between the
-    kept and the dropped, so the result is the brute-force one; it is about two orders of
-    magnitude faster on a million answers.
+    kept and the dropped, so the result is the brute-force one (a test compares both paths,
+    ties included); on 20,000 answers × 32 dimensions and 31 queries it took 0.21 s instead
+    of 0.96 s here.
 
     Parameters
     ----------
