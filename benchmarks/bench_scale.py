@@ -551,6 +551,18 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {size['answers']:,} | bm25s | {p50:.3f} | {b['single']['p99_ms']:.3f} | {p50 / qp50:.1f}× | - | "
                 f"{b['index_answers_per_s']:,.0f} answers/s |"
             )
+    trace = ROOT / "benchmarks" / "results" / "scale-hnsw-100k-tuning.json"
+    if trace.exists():
+        t = json.loads(trace.read_text())["coarse"]["tuning"]
+        lines += [
+            "",
+            f"`hnsw` (the `auto` kind above 20,000 answers) is not in the table: at {100_000:,} answers its "
+            f"build-time tuning (200 held-out answer spans) reached recall@10 {t['recall']:.4f} at most (target {t['target']}), at "
+            f"ef_search {t['value']:,} (trace: `benchmarks/results/scale-hnsw-100k-tuning.json`: "
+            + ", ".join(f"{v:,} → {r:.4f}" for v, r in t["tried"][::3])
+            + "), which made its latency loops too slow for the session; HNSW over the lifted vectors "
+            "saturates below 0.99.",
+        ]
     lines += [
         "",
         "MiniLM answer vectors beyond its pool of encoded real sentences are normalised means of pool "
@@ -578,6 +590,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "--truth-questions", type=int, default=None, help="questions for recall@10 (default: all; brute force)"
     )
     parser.add_argument("--merge", action="store_true", help="keep the other sizes of an existing --out file")
+    parser.add_argument("--render", action="store_true", help="only write --table from an existing --out file")
     parser.add_argument("--minilm-pool", type=int, default=1000)
     parser.add_argument("--baselines", default="flat,minilm,bm25")
     parser.add_argument("--model", default=None, help="model directory (default: the built-in default)")
@@ -585,6 +598,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "scale.json")
     parser.add_argument("--table", type=Path, default=ROOT / "docs" / "scale.md")
     args = parser.parse_args(argv)
+    if args.render:
+        rendered: dict[str, Any] = json.loads(args.out.read_text())
+        rendered["targets"] = targets(rendered)
+        write_atomic(args.table, markdown(rendered))
+        return rendered
     sizes = [int(s) for s in args.sizes.split(",")]
     kinds = args.kinds.split(",")
     baselines = {b for b in args.baselines.split(",") if b}
@@ -667,11 +685,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     tmp_out = args.out.with_name(f".{args.out.name}.tmp-{os.getpid()}")
     tmp_out.write_text(json.dumps(results, indent=2) + "\n")
     os.replace(tmp_out, args.out)
-    args.table.parent.mkdir(parents=True, exist_ok=True)
-    tmp_table = args.table.with_name(f".{args.table.name}.tmp-{os.getpid()}")
-    tmp_table.write_text(markdown(results))
-    os.replace(tmp_table, args.table)
+    write_atomic(args.table, markdown(results))
     return results
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

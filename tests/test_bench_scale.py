@@ -113,3 +113,6 @@ def test_the_benchmark_writes_its_json_and_table(data: Path, tmp_path: Path) -> 
     bench_scale.main(["--sizes", "70", "--kinds", "auto", "--questions", "12", "--baselines", "",
                       "--data", str(data), "--out", str(out), "--table", str(table), "--merge"])  # fmt: skip
     assert [s["answers"] for s in json.loads(out.read_text())["sizes"]] == [50, 70, 90]
+    table.unlink()  # --render rewrites the table from the JSON alone
+    bench_scale.main(["--render", "--out", str(out), "--table", str(table)])
+    assert "| 70 | flat |" in table.read_text()
