@@ -557,7 +557,8 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [
             "",
             f"`hnsw` (the `auto` kind above 20,000 answers) is not in the table: at {100_000:,} answers its "
-            f"build-time tuning (200 held-out answer spans) reached recall@10 {t['recall']:.4f} at most (target {t['target']}), at "
+            f"build-time tuning (200 held-out answer spans) reached recall@10 {t['recall']:.4f} at most "
+            f"(target {t['target']}), at "
             f"ef_search {t['value']:,} (trace: `benchmarks/results/scale-hnsw-100k-tuning.json`: "
             + ", ".join(f"{v:,} → {r:.4f}" for v, r in t["tried"][::3])
             + "), which made its latency loops too slow for the session; HNSW over the lifted vectors "
