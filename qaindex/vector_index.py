@@ -84,7 +84,8 @@ def default_params(kind: str, count: int) -> dict[str, int]:
     HNSW keeps :data:`DEFAULT_HNSW` up to 200,000 answers; above, ``ef_construction`` drops
     to 100 (building a million-answer graph at 200 takes too long on a small machine; the
     build-time recall tuning of :mod:`qaindex.tuning` widens the search instead). IVF uses
-    about ``2·√count`` lists (at least 1, at most 8,192) and probes an eighth of them.
+    about ``2·√count`` lists (at least 1, at most 8,192 and at most ``count``) and probes an
+    eighth of them.
 
     Example
     -------
@@ -97,7 +98,7 @@ def default_params(kind: str, count: int) -> dict[str, int]:
             params["ef_construction"] = 100
         return params
     if kind in IVF_KINDS:
-        nlist = int(min(8192, max(1, round(2 * np.sqrt(max(count, 1))))))
+        nlist = int(max(1, min(8192, round(2 * np.sqrt(max(count, 1))), count)))
         return {"nlist": nlist, "nprobe": max(1, nlist // 8)}
     return {}
 
