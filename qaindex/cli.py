@@ -120,7 +120,16 @@ def main(verbose: bool) -> None:
     type=click.Choice(INDEX_KINDS),
     default="auto",
     show_default=True,
-    help="FAISS coarse index: exact flat search, or approximate HNSW; auto picks flat up to 20,000 answers.",
+    help="FAISS coarse index: exact flat search, or approximate HNSW / IVF (_sq8: 8-bit storage); "
+    "auto picks flat up to 20,000 answers.",
+)
+@click.option(
+    "--recall",
+    "recall_target",
+    type=click.FloatRange(min=0.0, max=1.0, min_open=True),
+    default=None,
+    help="Tune the HNSW/IVF search breadth to the smallest that reaches this recall@10 against exact search "
+    "(e.g. 0.99), measured on the corpus's questions (or answers) at build time.",
 )
 @click.option(
     "--overfetch",
@@ -147,6 +156,7 @@ def build(
     index: Path,
     device: str,
     index_kind: str,
+    recall_target: float | None,
     overfetch: int,
     batch_size: int,
     lock_timeout: float,
@@ -158,7 +168,13 @@ def build(
     with the text). An existing index at --index is replaced only once the new one is complete.
     """
     start = time.perf_counter()
-    options: dict[str, Any] = {"model": model, "device": device, "index_kind": index_kind, "overfetch": overfetch}
+    options: dict[str, Any] = {
+        "model": model,
+        "device": device,
+        "index_kind": index_kind,
+        "overfetch": overfetch,
+        "recall": recall_target,
+    }
     if ray_address is not None:
         from .distributed import build_on_ray
 
@@ -175,6 +191,8 @@ def build(
     )
     if info["near_centre"] is not None:
         click.echo(_near_centre_line(info["near_centre"]))
+    if "tuning" in info["index"]:
+        click.echo(_tuning_line(info["index"]["tuning"]))
 
 
 @main.command()
@@ -287,6 +305,8 @@ def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bo
     ]
     if data["near_centre"] is not None:
         lines.append(f"centre:     {_near_centre_line(data['near_centre'])}")
+    if "tuning" in data["index"]:
+        lines.append(f"tuning:     {_tuning_line(data['index']['tuning'])}")
     if verify:
         lines.append("verified:   every file matches its checksum")
     if recall:
@@ -327,3 +347,14 @@ main.add_command(train)
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+
+def _tuning_line(t: dict[str, Any]) -> str:
+    """One line on the build-time recall tuning (:mod:`qaindex.tuning`)."""
+    if t.get("param") is None:
+        return f"recall@{t.get('k')} {t['recall']:.4f} at build time (exact index; target {t['target']:.4f})"
+    verdict = "reached" if t.get("reached") else "NOT reached (largest tried)"
+    return (
+        f"{t.get('param')}={t.get('value')} tuned to recall@{t.get('k')} {t['recall']:.4f} "
+        f"(target {t['target']:.4f} {verdict}; {t.get('queries')} {t.get('source', 'queries')})"
+    )

@@ -211,6 +211,7 @@ def build_on_ray(
     batch_size: int = 256,
     chunk_size: int = DEFAULT_CHUNK,
     workers: int | None = None,
+    recall: float | None = None,
 ) -> Ranker:
     """Build an index of a corpus file with Ray Data encoding shards in parallel workers.
 
@@ -221,7 +222,7 @@ def build_on_ray(
     address : str, keyword-only
         ``local``, ``auto`` or a Ray address such as ``ray://head:10001`` (see the module
         docstring); ignored when Ray is already initialised.
-    model, device, index_kind, hnsw, overfetch, batch_size
+    model, device, index_kind, hnsw, overfetch, batch_size, recall
         As for :meth:`qaindex.Ranker.build`.
     chunk_size : int, keyword-only
         Answers per ``map_batches`` call (and per chunk of the driver's validation).
@@ -256,6 +257,11 @@ def build_on_ray(
         if started:
             ray.shutdown()
     coarse = assemble_index(loaded, vectors, index_kind=index_kind, hnsw=hnsw, device=device, chunk_size=chunk_size)
+    if recall is not None and coarse.kind != "flat":  # flat is exact: nothing to tune
+        from .ranker import _tune
+        from .tuning import check_target
+
+        _tune(coarse, loaded, store, vectors, check_target(recall), overfetch)
     return Ranker(loaded, store, vectors, coarse, overfetch=overfetch, kind_requested=index_kind)
 
 
