@@ -30,7 +30,7 @@ __all__ = [
     "read_config_file",
 ]
 
-MODEL_KINDS = ("hyperqa", "cosineqa", "qa-cnn", "qa-bilstm")
+MODEL_KINDS = ("hyperqa", "cosineqa", "qa-cnn", "qa-bilstm", "ap-cnn", "ap-bilstm")
 BALL_MAPS = ("clip", "expmap", "radius", "weighted")
 BALL_CHOICES = (*BALL_MAPS, "auto")
 OPTIMIZERS = ("adagrad", "adam", "sgd")
@@ -60,7 +60,8 @@ class TrainConfig:
         "hyperqa",
         "HyperQA (Poincaré ball), CosineQA (the paper's cosine ablation), or the attentive-pooling "
         "paper's QA-CNN / QA-biLSTM (convolution or biLSTM, max-pooling + tanh, cosine; --dim is the "
-        "number of filters c, or 2H for the biLSTM).",
+        "number of filters c, or 2H for the biLSTM), or its AP-CNN / AP-biLSTM (attentive pooling: a joint "
+        "scorer, exported as a reranker model directory for `qaindex search --rerank`).",
         choices=MODEL_KINDS,
     )
     embeddings: str = _setting(
@@ -163,7 +164,7 @@ class TrainConfig:
         None,
         "Draw this many random negatives per pair at every step, score them with the current model "
         "and train on the highest-scoring --negatives of them (the QA-CNN paper: 50, with --negatives "
-        "1); replaces --sampling. Default: 50 for qa-cnn and qa-bilstm, off (0) for the others.",
+        "1); replaces --sampling. Default: 50 for qa-cnn, qa-bilstm, ap-cnn and ap-bilstm, off (0) for the others.",
     )
     own_negative_prob: float = _setting(
         0.5,
@@ -240,9 +241,9 @@ class TrainConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.window < 1:
             raise ValueError(f"window must be at least 1, got {self.window}")
-        if self.model == "qa-bilstm" and self.dim % 2:
+        if self.model in ("qa-bilstm", "ap-bilstm") and self.dim % 2:
             raise ValueError(
-                f"dim of qa-bilstm is 2H (two directions of H units) and must be even, got {self.dim}; "
+                f"dim of {self.model} is 2H (two directions of H units) and must be even, got {self.dim}; "
                 "pass an even --dim"
             )
         pool = self.effective_negative_pool
@@ -270,7 +271,7 @@ class TrainConfig:
         """
         if self.negative_pool is not None:
             return max(0, int(self.negative_pool))
-        return 50 if self.model in ("qa-cnn", "qa-bilstm") else 0
+        return 50 if self.model in ("qa-cnn", "qa-bilstm", "ap-cnn", "ap-bilstm") else 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable settings.

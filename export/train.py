@@ -54,6 +54,8 @@ from qaindex.metrics import evaluate_groups as evaluate_scores
 from qaindex.storage import sha256_file
 from qaindex.tokenizer import Tokenizer
 
+from .attentive import ATTENTIVE_MODELS, build_attentive_model, is_joint, joint_max_of_pool, joint_pair_scores
+from .attentive import joint_split_scores
 from .config import OPTIMIZERS, SAMPLINGS, TrainConfig
 from .embeddings import Embeddings, build_embeddings
 from .models import (
@@ -386,6 +388,8 @@ def _max_of_pool(
 
     The QA-CNN paper's sampling: score K random negatives, train on the best-scoring one(s).
     """
+    if is_joint(model):  # AP-CNN / AP-biLSTM: score each (question, negative) pair jointly
+        return joint_max_of_pool(model, table, questions, pool, k, device)  # type: ignore[arg-type]
     needed = np.unique(np.concatenate([questions, pool.ravel()]))
     was_training = model.training
     model.eval()
@@ -422,6 +426,9 @@ def _scores_for(
 def evaluate(model: DualEncoderQA, split: _Split, table: TextTable, device: torch.device) -> dict[str, Any]:
     """Dev metrics (MAP, MRR, P@1; expected values under random tie-breaking)."""
     model.eval()
+    if is_joint(model):  # AP-CNN / AP-biLSTM: each question's candidates by the joint score
+        joint = joint_split_scores(model, split.question, split.candidates, table, device)  # type: ignore[arg-type]
+        return evaluate_scores(split.groups, joint)
     scores, _, _, _ = _scores_for(model, split, table, device)
     return evaluate_scores(split.groups, scores)
 
@@ -472,6 +479,8 @@ def _diagnostics(
     model: DualEncoderQA, split: _Split, table: TextTable, device: torch.device
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Norm statistics of the dev texts, and dev MAP when ranking the same vectors by cosine."""
+    if is_joint(model):  # no vectors to describe
+        return {}, {}
     model.eval()
     _, vectors, sums, rows = _scores_for(model, split, table, device)
     norms = norm_statistics(sums, vectors, model.ball.max_norm if model.geometry == "poincare" else None)
@@ -658,7 +667,7 @@ def _train_one(
     try:
         torch.manual_seed(config.seed)
         rng = np.random.default_rng(config.seed)
-        model = build_model(
+        model = (build_attentive_model if config.model in ATTENTIVE_MODELS else build_model)(
             config.model,
             len(tokenizer.vocab),
             dim=config.dim,
@@ -712,6 +721,16 @@ def _train_one(
                 q, pos, neg = pairs.question[idx], pairs.positive[idx], negs[idx]
                 if pool_size:
                     neg = _max_of_pool(model, table, q, neg, config.negatives, n_texts, device)
+                if is_joint(model):  # AP-CNN / AP-biLSTM: (question, answer) pairs through the joint model
+                    answers = np.concatenate([pos[:, None], neg], axis=1)
+                    s = joint_pair_scores(model, table, q, answers, device)  # type: ignore[arg-type]
+                    loss = hinge_loss(s[:, 0], s[:, 1:], config.margin)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+                    total += loss.item()
+                    steps += 1
+                    continue
                 rows, inverse = np.unique(np.concatenate([q, pos, neg.ravel()]), return_inverse=True)
                 flat, offsets = table.gather(rows)
                 vectors = model.encode_bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device))
@@ -1210,13 +1229,13 @@ def load_checkpoint(path: str | os.PathLike[str], *, device: str = "cpu") -> Tra
         weights = load_file(str(weights_path), device=str(device))
     except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
         raise _checkpoint_error(weights_path, f"cannot be read ({exc})") from None
-    sequence = config.model in ("qa-cnn", "qa-bilstm")
+    sequence = config.model in ("qa-cnn", "qa-bilstm", *ATTENTIVE_MODELS)
     for name in ("encoder.embedding",) if sequence else ("encoder.embedding", "encoder.proj.weight"):
         if name not in weights or weights[name].ndim != 2:
             raise _checkpoint_error(weights_path, f"tensor {name!r} is missing or not a matrix")
     emb = weights["encoder.embedding"]
     try:
-        model = build_model(
+        model = (build_attentive_model if config.model in ATTENTIVE_MODELS else build_model)(
             config.model,
             emb.shape[0],
             dim=config.dim if sequence else weights["encoder.proj.weight"].shape[0],
