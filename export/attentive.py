@@ -35,6 +35,7 @@ Example
 from __future__ import annotations
 
 import copy
+import json
 import math
 import os
 from collections.abc import Sequence
@@ -304,12 +305,18 @@ def export_module(model: AttentiveQA) -> AttentiveQA:
     return module.requires_grad_(False)
 
 
-def export_reranker_graph(module: AttentiveQA) -> bytes:
+def export_reranker_graph(module: AttentiveQA, *, subprocess: bool | None = None) -> bytes:
     """ONNX bytes: ``(question_ids, question_mask (n, M), answer_ids, answer_mask (n, L)) -> scores (n,)``.
 
     ``n``, ``M`` and ``L`` are symbolic (checked after export). The runtime repeats a
-    single question for its ``n`` candidates.
+    single question for its ``n`` candidates. ``subprocess`` (default: for AP-biLSTM) exports
+    in a fresh Python process: torch 2.13's dynamo exporter can pin the sequence length of a
+    second LSTM model exported in one process.
     """
+    if subprocess is None:
+        subprocess = isinstance(module.encoder, BiLSTMEncoder)
+    if subprocess:
+        return _export_in_subprocess(module)
     from torch.export import Dim
 
     from .onnx_export import _export
@@ -335,6 +342,50 @@ def export_reranker_graph(module: AttentiveQA) -> bytes:
         },
         dict.fromkeys(names, 2),
     )
+
+
+def _export_in_subprocess(module: AttentiveQA) -> bytes:
+    """:func:`export_reranker_graph` run by a fresh interpreter on a copy of ``module``'s weights."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from safetensors.torch import save_file
+
+    from .onnx_export import ExportError
+
+    spec = {
+        "kind": module.kind,
+        "vocab_size": int(module.encoder.embedding.shape[0]),
+        "dim": module.encoder.dim,
+        "embed_dim": module.encoder.embed_width,
+        "window": getattr(module.encoder, "window", 4),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        weights, out = Path(tmp) / "weights.safetensors", Path(tmp) / "graph.onnx"
+        save_file({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}, str(weights))
+        code = (
+            "import json, sys, torch\n"
+            "from pathlib import Path\n"
+            "from safetensors.torch import load_file\n"
+            "from qaindex_export.attentive import build_attentive_model, export_reranker_graph\n"
+            "spec = json.loads(sys.argv[1])\n"
+            "model = build_attentive_model(spec.pop('kind'), spec.pop('vocab_size'), **spec)\n"
+            "model.load_state_dict(load_file(sys.argv[2]))\n"
+            "model = model.eval().requires_grad_(False)\n"
+            "Path(sys.argv[3]).write_bytes(export_reranker_graph(model, subprocess=False))\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code, json.dumps(spec), str(weights), str(out)],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())},
+        )
+        if done.returncode != 0 or not out.is_file():
+            tail = " ".join((done.stderr or "").strip().splitlines()[-1:])
+            raise ExportError(f"exporting {module.kind} in a fresh process failed: {tail}")
+        return out.read_bytes()
 
 
 def check_reranker_parity(
