@@ -175,7 +175,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", default=",".join(SPLITS), help="comma-separated: " + ", ".join(SPLITS))
     parser.add_argument(
-        "--models", default="hyperqa,cosineqa", help="comma-separated: hyperqa, cosineqa, qa-cnn, qa-bilstm, ap-cnn, ap-bilstm"
+        "--models",
+        default="hyperqa,cosineqa",
+        help="comma-separated: hyperqa, cosineqa, qa-cnn, qa-bilstm, ap-cnn, ap-bilstm",
     )
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     parser.add_argument("--epochs", type=int, default=25, help="epochs per run (the paper: 25)")

@@ -54,8 +54,14 @@ from qaindex.metrics import evaluate_groups as evaluate_scores
 from qaindex.storage import sha256_file
 from qaindex.tokenizer import Tokenizer
 
-from .attentive import ATTENTIVE_MODELS, build_attentive_model, is_joint, joint_max_of_pool, joint_pair_scores
-from .attentive import joint_split_scores
+from .attentive import (
+    ATTENTIVE_MODELS,
+    build_attentive_model,
+    is_joint,
+    joint_max_of_pool,
+    joint_pair_scores,
+    joint_split_scores,
+)
 from .config import OPTIMIZERS, SAMPLINGS, TrainConfig
 from .embeddings import Embeddings, build_embeddings
 from .models import (
@@ -533,6 +539,13 @@ def _auto_alpha(
     return math.atanh(init_norm) / median
 
 
+def _build_model(kind: str, vocab_size: int, **settings: Any) -> DualEncoderQA:
+    """:func:`build_model`, or for AP-CNN / AP-biLSTM their builder (the loop dispatches on ``is_joint``)."""
+    if kind in ATTENTIVE_MODELS:
+        return build_attentive_model(kind, vocab_size, **settings)  # type: ignore[return-value]
+    return build_model(kind, vocab_size, **settings)
+
+
 def _load(data: str | os.PathLike[str] | Sequence[QuestionGroup]) -> tuple[list[QuestionGroup], dict[str, Any]]:
     if isinstance(data, str | os.PathLike):
         groups = read_labelled(data)
@@ -667,7 +680,7 @@ def _train_one(
     try:
         torch.manual_seed(config.seed)
         rng = np.random.default_rng(config.seed)
-        model = (build_attentive_model if config.model in ATTENTIVE_MODELS else build_model)(
+        model = _build_model(
             config.model,
             len(tokenizer.vocab),
             dim=config.dim,
@@ -1235,7 +1248,7 @@ def load_checkpoint(path: str | os.PathLike[str], *, device: str = "cpu") -> Tra
             raise _checkpoint_error(weights_path, f"tensor {name!r} is missing or not a matrix")
     emb = weights["encoder.embedding"]
     try:
-        model = (build_attentive_model if config.model in ATTENTIVE_MODELS else build_model)(
+        model = _build_model(
             config.model,
             emb.shape[0],
             dim=config.dim if sequence else weights["encoder.proj.weight"].shape[0],

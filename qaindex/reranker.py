@@ -60,8 +60,8 @@ from .tokenizer import Tokenizer, TokenizerError
 __all__ = [
     "DEFAULT_RERANK_DEPTH",
     "INPUTS",
-    "Reranker",
     "RerankStage",
+    "Reranker",
     "rerank_stage",
     "score_with_session",
     "write_reranker",
@@ -78,7 +78,7 @@ def wrong_kind_message(mpath: Path, kind: str) -> str:
     directory = mpath.parent
     if kind == "reranker":
         return (
-            f"{mpath}: is a reranker model (kind \"reranker\"), which scores question-answer pairs and cannot "
+            f'{mpath}: is a reranker model (kind "reranker"), which scores question-answer pairs and cannot '
             f"encode answers; pass it to `qaindex search --rerank {directory}` or `qaindex build --reranker "
             f"{directory}` (Python: Reranker.load), and give --model a dual-encoder model directory"
         )
@@ -263,9 +263,9 @@ class RerankStage:
         for question, hits in zip(questions, first, strict=True):
             scores = self.reranker.score(question, [h.answer for h in hits])  # type: ignore[attr-defined]
             order = np.argsort(-scores.astype(np.float64), kind="stable")  # ties: first-stage order
-            ranked = [dataclasses.replace(hits[i], score=float(scores[i])) for i in order]  # type: ignore[type-var]
+            ranked = [dataclasses.replace(hits[i], score=float(scores[i])) for i in order]
             if self.min_score is not None:
-                ranked = [h for h in ranked if h.score >= self.min_score]  # type: ignore[attr-defined]
+                ranked = [h for h in ranked if h.score >= self.min_score]
             out.append(ranked[: self.k])
         return out
 
@@ -306,7 +306,9 @@ def rerank_stage(
 # ------------------------------------------------------------------------ inside an index
 
 
-def stored_reranker(snap: Path, index_manifest: Mapping[str, Any], *, device: str, threads: int | None) -> Reranker | None:
+def stored_reranker(
+    snap: Path, index_manifest: Mapping[str, Any], *, device: str, threads: int | None
+) -> Reranker | None:
     """The reranker an index snapshot stores (``index_manifest["reranker"]``), checked against its listing.
 
     Its files were verified with the index's (they are listed under ``reranker/``), so they are

@@ -5,6 +5,7 @@ changes) and the CLI (``build --reranker``, ``search --rerank``, ``eval``)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -151,7 +152,9 @@ def test_max_of_pool_picks_the_highest_joint_scores(data: dict) -> None:
     chosen = _max_of_pool(model, table, questions, pool, 2, len(table), torch.device("cpu"))
     for q, cand, pick in zip(questions, pool, chosen, strict=True):
         ids = [tok.encode(texts[int(np.flatnonzero(rows == q)[0])], 10)]
-        scores = _score(model, ids * len(cand), [tok.encode(texts[int(np.flatnonzero(rows == c)[0])], 10) for c in cand])
+        scores = _score(
+            model, ids * len(cand), [tok.encode(texts[int(np.flatnonzero(rows == c)[0])], 10) for c in cand]
+        )
         best = cand[np.argsort(-scores, kind="stable")[:2]]
         assert list(pick) == list(best)
 
@@ -259,7 +262,9 @@ def test_missing_or_corrupt_reranker_graph(exported: Path, tmp_path: Path) -> No
     with pytest.raises(ModelFormatError) as caught:
         Reranker.load(broken)
     assert str(caught.value).startswith(f"{broken / 'reranker.onnx'}: has 17 bytes, the manifest says ")
-    with pytest.raises(ModelFormatError, match=r"reranker\.onnx: onnxruntime cannot load it \(.*\); re-export the model"):
+    with pytest.raises(
+        ModelFormatError, match=r"reranker\.onnx: onnxruntime cannot load it \(.*\); re-export the model"
+    ):
         Reranker.load(broken, verify=False)
     (broken / "reranker.onnx").unlink()
     with pytest.raises(ModelFormatError) as caught:
@@ -287,7 +292,7 @@ def test_reranking_changes_only_the_order(exported: Path, first_stage: Path, dat
         want = reranker.score(group.question, [h.answer for h in first])
         by_id = {str(h.id): float(s) for h, s in zip(first, want, strict=True)}
         assert [h.score for h in reranked] == [by_id[str(h.id)] for h in reranked]  # the reranker's scores
-        assert all(a.score >= b.score for a, b in zip(reranked, reranked[1:]))  # ordered by them
+        assert all(a.score >= b.score for a, b in itertools.pairwise(reranked))  # ordered by them
         first_distance = {str(h.id): h.distance for h in first}
         assert all(h.distance == first_distance[str(h.id)] for h in reranked)
         top = ranker.search(group.question, k=3, rerank=reranker, depth=depth)
@@ -363,6 +368,8 @@ def test_cli_build_with_reranker_search_and_eval(exported: Path, first_stage: Pa
     assert res.exit_code == 1 and "is a reranker model" in res.output and res.output.count("\n") == 1
     res = runner.invoke(main, ["eval", str(exported), str(data["dev"]), "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["map"] == pytest.approx(evaluate_model(Reranker.load(exported), read_labelled(data["dev"]))["map"])
+    assert json.loads(res.output)["map"] == pytest.approx(
+        evaluate_model(Reranker.load(exported), read_labelled(data["dev"]))["map"]
+    )
     res = runner.invoke(main, ["eval", str(exported), str(data["dev"]), "--pool"])
     assert res.exit_code == 2 and "is a reranker, which cannot index answers" in res.output
