@@ -1122,6 +1122,7 @@ class Ranker:
                 "metrics": m.get("metrics", {}),
             },
             "devices": {"onnxruntime": self.model.providers, "faiss": self._coarse.device},
+            "reranker": None if self.reranker is None else {"name": self.reranker.name, **self.reranker.providers},
             "created": self.created,
             "near_centre": _near_centre(self.model, self._vectors),
         }

@@ -373,3 +373,17 @@ def test_cli_build_with_reranker_search_and_eval(exported: Path, first_stage: Pa
     )
     res = runner.invoke(main, ["eval", str(exported), str(data["dev"]), "--pool"])
     assert res.exit_code == 2 and "is a reranker, which cannot index answers" in res.output
+
+
+def test_cli_train_ap_cnn_writes_a_reranker(data: dict, tmp_path: Path) -> None:
+    out = tmp_path / "ap"
+    args = ["train", str(data["train"]), "--dev", str(data["dev"]), "--out", str(out), "--model", "ap-cnn",
+            "--embeddings", "none", "--dim", "8", "--embed-dim", "8", "--epochs", "2", "--negative-pool", "4", "--negatives", "1",
+            "--threads", "1", "--device", "cpu", "--quiet"]  # fmt: skip
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output)
+    assert summary["dev_onnx"]["map"] == pytest.approx(summary["dev"]["map"], abs=1e-6)
+    assert Reranker.load(out).manifest["training"]["config"]["model"] == "ap-cnn"
+    with pytest.raises(ModelFormatError, match="is a reranker model"):
+        Model.load(out)
