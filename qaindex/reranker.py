@@ -26,9 +26,18 @@ stage's). Ties keep the first stage's order.
 
 Example
 -------
->>> reranker = Reranker.load("models/ap-cnn")                     # doctest: +SKIP
->>> reranker.score("who wrote hamlet?", ["Shakespeare wrote it.", "It rains."]).shape  # doctest: +SKIP
-(2,)
+A dual-encoder model (here the built-in default) is not a reranker; the error says where it goes:
+
+>>> from qaindex.model import DEFAULT_MODEL_DIR
+>>> Reranker.load(DEFAULT_MODEL_DIR)
+Traceback (most recent call last):
+...
+qaindex.errors.ModelFormatError: .../manifest.json: is a dual-encoder model (kind "dual_encoder"), not a reranker; ...
+
+With a reranker directory from ``qaindex train --model ap-cnn --out ap-cnn``:
+``Reranker.load("ap-cnn").score("who wrote hamlet?", ["Shakespeare.", "It rains."])`` gives
+two scores, and ``ranker.search(question, k=5, rerank=Reranker.load("ap-cnn"), depth=50)``
+reorders the index's 50 best answers by them.
 """
 
 from __future__ import annotations
@@ -141,10 +150,10 @@ class Reranker:
 
     Example
     -------
-    >>> reranker = Reranker.load("models/ap-cnn")                              # doctest: +SKIP
-    >>> s = reranker.score("reset my password?", ["Use the reset link.", "Plans cost $5."])  # doctest: +SKIP
-    >>> bool(s[0] > s[1])                                                       # doctest: +SKIP
-    True
+    >>> Reranker.load("no/such/reranker")
+    Traceback (most recent call last):
+    ...
+    qaindex.errors.ModelFormatError: no/such/reranker: no such model directory
     """
 
     geometry = "reranker"
