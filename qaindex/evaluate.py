@@ -117,7 +117,9 @@ def _check_batch_size(batch_size: Any) -> int:
     return positive_int(batch_size, "batch_size")
 
 
-def _check_groups(model: Any, groups: Any) -> list[QuestionGroup]:
+def _check_groups(model: Any, groups: Any, *, reranker: bool = False) -> list[QuestionGroup]:
+    if isinstance(model, Reranker) and not reranker:
+        raise QueryError("a Reranker scores pairs and cannot index answers; use evaluate_model, or pass a Model")
     if not isinstance(model, Model | Reranker):
         raise QueryError(f"model must be a loaded Model (Model.load(path)), got {type(model).__name__}")
     if isinstance(groups, str | bytes | QuestionGroup) or not isinstance(groups, Iterable):
@@ -170,7 +172,7 @@ def evaluate_model(
     (True, 6)
     """
     batch_size = _check_batch_size(batch_size)
-    plan = _plan(_check_groups(model, groups))
+    plan = _plan(_check_groups(model, groups, reranker=True))
     if not plan.groups:
         return _empty_result(plan)
     if isinstance(model, Reranker):  # a joint scorer: each question with its own candidates

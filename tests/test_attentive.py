@@ -34,7 +34,7 @@ from qaindex import Model, ModelFormatError, QueryError, Ranker  # noqa: E402
 from qaindex.cli import main  # noqa: E402
 from qaindex.datasets import read_labelled  # noqa: E402
 from qaindex.errors import IndexFormatError  # noqa: E402
-from qaindex.evaluate import evaluate_model  # noqa: E402
+from qaindex.evaluate import evaluate_model, evaluate_via_index  # noqa: E402
 from qaindex.reranker import Reranker  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -227,6 +227,9 @@ def test_served_scores_equal_torch(exported: Path, trained, data: dict) -> None:
     assert reranker.score("anything", []).shape == (0,)
     result = evaluate_model(reranker, read_labelled(data["dev"]))
     assert result["map"] == pytest.approx(trained.dev["map"], abs=1e-6)
+    with pytest.raises(QueryError) as caught:
+        evaluate_via_index(reranker, read_labelled(data["dev"]))  # type: ignore[arg-type]
+    assert str(caught.value) == "a Reranker scores pairs and cannot index answers; use evaluate_model, or pass a Model"
 
 
 # ------------------------------------------------------------------------ format errors
