@@ -67,13 +67,24 @@ MODEL_SETTINGS: dict[str, dict[str, Any]] = {
     # c = 400 filters / H = 141 (c = 282) units per direction, margin 0.2 (CPU-sized choices)
     "qa-cnn": {"model": "qa-cnn", "dim": 400, "window": 4, "negatives": 1, "negative_pool": 50, "margin": 0.2},
     "qa-bilstm": {"model": "qa-bilstm", "dim": 282, "negatives": 1, "negative_pool": 50, "margin": 0.2},
+    # attentive pooling (rerankers): margin 0.5 as the paper's AP runs; CPU-sized c and pool (see README)
+    "ap-cnn": {"model": "ap-cnn", "dim": 200, "window": 4, "negatives": 1, "negative_pool": 20, "margin": 0.5,
+               "threads": 1},
+    "ap-bilstm": {"model": "ap-bilstm", "dim": 100, "negatives": 1, "negative_pool": 10, "margin": 0.5,
+                  "threads": 1},
     # the HRDE-LTC paper's GRU dual encoders (CPU-sized: 128 GRU units, frozen MiniLM token embeddings, answers
     # cut at 64 tokens (HRDE: at most 4 chunks of 24), Adam 0.005, 4 random negatives, binary cross-entropy,
     # stop at the first epoch without a better dev MAP)
     **{kind: {"model": kind, **RECURRENT_SETTINGS} for kind in NO_PAPER_NUMBER},
 }
 # Published WikiQA test MAP, MRR of the other papers' models (dos Santos et al., 2016, WikiQA results).
-PAPER_MODELS = {("wikiqa", "qa-cnn"): (0.670, 0.682), ("wikiqa", "qa-bilstm"): (0.656, 0.670)}
+PAPER_MODELS = {
+    ("wikiqa", "qa-cnn"): (0.670, 0.682),
+    ("wikiqa", "qa-bilstm"): (0.656, 0.670),
+    ("wikiqa", "ap-cnn"): (0.6886, 0.6957),
+    ("wikiqa", "ap-bilstm"): (0.6705, 0.6842),
+    ("trecqa_clean", "ap-cnn"): (0.753, 0.851),
+}
 # WikiQA ablations (--ablations): what was tried, each a TrainConfig override.
 ABLATIONS: dict[str, dict[str, Any]] = {
     "hyperqa, clip (the paper's ball)": {"model": "hyperqa", "ball": "clip"},
@@ -97,6 +108,7 @@ def run_one(
     from qaindex.datasets import read_labelled
     from qaindex.evaluate import evaluate_model
     from qaindex.model import Model
+    from qaindex.reranker import Reranker, model_kind
 
     train_file, dev_file, test_file = (data / p for p in SPLITS[dataset])
     config = replace(TrainConfig(), seed=seed, epochs=epochs, **(settings or MODEL_SETTINGS[model]))
@@ -104,7 +116,7 @@ def run_one(
     result = train(config, train_file, dev_file, log=None)
     with tempfile.TemporaryDirectory() as tmp:
         out = export_model(result, Path(tmp) / "model", dev_data=dev_file)
-        served = Model.load(out, threads=None)
+        served = (Reranker if model_kind(out) == "reranker" else Model).load(out, threads=None)
         test = evaluate_model(served, read_labelled(test_file))
         size = sum(p.stat().st_size for p in Path(out).rglob("*") if p.is_file())
         manifest = served.manifest
@@ -123,6 +135,7 @@ def run_one(
         "total_seconds": time.perf_counter() - started,
         "parameters": manifest["parameters"],
         "model_bytes": size,
+        "load_average": list(os.getloadavg()),
         "config": asdict(result.config),
         "loadavg": list(os.getloadavg()),
     }
@@ -178,7 +191,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", default=",".join(SPLITS), help="comma-separated: " + ", ".join(SPLITS))
     parser.add_argument(
-        "--models", default="hyperqa,cosineqa", help="comma-separated: hyperqa, cosineqa, qa-cnn, qa-bilstm"
+        "--models",
+        default="hyperqa,cosineqa",
+        help="comma-separated: hyperqa, cosineqa, qa-cnn, qa-bilstm, ap-cnn, ap-bilstm",
     )
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     parser.add_argument("--epochs", type=int, default=25, help="epochs per run (the paper: 25)")

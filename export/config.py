@@ -33,7 +33,18 @@ __all__ = [
     "read_config_file",
 ]
 
-MODEL_KINDS = ("hyperqa", "cosineqa", "qa-cnn", "qa-bilstm", "rde", "rde-ltc", "hrde", "hrde-ltc")
+MODEL_KINDS = (
+    "hyperqa",
+    "cosineqa",
+    "qa-cnn",
+    "qa-bilstm",
+    "ap-cnn",
+    "ap-bilstm",
+    "rde",
+    "rde-ltc",
+    "hrde",
+    "hrde-ltc",
+)
 RECURRENT_KINDS = ("rde", "rde-ltc", "hrde", "hrde-ltc")
 LOSSES = ("hinge", "cross-entropy")
 CHUNKINGS = ("sentences", "length")
@@ -66,8 +77,10 @@ class TrainConfig:
         "hyperqa",
         "HyperQA (Poincaré ball), CosineQA (the paper's cosine ablation), or the attentive-pooling "
         "paper's QA-CNN / QA-biLSTM (convolution or biLSTM, max-pooling + tanh, cosine; --dim is the "
-        "number of filters c, or 2H for the biLSTM), or the HRDE-LTC paper's GRU dual encoders "
-        "RDE / RDE-LTC / HRDE / HRDE-LTC (bilinear score sigmoid(q'M a + b); --dim is the GRU size).",
+        "number of filters c, or 2H for the biLSTM), its AP-CNN / AP-biLSTM (attentive pooling: a joint "
+        "scorer, exported as a reranker model directory for `qaindex search --rerank`), or the HRDE-LTC "
+        "paper's GRU dual encoders RDE / RDE-LTC / HRDE / HRDE-LTC (bilinear score sigmoid(q'M a + b); "
+        "--dim is the GRU size).",
         choices=MODEL_KINDS,
     )
     loss: str | None = _setting(
@@ -194,7 +207,7 @@ class TrainConfig:
         None,
         "Draw this many random negatives per pair at every step, score them with the current model "
         "and train on the highest-scoring --negatives of them (the QA-CNN paper: 50, with --negatives "
-        "1); replaces --sampling. Default: 50 for qa-cnn and qa-bilstm, off (0) for the others.",
+        "1); replaces --sampling. Default: 50 for qa-cnn, qa-bilstm, ap-cnn and ap-bilstm, off (0) for the others.",
     )
     own_negative_prob: float = _setting(
         0.5,
@@ -274,9 +287,9 @@ class TrainConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.window < 1:
             raise ValueError(f"window must be at least 1, got {self.window}")
-        if self.model == "qa-bilstm" and self.dim % 2:
+        if self.model in ("qa-bilstm", "ap-bilstm") and self.dim % 2:
             raise ValueError(
-                f"dim of qa-bilstm is 2H (two directions of H units) and must be even, got {self.dim}; "
+                f"dim of {self.model} is 2H (two directions of H units) and must be even, got {self.dim}; "
                 "pass an even --dim"
             )
         if self.loss is not None and self.loss not in LOSSES:
@@ -308,7 +321,7 @@ class TrainConfig:
         """
         if self.negative_pool is not None:
             return max(0, int(self.negative_pool))
-        return 50 if self.model in ("qa-cnn", "qa-bilstm") else 0
+        return 50 if self.model in ("qa-cnn", "qa-bilstm", "ap-cnn", "ap-bilstm") else 0
 
     @property
     def effective_loss(self) -> str:

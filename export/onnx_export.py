@@ -405,6 +405,10 @@ def export_model(
         from .recurrent_export import export_recurrent
 
         return export_recurrent(result, directory, name=name, dev_data=dev_data, tolerance=tolerance)
+    if getattr(result.model, "joint", False):  # AP-CNN / AP-biLSTM: a reranker model directory
+        from .attentive import export_reranker
+
+        return export_reranker(result, directory, name=name, dev_data=dev_data, tolerance=tolerance)
     model = result.model.cpu().eval()
     vocab, dim, width = model.encoder.embedding.shape[0], model.encoder.dim, model.encoder.width
     if isinstance(model, SequenceQA):  # QA-CNN / QA-biLSTM: the network itself, float32 embeddings

@@ -54,6 +54,14 @@ from qaindex.metrics import evaluate_groups as evaluate_scores
 from qaindex.storage import sha256_file
 from qaindex.tokenizer import Tokenizer
 
+from .attentive import (
+    ATTENTIVE_MODELS,
+    build_attentive_model,
+    is_joint,
+    joint_max_of_pool,
+    joint_pair_scores,
+    joint_split_scores,
+)
 from .config import OPTIMIZERS, RECURRENT_KINDS, SAMPLINGS, TrainConfig
 from .embeddings import Embeddings, build_embeddings
 from .models import (
@@ -397,6 +405,8 @@ def _max_of_pool(
 
     The QA-CNN paper's sampling: score K random negatives, train on the best-scoring one(s).
     """
+    if is_joint(model):  # AP-CNN / AP-biLSTM: score each (question, negative) pair jointly
+        return joint_max_of_pool(model, table, questions, pool, k, device)  # type: ignore[arg-type]
     needed = np.unique(np.concatenate([questions, pool.ravel()]))
     was_training = model.training
     model.eval()
@@ -433,6 +443,9 @@ def _scores_for(
 def evaluate(model: DualEncoderQA, split: _Split, table: TextTable, device: torch.device) -> dict[str, Any]:
     """Dev metrics (MAP, MRR, P@1; expected values under random tie-breaking)."""
     model.eval()
+    if is_joint(model):  # AP-CNN / AP-biLSTM: each question's candidates by the joint score
+        joint = joint_split_scores(model, split.question, split.candidates, table, device)  # type: ignore[arg-type]
+        return evaluate_scores(split.groups, joint)
     scores, _, _, _ = _scores_for(model, split, table, device)
     return evaluate_scores(split.groups, scores)
 
@@ -483,6 +496,8 @@ def _diagnostics(
     model: DualEncoderQA, split: _Split, table: TextTable, device: torch.device
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Norm statistics of the dev texts, and dev MAP when ranking the same vectors by cosine."""
+    if is_joint(model):  # no vectors to describe
+        return {}, {}
     model.eval()
     _, vectors, sums, rows = _scores_for(model, split, table, device)
     norms = norm_statistics(sums, vectors, model.ball.max_norm if model.geometry == "poincare" else None)
@@ -533,6 +548,13 @@ def _auto_alpha(
         norms = sums.norm(dim=-1)
         median = float(norms[norms > 0].median()) if bool((norms > 0).any()) else 1.0
     return math.atanh(init_norm) / median
+
+
+def _build_model(kind: str, vocab_size: int, **settings: Any) -> DualEncoderQA:
+    """:func:`build_model`, or for AP-CNN / AP-biLSTM their builder (the loop dispatches on ``is_joint``)."""
+    if kind in ATTENTIVE_MODELS:
+        return build_attentive_model(kind, vocab_size, **settings)  # type: ignore[return-value]
+    return build_model(kind, vocab_size, **settings)
 
 
 def _load(data: str | os.PathLike[str] | Sequence[QuestionGroup]) -> tuple[list[QuestionGroup], dict[str, Any]]:
@@ -672,7 +694,7 @@ def _train_one(
         model = (
             _recurrent_model(config, tokenizer, embeddings.vectors)
             if config.model in RECURRENT_KINDS
-            else build_model(
+            else _build_model(
                 config.model,
                 len(tokenizer.vocab),
                 dim=config.dim,
@@ -727,6 +749,16 @@ def _train_one(
                 q, pos, neg = pairs.question[idx], pairs.positive[idx], negs[idx]
                 if pool_size:
                     neg = _max_of_pool(model, table, q, neg, config.negatives, n_texts, device)
+                if is_joint(model):  # AP-CNN / AP-biLSTM: (question, answer) pairs through the joint model
+                    answers = np.concatenate([pos[:, None], neg], axis=1)
+                    s = joint_pair_scores(model, table, q, answers, device)  # type: ignore[arg-type]
+                    loss = hinge_loss(s[:, 0], s[:, 1:], config.margin)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+                    total += loss.item()
+                    steps += 1
+                    continue
                 rows, inverse = np.unique(np.concatenate([q, pos, neg.ravel()]), return_inverse=True)
                 if isinstance(model, RecurrentQA):  # questions and answers encode differently
                     vectors = model.encode_rows(table, rows, device)
@@ -1260,14 +1292,14 @@ def load_checkpoint(path: str | os.PathLike[str], *, device: str = "cpu") -> Tra
             raise _checkpoint_error(
                 weights_path, f"tensors do not match the model ({' '.join(str(exc).split())[:300]})"
             ) from None
-    sequence = config.model in ("qa-cnn", "qa-bilstm")
+    sequence = config.model in ("qa-cnn", "qa-bilstm", *ATTENTIVE_MODELS)
     required = ("embedding",) if recurrent is not None else ("encoder.embedding",)
     for name in required if sequence or recurrent is not None else (*required, "encoder.proj.weight"):
         if name not in weights or weights[name].ndim != 2:
             raise _checkpoint_error(weights_path, f"tensor {name!r} is missing or not a matrix")
     emb = weights["embedding" if recurrent is not None else "encoder.embedding"]
     try:
-        model = recurrent if recurrent is not None else build_model(
+        model = recurrent if recurrent is not None else _build_model(
             config.model,
             emb.shape[0],
             dim=config.dim if sequence else weights["encoder.proj.weight"].shape[0],

@@ -26,6 +26,7 @@ from .devices import devices_line
 from .errors import QAIndexError
 from .locking import DEFAULT_LOCK_TIMEOUT
 from .ranker import DEFAULT_OVERFETCH, Hit, Ranker
+from .reranker import Reranker
 from .vector_index import INDEX_KINDS
 
 lock_timeout_option = click.option(
@@ -150,6 +151,13 @@ def main(verbose: bool) -> None:
     help="Encode on Ray Data workers (pip install 'qaindex[ray]'): local starts Ray here (the default "
     "with a bare --ray), auto joins this machine's cluster, or a Ray address such as ray://head:10001.",
 )
+@click.option(
+    "--reranker",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Reranker model directory (qaindex train --model ap-cnn) stored in the index: searches rerank "
+    "the first stage's candidates with it unless told otherwise.",
+)
 def build(
     corpus: Path,
     model: Path | None,
@@ -161,6 +169,7 @@ def build(
     batch_size: int,
     lock_timeout: float,
     ray_address: str | None,
+    reranker: Path | None,
 ) -> None:
     """Encode the answers of CORPUS (JSONL) and save an index.
 
@@ -174,6 +183,7 @@ def build(
         "index_kind": index_kind,
         "overfetch": overfetch,
         "recall": recall_target,
+        "reranker": reranker,
     }
     if ray_address is not None:
         from .distributed import build_on_ray
@@ -201,7 +211,30 @@ def build(
 @click.option("-k", "k", type=click.IntRange(min=1), default=10, show_default=True, help="Number of answers to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per question.")
 @device_option()
-def search(question: str, index: Path, k: int, as_json: bool, device: str) -> None:
+@click.option(
+    "--rerank",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Rerank the first stage's candidates with this reranker model directory (default: the one "
+    "stored in the index by build --reranker, if any); scores shown are then the reranker's.",
+)
+@click.option(
+    "--rerank-depth",
+    type=click.IntRange(min=1),
+    default=None,
+    help="First-stage candidates to rerank (default 50, at least -k).",
+)
+@click.option("--no-rerank", is_flag=True, help="Ignore the index's stored reranker: first stage only.")
+def search(
+    question: str,
+    index: Path,
+    k: int,
+    as_json: bool,
+    device: str,
+    rerank: Path | None,
+    rerank_depth: int | None,
+    no_rerank: bool,
+) -> None:
     """Show the best answers for QUESTION ('-' reads one question per line from stdin)."""
     if question == "-":
         raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
@@ -216,8 +249,11 @@ def search(question: str, index: Path, k: int, as_json: bool, device: str) -> No
             raise click.ClickException("no questions on stdin; give one question per line")
     else:
         questions = [question]
+    if rerank is not None and no_rerank:
+        raise click.UsageError("--rerank and --no-rerank contradict each other; pass one of them")
     ranker = Ranker.load(index, device=device)
-    results = ranker.search_batch(questions, k)
+    stage = False if no_rerank else (Reranker.load(rerank, device=device) if rerank is not None else None)
+    results = ranker.search_batch(questions, k, rerank=stage, depth=rerank_depth)
     for q, hits in zip(questions, results, strict=True):
         if as_json:
             click.echo(json.dumps({"question": q, "hits": [h.to_json() for h in hits]}, ensure_ascii=False))

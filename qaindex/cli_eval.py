@@ -100,7 +100,17 @@ def eval_command(
     if pool and via_index:
         raise click.UsageError("choose one of --pool and --via-index")
     groups = _read_data(data)
-    model = _load_model(model_dir, device)
+    from .reranker import Reranker, model_kind
+
+    if model_kind(model_dir) == "reranker":  # a joint scorer (AP-CNN): each question's own candidates only
+        if pool or via_index:
+            raise click.UsageError(
+                f"{model_dir} is a reranker, which cannot index answers: --pool and --via-index need a "
+                "dual-encoder --model; drop them to rank each question's candidates with the reranker"
+            )
+        model: Any = Reranker.load(model_dir, device=device, threads=None)
+    else:
+        model = _load_model(model_dir, device)
     if pool:
         _echo_pooled(model, groups, data, k, index_kind, device, batch_size, as_json)
         return
@@ -119,7 +129,8 @@ def eval_command(
         return
     lines = [
         *_header(model, data),
-        f"scored by   {'the index (full ranking)' if via_index else 'the model scorer'}",
+        f"scored by   {'the index (full ranking)' if via_index else 'the model scorer'}"
+        + (" (a reranker: each pair jointly)" if isinstance(model, Reranker) else ""),
         f"questions   {result['questions']} evaluated, {result['skipped']} skipped (no correct candidate)",
         f"candidates  {result['candidates']} pairs, {result['answers']} distinct answers",
         f"MAP         {result['map']:.4f}",

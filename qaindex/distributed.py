@@ -40,6 +40,7 @@ import numpy as np
 from .building import DEFAULT_CHUNK, RecordSpool, VectorSpool, assemble_index, validate_corpus
 from .errors import MissingDependencyError, QAIndexError
 from .model import Model, resolve_model_path
+from .reranker import Reranker
 
 if TYPE_CHECKING:
     from .ranker import Ranker
@@ -212,6 +213,7 @@ def build_on_ray(
     chunk_size: int = DEFAULT_CHUNK,
     workers: int | None = None,
     recall: float | None = None,
+    reranker: str | os.PathLike[str] | Reranker | None = None,
 ) -> Ranker:
     """Build an index of a corpus file with Ray Data encoding shards in parallel workers.
 
@@ -222,7 +224,7 @@ def build_on_ray(
     address : str, keyword-only
         ``local``, ``auto`` or a Ray address such as ``ray://head:10001`` (see the module
         docstring); ignored when Ray is already initialised.
-    model, device, index_kind, hnsw, overfetch, batch_size, recall
+    model, device, index_kind, hnsw, overfetch, batch_size, recall, reranker
         As for :meth:`qaindex.Ranker.build`.
     chunk_size : int, keyword-only
         Answers per ``map_batches`` call (and per chunk of the driver's validation).
@@ -262,7 +264,9 @@ def build_on_ray(
         from .tuning import check_target
 
         _tune(coarse, loaded, store, vectors, check_target(recall), overfetch)
-    return Ranker(loaded, store, vectors, coarse, overfetch=overfetch, kind_requested=index_kind)
+    if reranker is not None and not isinstance(reranker, Reranker):
+        reranker = Reranker.load(reranker, device=device)
+    return Ranker(loaded, store, vectors, coarse, overfetch=overfetch, kind_requested=index_kind, reranker=reranker)
 
 
 def _encode_on_ray(

@@ -35,6 +35,7 @@ from .datasets import QuestionGroup
 from .errors import CorpusError, ModelFormatError, QueryError
 from .metrics import evaluate_scores
 from .model import Model
+from .reranker import Reranker
 
 __all__ = ["evaluate_model", "evaluate_pooled", "evaluate_via_index", "pooled_metrics"]
 
@@ -89,7 +90,7 @@ def _empty_result(plan: _Plan) -> dict[str, Any]:
     }
 
 
-def _finish(plan: _Plan, scores: list[npt.NDArray[np.float32]], model: Model) -> dict[str, Any]:
+def _finish(plan: _Plan, scores: list[npt.NDArray[np.float32]], model: Model | Reranker) -> dict[str, Any]:
     for group, s in zip(plan.groups, scores, strict=True):
         if np.isnan(s).any():
             raise ModelFormatError(
@@ -116,8 +117,10 @@ def _check_batch_size(batch_size: Any) -> int:
     return positive_int(batch_size, "batch_size")
 
 
-def _check_groups(model: Any, groups: Any) -> list[QuestionGroup]:
-    if not isinstance(model, Model):
+def _check_groups(model: Any, groups: Any, *, reranker: bool = False) -> list[QuestionGroup]:
+    if isinstance(model, Reranker) and not reranker:
+        raise QueryError("a Reranker scores pairs and cannot index answers; use evaluate_model, or pass a Model")
+    if not isinstance(model, Model | Reranker):
         raise QueryError(f"model must be a loaded Model (Model.load(path)), got {type(model).__name__}")
     if isinstance(groups, str | bytes | QuestionGroup) or not isinstance(groups, Iterable):
         raise QueryError(f"groups must be a list of QuestionGroup (from read_labelled), got {type(groups).__name__}")
@@ -132,13 +135,16 @@ def _check_groups(model: Any, groups: Any) -> list[QuestionGroup]:
     return out
 
 
-def evaluate_model(model: Model, groups: Sequence[QuestionGroup], *, batch_size: int = 256) -> dict[str, Any]:
+def evaluate_model(
+    model: Model | Reranker, groups: Sequence[QuestionGroup], *, batch_size: int = 256
+) -> dict[str, Any]:
     """Score each question's own candidates with the model and compute MAP, MRR, P@1.
 
     Parameters
     ----------
-    model : Model
-        A loaded model.
+    model : Model or Reranker
+        A loaded model; a :class:`~qaindex.reranker.Reranker` scores each question's own
+        candidates jointly, pair by pair.
     groups : sequence of QuestionGroup
         Labelled data, e.g. from :func:`qaindex.datasets.read_labelled`.
     batch_size : int, keyword-only
@@ -166,9 +172,12 @@ def evaluate_model(model: Model, groups: Sequence[QuestionGroup], *, batch_size:
     (True, 6)
     """
     batch_size = _check_batch_size(batch_size)
-    plan = _plan(_check_groups(model, groups))
+    plan = _plan(_check_groups(model, groups, reranker=True))
     if not plan.groups:
         return _empty_result(plan)
+    if isinstance(model, Reranker):  # a joint scorer: each question with its own candidates
+        texts = [[plan.keys[r][1] for r in rows] for rows in plan.rows]
+        return _finish(plan, [model.score(g.question, t) for g, t in zip(plan.groups, texts, strict=True)], model)
     qv = _encode_questions(model, plan, batch_size)
     av = _encode_answers(model, plan, batch_size)
     # questions with similar candidate counts share a scorer call (padded to the longest)

@@ -243,10 +243,12 @@ def write_snapshot(
     model: Model,
     *,
     model_source: Path | None = None,
+    reranker: tuple[Path, dict[str, Any]] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Write a complete new snapshot directory under ``root`` (not yet committed).
 
-    The model's files are copied from ``model_source`` (default: the model's directory).
+    The model's files are copied from ``model_source`` (default: the model's directory);
+    a ``reranker`` (its directory and manifest) is copied into ``reranker/``.
 
     Returns
     -------
@@ -266,6 +268,8 @@ def write_snapshot(
         np.save(snap / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32), allow_pickle=False)
         coarse.save(snap / "coarse.faiss")
         copy_model_files(model_source or model.directory, model.manifest, snap / "model")
+        if reranker is not None:
+            copy_model_files(reranker[0], reranker[1], snap / "reranker")
         files = {p.relative_to(snap).as_posix(): file_entry(p) for p in sorted(snap.rglob("*")) if p.is_file()}
         fsync_tree(snap)
         os.replace(snap, root / snap_name)

@@ -45,7 +45,9 @@ __all__ = [
 
 MODEL_FORMAT = "qaindex-model"
 MODEL_FORMAT_VERSION = 1
-MODEL_KINDS = ("dual_encoder",)
+MODEL_KINDS = ("dual_encoder", "reranker")
+# the graphs each kind must name (a reranker scores (question, answer) pairs: see qaindex.reranker)
+GRAPH_ROLES = {"dual_encoder": ("question_encoder", "answer_encoder", "scorer"), "reranker": ("reranker",)}
 GEOMETRIES = ("poincare", "cosine", "bilinear")
 ROLES = ("question", "answer")
 DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
@@ -60,7 +62,9 @@ def _require(manifest: Mapping[str, Any], key: str, kind: type | tuple[type, ...
     return value
 
 
-def read_model_manifest(path: str | os.PathLike[str], *, verify: bool = True) -> dict[str, Any]:
+def read_model_manifest(
+    path: str | os.PathLike[str], *, verify: bool = True, expect: str = "dual_encoder"
+) -> dict[str, Any]:
     """Read and validate ``manifest.json`` of a model directory (no ONNX loaded).
 
     Parameters
@@ -69,6 +73,9 @@ def read_model_manifest(path: str | os.PathLike[str], *, verify: bool = True) ->
         The model directory.
     verify : bool, keyword-only
         Also check the size and SHA-256 of every listed file.
+    expect : {"dual_encoder", "reranker"}, keyword-only
+        The kind the caller needs; another kind is a :class:`ModelFormatError` saying where
+        to pass that directory instead.
 
     Returns
     -------
@@ -101,6 +108,10 @@ def read_model_manifest(path: str | os.PathLike[str], *, verify: bool = True) ->
             f"{mpath}: model kind {kind!r} is not supported by this qaindex "
             f"(supported: {', '.join(MODEL_KINDS)}); upgrade qaindex"
         )
+    if kind != expect:
+        from .reranker import wrong_kind_message
+
+        raise ModelFormatError(wrong_kind_message(mpath, kind))
     _require(manifest, "name", str, mpath)
     dim = _require(manifest, "dimension", int, mpath)
     if dim < 1:
@@ -132,7 +143,7 @@ def read_model_manifest(path: str | os.PathLike[str], *, verify: bool = True) ->
         if not isinstance(value, int) or value < 1:
             raise ModelFormatError(f'{mpath}: "max_tokens.{role}" must be a positive integer, got {value!r}')
     graphs = _require(manifest, "graphs", dict, mpath)
-    for role in ("question_encoder", "answer_encoder", "scorer"):
+    for role in GRAPH_ROLES[kind]:
         if not isinstance(graphs.get(role), str):
             raise ModelFormatError(f'{mpath}: "graphs.{role}" is missing; re-export the model')
     tokenizer = _require(manifest, "tokenizer", dict, mpath)

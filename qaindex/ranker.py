@@ -45,6 +45,7 @@ from .index_format import (
 from .locking import DEFAULT_LOCK_TIMEOUT, index_lock
 from .model import Model
 from .records import RecordStore
+from .reranker import Reranker, index_entry, rerank_stage, stored_reranker
 from .storage import verify_files, write_json_atomic
 from .tuning import DEFAULT_TUNING_QUERIES, answer_spans, check_target, sample_texts, tune_breadth
 from .vector_index import INDEX_KINDS, CoarseIndex, choose_kind, exact_search
@@ -218,8 +219,12 @@ class Ranker:
         path: Path | None = None,
         created: str | None = None,
         snapshot: str | None = None,
+        reranker: Reranker | None = None,
     ) -> None:
         self.model = model
+        # the reranking stage searches use by default (saved with the index); None: first stage only
+        self.reranker = reranker
+        self._reranker_source: tuple[Reranker, Path] | None = None  # its copy in the last saved snapshot
         self._records = records
         self._vectors = vectors
         self._coarse = coarse
@@ -253,6 +258,7 @@ class Ranker:
         batch_size: int = 256,
         progress: bool = False,
         recall: float | None = None,
+        reranker: str | os.PathLike[str] | Reranker | None = None,
     ) -> Ranker:
         """Encode a corpus and index it.
 
@@ -282,6 +288,9 @@ class Ranker:
             recall@10 against exact search reaches this (e.g. 0.99), measured on up to 200
             of the corpus's questions (or answer texts when it has none); see
             :mod:`qaindex.tuning`. The result is saved with the index and shown by ``info``.
+        reranker : path, Reranker or None, keyword-only
+            A reranker model directory (:mod:`qaindex.reranker`, e.g. AP-CNN) stored with the
+            index: searches then rerank the first stage's candidates with it by default.
 
         Returns
         -------
@@ -299,6 +308,8 @@ class Ranker:
             raise QueryError(f"model must be a model directory, a Model or None, got {type(model).__name__}")
         is_path = path_or_records(corpus, "corpus")
         loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=None)
+        if reranker is not None and not isinstance(reranker, Reranker):
+            reranker = Reranker.load(reranker, device=device)
         if is_path:  # streamed: one chunk of texts in memory at a time (qaindex.building)
             source: str | os.PathLike[str] = corpus  # type: ignore[assignment]
             started = time.perf_counter()
@@ -306,7 +317,9 @@ class Ranker:
             _log.info("encoded %d answers with %s in %.2f s", len(store), loaded.name, time.perf_counter() - started)
             if recall is not None and coarse.kind != "flat":  # flat is exact: nothing to tune
                 _tune(coarse, loaded, store, matrix, recall, overfetch)
-            return cls(loaded, store, matrix, coarse, overfetch=overfetch, kind_requested=index_kind)
+            return cls(
+                loaded, store, matrix, coarse, overfetch=overfetch, kind_requested=index_kind, reranker=reranker
+            )
         records = records_from_dicts(corpus)  # type: ignore[arg-type]
         started = time.perf_counter()
         vectors = _encode_answers(loaded, [r.answer for r in records], batch_size, progress)
@@ -325,6 +338,7 @@ class Ranker:
             coarse,
             overfetch=overfetch,
             kind_requested=index_kind,
+            reranker=reranker,
         )
 
     @classmethod
@@ -415,6 +429,7 @@ class Ranker:
             path=root,
             created=manifest.get("created"),
             snapshot=manifest["snapshot"],
+            reranker=stored_reranker(snap, manifest, device=device, threads=threads),
         )
 
     @classmethod
@@ -521,7 +536,14 @@ class Ranker:
             yield self._records.get(row)
 
     def search(
-        self, question: str, k: int = 10, *, where: Where | None = None, min_score: float | None = None
+        self,
+        question: str,
+        k: int = 10,
+        *,
+        where: Where | None = None,
+        min_score: float | None = None,
+        rerank: Reranker | str | os.PathLike[str] | bool | None = None,
+        depth: int | None = None,
     ) -> list[Hit]:
         """The ``k`` best answers for one question, best first.
 
@@ -541,6 +563,14 @@ class Ranker:
             few answers pass costs up to a full exact search.
         min_score : float, keyword-only, optional
             Drop hits whose score is below this (scores are the model's, higher is better).
+        rerank : Reranker, path, False or None, keyword-only
+            Reranking stage: the first stage's best ``depth`` answers (those that pass
+            ``where``) are reordered by this reranker (:mod:`qaindex.reranker`), which then
+            gives the hits' ``score`` (``min_score`` applies to it); ``distance`` stays the
+            first stage's. None (default) uses the reranker stored in the index, if any;
+            False searches without one.
+        depth : int, keyword-only, optional
+            First-stage candidates to rerank (default 50, at least ``k``).
 
         Returns
         -------
@@ -555,11 +585,18 @@ class Ranker:
         """
         if not isinstance(question, str):
             raise QueryError(f"the question must be text, got {type(question).__name__}")
-        return self.search_batch([question], k, where=where, min_score=min_score)[0]
+        return self.search_batch([question], k, where=where, min_score=min_score, rerank=rerank, depth=depth)[0]
 
     @_reading
     def search_batch(
-        self, questions: Sequence[str], k: int = 10, *, where: Where | None = None, min_score: float | None = None
+        self,
+        questions: Sequence[str],
+        k: int = 10,
+        *,
+        where: Where | None = None,
+        min_score: float | None = None,
+        rerank: Reranker | str | os.PathLike[str] | bool | None = None,
+        depth: int | None = None,
     ) -> list[list[Hit]]:
         """:meth:`search` for many questions at once (one list of hits per question).
 
@@ -569,7 +606,7 @@ class Ranker:
             Non-empty texts (a single string is refused: use :meth:`search`).
         k : int
             Hits per question; each list has ``min(k, len(self))`` hits or fewer.
-        where, min_score : keyword-only, optional
+        where, min_score, rerank, depth : keyword-only, optional
             As for :meth:`search`.
 
         Returns
@@ -588,12 +625,16 @@ class Ranker:
             isinstance(min_score, bool) or not isinstance(min_score, int | float) or not np.isfinite(min_score)
         ):
             raise QueryError(f"min_score must be a finite number or None, got {min_score!r}")
+        stage = rerank_stage(self.reranker, rerank, depth, k, min_score)
+        if stage is not None:  # the first stage finds `depth` candidates; the reranker orders and cuts them
+            k, min_score = stage.depth, None
         if not qs:
             return []
         qv = self.model.encode(qs, role="question")
         k = min(k, len(self))
         if match is None:
-            return [_cut(row, k, min_score) for row in self.hits(*self.search_vectors(qv, k))]
+            first = [_cut(row, k, min_score) for row in self.hits(*self.search_vectors(qv, k))]
+            return stage.apply(qs, first) if stage is not None else first
         out: list[list[Hit]] = [[] for _ in qs]
         pending = list(range(len(qs)))
         width = min(len(self), 4 * k)
@@ -608,7 +649,7 @@ class Ranker:
                     still.append(i)
             pending = still
             width = min(len(self), width * 4)
-        return out
+        return stage.apply(qs, out) if stage is not None else out
 
     @_reading
     def hits(self, scores: Any, distances: Any, rows: Any) -> list[list[Hit]]:
@@ -1031,9 +1072,16 @@ class Ranker:
             )
         remove_debris_of_saves(root)
         self._relocate_model(root)
+        rr = self.reranker
+        rr_source = None
+        if rr is not None:  # its copy in the last saved snapshot, or (first save, or gone) its own directory
+            saved = self._reranker_source
+            fresh = saved is not None and saved[0] is rr and (saved[1] / "manifest.json").is_file()
+            rr_source = (saved[1] if saved is not None and fresh else rr.directory, rr.manifest)
         snap_name, files = write_snapshot(
-            root, self._records, self._vectors, self._coarse, self.model, model_source=self._model_source
-        )
+            root, self._records, self._vectors, self._coarse, self.model, model_source=self._model_source,
+            reranker=rr_source,
+        )  # fmt: skip
         from . import __version__
 
         manifest = {
@@ -1060,6 +1108,8 @@ class Ranker:
             },
             "files": files,
         }
+        if rr is not None:
+            manifest["reranker"] = index_entry(rr, files)
         manifest["checksum"] = manifest_checksum(manifest)
         try:
             check_model_copy(root / snap_name / "model" / "manifest.json", files, self.model.manifest)
@@ -1079,6 +1129,8 @@ class Ranker:
         self._seen[key] = snap_name
         # the old snapshot (maybe the model's source) is gone: later saves copy the new one
         self._model_source = root / snap_name / "model"
+        if rr is not None:
+            self._reranker_source = (rr, root / snap_name / "reranker")
         self.path = root
         _log.info("saved %d answers to %s (snapshot %s)", len(self), root, snap_name)
         return root
@@ -1107,6 +1159,7 @@ class Ranker:
                 "metrics": m.get("metrics", {}),
             },
             "devices": devices_info(self.model, self._coarse.device, self._coarse.kind),
+            "reranker": None if self.reranker is None else {"name": self.reranker.name, **self.reranker.providers},
             "created": self.created,
             "near_centre": _near_centre(self.model, self._vectors),
         }

@@ -285,7 +285,7 @@ def test_model_errors(tmp_path: Path, faq_model: Path) -> None:
     (bad / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(
         ModelFormatError,
-        match=r"model kind 'cross_encoder' is not supported by this qaindex \(supported: dual_encoder\); upgrade qaindex$",
+        match=r"model kind 'cross_encoder' is not supported by this qaindex \(supported: dual_encoder, reranker\); upgrade qaindex$",
     ):
         Ranker.build([{"answer": "x"}], model=bad)
 
