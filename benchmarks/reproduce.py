@@ -483,6 +483,12 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=3, help="--latency: passes over the test questions")
     parser.add_argument(
+        "--cache-only",
+        action="store_true",
+        help="train and keep the served models for --latency, but record the runs under cache_runs, "
+        "leaving the table's runs as they are",
+    )
+    parser.add_argument(
         "--report-only", action="store_true", help="rewrite the table and README summary from the runs file"
     )
     args = parser.parse_args()
@@ -504,8 +510,9 @@ def main() -> None:
         for model in args.models.split(","):
             for seed in (int(s) for s in args.seeds.split(",")):
                 run = run_one(dataset, model, seed, args.epochs, data, threads=args.threads)
-                results["runs"] = [
-                    r for r in results["runs"] if (r["dataset"], r["model"], r["seed"]) != (dataset, model, seed)
+                key = "cache_runs" if args.cache_only else "runs"
+                results[key] = [
+                    r for r in results.get(key, []) if (r["dataset"], r["model"], r["seed"]) != (dataset, model, seed)
                 ] + [run]
                 t = run["test"]
                 print(
