@@ -76,9 +76,11 @@ MODEL_SETTINGS: dict[str, dict[str, Any]] = {
     "hyperqa": {"model": "hyperqa", "ball": "auto", "margin": 1.0},
     "cosineqa": {"model": "cosineqa", "margin": 0.1},
     # the attentive-pooling paper's baselines: context window 4, max of 50 sampled negatives;
-    # c = 400 filters / H = 141 (c = 282) units per direction, margin 0.2 (CPU-sized choices)
+    # c = 400 filters / H = 141 (c = 282) units per direction, margin 0.2 (CPU-sized choices).
+    # QA-biLSTM: AdaGrad lr 0.01; at lr 0.1 (the others') its LSTMs saturate and it stays at
+    # chance (benchmarks/bilstm_diagnosis.py, docs/reproduction.md)
     "qa-cnn": {"model": "qa-cnn", "dim": 400, "window": 4, "negatives": 1, "negative_pool": 50, "margin": 0.2},
-    "qa-bilstm": {"model": "qa-bilstm", "dim": 282, "negatives": 1, "negative_pool": 50, "margin": 0.2},
+    "qa-bilstm": {"model": "qa-bilstm", "dim": 282, "negatives": 1, "negative_pool": 50, "margin": 0.2, "lr": 0.01},
 }
 # Published WikiQA test MAP, MRR of the other papers' models (dos Santos et al., 2016, WikiQA results).
 PAPER_MODELS = {("wikiqa", "qa-cnn"): (0.670, 0.682), ("wikiqa", "qa-bilstm"): (0.656, 0.670)}
