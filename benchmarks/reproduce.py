@@ -107,12 +107,13 @@ def run_one(
     settings: dict[str, Any] | None = None,
     *,
     threads: int = 1,
-    cache: bool = True,
+    cache: bool = False,
 ) -> dict[str, Any]:
     """Train, export and evaluate one (dataset, model, seed); keep seed 0's model under ``MODELS``.
 
-    With ``cache`` the exported directory of seed 0 (or of the first seed run, when none is kept
-    yet) replaces ``cached_model(dataset, model)``, for ``--latency``.
+    With ``cache`` (the script's runs; off for tests and ablations) the exported directory of
+    seed 0, or of the first seed run when none is kept yet, replaces
+    ``cached_model(dataset, model)``, for ``--latency``.
     """
     from qaindex_export.onnx_export import export_model
     from qaindex_export.train import TrainConfig, resolve_device, train
@@ -511,7 +512,7 @@ def main() -> None:
     for dataset in [] if args.report_only or args.latency else args.datasets.split(","):
         for model in args.models.split(","):
             for seed in (int(s) for s in args.seeds.split(",")):
-                run = run_one(dataset, model, seed, args.epochs, data, threads=args.threads)
+                run = run_one(dataset, model, seed, args.epochs, data, threads=args.threads, cache=True)
                 key = "cache_runs" if args.cache_only else "runs"
                 results[key] = [
                     r for r in results.get(key, []) if (r["dataset"], r["model"], r["seed"]) != (dataset, model, seed)
