@@ -236,7 +236,7 @@ def _dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def measure_latency(data: Path, repeats: int = 3, k: int = 10) -> dict[str, Any]:
+def measure_latency(data: Path, repeats: int = 10, k: int = 10) -> dict[str, Any]:
     """``--latency``: every cached model, served, in one process and one run.
 
     For each (dataset, model) under ``MODELS``: bulk encoding of the dataset's distinct test
@@ -484,7 +484,7 @@ def main() -> None:
         action="store_true",
         help="measure query latency and encoding speed of every cached model (benchmarks/.models), then the table",
     )
-    parser.add_argument("--repeats", type=int, default=3, help="--latency: passes over the test questions")
+    parser.add_argument("--repeats", type=int, default=10, help="--latency: passes over the test questions")
     parser.add_argument(
         "--cache-only",
         action="store_true",
