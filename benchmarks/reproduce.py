@@ -5,14 +5,23 @@ epoch by dev MAP), exports the ONNX model directory exactly as ``qaindex train``
 evaluates the *exported* model on the test split with ``qaindex.evaluate.evaluate_model``
 (ties broken by expectation, never by file order). It writes:
 
-- ``benchmarks/results/reproduction.json``: every run;
-- ``docs/reproduction.md``: mean ± standard deviation per dataset and model, beside the
-  paper's numbers, the reference scores and the targets.
+- ``benchmarks/results/reproduction.json``: every run (and the ``latency`` section);
+- ``docs/reproduction-table.md``: mean ± standard deviation per dataset and model, beside the
+  paper's numbers and the reference scores, with parameters, seconds per epoch, query latency
+  and size on disk, and a Table-7-style summary of HyperQA against each model;
+- the README's summary section.
 
-Usage (about 30-40 minutes on a 2-core CPU for everything)::
+The exported model directory of seed 0 of each (dataset, model) is kept in
+``benchmarks/.models/`` (git-ignored); ``--latency`` then times every kept model through the
+served path (``qaindex.Ranker``), side by side in one process.
+
+Usage (about 30-40 minutes on a 2-core CPU for HyperQA and CosineQA everywhere)::
 
     python benchmarks/reproduce.py [--datasets wikiqa,trecqa_raw,trecqa_clean]
-        [--models hyperqa,cosineqa] [--seeds 0,1,2] [--epochs 25] [--data ../shared/datasets]
+        [--models hyperqa,cosineqa] [--seeds 0,1,2] [--epochs 25] [--threads 1]
+        [--data ../shared/datasets] [--cache-only]
+    python benchmarks/reproduce.py --latency [--repeats 10]
+    python benchmarks/reproduce.py --report-only
 
 Needs the training extra (torch) and the shared datasets; never copies them.
 """
