@@ -21,16 +21,22 @@ from qaindex.hyperbolic import RANKINGS, max_norm_for
 __all__ = [
     "BALL_CHOICES",
     "BALL_MAPS",
+    "CHUNKINGS",
     "DEVICES",
+    "LOSSES",
     "MODEL_KINDS",
     "OPTIMIZERS",
     "RANKINGS",
+    "RECURRENT_KINDS",
     "SAMPLINGS",
     "TrainConfig",
     "read_config_file",
 ]
 
-MODEL_KINDS = ("hyperqa", "cosineqa", "qa-cnn", "qa-bilstm")
+MODEL_KINDS = ("hyperqa", "cosineqa", "qa-cnn", "qa-bilstm", "rde", "rde-ltc", "hrde", "hrde-ltc")
+RECURRENT_KINDS = ("rde", "rde-ltc", "hrde", "hrde-ltc")
+LOSSES = ("hinge", "cross-entropy")
+CHUNKINGS = ("sentences", "length")
 BALL_MAPS = ("clip", "expmap", "radius", "weighted")
 BALL_CHOICES = (*BALL_MAPS, "auto")
 OPTIMIZERS = ("adagrad", "adam", "sgd")
@@ -60,8 +66,33 @@ class TrainConfig:
         "hyperqa",
         "HyperQA (Poincaré ball), CosineQA (the paper's cosine ablation), or the attentive-pooling "
         "paper's QA-CNN / QA-biLSTM (convolution or biLSTM, max-pooling + tanh, cosine; --dim is the "
-        "number of filters c, or 2H for the biLSTM).",
+        "number of filters c, or 2H for the biLSTM), or the HRDE-LTC paper's GRU dual encoders "
+        "RDE / RDE-LTC / HRDE / HRDE-LTC (bilinear score sigmoid(q'M a + b); --dim is the GRU size).",
         choices=MODEL_KINDS,
+    )
+    loss: str | None = _setting(
+        None,
+        "Training loss: hinge (pairwise, margin --margin) or cross-entropy (binary, correct answer 1, "
+        "wrong answers 0). Default: cross-entropy for the rde family, hinge for the others.",
+        choices=LOSSES,
+    )
+    topics: int = _setting(
+        3,
+        "Latent topics K of LTC (rde-ltc, hrde-ltc; the paper: 3 for Ubuntu, 4 for Samsung QA).",
+    )
+    chunking: str = _setting(
+        "sentences",
+        "How HRDE splits answers into chunks: sentences (after . ! ? tokens, and at --max-chunk-tokens) "
+        "or length (every --max-chunk-tokens tokens).",
+        choices=CHUNKINGS,
+    )
+    max_chunks: int = _setting(
+        8,
+        "HRDE: chunks kept per answer (the first ones; also used by the runtime).",
+    )
+    max_chunk_tokens: int = _setting(
+        32,
+        "HRDE: longest chunk in tokens (also used by the runtime).",
     )
     embeddings: str = _setting(
         "minilm",
@@ -235,6 +266,9 @@ class TrainConfig:
             "max_question_tokens",
             "max_answer_tokens",
             "embed_dim",
+            "topics",
+            "max_chunks",
+            "max_chunk_tokens",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -245,6 +279,10 @@ class TrainConfig:
                 f"dim of qa-bilstm is 2H (two directions of H units) and must be even, got {self.dim}; "
                 "pass an even --dim"
             )
+        if self.loss is not None and self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
+        if self.chunking not in CHUNKINGS:
+            raise ValueError(f"chunking must be one of {CHUNKINGS}, got {self.chunking!r}")
         pool = self.effective_negative_pool
         if pool and pool < self.negatives:
             raise ValueError(f"negative_pool ({pool}) must be at least negatives ({self.negatives}), or 0 for off")
@@ -271,6 +309,19 @@ class TrainConfig:
         if self.negative_pool is not None:
             return max(0, int(self.negative_pool))
         return 50 if self.model in ("qa-cnn", "qa-bilstm") else 0
+
+    @property
+    def effective_loss(self) -> str:
+        """``loss``, or its default for the model (cross-entropy for the rde family, else hinge).
+
+        Example
+        -------
+        >>> TrainConfig(model="hrde").effective_loss, TrainConfig().effective_loss
+        ('cross-entropy', 'hinge')
+        """
+        if self.loss is not None:
+            return self.loss
+        return "cross-entropy" if self.model in RECURRENT_KINDS else "hinge"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable settings.

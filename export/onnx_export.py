@@ -401,6 +401,10 @@ def export_model(
     """
     if table_dtype not in TABLE_DTYPES:
         raise ValueError(f"table_dtype must be one of {TABLE_DTYPES}, got {table_dtype!r}")
+    if getattr(result.model, "role_aware", False):  # RDE family: two GRU graphs, bilinear geometry
+        from .recurrent_export import export_recurrent
+
+        return export_recurrent(result, directory, name=name, dev_data=dev_data, tolerance=tolerance)
     model = result.model.cpu().eval()
     vocab, dim, width = model.encoder.embedding.shape[0], model.encoder.dim, model.encoder.width
     if isinstance(model, SequenceQA):  # QA-CNN / QA-biLSTM: the network itself, float32 embeddings

@@ -54,7 +54,7 @@ from qaindex.metrics import evaluate_groups as evaluate_scores
 from qaindex.storage import sha256_file
 from qaindex.tokenizer import Tokenizer
 
-from .config import OPTIMIZERS, SAMPLINGS, TrainConfig
+from .config import OPTIMIZERS, RECURRENT_KINDS, SAMPLINGS, TrainConfig
 from .embeddings import Embeddings, build_embeddings
 from .models import (
     DualEncoderQA,
@@ -63,6 +63,7 @@ from .models import (
     norm_statistics,
     riemannian_hook,
 )
+from .recurrent import RecurrentQA, cross_entropy_loss
 
 __all__ = [
     "AUTO_BALL_MAPS",
@@ -157,6 +158,7 @@ class TextTable:
         self.max_tokens = dict(max_tokens)
         self._index: dict[tuple[str, str], int] = {}
         self._rows: list[list[int]] = []
+        self._answer: list[bool] = []  # each row's role (asymmetric encoders need it)
         self._ids = np.zeros(0, dtype=np.int64)
         self._starts = np.zeros(0, dtype=np.int64)
         self._lengths = np.zeros(0, dtype=np.int64)
@@ -173,7 +175,12 @@ class TextTable:
             found = len(self._index)
             self._index[key] = found
             self._rows.append(self.tokenizer.encode(text, self.max_tokens[role]))
+            self._answer.append(role == "answer")
         return found
+
+    def is_answer(self, rows: np.ndarray) -> np.ndarray:
+        """Whether each of ``rows`` was added as an answer (else as a question)."""
+        return np.asarray(self._answer, dtype=bool)[np.asarray(rows, dtype=np.int64)]
 
     def _pack(self) -> None:
         if self._frozen == len(self._rows):
@@ -219,6 +226,10 @@ def encode_texts(
     -------
     Tensor (len(rows), dim), or (vectors, sums) with ``with_sums``.
     """
+    if isinstance(model, RecurrentQA):  # RDE family: questions and answers encode differently
+        with torch.no_grad():
+            v = model.encode_rows(table, rows, device)
+        return (v, v) if with_sums else v
     vecs: list[torch.Tensor] = []
     sums: list[torch.Tensor] = []
     order: np.ndarray | None = None
@@ -658,20 +669,24 @@ def _train_one(
     try:
         torch.manual_seed(config.seed)
         rng = np.random.default_rng(config.seed)
-        model = build_model(
-            config.model,
-            len(tokenizer.vocab),
-            dim=config.dim,
-            embeddings=embeddings.vectors,
-            train_embeddings=config.train_embeddings,
-            embed_dim=config.embed_dim,
-            ball="clip" if config.ball == "auto" else config.ball,
-            max_norm=config.max_norm,
-            alpha=1.0,
-            learn_alpha=config.learn_alpha,
-            init_norm=config.init_norm,
-            ranking=config.ranking,
-            window=config.window,
+        model = (
+            _recurrent_model(config, tokenizer, embeddings.vectors)
+            if config.model in RECURRENT_KINDS
+            else build_model(
+                config.model,
+                len(tokenizer.vocab),
+                dim=config.dim,
+                embeddings=embeddings.vectors,
+                train_embeddings=config.train_embeddings,
+                embed_dim=config.embed_dim,
+                ball="clip" if config.ball == "auto" else config.ball,
+                max_norm=config.max_norm,
+                alpha=1.0,
+                learn_alpha=config.learn_alpha,
+                init_norm=config.init_norm,
+                ranking=config.ranking,
+                window=config.window,
+            )
         ).to(device)
         n_texts = len(table)
         pairs = _pairs(train_split, n_texts)
@@ -713,8 +728,11 @@ def _train_one(
                 if pool_size:
                     neg = _max_of_pool(model, table, q, neg, config.negatives, n_texts, device)
                 rows, inverse = np.unique(np.concatenate([q, pos, neg.ravel()]), return_inverse=True)
-                flat, offsets = table.gather(rows)
-                vectors = model.encode_bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device))
+                if isinstance(model, RecurrentQA):  # questions and answers encode differently
+                    vectors = model.encode_rows(table, rows, device)
+                else:
+                    flat, offsets = table.gather(rows)
+                    vectors = model.encode_bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device))
                 if config.riemannian and model.geometry == "poincare":
                     vectors = riemannian_hook(vectors)
                 b = len(idx)
@@ -726,9 +744,14 @@ def _train_one(
                 )
                 s_pos, _ = model.score(qv, pv)
                 s_neg, _ = model.score(qv[:, None, :], nv)
-                loss = hinge_loss(s_pos, s_neg, config.margin)
+                if config.effective_loss == "cross-entropy":  # scores are logits (the RDE family's q.Ma + b)
+                    loss = cross_entropy_loss(s_pos, s_neg)
+                else:
+                    loss = hinge_loss(s_pos, s_neg, config.margin)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                if config.model in RECURRENT_KINDS:  # the paper clips gradients at norm 1
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()
                 total += loss.item()
                 steps += 1
@@ -782,6 +805,25 @@ def _train_one(
     finally:
         torch.set_num_threads(old_threads)
         torch.use_deterministic_algorithms(old_deterministic)
+
+
+def _recurrent_model(config: TrainConfig, tokenizer: Tokenizer, vectors: np.ndarray | None) -> DualEncoderQA:
+    """RDE / RDE-LTC / HRDE / HRDE-LTC (:mod:`qaindex_export.recurrent`) from the settings."""
+    from .recurrent import build_recurrent_model
+
+    model = build_recurrent_model(
+        config.model,
+        tokenizer,
+        hidden=config.dim,
+        embeddings=vectors,
+        train_embeddings=config.train_embeddings,
+        embed_dim=config.embed_dim,
+        topics=config.topics,
+        chunking=config.chunking,
+        max_chunks=config.max_chunks,
+        max_chunk_tokens=config.max_chunk_tokens,
+    )
+    return model  # type: ignore[return-value]  # duck-typed: the loop's interface
 
 
 # ------------------------------------------------------------------------ training without labels
@@ -1210,13 +1252,22 @@ def load_checkpoint(path: str | os.PathLike[str], *, device: str = "cpu") -> Tra
         weights = load_file(str(weights_path), device=str(device))
     except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
         raise _checkpoint_error(weights_path, f"cannot be read ({exc})") from None
+    recurrent: DualEncoderQA | None = None
+    if config.model in RECURRENT_KINDS:  # the RDE family: its own tensors and builder
+        try:
+            recurrent = _recurrent_model(config, tokenizer, weights["embedding"].cpu().numpy())
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise _checkpoint_error(
+                weights_path, f"tensors do not match the model ({' '.join(str(exc).split())[:300]})"
+            ) from None
     sequence = config.model in ("qa-cnn", "qa-bilstm")
-    for name in ("encoder.embedding",) if sequence else ("encoder.embedding", "encoder.proj.weight"):
+    required = ("embedding",) if recurrent is not None else ("encoder.embedding",)
+    for name in required if sequence or recurrent is not None else (*required, "encoder.proj.weight"):
         if name not in weights or weights[name].ndim != 2:
             raise _checkpoint_error(weights_path, f"tensor {name!r} is missing or not a matrix")
-    emb = weights["encoder.embedding"]
+    emb = weights["embedding" if recurrent is not None else "encoder.embedding"]
     try:
-        model = build_model(
+        model = recurrent if recurrent is not None else build_model(
             config.model,
             emb.shape[0],
             dim=config.dim if sequence else weights["encoder.proj.weight"].shape[0],

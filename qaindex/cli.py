@@ -22,6 +22,7 @@ from . import __version__
 from .cli_eval import eval_command, inspect_command
 from .cli_options import batch_size_option, device_option, index_option
 from .cli_train import train
+from .devices import devices_line
 from .errors import QAIndexError
 from .locking import DEFAULT_LOCK_TIMEOUT
 from .ranker import DEFAULT_OVERFETCH, Hit, Ranker
@@ -119,7 +120,16 @@ def main(verbose: bool) -> None:
     type=click.Choice(INDEX_KINDS),
     default="auto",
     show_default=True,
-    help="FAISS coarse index: exact flat search, or approximate HNSW; auto picks flat up to 20,000 answers.",
+    help="FAISS coarse index: exact flat search, or approximate HNSW / IVF (_sq8: 8-bit storage); "
+    "auto picks flat up to 20,000 answers.",
+)
+@click.option(
+    "--recall",
+    "recall_target",
+    type=click.FloatRange(min=0.0, max=1.0, min_open=True),
+    default=None,
+    help="Tune the HNSW/IVF search breadth to the smallest that reaches this recall@10 against exact search "
+    "(e.g. 0.99), measured on the corpus's questions (or answers) at build time.",
 )
 @click.option(
     "--overfetch",
@@ -130,30 +140,47 @@ def main(verbose: bool) -> None:
 )
 @batch_size_option("Answers per encoder call.")
 @lock_timeout_option
+@click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value="local",
+    default=None,
+    metavar="[ADDRESS|auto|local]",
+    help="Encode on Ray Data workers (pip install 'qaindex[ray]'): local starts Ray here (the default "
+    "with a bare --ray), auto joins this machine's cluster, or a Ray address such as ray://head:10001.",
+)
 def build(
     corpus: Path,
     model: Path | None,
     index: Path,
     device: str,
     index_kind: str,
+    recall_target: float | None,
     overfetch: int,
     batch_size: int,
     lock_timeout: float,
+    ray_address: str | None,
 ) -> None:
     """Encode the answers of CORPUS (JSONL) and save an index.
 
-    An existing index at --index is replaced only once the new one is complete.
+    The corpus is read a chunk at a time (memory grows with the vectors and the index, not
+    with the text). An existing index at --index is replaced only once the new one is complete.
     """
     start = time.perf_counter()
-    ranker = Ranker.build(
-        corpus,
-        model=model,
-        device=device,
-        index_kind=index_kind,
-        overfetch=overfetch,
-        batch_size=batch_size,
-        progress=True,
-    )
+    options: dict[str, Any] = {
+        "model": model,
+        "device": device,
+        "index_kind": index_kind,
+        "overfetch": overfetch,
+        "recall": recall_target,
+    }
+    if ray_address is not None:
+        from .distributed import build_on_ray
+
+        ranker = build_on_ray(corpus, address=ray_address, batch_size=batch_size, **options)
+    else:
+        ranker = Ranker.build(corpus, batch_size=batch_size, progress=True, **options)
     ranker.save(index, lock_timeout=lock_timeout)
     seconds = time.perf_counter() - start
     info = ranker.info()
@@ -164,6 +191,8 @@ def build(
     )
     if info["near_centre"] is not None:
         click.echo(_near_centre_line(info["near_centre"]))
+    if "tuning" in info["index"]:
+        click.echo(_tuning_line(info["index"]["tuning"]))
 
 
 @main.command()
@@ -230,8 +259,7 @@ def _near_centre_line(near: dict[str, Any]) -> str:
 
 
 def _devices_line(info: dict[str, Any]) -> str:
-    providers = sorted(set(info["devices"]["onnxruntime"].values()))
-    return f"onnxruntime on {'/'.join(providers)}, faiss on {info['devices']['faiss']}"
+    return devices_line(info["devices"])
 
 
 @main.command()
@@ -271,10 +299,14 @@ def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bo
         + (f" {json.dumps(data['index']['params'])}" if data["index"]["params"] else "")
         + f" (over-fetch {data['index']['overfetch']})",
         f"devices:    {_devices_line(data)}",
+        f"            why: onnxruntime: {data['devices']['why']['onnxruntime']}; "
+        f"faiss: {data['devices']['why']['faiss']}",
         f"created:    {data['created']}",
     ]
     if data["near_centre"] is not None:
         lines.append(f"centre:     {_near_centre_line(data['near_centre'])}")
+    if "tuning" in data["index"]:
+        lines.append(f"tuning:     {_tuning_line(data['index']['tuning'])}")
     if verify:
         lines.append("verified:   every file matches its checksum")
     if recall:
@@ -315,3 +347,14 @@ main.add_command(train)
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+
+def _tuning_line(t: dict[str, Any]) -> str:
+    """One line on the build-time recall tuning (:mod:`qaindex.tuning`)."""
+    if t.get("param") is None:
+        return f"recall@{t.get('k')} {t['recall']:.4f} at build time (exact index; target {t['target']:.4f})"
+    verdict = "reached" if t.get("reached") else "NOT reached (largest tried)"
+    return (
+        f"{t.get('param')}={t.get('value')} tuned to recall@{t.get('k')} {t['recall']:.4f} "
+        f"(target {t['target']:.4f} {verdict}; {t.get('queries')} {t.get('source', 'queries')})"
+    )

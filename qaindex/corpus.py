@@ -34,7 +34,6 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from .errors import CorpusError
@@ -380,42 +379,59 @@ def read_json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
     """
     source = os.fspath(path)
     try:
-        raw = Path(path).read_bytes()
+        handle = open(path, "rb")  # closed below; read a line at a time (bounded memory)
     except FileNotFoundError:
         raise CorpusError(f"{source}: no such file") from None
     except IsADirectoryError:
         raise CorpusError(f"{source}: is a directory; give a JSONL corpus file") from None
     except (OSError, ValueError) as exc:  # ValueError: an embedded NUL byte in the path
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise CorpusError(f"{source}: cannot be read ({reason})") from None
-    except MemoryError:
-        raise CorpusError(f"{source}: too large to read into memory; split the corpus") from None
-    for number, line_bytes in enumerate(raw.split(b"\n"), start=1):
-        try:
-            line = line_bytes.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise CorpusError(
-                f"{source}:{number}: not valid UTF-8 (byte 0x{line_bytes[exc.start]:02x} at "
-                f"column {exc.start + 1}); save the file as UTF-8"
-            ) from None
-        if number == 1:
-            line = line.removeprefix("\ufeff")
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CorpusError(
-                f"{source}:{number}: not valid JSON ({exc.msg} at column {exc.colno}); "
-                "each line must be one JSON object"
-            ) from None
-        except RecursionError:
-            raise CorpusError(
-                f"{source}:{number}: nested too deeply to read (more than {MAX_DEPTH} levels allowed); flatten it"
-            ) from None
-        except ValueError as exc:  # e.g. an integer literal beyond Python's digit limit
-            raise CorpusError(f"{source}:{number}: not valid JSON ({exc}); store huge numbers as strings") from None
-        yield number, obj
+        raise CorpusError(f"{source}: cannot be read ({_reason(exc)})") from None
+    with handle:
+        number = 0
+        while True:
+            try:
+                line_bytes = handle.readline()
+            except (OSError, ValueError) as exc:
+                raise CorpusError(f"{source}: cannot be read ({_reason(exc)})") from None
+            except MemoryError:
+                raise CorpusError(f"{source}:{number + 1}: line too large to read into memory; split it") from None
+            if not line_bytes:
+                return
+            number += 1
+            yield from _parse_line(source, number, line_bytes.removesuffix(b"\n"))
+
+
+def _reason(exc: BaseException) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
+def _parse_line(source: str, number: int, line_bytes: bytes) -> Iterator[tuple[int, Any]]:
+    """The JSON value of one line (nothing for a blank one), or a CorpusError naming the line."""
+    try:
+        line = line_bytes.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorpusError(
+            f"{source}:{number}: not valid UTF-8 (byte 0x{line_bytes[exc.start]:02x} at "
+            f"column {exc.start + 1}); save the file as UTF-8"
+        ) from None
+    if number == 1:
+        line = line.removeprefix("\ufeff")
+    if not line.strip():
+        return
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise CorpusError(
+            f"{source}:{number}: not valid JSON ({exc.msg} at column {exc.colno}); "
+            "each line must be one JSON object"
+        ) from None
+    except RecursionError:
+        raise CorpusError(
+            f"{source}:{number}: nested too deeply to read (more than {MAX_DEPTH} levels allowed); flatten it"
+        ) from None
+    except ValueError as exc:  # e.g. an integer literal beyond Python's digit limit
+        raise CorpusError(f"{source}:{number}: not valid JSON ({exc}); store huge numbers as strings") from None
+    yield number, obj
 
 
 def records_from_dicts(

@@ -190,7 +190,9 @@ def evaluate_model(model: Model, groups: Sequence[QuestionGroup], *, batch_size:
             r = plan.rows[q]
             padded[i, : len(r)] = r
             padded[i, len(r) :] = r[0] if len(r) else 0
-        score, _ = model.score(qv[chunk], av[padded])
+        score, distance = model.score(qv[chunk], av[padded])
+        if model.geometry == "bilinear":  # rank by q·c: same order as σ(q·c + b), which saturates in float32
+            score = -distance
         for i, q in enumerate(chunk):
             scores[q] = score[i, : len(plan.rows[q])]
         start = stop

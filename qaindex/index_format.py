@@ -45,7 +45,7 @@ from .storage import (
     read_json_object,
     remove_debris,
 )
-from .vector_index import INDEX_KINDS, CoarseIndex
+from .vector_index import INDEX_KINDS, KIND_PARAMS, CoarseIndex
 
 __all__ = [
     "INDEX_FORMAT",
@@ -121,15 +121,24 @@ def _validate_fields(root: Path, mpath: Path, manifest: dict[str, Any]) -> None:
     if not isinstance(coarse, dict):
         raise _bad(mpath, "coarse", "an object with kind and params", coarse)
     kind = coarse.get("kind")
-    if kind not in ("flat", "hnsw"):
-        raise _bad(mpath, "coarse.kind", "flat or hnsw", kind)
+    if kind not in KIND_PARAMS:
+        raise _bad(mpath, "coarse.kind", " or ".join(KIND_PARAMS), kind)
     params = coarse.get("params", {})
-    allowed = HNSW_PARAMS if kind == "hnsw" else ()
+    allowed = KIND_PARAMS[kind]
     if not isinstance(params, dict) or any(name not in allowed for name in params):
         raise _bad(mpath, "coarse.params", f"an object with keys among {list(allowed)}", params)
     for name, value in params.items():
         if not _is_int(value, 1):
             raise _bad(mpath, f"coarse.params.{name}", "a positive integer", value)
+    tuning = coarse.get("tuning")
+    if tuning is not None and (
+        not isinstance(tuning, dict)
+        or not all(
+            isinstance(tuning.get(key), int | float) and not isinstance(tuning.get(key), bool) and 0 <= tuning[key] <= 1
+            for key in ("target", "recall")
+        )
+    ):
+        raise _bad(mpath, "coarse.tuning", "an object with target and recall between 0 and 1", tuning)
     if "requested" in coarse and coarse["requested"] not in INDEX_KINDS:
         raise _bad(mpath, "coarse.requested", " or ".join(INDEX_KINDS), coarse["requested"])
     for key in ("created", "updated", "qaindex_version"):
@@ -252,7 +261,7 @@ def write_snapshot(
     snap.mkdir()
     try:
         with open(snap / "records.jsonl", "wb") as handle:
-            handle.write(records.content())
+            records.write_to(handle)  # in blocks: a memory-mapped store is never copied whole
         np.save(snap / "records.offsets.npy", np.asarray(records.offsets, dtype=np.int64), allow_pickle=False)
         np.save(snap / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32), allow_pickle=False)
         coarse.save(snap / "coarse.faiss")

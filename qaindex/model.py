@@ -13,7 +13,8 @@ Layout (written by ``export/``, read here)::
 Graph contracts (``kind = "dual_encoder"``):
 
 - encoder: inputs ``input_ids`` int64 (batch, seq) and, if declared, ``attention_mask``
-  int64 (batch, seq); first output float32 (batch, dimension).
+  int64 (batch, seq); first output float32 (batch, dimension). A role named in the
+  manifest's ``chunking`` field takes (batch, chunks, tokens) instead (:mod:`qaindex.chunking`).
 - scorer: inputs ``query`` float32 (n, dimension) and ``candidates`` float32
   (n, m, dimension); outputs ``score`` (n, m), higher is better, and ``distance`` (n, m).
 
@@ -32,9 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from . import chunking as chunking_format
 from . import hyperbolic
 from .arguments import finite_vectors, optional_callable, positive_int, text_list
-from .devices import create_session
+from .devices import SessionPair, open_sessions
 from .errors import ModelFormatError, QueryError
 from .model_format import (
     GEOMETRIES,
@@ -82,8 +84,8 @@ def resolve_model_path(model: str | os.PathLike[str] | None) -> Path:
 
 @dataclass
 class _Graphs:
-    encoders: dict[str, Any]  # role -> session
-    scorer: Any
+    encoders: dict[str, SessionPair]  # role -> sessions (qaindex.devices: CPU for small calls, maybe CUDA for bulk)
+    scorer: SessionPair
     encoder_inputs: dict[str, tuple[str, ...]]
 
 
@@ -116,6 +118,12 @@ class Model:
         # "relative" (d(q, a) - d(0, a)); it decides how coarse recall and exact search rank
         self.ranking: str = manifest["geometry"].get("ranking", "distance")
         self.max_tokens: dict[str, int] = dict(manifest["max_tokens"])
+        # bilinear models (RDE family): score σ(q·c + b), ranked by the inner product q·c
+        self.bias: float = float(manifest["geometry"].get("bias", 0.0))
+        # roles whose encoder reads (batch, chunks, tokens): hierarchical encoders (HRDE)
+        self.chunking: dict[str, chunking_format.Chunking] = {
+            role: chunking_format.from_manifest(spec, tokenizer) for role, spec in manifest.get("chunking", {}).items()
+        }
 
     # -- loading -----------------------------------------------------------------------
     @staticmethod
@@ -158,15 +166,15 @@ class Model:
             tokenizer = Tokenizer.from_config(manifest["tokenizer"], directory)
         except TokenizerError as exc:
             raise ModelFormatError(f"{directory / 'manifest.json'}: tokenizer: {exc}") from None
-        sessions: dict[str, Any] = {}
+        sessions: dict[str, SessionPair] = {}
 
-        def session_for(file: str) -> Any:
+        def session_for(file: str) -> SessionPair:
             if file not in sessions:
                 gpath = directory / file
                 if not gpath.is_file():
                     raise ModelFormatError(f"{gpath}: missing; the model directory is incomplete, re-export it")
                 try:
-                    sessions[file] = create_session(gpath, device=device, threads=threads)
+                    sessions[file] = open_sessions(gpath, device=device, threads=threads)
                 except Exception as exc:  # onnxruntime raises its own exception types
                     if isinstance(exc, ModelFormatError) or type(exc).__module__.startswith("qaindex"):
                         raise
@@ -179,16 +187,23 @@ class Model:
         encoders = {role: session_for(g[f"{role}_encoder"]) for role in ROLES}
         scorer = session_for(g["scorer"])
         encoder_inputs: dict[str, tuple[str, ...]] = {}
-        for role, session in encoders.items():
-            names = tuple(i.name for i in session.get_inputs())
+        for role, pair in encoders.items():
+            names = tuple(i.name for i in pair.small.get_inputs())
             if "input_ids" not in names or not set(names) <= {"input_ids", "attention_mask"}:
                 raise ModelFormatError(
                     f"{directory / g[f'{role}_encoder']}: encoder inputs are {list(names)}, expected "
                     "input_ids and optionally attention_mask; re-export the model"
                 )
             encoder_inputs[role] = names
-        scorer_inputs = {i.name for i in scorer.get_inputs()}
-        scorer_outputs = {o.name for o in scorer.get_outputs()}
+            rank = 3 if role in manifest.get("chunking", {}) else 2
+            got = next(len(i.shape) for i in pair.small.get_inputs() if i.name == "input_ids")
+            if got != rank:
+                raise ModelFormatError(
+                    f"{directory / g[f'{role}_encoder']}: the {role} encoder takes {got}-D input_ids, "
+                    f'the manifest\'s "chunking" field implies {rank}-D; re-export the model'
+                )
+        scorer_inputs = {i.name for i in scorer.small.get_inputs()}
+        scorer_outputs = {o.name for o in scorer.small.get_outputs()}
         if scorer_inputs != {"query", "candidates"} or not {"score", "distance"} <= scorer_outputs:
             raise ModelFormatError(
                 f"{directory / g['scorer']}: scorer graph must take query, candidates and give "
@@ -200,10 +215,24 @@ class Model:
     # -- inference -----------------------------------------------------------------------
     @property
     def providers(self) -> dict[str, str]:
-        """The onnxruntime execution provider each graph actually runs on."""
-        out = {f"{role}_encoder": s.get_providers()[0] for role, s in self._graphs.encoders.items()}
-        out["scorer"] = self._graphs.scorer.get_providers()[0]
+        """The onnxruntime execution provider each graph actually runs on for single questions
+        and small batches (see :attr:`bulk_providers` for large ones)."""
+        out = {f"{role}_encoder": p.small.get_providers()[0] for role, p in self._graphs.encoders.items()}
+        out["scorer"] = self._graphs.scorer.small.get_providers()[0]
         return out
+
+    @property
+    def bulk_providers(self) -> dict[str, str]:
+        """The provider each graph runs on for calls of :attr:`device_policy` ``bulk_from`` rows or more."""
+        out = {f"{role}_encoder": p.bulk.get_providers()[0] for role, p in self._graphs.encoders.items()}
+        out["scorer"] = self._graphs.scorer.bulk.get_providers()[0]
+        return out
+
+    @property
+    def device_policy(self) -> dict[str, Any]:
+        """``{"bulk_from": rows, "why": reason}``: where the graphs run and why (:mod:`qaindex.devices`)."""
+        pair = self._graphs.scorer
+        return {"bulk_from": pair.bulk_from, "why": pair.why}
 
     def encode(
         self,
@@ -236,7 +265,7 @@ class Model:
         texts = text_list(texts, "texts")
         batch_size = positive_int(batch_size, "batch_size")
         optional_callable(progress, "progress")
-        session = self._graphs.encoders[role]
+        session = self._graphs.encoders[role].for_rows(len(texts))
         names = self._graphs.encoder_inputs[role]
         limit = self.max_tokens[role]
         encoded = [self.tokenizer.encode(t, limit) for t in texts]
@@ -244,7 +273,10 @@ class Model:
         order = np.argsort([len(e) for e in encoded], kind="stable") if len(texts) > 1 else [0] * len(texts)
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
-            ids, mask = self.tokenizer.pad([encoded[r] for r in rows])
+            if role in self.chunking:  # (batch, chunks, tokens)
+                ids, mask = self.chunking[role].pad([encoded[r] for r in rows])
+            else:
+                ids, mask = self.tokenizer.pad([encoded[r] for r in rows])
             feeds = {"input_ids": ids}
             if "attention_mask" in names:
                 feeds["attention_mask"] = mask
@@ -291,7 +323,8 @@ class Model:
         if c.shape[1] == 0:
             empty = np.zeros((q.shape[0], 0), dtype=np.float32)
             return empty, empty.copy()
-        score, distance = self._graphs.scorer.run(["score", "distance"], {"query": q, "candidates": c})
+        session = self._graphs.scorer.for_rows(q.shape[0])
+        score, distance = session.run(["score", "distance"], {"query": q, "candidates": c})
         return np.asarray(score, dtype=np.float32), np.asarray(distance, dtype=np.float32)
 
     def copy_to(self, destination: Path) -> None:

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import hyperbolic
+from . import bilinear, hyperbolic
+from .chunking import read_chunking
 from .errors import ModelFormatError
 from .storage import (
     check_file_entries,
@@ -45,7 +46,7 @@ __all__ = [
 MODEL_FORMAT = "qaindex-model"
 MODEL_FORMAT_VERSION = 1
 MODEL_KINDS = ("dual_encoder",)
-GEOMETRIES = ("poincare", "cosine")
+GEOMETRIES = ("poincare", "cosine", "bilinear")
 ROLES = ("question", "answer")
 DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
 
@@ -120,6 +121,11 @@ def read_model_manifest(path: str | os.PathLike[str], *, verify: bool = True) ->
                 f'{mpath}: geometry "ranking" {ranking!r} is not supported '
                 f"(supported: {', '.join(hyperbolic.RANKINGS)}); upgrade qaindex or re-export the model"
             )
+    if geometry["name"] == "bilinear" and bilinear.check_bias(geometry.get("bias")) is None:
+        raise ModelFormatError(
+            f'{mpath}: geometry "bias" must be a finite number, got {geometry.get("bias")!r}; re-export the model'
+        )
+    read_chunking(manifest.get("chunking"), mpath, ROLES)
     max_tokens = _require(manifest, "max_tokens", dict, mpath)
     for role in ROLES:
         value = max_tokens.get(role)
@@ -205,6 +211,7 @@ def write_model(
     metrics: Mapping[str, Any] | None = None,
     parameters: Mapping[str, Any] | None = None,
     extra_files: Mapping[str, bytes | os.PathLike[str]] | None = None,
+    chunking: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write a model directory atomically (a sibling directory renamed into place).
 
@@ -223,6 +230,8 @@ def write_model(
         ``{"formula": "-(w_f * d + b_f)", "higher_is_better": True, "parameters": {...}}``.
     training, metrics, parameters, extra_files
         Provenance, evaluation results, parameter counts and other files to ship.
+    chunking : mapping, optional
+        Roles whose encoder takes chunked input (:mod:`qaindex.chunking`), with their settings.
 
     Returns
     -------
@@ -276,6 +285,8 @@ def write_model(
             "qaindex_version": __version__,
             "files": files,
         }
+        if chunking:
+            manifest["chunking"] = {role: dict(spec) for role, spec in chunking.items()}
         write_json_atomic(tmp / "manifest.json", manifest)
         _publish_directory(tmp, target, marker="manifest.json", what="model directory", error=ModelFormatError)
     return target

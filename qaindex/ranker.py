@@ -27,6 +27,7 @@ from . import hyperbolic
 from .arguments import MAX_INT64, finite_vectors, id_list, path_or_records, positive_int, text_list
 from .concurrency import ReadWriteLock
 from .corpus import Record, read_corpus, records_from_dicts
+from .devices import devices_info
 from .errors import IndexChangedError, IndexFormatError, ModelFormatError, QAIndexError, QueryError
 from .index_format import (
     INDEX_FORMAT,
@@ -45,7 +46,8 @@ from .locking import DEFAULT_LOCK_TIMEOUT, index_lock
 from .model import Model
 from .records import RecordStore
 from .storage import verify_files, write_json_atomic
-from .vector_index import CoarseIndex, choose_kind, exact_search
+from .tuning import DEFAULT_TUNING_QUERIES, answer_spans, check_target, sample_texts, tune_breadth
+from .vector_index import INDEX_KINDS, CoarseIndex, choose_kind, exact_search
 
 __all__ = ["DEFAULT_OVERFETCH", "INDEX_FORMAT", "INDEX_FORMAT_VERSION", "Hit", "Ranker"]
 
@@ -174,11 +176,11 @@ def _check_hnsw(hnsw: Any) -> dict[str, int] | None:
         return None
     if not isinstance(hnsw, Mapping):
         raise QueryError(f"hnsw must be a mapping of M, ef_construction, ef_search; got {type(hnsw).__name__}")
-    limits = {"M": 256, "ef_construction": 1 << 16, "ef_search": _MAX_SETTING}
+    limits = {"M": 256, "ef_construction": 1 << 16, "ef_search": _MAX_SETTING, "nlist": 1 << 16, "nprobe": 1 << 16}
     out = {}
     for key, value in hnsw.items():
         if key not in limits:
-            raise QueryError(f"unknown HNSW parameter {key!r}; use {', '.join(limits)}")
+            raise QueryError(f"unknown index parameter {key!r}; use {', '.join(limits)} (nlist, nprobe: IVF)")
         out[key] = positive_int(value, f"hnsw[{key!r}]", maximum=limits[key])
     return out
 
@@ -250,6 +252,7 @@ class Ranker:
         overfetch: int = DEFAULT_OVERFETCH,
         batch_size: int = 256,
         progress: bool = False,
+        recall: float | None = None,
     ) -> Ranker:
         """Encode a corpus and index it.
 
@@ -257,19 +260,28 @@ class Ranker:
         ----------
         corpus : path or iterable
             A JSONL corpus file, or records (dicts in the corpus format, or :class:`Record`).
+            A file is read, encoded and stored in chunks, with one chunk of texts in memory
+            at a time (:mod:`qaindex.building`).
         model : path, Model or None, keyword-only
             Model directory or loaded model; None uses the built-in default model.
         device : {"auto", "cpu", "cuda"}, keyword-only
-        index_kind : {"auto", "flat", "hnsw"}, keyword-only
-            ``auto``: exact ``flat`` up to 20,000 answers, ``hnsw`` above.
+        index_kind : {"auto", "flat", "hnsw", "hnsw_sq8", "ivf", "ivf_sq8"}, keyword-only
+            ``auto``: exact ``flat`` up to 20,000 answers, ``hnsw`` above (the other kinds:
+            :mod:`qaindex.vector_index`).
         hnsw : mapping, keyword-only
-            HNSW parameters (``M``, ``ef_construction``, ``ef_search``).
+            Index parameters: ``M``, ``ef_construction``, ``ef_search`` for HNSW kinds,
+            ``nlist``, ``nprobe`` for IVF kinds (defaults depend on the corpus size).
         overfetch : int, keyword-only
             The coarse stage recalls ``k * overfetch`` candidates for the exact rerank.
         batch_size : int, keyword-only
             Answers per encoder call.
         progress : bool, keyword-only
             Show a progress bar on stderr (when it is a terminal).
+        recall : float, keyword-only, optional
+            Tune the search breadth (``ef_search``, ``nprobe``) to the smallest value whose
+            recall@10 against exact search reaches this (e.g. 0.99), measured on up to 200
+            of the corpus's questions (or answer texts when it has none); see
+            :mod:`qaindex.tuning`. The result is saved with the index and shown by ``info``.
 
         Returns
         -------
@@ -279,22 +291,33 @@ class Ranker:
         batch_size = positive_int(batch_size, "batch_size")
         _check_flag(progress, "progress")
         _check_choice(device, "device", ("auto", "cpu", "cuda"))
-        _check_choice(index_kind, "index_kind", ("auto", "flat", "hnsw"))
+        _check_choice(index_kind, "index_kind", INDEX_KINDS)
         hnsw = _check_hnsw(hnsw)
+        if recall is not None:
+            recall = check_target(recall)
         if model is not None and not isinstance(model, str | os.PathLike | Model):
             raise QueryError(f"model must be a model directory, a Model or None, got {type(model).__name__}")
         is_path = path_or_records(corpus, "corpus")
         loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=None)
-        if is_path:
-            records = read_corpus(corpus)  # type: ignore[arg-type]
-        else:
-            records = records_from_dicts(corpus)  # type: ignore[arg-type]
+        if is_path:  # streamed: one chunk of texts in memory at a time (qaindex.building)
+            source: str | os.PathLike[str] = corpus  # type: ignore[assignment]
+            started = time.perf_counter()
+            store, matrix, coarse = _build_from_file(source, loaded, index_kind, hnsw, device, batch_size, progress)
+            _log.info("encoded %d answers with %s in %.2f s", len(store), loaded.name, time.perf_counter() - started)
+            if recall is not None and coarse.kind != "flat":  # flat is exact: nothing to tune
+                _tune(coarse, loaded, store, matrix, recall, overfetch)
+            return cls(loaded, store, matrix, coarse, overfetch=overfetch, kind_requested=index_kind)
+        records = records_from_dicts(corpus)  # type: ignore[arg-type]
         started = time.perf_counter()
         vectors = _encode_answers(loaded, [r.answer for r in records], batch_size, progress)
         _log.info("encoded %d answers with %s in %.2f s", len(records), loaded.name, time.perf_counter() - started)
         kind = choose_kind(index_kind, len(records))
-        coarse = CoarseIndex(loaded.geometry, loaded.dimension, kind, hnsw, device=device, ranking=loaded.ranking)
+        coarse = CoarseIndex(
+            loaded.geometry, loaded.dimension, kind, hnsw, device=device, ranking=loaded.ranking, count=len(records)
+        )
         coarse.add(vectors)
+        if recall is not None and kind != "flat":  # flat is exact: nothing to tune
+            _tune(coarse, loaded, records, vectors, recall, overfetch)
         return cls(
             loaded,
             RecordStore.from_records(records),
@@ -380,6 +403,7 @@ class Ranker:
             count=count,
             device=device,
             ranking=model.ranking,
+            tuning=coarse_info.get("tuning"),
         )
         return cls(
             model,
@@ -482,7 +506,7 @@ class Ranker:
             ef_search = positive_int(ef_search, "ef_search", maximum=_MAX_SETTING)
         if overfetch is not None:
             self.overfetch = overfetch
-        if ef_search is not None and self._coarse.kind == "hnsw":
+        if ef_search is not None and "ef_search" in self._coarse.params:
             self._coarse.params["ef_search"] = ef_search
 
     def records(self) -> Iterator[Record]:
@@ -891,15 +915,21 @@ class Ranker:
             if not self._coarse_stale:
                 return
             kind = choose_kind(self.kind_requested, len(self)) if self.kind_requested == "auto" else self._coarse.kind
+            params = dict(self._coarse.params) if kind == self._coarse.kind else {}
+            if params.get("nlist", 0) > len(self):  # IVF lists need an answer each to train
+                params.pop("nlist")
             coarse = CoarseIndex(
                 self.model.geometry,
                 self.dimension,
                 kind,
-                self._coarse.params or None,
+                params or None,
                 device=self._coarse.device,
                 ranking=self.model.ranking,
+                count=len(self),
             )
             coarse.add(np.asarray(self._vectors))
+            if kind == self._coarse.kind:
+                coarse.tuning = self._coarse.tuning
             self._coarse = coarse
             self._coarse_stale = False
 
@@ -1016,7 +1046,12 @@ class Ranker:
             "count": len(self),
             "dimension": self.dimension,
             "geometry": self.model.geometry,
-            "coarse": {"kind": self._coarse.kind, "params": self._coarse.params, "requested": self.kind_requested},
+            "coarse": {
+                "kind": self._coarse.kind,
+                "params": self._coarse.params,
+                "requested": self.kind_requested,
+                **({"tuning": self._coarse.tuning} if self._coarse.tuning is not None else {}),
+            },
             "overfetch": self.overfetch,
             "model": {
                 "name": self.model.name,
@@ -1071,7 +1106,7 @@ class Ranker:
                 "parameters": m.get("parameters", {}),
                 "metrics": m.get("metrics", {}),
             },
-            "devices": {"onnxruntime": self.model.providers, "faiss": self._coarse.device},
+            "devices": devices_info(self.model, self._coarse.device, self._coarse.kind),
             "created": self.created,
             "near_centre": _near_centre(self.model, self._vectors),
         }
@@ -1092,6 +1127,41 @@ def _near_centre(model: Model, vectors: np.ndarray) -> dict[str, Any] | None:
     return {**hyperbolic.near_centre(vectors), "ranking": model.ranking, "hub_risk": model.ranking == "distance"}
 
 
+def _tune(
+    coarse: CoarseIndex,
+    model: Model,
+    records: Sequence[Record] | RecordStore,
+    vectors: np.ndarray,
+    target: float,
+    overfetch: int,
+) -> None:
+    """Tune ``coarse``'s breadth to ``target`` recall@10 on the corpus's questions (or answers)."""
+    if isinstance(records, RecordStore):  # a streamed build: read the records back one at a time
+        store = records
+        records = [store.get(i) for i in range(len(store))]
+    texts = [q for r in records for q in r.questions]
+    exclude = None
+    if texts:
+        sample, source = sample_texts(texts, DEFAULT_TUNING_QUERIES), "stored questions"
+    else:  # no questions: spans of answers, each answer held out from its own span's truth
+        sample, exclude = answer_spans([r.answer for r in records], DEFAULT_TUNING_QUERIES)
+        source = "held-out answer spans"
+    qv = model.encode(sample, role="question")
+    out = tune_breadth(
+        coarse,
+        vectors,
+        qv,
+        target=target,
+        k=10,
+        overfetch=overfetch,
+        geometry=model.geometry,
+        ranking=model.ranking,
+        exclude=exclude,
+    )
+    out["source"] = source
+    _log.info("tuned %s=%s: recall@%d %.4f (target %.4f)", out["param"], out["value"], out["k"], out["recall"], target)
+
+
 def _encode_answers(model: Model, texts: list[str], batch_size: int, progress: bool) -> np.ndarray:
     if not progress:
         return model.encode(texts, role="answer", batch_size=batch_size)
@@ -1099,6 +1169,27 @@ def _encode_answers(model: Model, texts: list[str], batch_size: int, progress: b
 
     with tqdm(total=len(texts), desc="encoding answers", unit="answer", disable=None) as bar:
         return model.encode(texts, role="answer", batch_size=batch_size, progress=bar.update)
+
+
+def _build_from_file(
+    corpus: str | os.PathLike[str],
+    model: Model,
+    index_kind: str,
+    hnsw: Mapping[str, int] | None,
+    device: str,
+    batch_size: int,
+    progress: bool,
+) -> tuple[RecordStore, np.ndarray, CoarseIndex]:
+    from .building import build_from_file
+
+    if not progress:
+        return build_from_file(corpus, model, index_kind=index_kind, hnsw=hnsw, device=device, batch_size=batch_size)
+    from tqdm import tqdm
+
+    with tqdm(desc="encoding answers", unit="answer", disable=None) as bar:
+        return build_from_file(
+            corpus, model, index_kind=index_kind, hnsw=hnsw, device=device, batch_size=batch_size, progress=bar.update
+        )
 
 
 def _now() -> str:

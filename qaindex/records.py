@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import mmap
 from collections.abc import Sequence
+from typing import BinaryIO
 
 import numpy as np
 
@@ -76,6 +77,13 @@ class RecordStore:
     def content(self) -> bytes:
         """Every stored line, as written to ``records.jsonl``."""
         return bytes(self.data[: int(self.offsets[-1])])
+
+    def write_to(self, handle: BinaryIO, block: int = 1 << 22) -> None:
+        """Write :meth:`content` to a binary file in blocks (no copy of the whole store in memory)."""
+        end = int(self.offsets[-1])
+        view = memoryview(self.data)
+        for start in range(0, end, block):
+            handle.write(view[start : min(end, start + block)])
 
     def get(self, row: int) -> Record:
         """The decoded record of ``row`` (cached)."""

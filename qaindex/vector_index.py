@@ -18,8 +18,23 @@ extra coordinate that makes every stored vector's norm :data:`~qaindex.hyperboli
 (maximum inner product search as nearest-neighbour search).
 
 For the cosine geometry both kinds search the inner product of unit-normalised vectors.
+For the bilinear geometry (:mod:`qaindex.bilinear`) ``flat`` searches the raw inner product
+and ``hnsw`` L2 on the MIPS lift (:func:`qaindex.bilinear.mips_lift`).
 ``auto`` picks ``flat`` up to :data:`AUTO_FLAT_MAX` answers and ``hnsw`` above.
 Search returns row numbers, ``-1`` where fewer than ``m`` answers exist.
+
+Three more kinds trade memory and disk for recall, each searching the same vectors as its
+family (the exact rerank of the candidates restores the order among them):
+
+- ``hnsw_sq8``: HNSW whose stored vectors are 8-bit scalar-quantised (``IndexHNSWSQ``),
+  a quarter of the bytes of ``hnsw``; parameters as ``hnsw``.
+- ``ivf``: inverted lists (``IndexIVFFlat``) over the vectors ``flat`` searches, ``nlist``
+  k-means lists of which ``nprobe`` are scanned per question; ``nprobe = nlist`` is an
+  exhaustive search.
+- ``ivf_sq8``: ``ivf`` with 8-bit scalar-quantised storage (``IndexIVFScalarQuantizer``).
+
+The search breadth (``ef_search``, ``nprobe``) can be tuned to a recall target at build
+time (:mod:`qaindex.tuning`).
 """
 
 from __future__ import annotations
@@ -30,22 +45,64 @@ from typing import Any
 
 import numpy as np
 
-from . import hyperbolic
+from . import bilinear, hyperbolic
 from .devices import faiss_gpu_count, import_faiss
 from .errors import IndexFormatError, QAIndexError
 
 __all__ = [
     "AUTO_FLAT_MAX",
+    "BREADTH_PARAM",
+    "CONCRETE_KINDS",
     "DEFAULT_HNSW",
     "INDEX_KINDS",
+    "KIND_PARAMS",
     "CoarseIndex",
     "choose_kind",
+    "default_params",
     "exact_search",
 ]
 
-INDEX_KINDS = ("auto", "flat", "hnsw")
+INDEX_KINDS = ("auto", "flat", "hnsw", "hnsw_sq8", "ivf", "ivf_sq8")
+CONCRETE_KINDS = INDEX_KINDS[1:]
+HNSW_KINDS = ("hnsw", "hnsw_sq8")
+IVF_KINDS = ("ivf", "ivf_sq8")
 AUTO_FLAT_MAX = 20_000
 DEFAULT_HNSW: dict[str, int] = {"M": 32, "ef_construction": 200, "ef_search": 256}
+#: The parameters each kind takes (all positive integers).
+KIND_PARAMS: dict[str, tuple[str, ...]] = {
+    "flat": (),
+    "hnsw": ("M", "ef_construction", "ef_search"),
+    "hnsw_sq8": ("M", "ef_construction", "ef_search"),
+    "ivf": ("nlist", "nprobe"),
+    "ivf_sq8": ("nlist", "nprobe"),
+}
+#: The parameter that sets the search breadth (what :mod:`qaindex.tuning` tunes), per kind.
+BREADTH_PARAM: dict[str, str] = {"hnsw": "ef_search", "hnsw_sq8": "ef_search", "ivf": "nprobe", "ivf_sq8": "nprobe"}
+
+
+def default_params(kind: str, count: int) -> dict[str, int]:
+    """Default parameters of an index kind for ``count`` answers.
+
+    HNSW keeps :data:`DEFAULT_HNSW` up to 200,000 answers; above, ``ef_construction`` drops
+    to 100 (building a million-answer graph at 200 takes too long on a small machine; the
+    build-time recall tuning of :mod:`qaindex.tuning` widens the search instead). IVF uses
+    about ``2·√count`` lists (at least 1, at most 8,192 and at most ``count``) and probes an
+    eighth of them.
+
+    Example
+    -------
+    >>> default_params("ivf", 1_000_000), default_params("hnsw", 10**6)["ef_construction"]
+    ({'nlist': 2000, 'nprobe': 250}, 100)
+    """
+    if kind in HNSW_KINDS:
+        params = dict(DEFAULT_HNSW)
+        if count > 200_000:
+            params["ef_construction"] = 100
+        return params
+    if kind in IVF_KINDS:
+        nlist = int(max(1, min(8192, round(2 * np.sqrt(max(count, 1))), count)))
+        return {"nlist": nlist, "nprobe": max(1, nlist // 8)}
+    return {}
 
 
 def choose_kind(kind: str, count: int) -> str:
@@ -77,10 +134,11 @@ class CoarseIndex:
     geometry : {"poincare", "cosine"}
     dimension : int
         Dimension of the answer vectors.
-    kind : {"flat", "hnsw"}
+    kind : {"flat", "hnsw", "hnsw_sq8", "ivf", "ivf_sq8"}
     params : mapping, optional
-        HNSW parameters (``M``, ``ef_construction``, ``ef_search``); defaults
-        :data:`DEFAULT_HNSW`.
+        The kind's parameters (:data:`KIND_PARAMS`: ``M``, ``ef_construction``,
+        ``ef_search`` for HNSW; ``nlist``, ``nprobe`` for IVF); missing ones default to
+        :func:`default_params` for ``count``.
     device : {"auto", "cpu", "cuda"}
         ``flat`` indexes move to a GPU when FAISS sees one (``auto``) or must (``cuda``).
     ranking : {"distance", "relative"}, keyword-only
@@ -105,21 +163,27 @@ class CoarseIndex:
         device: str = "cpu",
         index: Any = None,
         ranking: str = "distance",
+        count: int = 0,
     ) -> None:
-        if geometry not in ("poincare", "cosine"):
+        if geometry not in ("poincare", "cosine", "bilinear"):
             raise QAIndexError(f"unknown geometry {geometry!r}")
         if ranking not in hyperbolic.RANKINGS:
             raise QAIndexError(f"unknown ranking {ranking!r}; choose one of: {', '.join(hyperbolic.RANKINGS)}")
         self.relative = geometry == "poincare" and ranking == "relative"
-        if kind not in ("flat", "hnsw"):
-            raise QAIndexError(f"unknown index kind {kind!r}; choose flat or hnsw")
+        if kind not in CONCRETE_KINDS:
+            raise QAIndexError(f"unknown index kind {kind!r}; choose one of: {', '.join(CONCRETE_KINDS)}")
         self.geometry = geometry
         self.dimension = int(dimension)
         self.kind = kind
-        self.params: dict[str, int] = dict(DEFAULT_HNSW) if kind == "hnsw" else {}
-        if kind == "hnsw" and params:
-            self.params.update({k: int(v) for k, v in params.items()})
+        self.params: dict[str, int] = default_params(kind, count)
+        if params:
+            self.params.update({k: int(v) for k, v in params.items() if k in KIND_PARAMS[kind]})
+        if kind in IVF_KINDS:
+            self.params["nprobe"] = min(self.params["nprobe"], self.params["nlist"])
+        #: how the search breadth was chosen (:func:`qaindex.tuning.tune_breadth`), or None
+        self.tuning: dict[str, Any] | None = None
         self._faiss = import_faiss()
+        self._mips_bound: float | None = None  # bilinear hnsw only
         self._cpu_index = index if index is not None else self._new_index()
         self.device = "cpu"
         self._index = self._cpu_index
@@ -127,20 +191,56 @@ class CoarseIndex:
 
     # -- construction ----------------------------------------------------------------------
     @property
-    def stored_dimension(self) -> int:
-        """Dimension of the vectors FAISS stores (``dim + 2`` for lifted Poincaré flat)."""
+    def _inner_product(self) -> bool:
+        """Whether this kind searches the inner product of ``flat``'s vectors (flat, IVF)."""
+        return self.kind not in HNSW_KINDS
+
+    @property
+    def _searched_dimension(self) -> int:
         if self.relative:
-            return self.dimension + (1 if self.kind == "flat" else 2)
-        return self.dimension + 2 if (self.geometry == "poincare" and self.kind == "flat") else self.dimension
+            return self.dimension + (1 if self._inner_product else 2)
+        if self.geometry == "bilinear":  # inner product; hnsw kinds: L2 on the MIPS lift
+            return self.dimension + (0 if self._inner_product else 1)
+        return self.dimension + 2 if (self.geometry == "poincare" and self._inner_product) else self.dimension
+
+    @property
+    def stored_dimension(self) -> int:
+        """Dimension of the vectors FAISS stores (``dim + 2`` for lifted Poincaré flat).
+
+        Scalar-quantised kinds pad it with zeros to a multiple of 16, where FAISS's SIMD
+        distance code applies (zeros change neither inner products nor L2 distances).
+        """
+        d = self._searched_dimension
+        return d + (-d) % 16 if self.kind.endswith("_sq8") else d
+
+    def _padded(self, x: np.ndarray) -> np.ndarray:
+        extra = self.stored_dimension - x.shape[1]
+        if extra <= 0:
+            return x
+        return np.ascontiguousarray(np.concatenate([x, np.zeros((len(x), extra), dtype=np.float32)], axis=1))
 
     def _new_index(self) -> Any:
         faiss = self._faiss
         d = self.stored_dimension
         if self.kind == "flat":
             return faiss.IndexFlatIP(d)
+        if self.kind in IVF_KINDS:
+            quantizer = faiss.IndexFlatIP(d)
+            nlist = self.params["nlist"]
+            if self.kind == "ivf":
+                index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
+            else:
+                index = faiss.IndexIVFScalarQuantizer(
+                    quantizer, d, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
+                )
+            index.nprobe = self.params["nprobe"]
+            return index
         # Poincaré: L2 on raw coordinates, or (relative) on the lift with its extra coordinate
-        metric = faiss.METRIC_L2 if self.geometry == "poincare" else faiss.METRIC_INNER_PRODUCT
-        index = faiss.IndexHNSWFlat(d, self.params["M"], metric)
+        metric = faiss.METRIC_INNER_PRODUCT if self.geometry == "cosine" else faiss.METRIC_L2
+        if self.kind == "hnsw_sq8":
+            index = faiss.IndexHNSWSQ(d, faiss.ScalarQuantizer.QT_8bit, self.params["M"], metric)
+        else:
+            index = faiss.IndexHNSWFlat(d, self.params["M"], metric)
         index.hnsw.efConstruction = self.params["ef_construction"]
         index.hnsw.efSearch = self.params["ef_search"]
         return index
@@ -149,7 +249,8 @@ class CoarseIndex:
         if device == "cpu" or self.kind != "flat":
             if device == "cuda" and self.kind != "flat":
                 raise QAIndexError(
-                    "FAISS has no GPU version of the hnsw index; use --device auto or cpu, or --index-kind flat"
+                    f"qaindex moves only the flat index to a GPU, not {self.kind}; use --device auto or cpu, "
+                    "or --index-kind flat"
                 )
             return
         gpus = faiss_gpu_count()
@@ -169,29 +270,50 @@ class CoarseIndex:
         self.device = "cuda"
 
     def _db(self, vectors: np.ndarray) -> np.ndarray:
+        return self._padded(self._db_vectors(vectors))
+
+    def _query(self, queries: np.ndarray) -> np.ndarray:
+        return self._padded(self._query_vectors(queries))
+
+    def _db_vectors(self, vectors: np.ndarray) -> np.ndarray:
         if self.geometry == "cosine":
             return _unit(vectors)
+        if self.geometry == "bilinear":
+            if self._inner_product:
+                return np.ascontiguousarray(vectors, dtype=np.float32)
+            if self._mips_bound is None:  # padded norm: fixed by the first vectors (or the stored ones)
+                stored = self._cpu_index.ntotal if self._cpu_index is not None else 0
+                self._mips_bound = (
+                    float(np.sum(self._cpu_index.reconstruct(0).astype(np.float64) ** 2))
+                    if stored
+                    else bilinear.mips_bound(vectors)
+                )
+            return bilinear.mips_lift(vectors, self._mips_bound)
         if self.relative:
             rel: np.ndarray = hyperbolic.relative_lift(vectors)
-            if self.kind == "flat":
+            if self._inner_product:
                 return rel
             sq = np.sum(rel.astype(np.float64) ** 2, axis=1, keepdims=True)
             extra = np.sqrt(np.maximum(hyperbolic.RELATIVE_LIFT_BOUND - sq, 0.0))
             return np.ascontiguousarray(np.concatenate([rel, extra], axis=1), dtype=np.float32)
-        if self.kind == "flat":
+        if self._inner_product:
             lifted: np.ndarray = hyperbolic.lift(vectors)
             return lifted
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
-    def _query(self, queries: np.ndarray) -> np.ndarray:
+    def _query_vectors(self, queries: np.ndarray) -> np.ndarray:
         if self.geometry == "cosine":
             return _unit(queries)
+        if self.geometry == "bilinear":
+            if self._inner_product:
+                return np.ascontiguousarray(queries, np.float32)
+            return bilinear.mips_query(queries)
         if self.relative:
             rel: np.ndarray = hyperbolic.relative_lift_query(queries)
-            if self.kind == "flat":
+            if self._inner_product:
                 return rel
             return np.ascontiguousarray(np.concatenate([rel, np.zeros_like(rel[:, :1])], axis=1))
-        if self.kind == "flat":
+        if self._inner_product:
             lifted: np.ndarray = hyperbolic.lift_query(queries)
             return lifted
         return np.ascontiguousarray(queries, dtype=np.float32)
@@ -203,9 +325,46 @@ class CoarseIndex:
     def add(self, vectors: np.ndarray) -> None:
         """Append vectors (their rows continue after the existing ones)."""
         if len(vectors):
-            self._index.add(self._db(vectors))
+            db = self._db(vectors)
+            if not self._index.is_trained:
+                self._train(db)
+            self._index.add(db)
             if self._index is not self._cpu_index:
                 self._cpu_index = None  # the GPU copy is the truth until saved
+
+    def _train(self, db: np.ndarray) -> None:
+        """Train IVF lists / scalar quantisers on (a seeded sample of) the first vectors added."""
+        if self.kind in IVF_KINDS:
+            nlist = self.params["nlist"]
+            if len(db) < nlist:  # k-means needs at least one point per list
+                raise QAIndexError(
+                    f"an {self.kind} index of {nlist} lists needs at least {nlist} answers to train, got "
+                    f"{len(db)}; add more answers or choose --index-kind flat"
+                )
+            # k-means on a seeded sample: 64 points per list and 25 iterations (FAISS's default)
+            # up to 200,000 answers; above, 32 and 10 (training 2,000 lists on 128,000 points
+            # for 25 rounds takes minutes on 2 cores; the tuned nprobe absorbs coarser lists)
+            large = len(db) > 200_000
+            sample = min(len(db), (32 if large else 64) * nlist)
+            self._index.cp.niter = 10 if large else 25
+            self._index.cp.min_points_per_centroid = 1  # small corpora: no FAISS warning on stderr
+        else:
+            sample = min(len(db), 100_000)
+        if sample < len(db):
+            pick = np.sort(np.random.default_rng(0).choice(len(db), size=sample, replace=False))
+            db = db[pick]
+        self._index.train(np.ascontiguousarray(db))
+
+    def set_breadth(self, value: int) -> None:
+        """Set the search breadth (``ef_search`` or ``nprobe``) of later searches."""
+        name = BREADTH_PARAM.get(self.kind)
+        if name is None:
+            return
+        value = int(value)
+        if name == "nprobe":
+            value = min(value, self.params["nlist"])
+            self._index.nprobe = value
+        self.params[name] = value
 
     # -- search -----------------------------------------------------------------------------
     def search(self, queries: np.ndarray, m: int) -> np.ndarray:
@@ -225,8 +384,10 @@ class CoarseIndex:
         n = len(queries)
         if m <= 0 or n == 0:
             return np.full((n, max(m, 0)), -1, dtype=np.int64)
-        if self.kind == "hnsw":
+        if self.kind in HNSW_KINDS:
             self._index.hnsw.efSearch = max(self.params["ef_search"], m)
+        elif self.kind in IVF_KINDS:
+            self._index.nprobe = self.params["nprobe"]
         else:
             _set_blas_threshold(self._faiss, n)
         _, rows = self._index.search(self._query(queries), m)
@@ -234,8 +395,11 @@ class CoarseIndex:
 
     # -- persistence ---------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
-        """Kind, parameters and device, for manifests and ``qaindex info``."""
-        return {"kind": self.kind, "params": dict(self.params), "device": self.device}
+        """Kind, parameters, device and recall tuning, for manifests and ``qaindex info``."""
+        out: dict[str, Any] = {"kind": self.kind, "params": dict(self.params), "device": self.device}
+        if self.tuning is not None:
+            out["tuning"] = dict(self.tuning)
+        return out
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the index with ``faiss.write_index`` (FAISS's own binary format)."""
@@ -255,11 +419,14 @@ class CoarseIndex:
         count: int,
         device: str = "cpu",
         ranking: str = "distance",
+        tuning: Mapping[str, Any] | None = None,
     ) -> CoarseIndex:
         """Read an index written by :meth:`save`, memory-mapping it where FAISS can."""
         faiss = import_faiss()
+        # IVF lists memory-mapped by FAISS are read-only and measured 4x slower to scan: read them
+        flags = 0 if kind in IVF_KINDS else faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY
         try:
-            index = faiss.read_index(os.fspath(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+            index = faiss.read_index(os.fspath(path), flags)
         except RuntimeError:
             try:
                 index = faiss.read_index(os.fspath(path))
@@ -267,7 +434,10 @@ class CoarseIndex:
                 raise IndexFormatError(
                     f"{path}: FAISS cannot read it ({str(exc).splitlines()[0]}); rebuild the index"
                 ) from None
-        out = cls(geometry, dimension, kind, params, device=device, index=index, ranking=ranking)
+        out = cls(geometry, dimension, kind, params, device=device, index=index, ranking=ranking, count=count)
+        out.tuning = dict(tuning) if tuning is not None else None
+        if kind in IVF_KINDS:
+            out._index.nprobe = out.params["nprobe"]
         if out.ntotal != count or index.d != out.stored_dimension:
             raise IndexFormatError(
                 f"{path}: holds {out.ntotal} vectors of dimension {index.d}, the manifest says "
@@ -299,8 +469,18 @@ def exact_search(
     geometry: str,
     ranking: str = "distance",
     chunk: int = 4096,
+    screen_above: int = 50_000,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Brute-force nearest answers in float64: the ground truth for recall.
+
+    Every answer is ranked. Above ``screen_above`` answers a first float64 pass computes
+    every distance from inner products (one matrix product per block, ``|x−y|² =
+    |x|² + |y|² − 2⟨x, y⟩``) and keeps each query's ``max(4k, k + 64)`` nearest; the
+    element-difference formula then recomputes the distances of those to rank them. The
+    pass's rounding (about 1e-16 relative to the norms) is far below the gaps between the
+    kept and the dropped, so the result is the brute-force one (a test compares both paths,
+    ties included); on 20,000 answers × 32 dimensions and 31 queries it took 0.21 s instead
+    of 0.96 s here.
 
     Parameters
     ----------
@@ -330,16 +510,13 @@ def exact_search(
     best_r = np.full((n, k), -1, dtype=np.int64)
     if k == 0 or total == 0 or n == 0:
         return best_d, best_r
+    if total > screen_above and k < total:
+        return _screened_exact(q, vectors, k, geometry=geometry, ranking=ranking)
     dim = q.shape[1]
     step = max(1, min(chunk, (1 << 23) // max(1, n * dim)))  # bounds the (n, step, dim) temporary
     for start in range(0, total, step):
         block = np.asarray(vectors[start : start + step], dtype=np.float64)
-        if geometry == "poincare" and ranking == "relative":
-            d = hyperbolic.relative_distance(q[:, None, :], block[None, :, :])
-        elif geometry == "poincare":
-            d = hyperbolic.distance(q[:, None, :], block[None, :, :])
-        else:
-            d = 1.0 - hyperbolic.cosine_similarity(q[:, None, :], block[None, :, :])
+        d = _exact_distance(q[:, None, :], block[None, :, :], geometry, ranking)
         rows = np.broadcast_to(np.arange(start, start + len(block)), d.shape)
         cand_d = np.concatenate([best_d, d], axis=1)
         cand_r = np.concatenate([best_r, rows], axis=1)
@@ -349,3 +526,57 @@ def exact_search(
         best_d = np.take_along_axis(cand_d, order, axis=-1)
         best_r = np.take_along_axis(cand_r, order, axis=-1)
     return best_d, best_r
+
+
+def _exact_distance(q: np.ndarray, a: np.ndarray, geometry: str, ranking: str) -> np.ndarray:
+    """The ranking rule's distance (lower is better) from element differences, float64."""
+    if geometry == "poincare" and ranking == "relative":
+        out: np.ndarray = hyperbolic.relative_distance(q, a)
+    elif geometry == "poincare":
+        out = hyperbolic.distance(q, a)
+    elif geometry == "bilinear":
+        out = -np.sum(q * a, axis=-1)
+    else:
+        out = 1.0 - hyperbolic.cosine_similarity(q, a)
+    return out
+
+
+def _screened_exact(
+    q: np.ndarray, vectors: np.ndarray, k: int, *, geometry: str, ranking: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`exact_search` for large corpora: a matrix-product pass, then the exact formula."""
+    n, total = len(q), len(vectors)
+    keep = min(total, max(4 * k, k + 64))
+    qn = np.einsum("ij,ij->i", q, q)
+    step = max(1024, (1 << 24) // max(1, n))  # bounds the (n, step) float64 blocks
+    best_d = np.full((n, 0), np.inf)
+    best_r = np.full((n, 0), -1, dtype=np.int64)
+    for start in range(0, total, step):
+        block = np.asarray(vectors[start : start + step], dtype=np.float64)
+        bn = np.einsum("ij,ij->i", block, block)
+        dot = q @ block.T
+        if geometry == "poincare":
+            sq = np.maximum(qn[:, None] + bn[None, :] - 2.0 * dot, 0.0)
+            z = 2.0 * sq / ((1.0 - qn)[:, None] * (1.0 - bn)[None, :])
+            d = np.log1p(z + np.sqrt(z * (z + 2.0)))
+            if ranking == "relative":
+                z0 = 2.0 * bn / (1.0 - bn)
+                d -= np.log1p(z0 + np.sqrt(z0 * (z0 + 2.0)))[None, :]
+        elif geometry == "bilinear":
+            d = -dot
+        else:
+            norms = np.sqrt(np.maximum(qn, 1e-300))[:, None] * np.sqrt(np.maximum(bn, 1e-300))[None, :]
+            d = 1.0 - dot / norms
+        cand_d = np.concatenate([best_d, d], axis=1)
+        cand_r = np.concatenate([best_r, np.broadcast_to(np.arange(start, start + len(block)), d.shape)], axis=1)
+        if cand_d.shape[1] > keep:
+            part = np.argpartition(cand_d, keep - 1, axis=1)[:, :keep]
+            cand_d = np.take_along_axis(cand_d, part, axis=1)
+            cand_r = np.take_along_axis(cand_r, part, axis=1)
+        best_d, best_r = cand_d, cand_r
+    # exact distances of the kept candidates, ranked by distance then row
+    rows = np.sort(best_r, axis=1)
+    d = np.stack([_exact_distance(q[i][None, :], np.asarray(vectors[rows[i]], np.float64), geometry, ranking)
+                  for i in range(n)])  # fmt: skip
+    order = np.lexsort((rows, d), axis=-1)[:, :k]
+    return np.take_along_axis(d, order, axis=-1), np.take_along_axis(rows, order, axis=-1)

@@ -68,8 +68,8 @@ def _api_cases(faq_model: Path) -> dict[str, tuple[Callable[[Ranker], Any], str]
             "batch_size must be a positive integer, got 0",
         ),
         "build index_kind": (
-            lambda r: Ranker.build([{"answer": "a"}], model=faq_model, index_kind="ivf"),
-            "index_kind must be one of auto, flat, hnsw; got 'ivf'",
+            lambda r: Ranker.build([{"answer": "a"}], model=faq_model, index_kind="annoy"),
+            "index_kind must be one of auto, flat, hnsw, hnsw_sq8, ivf, ivf_sq8; got 'annoy'",
         ),
         "build hnsw M": (
             lambda r: Ranker.build([{"answer": "a"}], model=faq_model, hnsw={"M": 10**9}),

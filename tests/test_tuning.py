@@ -1,0 +1,264 @@
+"""Recall tuning of the coarse stage and the IVF / scalar-quantised index kinds.
+
+Ground truth everywhere is a plain brute force written here (every pair's distance under the
+model's ranking rule, float64, argsort), not the library's own exact search.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from qaindex import IndexFormatError, QueryError, Ranker, hyperbolic
+from qaindex.cli import main
+from qaindex.corpus import read_corpus
+from qaindex.index_format import manifest_checksum
+from qaindex.tuning import answer_spans, recall_at, tune_breadth
+from qaindex.vector_index import CoarseIndex, default_params, exact_search
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def brute_force(queries: np.ndarray, vectors: np.ndarray, k: int, ranking: str) -> np.ndarray:
+    """Top-k rows under the Poincaré ranking rule, float64, every pair (ties by row)."""
+    q = np.asarray(queries, np.float64)[:, None, :]
+    v = np.asarray(vectors, np.float64)[None, :, :]
+    d = hyperbolic.relative_distance(q, v) if ranking == "relative" else hyperbolic.distance(q, v)
+    return np.argsort(d, axis=1, kind="stable")[:, :k]
+
+
+def ball_points(n: int, dim: int, seed: int) -> np.ndarray:
+    """Clustered points inside the ball at varied norms (like real answer vectors)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(max(4, n // 50), dim))
+    x = centres[rng.integers(0, len(centres), n)] + 0.6 * rng.normal(size=(n, dim))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return (x * rng.uniform(0.3, 0.95, (n, 1))).astype(np.float32)
+
+
+@pytest.mark.parametrize(("kind", "ranking"), [("hnsw", "relative"), ("hnsw", "distance"), ("ivf", "relative")])
+def test_tuning_reaches_the_recall_target_against_brute_force(kind: str, ranking: str) -> None:
+    vectors = ball_points(4000, 16, seed=0)
+    queries = ball_points(300, 16, seed=1)
+    tune_q, check_q = queries[:150], queries[150:]
+    params = {"M": 8, "ef_construction": 40, "ef_search": 1} if kind == "hnsw" else {"nlist": 64, "nprobe": 1}
+    ix = CoarseIndex("poincare", 16, kind, params, ranking=ranking, count=len(vectors))
+    ix.add(vectors)
+    # plain distance: HNSW searches L2 on ball coordinates, which orders unlike d near the
+    # boundary, so it needs more candidates for the rerank
+    k, overfetch, target = 10, (2 if ranking == "relative" else 5), 0.97
+    out = tune_breadth(
+        ix, vectors, tune_q, target=target, k=k, overfetch=overfetch, geometry="poincare", ranking=ranking
+    )
+    assert out["reached"] is True
+    param = "ef_search" if kind == "hnsw" else "nprobe"
+    assert out["param"] == param and ix.params[param] == out["value"]
+    # the recall it reports is what brute force says on the tuning queries ...
+    truth = brute_force(tune_q, vectors, k, ranking)
+    measured = recall_at(ix.search(tune_q, k * overfetch), truth)
+    assert measured == pytest.approx(out["recall"], abs=1e-6)
+    assert measured >= target
+    # ... and it is the smallest breadth tried that reaches the target
+    assert all(recall < target for value, recall in out["tried"] if value < out["value"])
+    # (or it is the least there is: HNSW searches at least as broadly as the candidate count)
+    smaller = [value for value, _ in out["tried"] if value < out["value"]]
+    assert smaller or out["value"] == (k * overfetch if kind == "hnsw" else 1)
+    # held-out queries land near the target too (not a pass/fail on speed, a sanity bound)
+    held = recall_at(ix.search(check_q, k * overfetch), brute_force(check_q, vectors, k, ranking))
+    assert held >= target - 0.05
+
+
+def test_an_unreachable_target_keeps_the_largest_breadth_and_says_so() -> None:
+    vectors = ball_points(600, 8, seed=2)
+    ix = CoarseIndex("poincare", 8, "ivf", {"nlist": 32, "nprobe": 1}, ranking="relative", count=600)
+    ix.add(vectors)
+    out = tune_breadth(
+        ix, vectors, vectors[:40], target=1.0, k=10, overfetch=1, geometry="poincare", ranking="relative", max_breadth=2
+    )
+    assert out["reached"] is False and out["value"] == 2 and ix.params["nprobe"] == 2
+    assert out["recall"] < 1.0
+
+
+def test_default_parameters_per_size() -> None:
+    assert default_params("hnsw", 100_000) == {"M": 32, "ef_construction": 200, "ef_search": 256}
+    assert default_params("hnsw", 1_000_000)["ef_construction"] == 100
+    assert default_params("ivf", 10_000) == {"nlist": 200, "nprobe": 25}
+    assert default_params("ivf_sq8", 10**9)["nlist"] == 8192
+    assert default_params("flat", 10) == {}
+
+
+# -- the new kinds through the Ranker ------------------------------------------------------------
+def _answers(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    words = sorted({w for r in read_corpus(ROOT / "examples" / "faq.jsonl") for w in r.answer.lower().split()})
+    rng = np.random.default_rng(seed)
+    return [{"id": i, "answer": " ".join(rng.choice(words, size=int(rng.integers(6, 20))))} for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def answers() -> list[dict[str, Any]]:
+    return _answers(800)
+
+
+@pytest.mark.parametrize(
+    ("kind", "params"),
+    [("ivf", {"nlist": 16, "nprobe": 16}), ("ivf_sq8", {"nlist": 16, "nprobe": 16}), ("hnsw_sq8", {"ef_search": 800})],
+)
+def test_new_kinds_return_the_brute_force_top_k_and_persist(
+    kind: str, params: dict[str, int], answers: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    ranker = Ranker.build(answers, index_kind=kind, hnsw=params, device="cpu")
+    assert ranker.index_kind == kind
+    questions = [a["answer"] for a in answers[:40]] + ["how do I get a refund", "export my notes"]
+    qv = ranker.model.encode(questions, role="question")
+    truth = brute_force(qv, np.asarray(ranker._vectors), 10, ranker.model.ranking)
+    _, _, rows = ranker.search_vectors(qv, 10, use_coarse=True)
+    assert recall_at(rows, truth) == 1.0
+    ranker.save(tmp_path / "ix")
+    manifest = json.loads((tmp_path / "ix" / "manifest.json").read_text())
+    assert manifest["coarse"]["kind"] == kind
+    again = Ranker.load(tmp_path / "ix")
+    assert again.index_kind == kind and again.info()["index"]["params"] == ranker.info()["index"]["params"]
+    _, _, rows2 = again.search_vectors(qv, 10, use_coarse=True)
+    assert np.array_equal(rows, rows2)
+    # updates keep working (IVF lists and quantisers stay trained)
+    with Ranker.edit(tmp_path / "ix") as r:
+        r.add([{"id": "new", "answer": "refunds are paid within fourteen days"}])
+        r.remove([0])
+    assert Ranker.load(tmp_path / "ix").search("refunds paid within fourteen days", k=1)[0].id == "new"
+
+
+def test_build_with_recall_tunes_stores_and_reports(answers: list[dict[str, Any]], tmp_path: Path) -> None:
+    ranker = Ranker.build(answers, index_kind="hnsw", hnsw={"M": 16, "ef_construction": 40}, recall=0.99)
+    tuning = ranker.info()["index"]["tuning"]
+    assert tuning["target"] == 0.99 and tuning["reached"] is True and tuning["source"] == "held-out answer spans"
+    assert tuning["param"] == "ef_search" and ranker.info()["index"]["params"]["ef_search"] == tuning["value"]
+    ranker.save(tmp_path / "ix")
+    loaded = Ranker.load(tmp_path / "ix")
+    assert loaded.info()["index"]["tuning"] == tuning
+    assert loaded.info()["index"]["params"]["ef_search"] == tuning["value"]
+    # the stored figure is what brute force gives on the same sample
+    measured = loaded.recall(10, questions=[a["answer"] for a in answers])
+    assert measured["coarse_recall"] >= 0.95
+
+
+def test_cli_build_recall_and_info(answers: list[dict[str, Any]], tmp_path: Path) -> None:
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps(a) + "\n" for a in answers[:300]))
+    index = tmp_path / "ix"
+    runner = CliRunner()
+    res = runner.invoke(main, ["build", str(corpus), "--index", str(index), "--index-kind", "ivf", "--recall", "0.99"])
+    assert res.exit_code == 0, res.output
+    assert "nprobe=" in res.output and "tuned to recall@10" in res.output and "target 0.9900 reached" in res.output
+    res = runner.invoke(main, ["info", "--index", str(index)])
+    assert res.exit_code == 0 and "tuning:     nprobe=" in res.output
+    info = json.loads(runner.invoke(main, ["info", "--index", str(index), "--json"]).output)
+    assert info["index"]["kind"] == "ivf" and info["index"]["tuning"]["reached"] is True
+    res = runner.invoke(main, ["build", str(corpus), "--index", str(index), "--recall", "1.5"])
+    assert res.exit_code == 2 and "Invalid value for '--recall'" in res.output
+
+
+def test_bad_recall_targets_and_tuning_fields_are_refused(answers: list[dict[str, Any]], tmp_path: Path) -> None:
+    with pytest.raises(QueryError) as err:
+        Ranker.build(answers[:10], recall=1.5)
+    assert str(err.value) == "recall must be a number above 0 and at most 1 (e.g. 0.99), got 1.5"
+    Ranker.build(answers[:50], recall=0.9).save(tmp_path / "ix")
+    mpath = tmp_path / "ix" / "manifest.json"
+    manifest = json.loads(mpath.read_text())
+    assert "tuning" not in manifest["coarse"]  # flat is exact: nothing to tune
+    Ranker.build(answers[:300], index_kind="ivf", recall=0.9).save(tmp_path / "ix")
+    manifest = json.loads(mpath.read_text())
+    manifest["coarse"]["tuning"]["recall"] = 2
+    manifest["checksum"] = manifest_checksum({k: v for k, v in manifest.items() if k != "checksum"})
+    mpath.write_text(json.dumps(manifest))
+    with pytest.raises(IndexFormatError) as err2:
+        Ranker.load(tmp_path / "ix")
+    assert 'field "coarse.tuning" must be an object with target and recall between 0 and 1' in str(err2.value)
+
+
+# -- backward compatibility ------------------------------------------------------------------------
+MAIN_COMMIT = "8eaf8cb"  # the main branch this work started from
+
+
+def _git(*args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, check=False)
+
+
+@pytest.mark.skipif(
+    _git("cat-file", "-e", f"{MAIN_COMMIT}^{{commit}}").returncode != 0, reason="the main commit is not in this clone"
+)
+@pytest.mark.parametrize("kind", ["flat", "hnsw"])
+def test_an_index_saved_by_main_still_loads(kind: str, answers: list[dict[str, Any]], tmp_path: Path) -> None:
+    old = tmp_path / "old"
+    archive = _git("archive", "--format=tar", MAIN_COMMIT, "qaindex")
+    assert archive.returncode == 0
+    old.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps(a) + "\n" for a in answers[:200]))
+    script = (
+        "import sys, qaindex; assert qaindex.__file__.startswith(sys.argv[1]), qaindex.__file__; "
+        "r = qaindex.Ranker.build(sys.argv[2], index_kind=sys.argv[3]); r.save(sys.argv[4]); "
+        "print([h.id for h in r.search('refund', k=5)])"
+    )
+    env = {**os.environ, "PYTHONPATH": str(old)}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(old), str(corpus), kind, str(tmp_path / "ix")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    ranker = Ranker.load(tmp_path / "ix")
+    assert ranker.index_kind == kind and "tuning" not in ranker.info()["index"]
+    assert str([h.id for h in ranker.search("refund", k=5)]) == done.stdout.strip()
+
+
+@pytest.mark.parametrize(
+    ("geometry", "ranking"), [("poincare", "relative"), ("poincare", "distance"), ("cosine", "distance")]
+)
+def test_the_screened_exact_search_equals_the_plain_one(geometry: str, ranking: str) -> None:
+    rng = np.random.default_rng(3)
+    v = rng.normal(size=(3000, 12))
+    v = (v / np.linalg.norm(v, axis=1, keepdims=True) * rng.uniform(0.2, 0.99, (3000, 1))).astype(np.float32)
+    v[2000:2012] = v[7]  # exact ties, broken by row
+    q = np.concatenate([v[:15] * 0.9, v[7:8], rng.normal(size=(5, 12)).astype(np.float32) * 0.05])
+    plain = exact_search(q, v, 20, geometry=geometry, ranking=ranking, screen_above=10**9)
+    screened = exact_search(q, v, 20, geometry=geometry, ranking=ranking, screen_above=0)
+    assert np.array_equal(plain[1], screened[1]) and np.array_equal(plain[0], screened[0])
+    if geometry == "poincare":
+        assert np.array_equal(plain[1], brute_force(q, v, 20, ranking))
+
+
+def test_held_out_queries_leave_their_own_answer_out() -> None:
+    vectors = ball_points(1500, 8, seed=4)
+    ix = CoarseIndex("poincare", 8, "ivf", {"nlist": 30, "nprobe": 1}, ranking="relative", count=1500)
+    ix.add(vectors)
+    q, rows = vectors[:40] * 0.98, np.arange(40)
+    out = tune_breadth(ix, vectors, q, target=0.95, k=10, overfetch=2, geometry="poincare", ranking="relative",
+                       exclude=rows)  # fmt: skip
+    truth = brute_force(q, vectors, 11, "relative")
+    truth = np.array([[r for r in t if r != own][:10] for t, own in zip(truth, rows, strict=True)])
+    found = ix.search(q, 20)
+    found = np.array([np.pad(f[f != own][:20], (0, 20 - len(f[f != own][:20])), constant_values=-1)
+                      for f, own in zip(found, rows, strict=True)])  # fmt: skip
+    assert recall_at(found, truth) == pytest.approx(out["recall"], abs=1e-6)
+    assert all(own not in t for t, own in zip(truth, rows, strict=True))
+
+
+def test_answer_spans_are_seeded_word_spans_of_their_answers() -> None:
+    texts = [" ".join(f"w{i}-{j}" for j in range(3 + i % 15)) for i in range(500)]
+    spans, rows = answer_spans(texts, 50)
+    assert len(spans) == 50 and len(set(rows.tolist())) == 50
+    for span, row in zip(spans, rows, strict=True):
+        assert span in texts[row] and 3 <= len(span.split()) <= 10
+    assert answer_spans(texts, 50)[0] == spans
