@@ -31,6 +31,7 @@ from .errors import (
 )
 from .model import Model
 from .ranker import Hit, Ranker
+from .reranker import Reranker
 
 __all__ = [
     "CorpusError",
@@ -46,6 +47,7 @@ __all__ = [
     "QueryError",
     "Ranker",
     "Record",
+    "Reranker",
     "__version__",
     "read_corpus",
 ]
