@@ -72,6 +72,7 @@ import numpy as np
 
 from qaindex import Ranker
 from qaindex.model import Model
+from qaindex.tuning import recall_at
 from qaindex.vector_index import exact_search
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,16 +151,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def recall_at_k(found: np.ndarray, truth: np.ndarray) -> float:
-    """Share of the true top-k rows (``truth``, n × k) among ``found`` (n × k'; -1 ignored).
-
-    Example
-    -------
-    >>> recall_at_k(np.array([[1, 2, -1]]), np.array([[2, 5]]))
-    0.5
-    """
-    hits = sum(len(set(f[f >= 0].tolist()) & set(t[t >= 0].tolist())) for f, t in zip(found, truth, strict=True))
-    return hits / max(1, int((truth >= 0).sum()))
+recall_at_k = recall_at  # qaindex.tuning's: share of the true top-k rows among the found ones
 
 
 def pipeline_recall(

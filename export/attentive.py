@@ -499,19 +499,12 @@ def export_reranker(
         groups, _ = _load(dev_data)
         metrics["dev_onnx"] = _onnx_metrics(graph, result, groups)
     cfg = result.config
-    training = {
-        "config": cfg.to_dict(),
-        "data": result.data,
-        "embeddings": result.embeddings,
-        "best_epoch": result.best_epoch,
-        "epochs_run": len(result.history),
-        "history": result.history,
-        "seconds": result.seconds,
-        "network": module.describe(),
-        "torch_version": torch.__version__,
-        "device": result.device,
-        "loss": "mean over triples of max(0, margin - score(q, a) + score(q, a'))",
-    }
+    training = result.provenance(
+        network=module.describe(),
+        torch_version=torch.__version__,
+        device=result.device,
+        loss="mean over triples of max(0, margin - score(q, a) + score(q, a'))",
+    )
     return write_reranker(
         directory,
         name=name or f"{cfg.model}-{cfg.embeddings.partition(':')[0]}",

@@ -454,22 +454,15 @@ def export_model(
     label = name or "-".join(
         [cfg.model, cfg.embeddings.partition(":")[0], *([model.ball.kind] if model.geometry == "poincare" else [])]
     )
-    training = {
-        "config": cfg.to_dict(),
-        "data": result.data,
-        "embeddings": result.embeddings,
-        "best_epoch": result.best_epoch,
-        "epochs_run": len(result.history),
-        "history": result.history,
-        "seconds": result.seconds,
-        "ball_selection": result.selection,
-        "encoder": model.describe()
+    training = result.provenance(
+        ball_selection=result.selection,
+        encoder=model.describe()
         if isinstance(model, SequenceQA)
         else f"folded per-token table ReLU(W_p E + b_p), {table_dtype}, masked sum, ball map",
-        "torch_version": torch.__version__,
-        "device": result.device,
-        "loss": "mean over triples of max(0, margin - score(q, a) + score(q, a'))",
-    }
+        torch_version=torch.__version__,
+        device=result.device,
+        loss="mean over triples of max(0, margin - score(q, a) + score(q, a'))",
+    )
     return write_model(
         directory,
         name=label,

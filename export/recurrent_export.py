@@ -376,22 +376,15 @@ def export_recurrent(
                 method=cfg.chunking, max_chunks=cfg.max_chunks, max_chunk_tokens=cfg.max_chunk_tokens
             )
         }
-    training = {
-        "config": cfg.to_dict(),
-        "data": result.data,
-        "embeddings": result.embeddings,
-        "best_epoch": result.best_epoch,
-        "epochs_run": len(result.history),
-        "history": result.history,
-        "seconds": result.seconds,
-        "encoder": model.describe(),
-        "torch_version": torch.__version__,
-        "exporter": exporter,
-        "device": result.device,
-        "loss": "binary cross-entropy: mean over correct answers of -log p + mean over wrong ones of -log(1 - p)"
+    training = result.provenance(
+        encoder=model.describe(),
+        torch_version=torch.__version__,
+        exporter=exporter,
+        device=result.device,
+        loss="binary cross-entropy: mean over correct answers of -log p + mean over wrong ones of -log(1 - p)"
         if cfg.effective_loss == "cross-entropy"
         else "mean over triples of max(0, margin - score(q, a) + score(q, a'))",
-    }
+    )
     metrics: dict[str, Any] = {"dev": result.dev, "best_epoch": result.best_epoch, "parity": parity}
     table = model.embedding.detach().cpu().numpy().astype(np.float32)
     (question_graph, answer_graph), shared = _share_embedding_table([question_graph, answer_graph], table)

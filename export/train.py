@@ -118,6 +118,19 @@ class TrainResult:
     diagnostics: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"
 
+    def provenance(self, **extra: Any) -> dict[str, Any]:
+        """The manifest's ``training`` record: config, data, embeddings, epochs, then ``extra``."""
+        return {
+            "config": self.config.to_dict(),
+            "data": self.data,
+            "embeddings": self.embeddings,
+            "best_epoch": self.best_epoch,
+            "epochs_run": len(self.history),
+            "history": self.history,
+            "seconds": self.seconds,
+            **extra,
+        }
+
     @property
     def max_tokens(self) -> dict[str, int]:
         return {"question": self.config.max_question_tokens, "answer": self.config.max_answer_tokens}
