@@ -175,14 +175,6 @@ def _main(folder: str) -> None:
     Path(folder, "graph.onnx").write_bytes(graph)
 
 
-def _session(graph: bytes) -> Any:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
-
-
 def check_recurrent_parity(
     model: Any,
     question_graph: bytes,
@@ -204,7 +196,7 @@ def check_recurrent_parity(
     dict
         ``{"question_max_abs_diff", "answer_max_abs_diff", "score_max_abs_diff", "distance_max_abs_diff"}``
     """
-    from .onnx_export import ExportError
+    from .onnx_export import ExportError, _session
 
     model = model.cpu().eval()
     rng = np.random.default_rng(seed)
