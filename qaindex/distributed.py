@@ -260,10 +260,9 @@ def build_on_ray(
             ray.shutdown()
     coarse = assemble_index(loaded, vectors, index_kind=index_kind, hnsw=hnsw, device=device, chunk_size=chunk_size)
     if recall is not None and coarse.kind != "flat":  # flat is exact: nothing to tune
-        from .ranker import _tune
-        from .tuning import check_target
+        from .tuning import check_target, tune_for_corpus
 
-        _tune(coarse, loaded, store, vectors, check_target(recall), overfetch)
+        tune_for_corpus(coarse, loaded, store, vectors, target=check_target(recall), overfetch=overfetch)
     if reranker is not None and not isinstance(reranker, Reranker):
         reranker = Reranker.load(reranker, device=device)
     return Ranker(loaded, store, vectors, coarse, overfetch=overfetch, kind_requested=index_kind, reranker=reranker)

@@ -47,7 +47,7 @@ from .model import Model
 from .records import RecordStore
 from .reranker import Reranker, index_entry, rerank_stage, stored_reranker
 from .storage import verify_files, write_json_atomic
-from .tuning import DEFAULT_TUNING_QUERIES, answer_spans, check_target, sample_texts, tune_breadth
+from .tuning import check_target, tune_for_corpus
 from .vector_index import INDEX_KINDS, CoarseIndex, choose_kind, exact_search
 
 __all__ = ["DEFAULT_OVERFETCH", "INDEX_FORMAT", "INDEX_FORMAT_VERSION", "Hit", "Ranker"]
@@ -316,7 +316,7 @@ class Ranker:
             store, matrix, coarse = _build_from_file(source, loaded, index_kind, hnsw, device, batch_size, progress)
             _log.info("encoded %d answers with %s in %.2f s", len(store), loaded.name, time.perf_counter() - started)
             if recall is not None and coarse.kind != "flat":  # flat is exact: nothing to tune
-                _tune(coarse, loaded, store, matrix, recall, overfetch)
+                tune_for_corpus(coarse, loaded, store, matrix, target=recall, overfetch=overfetch)
             return cls(
                 loaded, store, matrix, coarse, overfetch=overfetch, kind_requested=index_kind, reranker=reranker
             )
@@ -330,7 +330,7 @@ class Ranker:
         )
         coarse.add(vectors)
         if recall is not None and kind != "flat":  # flat is exact: nothing to tune
-            _tune(coarse, loaded, records, vectors, recall, overfetch)
+            tune_for_corpus(coarse, loaded, records, vectors, target=recall, overfetch=overfetch)
         return cls(
             loaded,
             RecordStore.from_records(records),
@@ -1178,41 +1178,6 @@ def _near_centre(model: Model, vectors: np.ndarray) -> dict[str, Any] | None:
     if model.geometry != "poincare":
         return None
     return {**hyperbolic.near_centre(vectors), "ranking": model.ranking, "hub_risk": model.ranking == "distance"}
-
-
-def _tune(
-    coarse: CoarseIndex,
-    model: Model,
-    records: Sequence[Record] | RecordStore,
-    vectors: np.ndarray,
-    target: float,
-    overfetch: int,
-) -> None:
-    """Tune ``coarse``'s breadth to ``target`` recall@10 on the corpus's questions (or answers)."""
-    if isinstance(records, RecordStore):  # a streamed build: read the records back one at a time
-        store = records
-        records = [store.get(i) for i in range(len(store))]
-    texts = [q for r in records for q in r.questions]
-    exclude = None
-    if texts:
-        sample, source = sample_texts(texts, DEFAULT_TUNING_QUERIES), "stored questions"
-    else:  # no questions: spans of answers, each answer held out from its own span's truth
-        sample, exclude = answer_spans([r.answer for r in records], DEFAULT_TUNING_QUERIES)
-        source = "held-out answer spans"
-    qv = model.encode(sample, role="question")
-    out = tune_breadth(
-        coarse,
-        vectors,
-        qv,
-        target=target,
-        k=10,
-        overfetch=overfetch,
-        geometry=model.geometry,
-        ranking=model.ranking,
-        exclude=exclude,
-    )
-    out["source"] = source
-    _log.info("tuned %s=%s: recall@%d %.4f (target %.4f)", out["param"], out["value"], out["k"], out["recall"], target)
 
 
 def _encode_answers(model: Model, texts: list[str], batch_size: int, progress: bool) -> np.ndarray:

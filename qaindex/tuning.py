@@ -21,13 +21,18 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import QueryError
+from .records import RecordStore
 from .vector_index import BREADTH_PARAM, HNSW_KINDS, CoarseIndex, exact_search
+
+if TYPE_CHECKING:
+    from .corpus import Record
+    from .model import Model
 
 __all__ = [
     "DEFAULT_TUNING_QUERIES",
@@ -37,6 +42,7 @@ __all__ = [
     "recall_at",
     "sample_texts",
     "tune_breadth",
+    "tune_for_corpus",
 ]
 
 DEFAULT_TUNING_QUERIES = 200
@@ -253,3 +259,64 @@ def sample_texts(texts: Sequence[str], n: int = DEFAULT_TUNING_QUERIES, seed: in
         return list(texts)
     pick = np.sort(np.random.default_rng(seed).choice(len(texts), size=n, replace=False))
     return [texts[i] for i in pick]
+
+
+class _Answers(Sequence[str]):
+    """The answer texts of a corpus, read one record at a time (never all held in memory)."""
+
+    def __init__(self, get: Callable[[int], Record], count: int) -> None:
+        self._get, self._count = get, count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, row: Any) -> Any:
+        if isinstance(row, slice):
+            return [self._get(i).answer for i in range(*row.indices(self._count))]
+        return self._get(int(row)).answer
+
+
+def tune_for_corpus(
+    coarse: CoarseIndex,
+    model: Model,
+    records: Sequence[Record] | RecordStore,
+    vectors: np.ndarray,
+    *,
+    target: float,
+    overfetch: int,
+) -> dict[str, Any]:
+    """Tune ``coarse``'s breadth to ``target`` recall@10 on a corpus's questions (or answers).
+
+    Queries are up to :data:`DEFAULT_TUNING_QUERIES` of the corpus's stored questions or,
+    when it has none, :func:`answer_spans` (each answer held out of its own span's truth).
+    A :class:`~qaindex.records.RecordStore` (a streamed build) is read one record at a time.
+
+    Returns
+    -------
+    dict
+        :func:`tune_breadth`'s result, with ``source`` saying where the queries came from.
+    """
+    get = records.get if isinstance(records, RecordStore) else records.__getitem__
+    count = len(records)
+    texts = [q for i in range(count) for q in get(i).questions]
+    exclude = None
+    if texts:
+        sample, source = sample_texts(texts, DEFAULT_TUNING_QUERIES), "stored questions"
+    else:
+        sample, exclude = answer_spans(_Answers(get, count), DEFAULT_TUNING_QUERIES)
+        source = "held-out answer spans"
+    qv = model.encode(sample, role="question")
+    out = tune_breadth(
+        coarse,
+        vectors,
+        qv,
+        target=target,
+        k=10,
+        overfetch=overfetch,
+        geometry=model.geometry,
+        ranking=model.ranking,
+        exclude=exclude,
+    )
+    out["source"] = source
+    _log.info("tuned %s=%s: recall@%d %.4f (target %.4f)", out["param"], out["value"], out["k"], out["recall"], target)
+    return out

@@ -149,6 +149,25 @@ def test_build_with_recall_tunes_stores_and_reports(answers: list[dict[str, Any]
     assert measured["coarse_recall"] >= 0.95
 
 
+@pytest.mark.parametrize("with_questions", [False, True])
+def test_a_streamed_build_tunes_exactly_like_an_in_memory_one(
+    with_questions: bool, answers: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    rows = [
+        {**a, "question": " ".join(a["answer"].split()[:5])} if with_questions and i % 3 == 0 else a
+        for i, a in enumerate(answers)
+    ]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    params = {"M": 16, "ef_construction": 40}
+    streamed = Ranker.build(corpus, index_kind="hnsw", hnsw=params, recall=0.99).info()["index"]["tuning"]
+    in_memory = Ranker.build(rows, index_kind="hnsw", hnsw=params, recall=0.99).info()["index"]["tuning"]
+    assert streamed["source"] == ("stored questions" if with_questions else "held-out answer spans")
+    assert {k: v for k, v in streamed.items() if k != "seconds"} == {
+        k: v for k, v in in_memory.items() if k != "seconds"
+    }
+
+
 def test_cli_build_recall_and_info(answers: list[dict[str, Any]], tmp_path: Path) -> None:
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps(a) + "\n" for a in answers[:300]))
