@@ -53,7 +53,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .arguments import positive_int, text_list
-from .devices import create_session
+from .devices import SessionPair, open_sessions
 from .errors import IndexFormatError, ModelFormatError, QueryError
 from .model_format import (
     MODEL_FORMAT,
@@ -158,11 +158,11 @@ class Reranker:
 
     geometry = "reranker"
 
-    def __init__(self, directory: Path, manifest: dict[str, Any], tokenizer: Tokenizer, session: Any) -> None:
+    def __init__(self, directory: Path, manifest: dict[str, Any], tokenizer: Tokenizer, sessions: SessionPair) -> None:
         self.directory = directory
         self.manifest = manifest
         self.tokenizer = tokenizer
-        self._session = session
+        self._sessions = sessions
         self.name: str = manifest["name"]
         self.dimension: int = manifest["dimension"]
         self.max_tokens: dict[str, int] = dict(manifest["max_tokens"])
@@ -179,7 +179,8 @@ class Reranker:
             A model directory of kind ``"reranker"`` (a dual-encoder directory is refused
             with a message saying to pass it as ``--model``).
         device : {"auto", "cpu", "cuda"}, keyword-only
-            Where onnxruntime runs the graph.
+            Where onnxruntime runs the graph, under the same policy as the model's graphs
+            (:func:`qaindex.devices.open_sessions`: ``auto`` keeps small calls on the CPU).
         threads : int or None, keyword-only
             onnxruntime intra-op threads.
         verify : bool, keyword-only
@@ -206,24 +207,28 @@ class Reranker:
         if not gpath.is_file():
             raise ModelFormatError(f"{gpath}: missing; the reranker directory is incomplete, re-export it")
         try:
-            session = create_session(gpath, device=device, threads=threads)
+            sessions = open_sessions(gpath, device=device, threads=threads)
         except Exception as exc:  # onnxruntime raises its own exception types
             if type(exc).__module__.startswith("qaindex"):
                 raise
             raise ModelFormatError(f"{gpath}: onnxruntime cannot load it ({exc}); re-export the model") from None
-        inputs = tuple(i.name for i in session.get_inputs())
-        outputs = tuple(o.name for o in session.get_outputs())
+        inputs = tuple(i.name for i in sessions.small.get_inputs())
+        outputs = tuple(o.name for o in sessions.small.get_outputs())
         if sorted(inputs) != sorted(INPUTS) or "scores" not in outputs:
             raise ModelFormatError(
                 f"{gpath}: reranker graph must take {', '.join(INPUTS)} and give scores (it takes "
                 f"{', '.join(inputs)}, gives {', '.join(outputs)}); re-export the model"
             )
-        return cls(directory, manifest, tokenizer, session)
+        return cls(directory, manifest, tokenizer, sessions)
 
     @property
     def providers(self) -> dict[str, str]:
-        """The onnxruntime execution provider the graph actually runs on."""
-        return {"reranker": self._session.get_providers()[0]}
+        """The onnxruntime execution provider the graph runs on for one question's candidates.
+
+        Under ``device="auto"`` calls of :data:`~qaindex.devices.GPU_MIN_BATCH` or more pairs
+        run on CUDA when it really works, smaller ones on the CPU (:mod:`qaindex.devices`).
+        """
+        return {"reranker": self._sessions.small.get_providers()[0]}
 
     def score(self, question: str, answers: Sequence[str]) -> np.ndarray:
         """The reranker's score of ``question`` with each answer (higher is better).
@@ -242,7 +247,8 @@ class Reranker:
             raise QueryError(f"the question must be text, got {type(question).__name__}")
         (question,) = text_list([question], "question")
         texts = text_list(answers, "answers")
-        scores = score_with_session(self._session, self.tokenizer, self.max_tokens, question, texts)
+        session = self._sessions.for_rows(len(texts))
+        scores = score_with_session(session, self.tokenizer, self.max_tokens, question, texts)
         if np.isnan(scores).any():
             raise ModelFormatError(f"{self.directory}: the reranker returned NaN; the model is broken, re-export it")
         return scores

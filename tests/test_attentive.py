@@ -390,3 +390,36 @@ def test_cli_train_ap_cnn_writes_a_reranker(data: dict, tmp_path: Path) -> None:
     assert Reranker.load(out).manifest["training"]["config"]["model"] == "ap-cnn"
     with pytest.raises(ModelFormatError, match="is a reranker model"):
         Model.load(out)
+
+
+def test_reranker_follows_the_device_policy(exported: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under auto with working CUDA, one question's few candidates run on the CPU, many on CUDA."""
+    from fake_gpu import simulate_gpu
+
+    from qaindex import devices
+
+    simulate_gpu(lambda obj, name, value: monkeypatch.setattr(obj, name, value, raising=False))
+    reranker = Reranker.load(exported, device="auto")
+    assert reranker.providers == {"reranker": "CPUExecutionProvider"}
+    pair = reranker._sessions
+    assert pair.bulk.get_providers()[0] == "CUDAExecutionProvider"
+    calls = {"small": 0, "bulk": 0}
+
+    def counting(name: str, session: object) -> object:
+        class Counted:
+            def run(self, *args: object, **kwargs: object) -> object:
+                calls[name] += 1
+                return session.run(*args, **kwargs)  # type: ignore[attr-defined]
+
+        return Counted()
+
+    monkeypatch.setattr(
+        reranker,
+        "_sessions",
+        devices.SessionPair(counting("small", pair.small), counting("bulk", pair.bulk), pair.bulk_from, pair.why),
+    )
+    few = reranker.score("alpha beta", ["alpha beta gamma"] * 3)
+    many = reranker.score("alpha beta", ["alpha beta gamma"] * devices.GPU_MIN_BATCH)
+    assert calls == {"small": 1, "bulk": 1}
+    np.testing.assert_allclose(many[:3], few, rtol=1e-5, atol=1e-6)
+    assert Reranker.load(exported, device="cpu").providers == {"reranker": "CPUExecutionProvider"}
