@@ -41,6 +41,7 @@ __all__ = [
     "copy_model_files",
     "read_model_manifest",
     "write_model",
+    "write_model_directory",
 ]
 
 MODEL_FORMAT = "qaindex-model"
@@ -249,6 +250,52 @@ def write_model(
     Path
         The published directory.
     """
+    graphs = {"question_encoder": "encoder.onnx", "answer_encoder": "encoder.onnx", "scorer": "scorer.onnx"}
+    contents: dict[str, bytes | os.PathLike[str]] = {"encoder.onnx": encoder}
+    if answer_encoder is not None:
+        contents["answer_encoder.onnx"] = answer_encoder
+        graphs["answer_encoder"] = "answer_encoder.onnx"
+    contents["scorer.onnx"] = scorer
+    contents.update(extra_files or {})
+    fields: dict[str, Any] = {"kind": "dual_encoder", "geometry": dict(geometry), "graphs": graphs}
+    if chunking:
+        fields["chunking"] = {role: dict(spec) for role, spec in chunking.items()}
+    return write_model_directory(
+        directory,
+        contents,
+        name=name,
+        dimension=dimension,
+        tokenizer=tokenizer,
+        max_tokens=max_tokens,
+        score=score,
+        training=training,
+        metrics=metrics,
+        parameters=parameters,
+        fields=fields,
+    )
+
+
+def write_model_directory(
+    directory: str | os.PathLike[str],
+    contents: Mapping[str, bytes | os.PathLike[str]],
+    *,
+    name: str,
+    dimension: int,
+    tokenizer: Tokenizer,
+    max_tokens: Mapping[str, int],
+    score: Mapping[str, Any],
+    training: Mapping[str, Any] | None,
+    metrics: Mapping[str, Any] | None,
+    parameters: Mapping[str, Any] | None,
+    fields: Mapping[str, Any],
+) -> Path:
+    """Write any kind of model directory atomically (a sibling directory renamed into place).
+
+    ``contents`` maps file names to bytes or files to copy; the tokenizer's ``vocab.txt`` is
+    added, every file is hashed into the manifest's ``files``, and ``fields`` (``kind``,
+    ``geometry``, ``graphs`` and kind-specific fields) join the fields every model has.
+    Used by :func:`write_model` and :func:`qaindex.reranker.write_reranker`.
+    """
     target = Path(directory)
     # leftovers of interrupted writes of this directory, by processes that are gone
     stem = re.escape(target.name)
@@ -258,24 +305,14 @@ def write_model(
         only_dead=True,
     )
     with temporary_sibling(target) as tmp:
-
-        def put(fname: str, content: bytes | os.PathLike[str]) -> None:
+        for fname, content in contents.items():
             dest = tmp / fname
             dest.parent.mkdir(parents=True, exist_ok=True)
             if isinstance(content, bytes):
                 dest.write_bytes(content)
             else:
                 shutil.copyfile(content, dest)
-
-        put("encoder.onnx", encoder)
-        graphs = {"question_encoder": "encoder.onnx", "answer_encoder": "encoder.onnx", "scorer": "scorer.onnx"}
-        if answer_encoder is not None:
-            put("answer_encoder.onnx", answer_encoder)
-            graphs["answer_encoder"] = "answer_encoder.onnx"
-        put("scorer.onnx", scorer)
         tokenizer.save_vocab(tmp / "vocab.txt")
-        for fname, content in (extra_files or {}).items():
-            put(fname, content)
         files = {p.relative_to(tmp).as_posix(): file_entry(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
         from . import __version__
 
@@ -283,12 +320,10 @@ def write_model(
             "format": MODEL_FORMAT,
             "format_version": MODEL_FORMAT_VERSION,
             "name": name,
-            "kind": "dual_encoder",
-            "geometry": dict(geometry),
             "dimension": int(dimension),
             "tokenizer": tokenizer.config("vocab.txt"),
             "max_tokens": {role: int(max_tokens[role]) for role in ROLES},
-            "graphs": graphs,
+            **fields,
             "score": dict(score),
             "training": dict(training or {}),
             "metrics": dict(metrics or {}),
@@ -296,8 +331,6 @@ def write_model(
             "qaindex_version": __version__,
             "files": files,
         }
-        if chunking:
-            manifest["chunking"] = {role: dict(spec) for role, spec in chunking.items()}
         write_json_atomic(tmp / "manifest.json", manifest)
         _publish_directory(tmp, target, marker="manifest.json", what="model directory", error=ModelFormatError)
     return target

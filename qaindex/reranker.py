@@ -45,7 +45,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -56,14 +55,10 @@ from .arguments import positive_int, text_list
 from .devices import SessionPair, open_sessions
 from .errors import IndexFormatError, ModelFormatError, QueryError
 from .model_format import (
-    MODEL_FORMAT,
-    MODEL_FORMAT_VERSION,
-    ROLES,
-    _publish_directory,
     copy_model_files,
     read_model_manifest,
+    write_model_directory,
 )
-from .storage import file_entry, remove_debris, temporary_sibling, write_json_atomic
 from .tokenizer import Tokenizer, TokenizerError
 
 __all__ = [
@@ -403,36 +398,16 @@ def write_reranker(
     -------
     Path
     """
-    target = Path(directory)
-    stem = re.escape(target.name)
-    remove_debris(
-        target.parent,
-        [rf"\.{stem}\.tmp-(?P<pid>[0-9]+)-[0-9a-f]+", rf"\.{stem}\.old-(?P<pid>[0-9]+)"],
-        only_dead=True,
+    return write_model_directory(
+        directory,
+        {"reranker.onnx": graph},
+        name=name,
+        dimension=dimension,
+        tokenizer=tokenizer,
+        max_tokens=max_tokens,
+        score=score,
+        training=training,
+        metrics=metrics,
+        parameters=parameters,
+        fields={"kind": "reranker", "geometry": {"name": "cosine"}, "graphs": {"reranker": "reranker.onnx"}},
     )
-    with temporary_sibling(target) as tmp:
-        (tmp / "reranker.onnx").write_bytes(graph)
-        tokenizer.save_vocab(tmp / "vocab.txt")
-        files = {p.relative_to(tmp).as_posix(): file_entry(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
-        from . import __version__
-
-        manifest = {
-            "format": MODEL_FORMAT,
-            "format_version": MODEL_FORMAT_VERSION,
-            "name": name,
-            "kind": "reranker",
-            "geometry": {"name": "cosine"},
-            "dimension": int(dimension),
-            "tokenizer": tokenizer.config("vocab.txt"),
-            "max_tokens": {role: int(max_tokens[role]) for role in ROLES},
-            "graphs": {"reranker": "reranker.onnx"},
-            "score": dict(score),
-            "training": dict(training or {}),
-            "metrics": dict(metrics or {}),
-            "parameters": dict(parameters or {}),
-            "qaindex_version": __version__,
-            "files": files,
-        }
-        write_json_atomic(tmp / "manifest.json", manifest)
-        _publish_directory(tmp, target, marker="manifest.json", what="model directory", error=ModelFormatError)
-    return target
