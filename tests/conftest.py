@@ -45,6 +45,22 @@ def faq_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_model(tmp_path_factory.mktemp("models") / "faq", vocab, emb)
 
 
+@pytest.fixture(scope="session")
+def planted_data(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The planted word-group task (``qaindex_export.synthetic``) as benchmark files: 200 train
+    questions, 40 dev questions (also as ``dev_groups`` and as a corpus of their answers)."""
+    from qaindex_export.synthetic import planted_word_groups, write_benchmark, write_corpus
+
+    root = tmp_path_factory.mktemp("planted")
+    dev_groups = planted_word_groups(40, seed=2, prefix="d")
+    return {
+        "train": write_benchmark(planted_word_groups(200, seed=1), root / "train.jsonl"),
+        "dev": write_benchmark(dev_groups, root / "dev.jsonl"),
+        "dev_groups": dev_groups,
+        "corpus": write_corpus(dev_groups, root / "corpus.jsonl"),
+    }
+
+
 @pytest.fixture()
 def faq_file(tmp_path: Path) -> Path:
     import json

@@ -27,7 +27,6 @@ from qaindex_export.attentive import (  # noqa: E402
 )
 from qaindex_export.config import TrainConfig  # noqa: E402
 from qaindex_export.onnx_export import ExportError, export_model  # noqa: E402
-from qaindex_export.synthetic import planted_word_groups, write_benchmark, write_corpus  # noqa: E402
 from qaindex_export.train import TextTable, _max_of_pool, load_checkpoint, save_checkpoint, train  # noqa: E402
 
 from qaindex import Model, ModelFormatError, QueryError, Ranker  # noqa: E402
@@ -47,16 +46,8 @@ SMALL = dict(
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    root = tmp_path_factory.mktemp("data")
-    train_groups = planted_word_groups(200, seed=1)
-    dev_groups = planted_word_groups(40, seed=2, prefix="d")
-    return {
-        "train": write_benchmark(train_groups, root / "train.jsonl"),
-        "dev": write_benchmark(dev_groups, root / "dev.jsonl"),
-        "dev_groups": dev_groups,
-        "corpus": write_corpus(dev_groups, root / "corpus.jsonl"),
-    }
+def data(planted_data: dict) -> dict:
+    return planted_data
 
 
 @pytest.fixture(scope="module", params=KINDS)

@@ -16,7 +16,6 @@ ort = pytest.importorskip("onnxruntime")
 from qaindex_export.config import TrainConfig  # noqa: E402
 from qaindex_export.encoders import SequenceQA, build_sequence_model, pad_ragged  # noqa: E402
 from qaindex_export.onnx_export import export_model  # noqa: E402
-from qaindex_export.synthetic import planted_word_groups, write_benchmark  # noqa: E402
 from qaindex_export.train import (  # noqa: E402
     TextTable,
     _max_of_pool,
@@ -39,14 +38,8 @@ SMALL = dict(
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    root = tmp_path_factory.mktemp("data")
-    dev_groups = planted_word_groups(40, seed=2, prefix="d")
-    return {
-        "train": write_benchmark(planted_word_groups(200, seed=1), root / "train.jsonl"),
-        "dev": write_benchmark(dev_groups, root / "dev.jsonl"),
-        "dev_groups": dev_groups,
-    }
+def data(planted_data: dict) -> dict:
+    return planted_data
 
 
 @pytest.fixture(scope="module", params=KINDS)

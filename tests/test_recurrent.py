@@ -19,7 +19,6 @@ from qaindex_export.config import TrainConfig  # noqa: E402
 from qaindex_export.onnx_export import ExportError, export_model  # noqa: E402
 from qaindex_export.recurrent import RecurrentQA, cross_entropy_loss, last_state  # noqa: E402
 from qaindex_export.recurrent_export import check_recurrent_parity, export_graph  # noqa: E402
-from qaindex_export.synthetic import planted_word_groups, write_benchmark  # noqa: E402
 from qaindex_export.train import train  # noqa: E402
 
 from qaindex import Model, ModelFormatError, Ranker, bilinear  # noqa: E402
@@ -37,14 +36,8 @@ SMALL = dict(
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    root = tmp_path_factory.mktemp("data")
-    dev_groups = planted_word_groups(40, seed=2, prefix="d")
-    return {
-        "train": write_benchmark(planted_word_groups(200, seed=1), root / "train.jsonl"),
-        "dev": write_benchmark(dev_groups, root / "dev.jsonl"),
-        "dev_groups": dev_groups,
-    }
+def data(planted_data: dict) -> dict:
+    return planted_data
 
 
 @pytest.fixture(scope="module", params=KINDS)
