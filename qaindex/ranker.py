@@ -177,11 +177,20 @@ def _check_hnsw(hnsw: Any) -> dict[str, int] | None:
         return None
     if not isinstance(hnsw, Mapping):
         raise QueryError(f"hnsw must be a mapping of M, ef_construction, ef_search; got {type(hnsw).__name__}")
-    limits = {"M": 256, "ef_construction": 1 << 16, "ef_search": _MAX_SETTING, "nlist": 1 << 16, "nprobe": 1 << 16}
+    limits = {
+        "M": 256,
+        "ef_construction": 1 << 16,
+        "ef_search": _MAX_SETTING,
+        "nlist": 1 << 16,
+        "nprobe": 1 << 16,
+        "refine": _MAX_SETTING,
+    }
     out = {}
     for key, value in hnsw.items():
         if key not in limits:
-            raise QueryError(f"unknown index parameter {key!r}; use {', '.join(limits)} (nlist, nprobe: IVF)")
+            raise QueryError(
+                f"unknown index parameter {key!r}; use {', '.join(limits)} (nlist, nprobe: IVF; M, refine: PQ)"
+            )
         out[key] = positive_int(value, f"hnsw[{key!r}]", maximum=limits[key])
     return out
 
@@ -276,7 +285,8 @@ class Ranker:
             :mod:`qaindex.vector_index`).
         hnsw : mapping, keyword-only
             Index parameters: ``M``, ``ef_construction``, ``ef_search`` for HNSW kinds,
-            ``nlist``, ``nprobe`` for IVF kinds (defaults depend on the corpus size).
+            ``nlist``, ``nprobe`` for IVF kinds, ``M``, ``refine`` for ``pq`` (defaults depend
+            on the corpus size).
         overfetch : int, keyword-only
             The coarse stage recalls ``k * overfetch`` candidates for the exact rerank.
         batch_size : int, keyword-only
@@ -771,7 +781,7 @@ class Ranker:
         if m >= total and not use_coarse:
             return np.broadcast_to(np.arange(total, dtype=np.int64), (len(queries), total)).copy()
         self._refresh_coarse()
-        return self._coarse.search(queries, m)
+        return self._coarse.search(queries, m, vectors=self._vectors)
 
     def _search_chunk(self, q: np.ndarray, k: int, use_coarse: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = len(q)

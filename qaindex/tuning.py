@@ -1,9 +1,9 @@
 """Build-time tuning of the coarse stage's search breadth to a recall target.
 
-An approximate coarse index (``hnsw``, ``hnsw_sq8``, ``ivf``, ``ivf_sq8``, see
+An approximate coarse index (``hnsw``, ``hnsw_sq8``, ``ivf``, ``ivf_sq8``, ``pq``, see
 :mod:`qaindex.vector_index`) recalls the ``k × overfetch`` candidates that the exact rerank
 orders. How many of the true top ``k`` it recalls depends on its search breadth
-(``ef_search`` for HNSW, ``nprobe`` for IVF) and on the data, so a fixed default is either
+(``ef_search`` for HNSW, ``nprobe`` for IVF, ``refine`` for PQ) and on the data, so a fixed default is either
 slow or inaccurate. :func:`tune_breadth` measures it instead: for a sample of queries it
 computes the exact top ``k`` by brute force in float64 (the model's own ranking rule over
 every vector, :func:`qaindex.vector_index.exact_search`), then tries breadths on a ladder
@@ -154,7 +154,7 @@ def tune_breadth(
     def measure(value: int | None) -> float:
         if value is not None:
             coarse.set_breadth(value)
-        got = recall_at(_without(coarse.search(q, m), drop, m), truth)
+        got = recall_at(_without(coarse.search(q, m, vectors=vectors), drop, m), truth)
         if value is not None:
             tried.append([int(value), round(got, 6)])
         return got
@@ -166,6 +166,8 @@ def tune_breadth(
     else:
         if coarse.kind in HNSW_KINDS:
             stop, start = min(max_breadth or MAX_EF_SEARCH, total), m  # ef beyond N adds nothing
+        elif param == "refine":  # re-scoring beyond every answer adds nothing
+            stop, start = min(max_breadth or total, -(-total // m)), 1
         else:
             stop, start = min(max_breadth or coarse.params["nlist"], coarse.params["nlist"]), 1
         stop = max(stop, start)

@@ -20,7 +20,6 @@ extra coordinate that makes every stored vector's norm :data:`~qaindex.hyperboli
 For the cosine geometry both kinds search the inner product of unit-normalised vectors.
 For the bilinear geometry (:mod:`qaindex.bilinear`) ``flat`` searches the raw inner product
 and ``hnsw`` L2 on the MIPS lift (:func:`qaindex.bilinear.mips_lift`).
-``auto`` picks ``flat`` up to :data:`AUTO_FLAT_MAX` answers and ``hnsw`` above.
 Search returns row numbers, ``-1`` where fewer than ``m`` answers exist.
 
 Three more kinds trade memory and disk for recall, each searching the same vectors as its
@@ -32,8 +31,17 @@ family (the exact rerank of the candidates restores the order among them):
   k-means lists of which ``nprobe`` are scanned per question; ``nprobe = nlist`` is an
   exhaustive search.
 - ``ivf_sq8``: ``ivf`` with 8-bit scalar-quantised storage (``IndexIVFScalarQuantizer``).
+- ``pq``: an exhaustive scan of 4-bit product-quantisation codes (``IndexPQFastScan``, FAISS's
+  SIMD "fast scan"; ``M`` sub-quantisers, by default one per two coordinates, so about a
+  sixteenth of the float32 bytes) of the vectors ``flat`` searches, then a refinement: the
+  ``k × overfetch × refine`` best codes are re-scored with their float32 vectors (the
+  answers' stored vectors, gathered by row) and the best ``k × overfetch`` go on to the exact
+  rerank. On the built-in model's vectors (a strong common direction, questions off the
+  answers' manifold) graph and inverted-list indexes need most of the corpus for recall
+  0.99, while this scan reaches it at a fraction of ``flat``'s time
+  (``benchmarks/ann_difficulty.py``). ``auto`` picks it above :data:`AUTO_FLAT_MAX` answers.
 
-The search breadth (``ef_search``, ``nprobe``) can be tuned to a recall target at build
+The search breadth (``ef_search``, ``nprobe``, ``refine``) can be tuned to a recall target at build
 time (:mod:`qaindex.tuning`).
 """
 
@@ -62,11 +70,12 @@ __all__ = [
     "exact_search",
 ]
 
-INDEX_KINDS = ("auto", "flat", "hnsw", "hnsw_sq8", "ivf", "ivf_sq8")
+INDEX_KINDS = ("auto", "flat", "hnsw", "hnsw_sq8", "ivf", "ivf_sq8", "pq")
 CONCRETE_KINDS = INDEX_KINDS[1:]
 HNSW_KINDS = ("hnsw", "hnsw_sq8")
 IVF_KINDS = ("ivf", "ivf_sq8")
 AUTO_FLAT_MAX = 20_000
+DEFAULT_REFINE = 10
 DEFAULT_HNSW: dict[str, int] = {"M": 32, "ef_construction": 200, "ef_search": 256}
 #: The parameters each kind takes (all positive integers).
 KIND_PARAMS: dict[str, tuple[str, ...]] = {
@@ -75,9 +84,16 @@ KIND_PARAMS: dict[str, tuple[str, ...]] = {
     "hnsw_sq8": ("M", "ef_construction", "ef_search"),
     "ivf": ("nlist", "nprobe"),
     "ivf_sq8": ("nlist", "nprobe"),
+    "pq": ("M", "refine"),
 }
 #: The parameter that sets the search breadth (what :mod:`qaindex.tuning` tunes), per kind.
-BREADTH_PARAM: dict[str, str] = {"hnsw": "ef_search", "hnsw_sq8": "ef_search", "ivf": "nprobe", "ivf_sq8": "nprobe"}
+BREADTH_PARAM: dict[str, str] = {
+    "hnsw": "ef_search",
+    "hnsw_sq8": "ef_search",
+    "ivf": "nprobe",
+    "ivf_sq8": "nprobe",
+    "pq": "refine",
+}
 
 
 def default_params(kind: str, count: int) -> dict[str, int]:
@@ -87,7 +103,8 @@ def default_params(kind: str, count: int) -> dict[str, int]:
     to 100 (building a million-answer graph at 200 takes too long on a small machine; the
     build-time recall tuning of :mod:`qaindex.tuning` widens the search instead). IVF uses
     about ``2·√count`` lists (at least 1, at most 8,192 and at most ``count``) and probes an
-    eighth of them.
+    eighth of them. ``pq`` re-scores :data:`DEFAULT_REFINE` codes per candidate (its ``M``
+    defaults to half the searched dimension, see :class:`CoarseIndex`).
 
     Example
     -------
@@ -102,6 +119,8 @@ def default_params(kind: str, count: int) -> dict[str, int]:
     if kind in IVF_KINDS:
         nlist = int(max(1, min(8192, round(2 * np.sqrt(max(count, 1))), count)))
         return {"nlist": nlist, "nprobe": max(1, nlist // 8)}
+    if kind == "pq":
+        return {"refine": DEFAULT_REFINE}
     return {}
 
 
@@ -111,12 +130,12 @@ def choose_kind(kind: str, count: int) -> str:
     Example
     -------
     >>> choose_kind("auto", 500), choose_kind("auto", 1_000_000), choose_kind("flat", 10**6)
-    ('flat', 'hnsw', 'flat')
+    ('flat', 'pq', 'flat')
     """
     if kind not in INDEX_KINDS:
         raise QAIndexError(f"unknown index kind {kind!r}; choose one of: {', '.join(INDEX_KINDS)}")
     if kind == "auto":
-        return "flat" if count <= AUTO_FLAT_MAX else "hnsw"
+        return "flat" if count <= AUTO_FLAT_MAX else "pq"
     return kind
 
 
@@ -134,11 +153,12 @@ class CoarseIndex:
     geometry : {"poincare", "cosine"}
     dimension : int
         Dimension of the answer vectors.
-    kind : {"flat", "hnsw", "hnsw_sq8", "ivf", "ivf_sq8"}
+    kind : {"flat", "hnsw", "hnsw_sq8", "ivf", "ivf_sq8", "pq"}
     params : mapping, optional
         The kind's parameters (:data:`KIND_PARAMS`: ``M``, ``ef_construction``,
-        ``ef_search`` for HNSW; ``nlist``, ``nprobe`` for IVF); missing ones default to
-        :func:`default_params` for ``count``.
+        ``ef_search`` for HNSW; ``nlist``, ``nprobe`` for IVF; ``M`` (sub-quantisers, default
+        half the searched dimension, rounded up) and ``refine`` for PQ); missing ones default
+        to :func:`default_params` for ``count``.
     device : {"auto", "cpu", "cuda"}
         ``flat`` indexes move to a GPU when FAISS sees one (``auto``) or must (``cuda``).
     ranking : {"distance", "relative"}, keyword-only
@@ -180,6 +200,8 @@ class CoarseIndex:
             self.params.update({k: int(v) for k, v in params.items() if k in KIND_PARAMS[kind]})
         if kind in IVF_KINDS:
             self.params["nprobe"] = min(self.params["nprobe"], self.params["nlist"])
+        if kind == "pq":
+            self.params.setdefault("M", -(-self._searched_dimension // 2))
         #: how the search breadth was chosen (:func:`qaindex.tuning.tune_breadth`), or None
         self.tuning: dict[str, Any] | None = None
         self._faiss = import_faiss()
@@ -211,6 +233,9 @@ class CoarseIndex:
         distance code applies (zeros change neither inner products nor L2 distances).
         """
         d = self._searched_dimension
+        if self.kind == "pq":  # a whole number of coordinates per sub-quantiser
+            sub = self.params["M"]
+            return -(-d // sub) * sub
         return d + (-d) % 16 if self.kind.endswith("_sq8") else d
 
     def _padded(self, x: np.ndarray) -> np.ndarray:
@@ -224,6 +249,8 @@ class CoarseIndex:
         d = self.stored_dimension
         if self.kind == "flat":
             return faiss.IndexFlatIP(d)
+        if self.kind == "pq":
+            return faiss.IndexPQFastScan(d, self.params["M"], 4, faiss.METRIC_INNER_PRODUCT)
         if self.kind in IVF_KINDS:
             quantizer = faiss.IndexFlatIP(d)
             nlist = self.params["nlist"]
@@ -367,7 +394,7 @@ class CoarseIndex:
         self.params[name] = value
 
     # -- search -----------------------------------------------------------------------------
-    def search(self, queries: np.ndarray, m: int) -> np.ndarray:
+    def search(self, queries: np.ndarray, m: int, *, vectors: np.ndarray | None = None) -> np.ndarray:
         """Candidate rows for each query.
 
         Parameters
@@ -375,6 +402,10 @@ class CoarseIndex:
         queries : array (n, dimension)
         m : int
             Candidates per query.
+        vectors : array (ntotal, dimension), keyword-only, optional
+            The answers' vectors, row for row (a memory-mapped array is fine): the ``pq``
+            kind re-scores its ``m × refine`` best codes with them. Without them it returns
+            the ``m`` best codes. Other kinds ignore them.
 
         Returns
         -------
@@ -384,6 +415,8 @@ class CoarseIndex:
         n = len(queries)
         if m <= 0 or n == 0:
             return np.full((n, max(m, 0)), -1, dtype=np.int64)
+        if self.kind == "pq":
+            return self._search_refined(queries, m, vectors)
         if self.kind in HNSW_KINDS:
             self._index.hnsw.efSearch = max(self.params["ef_search"], m)
         elif self.kind in IVF_KINDS:
@@ -392,6 +425,26 @@ class CoarseIndex:
             _set_blas_threshold(self._faiss, n)
         _, rows = self._index.search(self._query(queries), m)
         return np.asarray(rows, dtype=np.int64)
+
+    def _search_refined(self, queries: np.ndarray, m: int, vectors: np.ndarray | None) -> np.ndarray:
+        """``pq``: the ``m × refine`` best codes, re-scored exactly (float32 inner product)."""
+        wide = min(self.ntotal, m * self.params["refine"]) if vectors is not None else m
+        q = self._query(queries)
+        _, rows = self._index.search(q, max(wide, m))
+        rows = np.asarray(rows, dtype=np.int64)
+        if vectors is None or wide <= m:
+            return rows[:, :m]
+        out = np.full((len(rows), m), -1, dtype=np.int64)
+        for i, found in enumerate(rows):
+            found = np.sort(found[found >= 0])  # ascending rows: sequential reads of a memory map
+            rows_vectors = np.asarray(vectors[found], dtype=np.float32)
+            if self.relative:  # the lift's inner product without building the lifted rows
+                scores = hyperbolic.relative_lift_scores(q[i, : self.dimension + 1], rows_vectors)
+            else:
+                scores = self._db(rows_vectors) @ q[i]
+            best = np.argsort(-scores, kind="stable")[:m]
+            out[i, : len(best)] = found[best]
+        return out
 
     # -- persistence ---------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:

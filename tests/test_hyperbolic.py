@@ -269,3 +269,18 @@ def test_relative_torch_and_numpy_agree_with_finite_gradients() -> None:
         assert torch.isfinite(tx.grad).all() and torch.isfinite(ty.grad).all()
         pf = H.pairwise_relative_distance(tx[:3], ty[None].expand(3, -1, -1))
         assert tuple(pf.shape) == (3, 64)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relative_lift_scores_equal_the_inner_product_with_the_lift(seed: int, dtype: type) -> None:
+    rng = np.random.default_rng(seed)
+    y = rng.normal(size=(200, 12))
+    y *= (rng.uniform(0.0, 0.999, (200, 1)) / np.linalg.norm(y, axis=1, keepdims=True))
+    y[0] = 0.0  # the centre, where the lift is largest
+    x = rng.uniform(-0.2, 0.2, (1, 12))
+    lq = H.relative_lift_query(x)[0]
+    want = H.relative_lift(y).astype(np.float64) @ lq.astype(np.float64)
+    got = H.relative_lift_scores(lq, y.astype(dtype))
+    assert got.dtype == np.float32 and got.shape == (200,)
+    assert np.allclose(got, want, atol=2e-6)

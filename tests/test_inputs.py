@@ -69,7 +69,7 @@ def _api_cases(faq_model: Path) -> dict[str, tuple[Callable[[Ranker], Any], str]
         ),
         "build index_kind": (
             lambda r: Ranker.build([{"answer": "a"}], model=faq_model, index_kind="annoy"),
-            "index_kind must be one of auto, flat, hnsw, hnsw_sq8, ivf, ivf_sq8; got 'annoy'",
+            "index_kind must be one of auto, flat, hnsw, hnsw_sq8, ivf, ivf_sq8, pq; got 'annoy'",
         ),
         "build hnsw M": (
             lambda r: Ranker.build([{"answer": "a"}], model=faq_model, hnsw={"M": 10**9}),

@@ -312,12 +312,12 @@ INDEX_FIELD_CASES = [
     ("count", True, 'field "count" must be a non-negative integer, got True'),
     ("dimension", 0, 'field "dimension" must be a positive integer, got 0'),
     ("geometry", "euclid", "field \"geometry\" must be poincare or cosine or bilinear, got 'euclid'"),
-    ("coarse", {}, 'field "coarse.kind" must be flat or hnsw or hnsw_sq8 or ivf or ivf_sq8, got None'),
+    ("coarse", {}, 'field "coarse.kind" must be flat or hnsw or hnsw_sq8 or ivf or ivf_sq8 or pq, got None'),
     ("coarse", [], 'field "coarse" must be an object with kind and params, got []'),
     (
         "coarse",
         {"kind": "annoy"},
-        "field \"coarse.kind\" must be flat or hnsw or hnsw_sq8 or ivf or ivf_sq8, got 'annoy'",
+        "field \"coarse.kind\" must be flat or hnsw or hnsw_sq8 or ivf or ivf_sq8 or pq, got 'annoy'",
     ),
     (
         "coarse",
@@ -332,7 +332,7 @@ INDEX_FIELD_CASES = [
     (
         "coarse",
         {"kind": "flat", "params": {}, "requested": "exact"},
-        "field \"coarse.requested\" must be auto or flat or hnsw or hnsw_sq8 or ivf or ivf_sq8, got 'exact'",
+        "field \"coarse.requested\" must be auto or flat or hnsw or hnsw_sq8 or ivf or ivf_sq8 or pq, got 'exact'",
     ),
     ("snapshot", 5, 'field "snapshot" must be a snapshot name like data-20250101T000000000000-123, got 5'),
     ("created", 5, 'field "created" must be a string, got 5'),

@@ -44,12 +44,19 @@ def ball_points(n: int, dim: int, seed: int) -> np.ndarray:
     return (x * rng.uniform(0.3, 0.95, (n, 1))).astype(np.float32)
 
 
-@pytest.mark.parametrize(("kind", "ranking"), [("hnsw", "relative"), ("hnsw", "distance"), ("ivf", "relative")])
+@pytest.mark.parametrize(
+    ("kind", "ranking"),
+    [("hnsw", "relative"), ("hnsw", "distance"), ("ivf", "relative"), ("pq", "relative"), ("pq", "distance")],
+)
 def test_tuning_reaches_the_recall_target_against_brute_force(kind: str, ranking: str) -> None:
     vectors = ball_points(4000, 16, seed=0)
     queries = ball_points(300, 16, seed=1)
     tune_q, check_q = queries[:150], queries[150:]
-    params = {"M": 8, "ef_construction": 40, "ef_search": 1} if kind == "hnsw" else {"nlist": 64, "nprobe": 1}
+    params = {
+        "hnsw": {"M": 8, "ef_construction": 40, "ef_search": 1},
+        "ivf": {"nlist": 64, "nprobe": 1},
+        "pq": {"M": 4, "refine": 1},  # 4 sub-quantisers of 16 (or 18 lifted) coordinates: coarse codes
+    }[kind]
     ix = CoarseIndex("poincare", 16, kind, params, ranking=ranking, count=len(vectors))
     ix.add(vectors)
     # plain distance: HNSW searches L2 on ball coordinates, which orders unlike d near the
@@ -59,11 +66,11 @@ def test_tuning_reaches_the_recall_target_against_brute_force(kind: str, ranking
         ix, vectors, tune_q, target=target, k=k, overfetch=overfetch, geometry="poincare", ranking=ranking
     )
     assert out["reached"] is True
-    param = "ef_search" if kind == "hnsw" else "nprobe"
+    param = {"hnsw": "ef_search", "ivf": "nprobe", "pq": "refine"}[kind]
     assert out["param"] == param and ix.params[param] == out["value"]
     # the recall it reports is what brute force says on the tuning queries ...
     truth = brute_force(tune_q, vectors, k, ranking)
-    measured = recall_at(ix.search(tune_q, k * overfetch), truth)
+    measured = recall_at(ix.search(tune_q, k * overfetch, vectors=vectors), truth)
     assert measured == pytest.approx(out["recall"], abs=1e-6)
     assert measured >= target
     # ... and it is the smallest breadth tried that reaches the target
@@ -72,7 +79,7 @@ def test_tuning_reaches_the_recall_target_against_brute_force(kind: str, ranking
     smaller = [value for value, _ in out["tried"] if value < out["value"]]
     assert smaller or out["value"] == (k * overfetch if kind == "hnsw" else 1)
     # held-out queries land near the target too (not a pass/fail on speed, a sanity bound)
-    held = recall_at(ix.search(check_q, k * overfetch), brute_force(check_q, vectors, k, ranking))
+    held = recall_at(ix.search(check_q, k * overfetch, vectors=vectors), brute_force(check_q, vectors, k, ranking))
     assert held >= target - 0.05
 
 
@@ -87,12 +94,45 @@ def test_an_unreachable_target_keeps_the_largest_breadth_and_says_so() -> None:
     assert out["recall"] < 1.0
 
 
+@pytest.mark.parametrize(("geometry", "ranking"), [("poincare", "relative"), ("poincare", "distance"), ("cosine", "distance")])
+def test_pq_refines_its_codes_with_the_float_vectors(geometry: str, ranking: str) -> None:
+    vectors = ball_points(3000, 16, seed=3)
+    queries = ball_points(50, 16, seed=4)
+    m = 20
+    flat = CoarseIndex(geometry, 16, "flat", ranking=ranking, count=len(vectors))
+    flat.add(vectors)
+    pq = CoarseIndex(geometry, 16, "pq", {"M": 4, "refine": 1}, ranking=ranking, count=len(vectors))
+    pq.add(vectors)
+    assert pq.stored_dimension % 4 == 0 and pq.params == {"M": 4, "refine": 1}
+    # the float scores the refinement sorts by: flat's own (exhaustive) inner products
+    exact = flat._db(vectors).astype(np.float64) @ flat._query(queries).astype(np.float64).T
+    # refine covering every answer: the exhaustive top m, whatever the codes say
+    pq.set_breadth(len(vectors) // m)
+    full = pq.search(queries, m, vectors=vectors)
+    for i in range(len(queries)):
+        assert np.allclose(np.sort(exact[full[i], i])[::-1], np.sort(exact[:, i])[::-1][:m], atol=1e-5)
+    # breadth 1 without re-scoring is the codes' order: coarser than the refined search
+    pq.set_breadth(1)
+    codes_only = pq.search(queries, m)
+    pq.set_breadth(8)
+    refined = pq.search(queries, m, vectors=vectors)
+    truth = np.argsort(-exact, axis=0, kind="stable")[:m].T
+    assert recall_at(refined, truth) > recall_at(codes_only, truth)
+    assert recall_at(codes_only, truth) < 1.0
+    # every refined row is one of the codes' top m × refine
+    pq.set_breadth(8)
+    wide = pq.search(queries, m * 8)
+    assert all(set(r.tolist()) <= set(w.tolist()) for r, w in zip(refined, wide, strict=True))
+
+
 def test_default_parameters_per_size() -> None:
     assert default_params("hnsw", 100_000) == {"M": 32, "ef_construction": 200, "ef_search": 256}
     assert default_params("hnsw", 1_000_000)["ef_construction"] == 100
     assert default_params("ivf", 10_000) == {"nlist": 200, "nprobe": 25}
     assert default_params("ivf_sq8", 10**9)["nlist"] == 8192
     assert default_params("flat", 10) == {}
+    assert default_params("pq", 10**6) == {"refine": 10}
+    assert CoarseIndex("poincare", 300, "pq", ranking="relative").params == {"refine": 10, "M": 151}
 
 
 # -- the new kinds through the Ranker ------------------------------------------------------------
@@ -109,7 +149,12 @@ def answers() -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize(
     ("kind", "params"),
-    [("ivf", {"nlist": 16, "nprobe": 16}), ("ivf_sq8", {"nlist": 16, "nprobe": 16}), ("hnsw_sq8", {"ef_search": 800})],
+    [
+        ("ivf", {"nlist": 16, "nprobe": 16}),
+        ("ivf_sq8", {"nlist": 16, "nprobe": 16}),
+        ("hnsw_sq8", {"ef_search": 800}),
+        ("pq", {"refine": 100}),  # re-scores every answer: exact candidates
+    ],
 )
 def test_new_kinds_return_the_brute_force_top_k_and_persist(
     kind: str, params: dict[str, int], answers: list[dict[str, Any]], tmp_path: Path
