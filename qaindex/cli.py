@@ -121,15 +121,15 @@ def main(verbose: bool) -> None:
     type=click.Choice(INDEX_KINDS),
     default="auto",
     show_default=True,
-    help="FAISS coarse index: exact flat search, or approximate HNSW / IVF (_sq8: 8-bit storage); "
-    "auto picks flat up to 20,000 answers.",
+    help="FAISS coarse index: exact flat search, or approximate PQ fast scan refined with the float vectors, "
+    "HNSW or IVF (_sq8: 8-bit storage); auto picks flat up to 20,000 answers and pq above.",
 )
 @click.option(
     "--recall",
     "recall_target",
     type=click.FloatRange(min=0.0, max=1.0, min_open=True),
     default=None,
-    help="Tune the HNSW/IVF search breadth to the smallest that reaches this recall@10 against exact search "
+    help="Tune the PQ/HNSW/IVF search breadth to the smallest that reaches this recall@10 against exact search "
     "(e.g. 0.99), measured on the corpus's questions (or answers) at build time.",
 )
 @click.option(

@@ -48,7 +48,7 @@ from .records import RecordStore
 from .reranker import Reranker, index_entry, rerank_stage, stored_reranker
 from .storage import verify_files, write_json_atomic
 from .tuning import check_target, tune_for_corpus
-from .vector_index import INDEX_KINDS, CoarseIndex, choose_kind, exact_search
+from .vector_index import BREADTH_PARAM, INDEX_KINDS, CoarseIndex, choose_kind, exact_search
 
 __all__ = ["DEFAULT_OVERFETCH", "INDEX_FORMAT", "INDEX_FORMAT_VERSION", "Hit", "Ranker"]
 
@@ -508,16 +508,28 @@ class Ranker:
         return self._records.get(row)
 
     @_writing
-    def configure(self, *, overfetch: int | None = None, ef_search: int | None = None) -> None:
+    def configure(
+        self,
+        *,
+        overfetch: int | None = None,
+        ef_search: int | None = None,
+        nprobe: int | None = None,
+        refine: int | None = None,
+    ) -> None:
         """Change the speed/recall trade-off of later searches (saved with the index).
+
+        Each breadth applies to its own index kinds and is ignored by the others.
 
         Parameters
         ----------
         overfetch : int, optional
             The coarse stage recalls ``k * overfetch`` candidates for the exact rerank.
         ef_search : int, optional
-            HNSW search breadth (at least the number of candidates is always used);
-            ignored by ``flat`` indexes.
+            HNSW search breadth (at least the number of candidates is always used).
+        nprobe : int, optional
+            IVF lists scanned per question (at most ``nlist``).
+        refine : int, optional
+            PQ codes re-scored with the float vectors, per candidate.
 
         Example
         -------
@@ -527,12 +539,19 @@ class Ranker:
         """
         if overfetch is not None:
             overfetch = positive_int(overfetch, "overfetch", maximum=_MAX_SETTING)
-        if ef_search is not None:
-            ef_search = positive_int(ef_search, "ef_search", maximum=_MAX_SETTING)
+        breadths = {"ef_search": ef_search, "nprobe": nprobe, "refine": refine}
+        checked = {
+            name: positive_int(value, name, maximum=_MAX_SETTING)
+            for name, value in breadths.items()
+            if value is not None
+        }
         if overfetch is not None:
             self.overfetch = overfetch
-        if ef_search is not None and "ef_search" in self._coarse.params:
-            self._coarse.params["ef_search"] = ef_search
+        for name, value in checked.items():
+            if name == "ef_search" and name in self._coarse.params:
+                self._coarse.params[name] = value  # at least the candidate count is always used
+            elif BREADTH_PARAM.get(self._coarse.kind) == name:
+                self._coarse.set_breadth(value)
 
     def records(self) -> Iterator[Record]:
         """Every stored record, in row order.

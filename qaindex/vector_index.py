@@ -103,8 +103,10 @@ def default_params(kind: str, count: int) -> dict[str, int]:
     to 100 (building a million-answer graph at 200 takes too long on a small machine; the
     build-time recall tuning of :mod:`qaindex.tuning` widens the search instead). IVF uses
     about ``2·√count`` lists (at least 1, at most 8,192 and at most ``count``) and probes an
-    eighth of them. ``pq`` re-scores :data:`DEFAULT_REFINE` codes per candidate (its ``M``
-    defaults to half the searched dimension, see :class:`CoarseIndex`).
+    eighth of them. ``pq`` re-scores ``refine`` codes per candidate: :data:`DEFAULT_REFINE`
+    up to 100,000 answers, growing as ``√count`` above (32 at a million, where the built-in
+    model's tuning to recall@10 0.99 chose 26); its ``M`` defaults to half the searched
+    dimension (see :class:`CoarseIndex`).
 
     Example
     -------
@@ -120,7 +122,7 @@ def default_params(kind: str, count: int) -> dict[str, int]:
         nlist = int(max(1, min(8192, round(2 * np.sqrt(max(count, 1))), count)))
         return {"nlist": nlist, "nprobe": max(1, nlist // 8)}
     if kind == "pq":
-        return {"refine": DEFAULT_REFINE}
+        return {"refine": max(DEFAULT_REFINE, round(DEFAULT_REFINE * np.sqrt(max(count, 1) / 100_000)))}
     return {}
 
 

@@ -131,7 +131,8 @@ def test_default_parameters_per_size() -> None:
     assert default_params("ivf", 10_000) == {"nlist": 200, "nprobe": 25}
     assert default_params("ivf_sq8", 10**9)["nlist"] == 8192
     assert default_params("flat", 10) == {}
-    assert default_params("pq", 10**6) == {"refine": 10}
+    assert default_params("pq", 50_000) == {"refine": 10}
+    assert default_params("pq", 10**6) == {"refine": 32}
     assert CoarseIndex("poincare", 300, "pq", ranking="relative").params == {"refine": 10, "M": 151}
 
 
@@ -326,3 +327,23 @@ def test_answer_spans_are_seeded_word_spans_of_their_answers() -> None:
     for span, row in zip(spans, rows, strict=True):
         assert span in texts[row] and 3 <= len(span.split()) <= 10
     assert answer_spans(texts, 50)[0] == spans
+
+
+def test_configure_sets_each_kinds_breadth_and_saves_it(answers: list[dict[str, Any]], tmp_path: Path) -> None:
+    pq = Ranker.build(answers, index_kind="pq", hnsw={"M": 4, "refine": 1}, device="cpu")
+    ivf = Ranker.build(answers, index_kind="ivf", hnsw={"nlist": 16, "nprobe": 1}, device="cpu")
+    qv = pq.model.encode([a["answer"] for a in answers[:30]], role="question")
+    truth = brute_force(qv, np.asarray(pq._vectors), 10, pq.model.ranking)
+    before = recall_at(pq.candidates(qv, 100), truth)
+    pq.configure(refine=80, nprobe=3)  # nprobe: not a pq breadth, ignored
+    assert pq.info()["index"]["params"] == {"M": 4, "refine": 80}
+    assert recall_at(pq.candidates(qv, 100), truth) == 1.0 > before  # 800 re-scored: every answer
+    ivf.configure(nprobe=16, refine=5)
+    assert ivf.info()["index"]["params"] == {"nlist": 16, "nprobe": 16}
+    assert recall_at(ivf.candidates(qv, 100), truth) == 1.0
+    pq.save(tmp_path / "pq")
+    again = Ranker.load(tmp_path / "pq")
+    assert again.info()["index"]["params"]["refine"] == 80
+    assert np.array_equal(again.candidates(qv, 100), pq.candidates(qv, 100))
+    with pytest.raises(QueryError, match=r"^refine must be a positive integer"):
+        pq.configure(refine=0)
