@@ -293,10 +293,16 @@ def assemble_index(
     """The coarse FAISS index over all answer vectors (its kind chosen from their count).
 
     Vectors are added ``chunk_size`` rows at a time, so the transformed copy FAISS needs
-    (lifted or normalised rows) exists for one chunk only.
+    (lifted or normalised rows) exists for one chunk only; trainable kinds first train on the
+    same seeded sample of all the vectors as a build that adds them at once, and every
+    size-dependent default (IVF lists, PQ refinement, HNSW construction) follows the count,
+    so the index is the one ``Ranker.build`` makes from the same vectors in memory.
     """
     kind = choose_kind(index_kind, len(vectors))
-    coarse = CoarseIndex(model.geometry, model.dimension, kind, hnsw, device=device, ranking=model.ranking)
+    coarse = CoarseIndex(
+        model.geometry, model.dimension, kind, hnsw, device=device, ranking=model.ranking, count=len(vectors)
+    )
+    coarse.train(vectors)
     for start in range(0, len(vectors), chunk_size):
         coarse.add(np.asarray(vectors[start : start + chunk_size]))
     return coarse

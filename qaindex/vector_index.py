@@ -354,34 +354,56 @@ class CoarseIndex:
     def add(self, vectors: np.ndarray) -> None:
         """Append vectors (their rows continue after the existing ones)."""
         if len(vectors):
-            db = self._db(vectors)
             if not self._index.is_trained:
-                self._train(db)
-            self._index.add(db)
+                self.train(vectors)
+            self._index.add(self._db(vectors))
             if self._index is not self._cpu_index:
                 self._cpu_index = None  # the GPU copy is the truth until saved
 
-    def _train(self, db: np.ndarray) -> None:
-        """Train IVF lists / scalar quantisers on (a seeded sample of) the first vectors added."""
+    def _train_size(self, count: int) -> int:
+        """How many of ``count`` vectors train this kind (a seeded sample of them)."""
         if self.kind in IVF_KINDS:
             nlist = self.params["nlist"]
-            if len(db) < nlist:  # k-means needs at least one point per list
+            if count < nlist:  # k-means needs at least one point per list
                 raise QAIndexError(
                     f"an {self.kind} index of {nlist} lists needs at least {nlist} answers to train, got "
-                    f"{len(db)}; add more answers or choose --index-kind flat"
+                    f"{count}; add more answers or choose --index-kind flat"
                 )
             # k-means on a seeded sample: 64 points per list and 25 iterations (FAISS's default)
             # up to 200,000 answers; above, 32 and 10 (training 2,000 lists on 128,000 points
             # for 25 rounds takes minutes on 2 cores; the tuned nprobe absorbs coarser lists)
-            large = len(db) > 200_000
-            sample = min(len(db), (32 if large else 64) * nlist)
-            self._index.cp.niter = 10 if large else 25
-            self._index.cp.min_points_per_centroid = 1  # small corpora: no FAISS warning on stderr
+            return min(count, (32 if count > 200_000 else 64) * nlist)
+        return min(count, 100_000)
+
+    def train(self, vectors: np.ndarray) -> None:
+        """Train IVF lists / quantisers on a seeded sample of ``vectors`` (all the answers to come).
+
+        :meth:`add` trains on the first vectors it is given when this was not called; a build
+        that adds its answers in chunks calls this first with all of them (a memory-mapped
+        array is fine: only the sample is read), so it trains exactly as a build that adds
+        them at once.
+        """
+        if not len(vectors):
+            return
+        if self.geometry == "bilinear" and not self._inner_product and self._mips_bound is None and not self.ntotal:
+            # the padded norm of the MIPS lift: from every answer to come, not the first chunk
+            self._mips_bound = max(
+                bilinear.mips_bound(np.asarray(vectors[s : s + 65536])) for s in range(0, len(vectors), 65536)
+            )
+        if self._index.is_trained:
+            return
+        size = self._train_size(len(vectors))
+        if size < len(vectors):
+            pick = np.sort(np.random.default_rng(0).choice(len(vectors), size=size, replace=False))
+            sample = np.asarray(vectors[pick])
         else:
-            sample = min(len(db), 100_000)
-        if sample < len(db):
-            pick = np.sort(np.random.default_rng(0).choice(len(db), size=sample, replace=False))
-            db = db[pick]
+            sample = np.asarray(vectors)
+        self._train(self._db(sample), len(vectors))
+
+    def _train(self, db: np.ndarray, count: int) -> None:
+        if self.kind in IVF_KINDS:
+            self._index.cp.niter = 10 if count > 200_000 else 25
+            self._index.cp.min_points_per_centroid = 1  # small corpora: no FAISS warning on stderr
         self._index.train(np.ascontiguousarray(db))
 
     def set_breadth(self, value: int) -> None:

@@ -124,3 +124,28 @@ def test_cli_error_in_a_late_line_leaves_the_index_untouched(faq_model: Path, fa
     )
     assert (index / "manifest.json").read_bytes() == before
     assert sorted(p.name for p in index.iterdir() if p.name.startswith(".data-")) == []
+
+
+@pytest.mark.parametrize("kind", ["ivf", "ivf_sq8", "pq", "hnsw_sq8"])
+def test_a_chunked_index_is_the_in_memory_one(kind: str) -> None:
+    """assemble_index (streamed and Ray builds) sizes and trains like Ranker.build: the defaults
+    follow the whole count and training uses the same seeded sample of every answer."""
+    from qaindex.building import assemble_index
+    from qaindex.vector_index import CoarseIndex
+
+    class Geometry:  # what assemble_index reads of a model
+        geometry, dimension, ranking = "poincare", 16, "relative"
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3000, 16))
+    vectors = (x / np.linalg.norm(x, axis=1, keepdims=True) * rng.uniform(0.3, 0.9, (3000, 1))).astype(np.float32)
+    chunked = assemble_index(Geometry(), vectors, index_kind=kind, device="cpu", chunk_size=256)  # type: ignore[arg-type]
+    whole = CoarseIndex("poincare", 16, kind, ranking="relative", count=len(vectors))
+    whole.add(vectors)
+    assert chunked.params == whole.params
+    if kind.startswith("ivf"):
+        assert chunked.params["nlist"] == 110  # about 2·√3000, not the 1 list of a count of 0
+    queries = vectors[:50] * 0.9
+    np.testing.assert_array_equal(
+        chunked.search(queries, 30, vectors=vectors), whole.search(queries, 30, vectors=vectors)
+    )
