@@ -473,7 +473,9 @@ def difficulty_lines(path: Path) -> list[str]:
         f"answer has cosine {qa['1st']:.3f}, its 10th {qa['10th']:.3f}, "
         f"the median answer {qa['median']:.3f}; an answer's nearest other answer "
         f"{c['answer_to_answer_cosine']['1st']:.3f}). Graph and inverted-list indexes route by answer-to-answer "
-        "neighbourhoods and so need most of the corpus for recall 0.99: " + "; ".join(parts) + ".",
+        "neighbourhoods, so they visit a large share of the corpus for recall 0.99 or never reach it: "
+        + "; ".join(parts)
+        + f" (load average {d['load_average_before'][0]:.1f} before, {d['load_average_after'][0]:.1f} after).",
     ]
 
 
@@ -571,7 +573,8 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {size['answers']:,} | bm25s | {p50:.3f} | {b['single']['p99_ms']:.3f} | {p50 / qp50:.1f}× | - | "
                 f"{b['index_answers_per_s']:,.0f} answers/s |"
             )
-    lines += difficulty_lines(ROOT / "benchmarks" / "results" / "ann_difficulty.json")
+    for name in ("ann_difficulty.json", "ann_difficulty_1m.json"):
+        lines += difficulty_lines(ROOT / "benchmarks" / "results" / name)
     lines += [
         "",
         "MiniLM answer vectors beyond its pool of encoded real sentences are normalised means of pool "
