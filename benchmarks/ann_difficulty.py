@@ -58,9 +58,9 @@ def contrast(q: np.ndarray, a: np.ndarray) -> dict[str, Any]:
     """Cosine quantiles question→answer and answer→answer (300 answers as queries)."""
     ua, uq = unit(a), unit(q)
     n = len(a)
-    ranks = [0, 9, min(99, n - 1), n // 2]
+    ranks = [0, min(9, n - 1), min(99, n - 1), n // 2]
     qa = np.sort(uq @ ua.T, axis=1)[:, ::-1][:, ranks]
-    aa = np.sort(ua[:300] @ ua.T, axis=1)[:, ::-1][:, [r + 1 for r in ranks[:3]] + [n // 2]]  # skip itself
+    aa = np.sort(ua[:300] @ ua.T, axis=1)[:, ::-1][:, [min(r + 1, n - 1) for r in ranks[:3]] + [n // 2]]  # not itself
     mean = ua.mean(axis=0)
     names = ["1st", "10th", "100th", "median"]
     return {
@@ -92,7 +92,8 @@ def depth(q: np.ndarray, a: np.ndarray, truth: np.ndarray, ranking: str) -> dict
     }
     out: dict[str, Any] = {}
     for name, s in scores.items():
-        top = np.argpartition(-s, 400, axis=1)[:, :400]
+        width = min(400, s.shape[1])
+        top = np.argpartition(-s, width - 1, axis=1)[:, :width]
         order = np.take_along_axis(top, np.argsort(-np.take_along_axis(s, top, axis=1), axis=1), axis=1)
         row = {}
         for m in (10, 20, 40, 100, 400):

@@ -116,3 +116,34 @@ def test_the_benchmark_writes_its_json_and_table(data: Path, tmp_path: Path) -> 
     table.unlink()  # --render rewrites the table from the JSON alone
     bench_scale.main(["--render", "--out", str(out), "--table", str(table)])
     assert "| 70 | flat |" in table.read_text()
+
+
+def test_ann_difficulty_measures_against_brute_force(data: Path, tmp_path: Path) -> None:
+    import ann_difficulty
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(300, 8))
+    a = (x / np.linalg.norm(x, axis=1, keepdims=True) * rng.uniform(0.3, 0.9, (300, 1))).astype(np.float32)
+    q = (a[:20] * 0.8).astype(np.float32)
+    d = hyperbolic.relative_distance(q.astype(np.float64)[:, None, :], a.astype(np.float64)[None, :, :])
+    truth = np.argsort(d, axis=1, kind="stable")[:, :10]
+    # the exact rerank of every row is the brute force
+    every = np.broadcast_to(np.arange(300), (20, 300))
+    assert np.array_equal(ann_difficulty.rerank(q, a, every, "relative"), truth)
+    # candidates from an exhaustive score: 400 >= 300 rows hold everything
+    depth = ann_difficulty.depth(q, a, truth, "relative")
+    assert all(row["400"] == 1.0 for row in depth.values())
+    assert all(row["10"] <= row["40"] <= row["400"] for row in depth.values())
+    c = ann_difficulty.contrast(q, a)
+    assert c["question_to_answer_cosine"]["1st"] >= c["question_to_answer_cosine"]["10th"] >= (
+        c["question_to_answer_cosine"]["median"]
+    )
+    # refinement covering every answer finds what brute force finds
+    pq = ann_difficulty.curve("pq", a, q, truth, "relative", [1, 3])
+    assert pq["rows"][-1]["recall_at_10"] == 1.0
+    # the whole script on the tiny datasets writes its results file
+    out = ann_difficulty.main(
+        ["--size", "120", "--questions", "10", "--kinds", "flat,pq", "--data", str(data), "--out", str(tmp_path / "a.json")]
+    )
+    assert json.loads((tmp_path / "a.json").read_text())["curves"]["flat"]["rows"][0]["recall_at_10"] == 1.0
+    assert out["answers"] == 120
