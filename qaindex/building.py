@@ -29,7 +29,7 @@ import numpy as np
 
 from .corpus import Record, _Collector, read_json_lines
 from .model import Model
-from .records import RecordStore, encode_record
+from .records import RecordStore, encode_record, encode_records
 from .vector_index import CoarseIndex, choose_kind
 
 __all__ = ["DEFAULT_CHUNK", "RecordSpool", "VectorSpool", "assemble_index", "build_from_file", "validate_corpus"]
@@ -50,6 +50,12 @@ class _Growable:
             self._data = np.resize(self._data, 2 * len(self._data))
         self._data[self._size] = value
         self._size += 1
+
+    def extend(self, values: np.ndarray) -> None:
+        while self._size + len(values) > len(self._data):
+            self._data = np.resize(self._data, 2 * len(self._data))
+        self._data[self._size : self._size + len(values)] = values
+        self._size += len(values)
 
     def __getitem__(self, i: int) -> int:
         return int(self._data[i])
@@ -114,12 +120,9 @@ class RecordSpool:
     def take_pending(self) -> list[Record]:
         """Spool the pending records to the file and return them (in row order)."""
         chunk, self.pending = self.pending, []
-        end = self._offsets[self.flushed]
-        for record in chunk:
-            line = encode_record(record)
-            self._file.write(line)
-            end += len(line)
-            self._offsets.append(end)
+        lines = encode_records(chunk)
+        self._offsets.extend(np.cumsum([len(line) for line in lines], dtype=np.int64) + self._offsets[self.flushed])
+        self._file.write(b"".join(lines))
         self._file.flush()
         self.flushed += len(chunk)
         return chunk
@@ -232,6 +235,10 @@ class _StreamingCollector(_Collector):
         self._current = line or 0
         super().add(obj, line, default_id)
 
+    def add_plain(self, obj: Any, at: str, default_id: int) -> bool:
+        self._current = default_id  # the line number (validate_corpus passes it as the default id)
+        return super().add_plain(obj, at, default_id)
+
     def _register(self, ident: str | int, at: str) -> None:
         self._where[str(ident)] = len(self.records)
         self.lines.append(self._current)
@@ -268,8 +275,10 @@ def validate_corpus(
         As :func:`qaindex.corpus.read_corpus`, for the first bad line.
     """
     collector = _StreamingCollector(os.fspath(path), spool)
+    source = collector.source
     for number, obj in read_json_lines(path):
-        collector.add(obj, number, number)
+        if not collector.add_plain(obj, f"{source}:{number}", number):
+            collector.add(obj, number, number)
         if len(spool.pending) >= chunk_size:
             chunk = spool.take_pending()
             if on_chunk is not None:
