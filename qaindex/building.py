@@ -23,10 +23,12 @@ import mmap
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO
 
 import numpy as np
 
+from . import fast_paths
 from .corpus import Record, _Collector, read_json_lines
 from .model import Model
 from .records import RecordStore, encode_record, encode_records
@@ -311,6 +313,61 @@ def assemble_index(
     return coarse
 
 
+class _EncodePipeline:
+    """Encodes chunks of answers in order, overlapping the encoder with the next chunk's Python work.
+
+    :meth:`submit` tokenizes and pads a chunk in the calling thread, then hands the ONNX
+    runs to one worker thread (onnxruntime releases the GIL) and returns, so reading,
+    validating and tokenizing chunk i+1 overlaps encoding chunk i. Vectors are appended to
+    the spool in chunk order, and each chunk is encoded with exactly the batches
+    ``Model.encode`` would use for it, so the result is identical to encoding the chunks
+    one after the other. Without the fast paths (:func:`qaindex.fast_paths.generic_only`)
+    everything runs in the calling thread, as before.
+    """
+
+    def __init__(
+        self, model: Model, vectors: VectorSpool, batch_size: int, progress: Callable[[int], None] | None
+    ) -> None:
+        self._model = model
+        self._vectors = vectors
+        self._batch_size = batch_size
+        self._progress = progress
+        self._threaded = fast_paths.enabled()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qaindex-encode") if self._threaded else None
+        self._pending: tuple[Future[np.ndarray], int] | None = None
+
+    def submit(self, chunk: list[Record]) -> None:
+        """Encode one chunk (in the worker thread when threaded)."""
+        texts = [r.answer for r in chunk]
+        if self._pool is None:
+            self._vectors.append(
+                self._model.encode(texts, role="answer", batch_size=self._batch_size, progress=self._progress)
+            )
+            return
+        feeds = list(self._model._feeds(texts, "answer", self._batch_size))
+        self._drain()
+        self._pending = (self._pool.submit(self._model._run_feeds, "answer", feeds, len(texts)), len(texts))
+
+    def _drain(self) -> None:
+        if self._pending is not None:
+            future, count = self._pending
+            self._pending = None
+            self._vectors.append(future.result())
+            if self._progress is not None:
+                self._progress(count)
+
+    def __enter__(self) -> _EncodePipeline:
+        return self
+
+    def __exit__(self, kind: object, error: object, trace: object) -> None:
+        try:
+            if kind is None:
+                self._drain()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+
+
 def build_from_file(
     path: str | os.PathLike[str],
     model: Model,
@@ -339,11 +396,8 @@ def build_from_file(
     """
     spool = RecordSpool(spool_dir)
     vectors = VectorSpool(model.dimension, spool_dir)
-
-    def encode(chunk: list[Record]) -> None:
-        vectors.append(model.encode([r.answer for r in chunk], role="answer", batch_size=batch_size, progress=progress))
-
-    validate_corpus(path, spool, chunk_size=chunk_size, on_chunk=encode)
+    with _EncodePipeline(model, vectors, batch_size, progress) as pipeline:
+        validate_corpus(path, spool, chunk_size=chunk_size, on_chunk=pipeline.submit)
     store = spool.store()
     matrix = vectors.finish()
     coarse = assemble_index(model, matrix, index_kind=index_kind, hnsw=hnsw, device=device, chunk_size=chunk_size)

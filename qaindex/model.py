@@ -26,7 +26,7 @@ refuses a ``kind`` it does not know with a message that says so.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -265,14 +265,34 @@ class Model:
         texts = text_list(texts, "texts")
         batch_size = positive_int(batch_size, "batch_size")
         optional_callable(progress, "progress")
-        session = self._graphs.encoders[role].for_rows(len(texts))
+        return self._run_feeds(role, self._feeds(texts, role, batch_size), len(texts), progress)
+
+    def _feeds(
+        self, texts: list[str], role: str, batch_size: int
+    ) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
+        """The encoder's inputs for checked texts, batch by batch: ``(rows, feeds)``.
+
+        Tokenizing and padding only (Python work), so that a build can prepare one chunk
+        while :meth:`_run_feeds` encodes the previous one in another thread.
+        """
         names = self._graphs.encoder_inputs[role]
-        limit = self.max_tokens[role]
-        out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        for rows, (ids, mask) in self._batches(texts, role, limit, batch_size):
+        for rows, (ids, mask) in self._batches(texts, role, self.max_tokens[role], batch_size):
             feeds = {"input_ids": ids}
             if "attention_mask" in names:
                 feeds["attention_mask"] = mask
+            yield rows, feeds
+
+    def _run_feeds(
+        self,
+        role: str,
+        batches: Iterable[tuple[np.ndarray, dict[str, np.ndarray]]],
+        count: int,
+        progress: Callable[[int], None] | None = None,
+    ) -> np.ndarray:
+        """Run the encoder over :meth:`_feeds` output for ``count`` texts: their vectors."""
+        session = self._graphs.encoders[role].for_rows(count)
+        out = np.empty((count, self.dimension), dtype=np.float32)
+        for rows, feeds in batches:
             vectors = session.run(None, feeds)[0]
             if vectors.ndim != 2 or vectors.shape[1] != self.dimension:
                 raise ModelFormatError(
