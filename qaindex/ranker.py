@@ -23,7 +23,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
-from . import hyperbolic
+from . import fast_paths, hyperbolic
 from .arguments import MAX_INT64, finite_vectors, id_list, path_or_records, positive_int, text_list
 from .concurrency import ReadWriteLock
 from .corpus import Record, read_corpus, records_from_dicts
@@ -307,7 +307,10 @@ class Ranker:
         if model is not None and not isinstance(model, str | os.PathLike | Model):
             raise QueryError(f"model must be a model directory, a Model or None, got {type(model).__name__}")
         is_path = path_or_records(corpus, "corpus")
-        loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=None)
+        # A file is encoded in a pipeline (qaindex.building) whose Python work takes one core:
+        # onnxruntime gets the other (with two threads it competes with that work).
+        threads = 1 if is_path and fast_paths.enabled() else None
+        loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=threads)
         if reranker is not None and not isinstance(reranker, Reranker):
             reranker = Reranker.load(reranker, device=device)
         if is_path:  # streamed: one chunk of texts in memory at a time (qaindex.building)

@@ -74,6 +74,9 @@ _CONTROL_SPACES_RE: Final = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
 # of such a text are the concatenated ids of its ``text.lower().split()`` chunks, each
 # computed once by the generic ``Tokenizer._chunk_ids`` and then remembered in a plain dict.
 _ASCII_CONTROL_RE: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# The basic-tokenizer words of such a chunk: runs of letters and digits, and every other
+# character alone (each is punctuation for BERT: code points 33-47, 58-64, 91-96, 123-126).
+_ASCII_WORDS_RE: Final = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]")
 # Separates texts joined into one string for a batch; a control character, so never part of
 # a text that takes the fast path, and a chunk of its own between spaces.
 _SEPARATOR: Final = "\x01"
@@ -432,12 +435,14 @@ class Tokenizer:
         self._cached_chunk_ids: Callable[[str], tuple[int, ...]] = functools.lru_cache(maxsize=_CACHE_SIZE)(
             self._chunk_ids
         )
-        self._fast_cache = _ChunkIds(self._chunk_ids)
+        self._fast_cache = _ChunkIds(self._fast_chunk_ids)
+        self._fast_words: dict[str, tuple[int, ...]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         del state["_cached_chunk_ids"]
         del state["_fast_cache"]
+        del state["_fast_words"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -516,6 +521,26 @@ class Tokenizer:
         out: list[int] = []
         for word in words:
             self._wordpiece(word, out)
+        return tuple(out)
+
+    def _fast_chunk_ids(self, chunk: str) -> tuple[int, ...]:
+        """:meth:`_chunk_ids` of a chunk of a fast-path text (ASCII, no space or control
+        character; lowercased already when lowercasing), with the ids of each word remembered."""
+        words = self._fast_words
+        if len(words) >= _FAST_CACHE_SIZE:
+            words.clear()
+        out: list[int] = []
+        for word in _ASCII_WORDS_RE.findall(chunk):
+            ids = words.get(word)
+            if ids is None:
+                if self._kind == "word":
+                    ids = (self._ids.get(word, self._unk_id),)
+                else:
+                    pieces: list[int] = []
+                    self._wordpiece(word, pieces)
+                    ids = tuple(pieces)
+                words[word] = ids
+            out += ids
         return tuple(out)
 
     def _fast_ids(self, text: str, limit: int | None) -> list[int] | None:
