@@ -14,8 +14,10 @@ shortcut, i.e. the build before issue #10's work), and the ratio is reported:
   build`` does: streamed in chunks of 8,192 answers, onnxruntime overlapped with the next
   chunk's Python work).
 
-Whole builds load the built-in default model as ``Ranker.build`` does (onnxruntime on all
-cores); the stage timings share one loaded model. The corpus is ``bench_scale``'s: the
+Whole builds load the built-in default model as ``Ranker.build`` does (the generic baseline
+as before: onnxruntime on all cores; the fast file build: one onnxruntime thread, the
+pipeline's Python work on the other core); the stage timings share one model loaded with
+one onnxruntime thread. The corpus is ``bench_scale``'s: the
 distinct WikiQA + TrecQA answers of ``--data`` (shuffled, seed 0), then seeded joins of
 two of them. Wall-clock seconds and the process's CPU seconds are both recorded, with the
 load average before and after (other processes share the machine's cores). Results
