@@ -9,6 +9,12 @@ state: the vectors (memory-mapped from their temporary file), the FAISS index, 8
 record offset and the id table (for duplicate ids) per answer. The FAISS index is built
 once the count is known (``auto`` picks its kind from it), from the vectors in chunks.
 
+Encoding is pipelined (:class:`_EncodePipeline`): while one worker thread runs the ONNX
+encoder over chunk i (onnxruntime releases the GIL), the calling thread reads, validates
+and tokenizes chunk i+1. Each chunk gets exactly the batches ``Model.encode`` would give
+it and vectors are appended in chunk order, so the result is the same as encoding the
+chunks one after the other.
+
 An error in line N stops the build before anything is written to an index directory (the
 temporary files vanish with the process's handles), like the in-memory build.
 

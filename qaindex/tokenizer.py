@@ -69,10 +69,13 @@ _MAX_CACHED_CHUNK_CHARS: Final = 256
 _CONTROL_SPACES_RE: Final = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
 
 # The exact fast path (see ``Tokenizer._fast_ids``).  In pure-ASCII text without control
-# characters, BERT's chunks (see ``_chunks``) are exactly ``text.split()``'s, and lowercasing
-# the whole text first changes no chunk's ids (ASCII lowercasing is idempotent).  So the ids
-# of such a text are the concatenated ids of its ``text.lower().split()`` chunks, each
-# computed once by the generic ``Tokenizer._chunk_ids`` and then remembered in a plain dict.
+# characters (tab, newline and carriage return are whitespace, not control, for BERT),
+# BERT's chunks (see ``_chunks``) are exactly ``text.split()``'s, and lowercasing the whole
+# text first changes no chunk's ids (ASCII lowercasing is idempotent).  So the ids of such a
+# text are the concatenated ids of its ``text.lower().split()`` chunks, each computed once
+# (``Tokenizer._fast_chunk_ids``) and then remembered in a plain dict.  ``text.split()``
+# would also split at \x0b, \x0c and \x1c-\x1f, which BERT deletes instead: texts with
+# any ASCII control character take the generic path.
 _ASCII_CONTROL_RE: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # The basic-tokenizer words of such a chunk: runs of letters and digits, and every other
 # character alone (each is punctuation for BERT: code points 33-47, 58-64, 91-96, 123-126).
@@ -86,8 +89,8 @@ _FAST_CACHE_SIZE: Final = 1 << 18
 # Texts joined per batch on the fast path (bounds the memory of the temporary word lists).
 _FAST_BLOCK: Final = 2048
 # With a token limit, texts longer than this many characters per allowed token are first
-# tokenized up to a space near that length (every chunk gives at least one token... or none:
-# the prefix is only used when it already holds enough tokens).
+# tokenized up to a space near that length; when that prefix already holds enough tokens
+# (its tokens are the text's first ones), the rest of the text is never looked at.
 _PREFIX_CHARS_PER_TOKEN: Final = 16
 
 
@@ -376,7 +379,10 @@ class Tokenizer:
     -----
     Instances are immutable and safe to share between threads.  Each instance
     remembers the ids of up to 65536 distinct whitespace-separated chunks of
-    text, which makes repeated words almost free to tokenize.
+    text, which makes repeated words almost free to tokenize; pure-ASCII text
+    (the common case) takes an exact fast path with its own cache of up to
+    262144 chunks and as many words, and :meth:`encode_many` tokenizes many
+    such texts with almost no per-text Python work.
 
     Examples
     --------
