@@ -632,9 +632,31 @@ class Tokenizer:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         if limit != 0 and fast_paths.enabled():
             fast = self._fast_ids(text, limit)
-            if fast is not None:
-                return fast
+            return self._encode_mixed(text, limit) if fast is None else fast
         return self._encode_generic(text, limit)
+
+    def _encode_mixed(self, text: str, limit: int | None) -> list[int]:
+        """:meth:`_encode_generic` for any text, its plain ASCII chunks looked up in the fast cache.
+
+        A chunk of printable ASCII characters (no control character) has the same ids as
+        its lowercased form on the fast path, so texts with a few non-ASCII characters
+        share the fast path's cache for their other words.
+        """
+        out: list[int] = []
+        fast = self._fast_cache
+        cached = self._cached_chunk_ids
+        lowercase = self._lowercase
+        for chunk in _chunks(text):
+            if chunk.isascii() and chunk.isprintable():
+                out += fast[chunk.lower() if lowercase else chunk]
+            elif len(chunk) <= _MAX_CACHED_CHUNK_CHARS:
+                out += cached(chunk)
+            else:
+                out += self._chunk_ids(chunk)
+            if limit is not None and len(out) >= limit:
+                del out[limit:]
+                break
+        return out
 
     def _encode_generic(self, text: str, limit: int | None) -> list[int]:
         """The reference implementation: chunk by chunk through BERT's basic tokenizer."""
