@@ -28,6 +28,7 @@ Usage::
 
     nice -n 10 python benchmarks/bench_build_speed.py [--sizes 100000,1000000]
         [--data ../shared/datasets] [--out benchmarks/results/build_speed.json]
+    python benchmarks/bench_build_speed.py --report    # the README table of the results file
 """
 
 from __future__ import annotations
@@ -114,12 +115,34 @@ def run_size(size: int, sentences: list[str], model: Model, workdir: Path) -> di
     return out
 
 
+def report(results: dict[str, Any]) -> str:
+    """The README table of a results file: answers/s per stage, generic vs fast, and the ratio."""
+    lines = [
+        "| answers | stage | before (generic) answers/s | now answers/s | speed-up |",
+        "|---:|---|---:|---:|---:|",
+    ]
+    for entry in results["sizes"]:
+        for stage, row in entry["stages"].items():
+            lines.append(
+                f"| {entry['answers']:,} | {stage} | {row['generic']['answers_per_s']:,} | "
+                f"{row['fast']['answers_per_s']:,} | {row['speedup']:.2f}x |"
+            )
+    start, end = results["loadavg_start"][0], results["loadavg_end"][0]
+    lines.append("")
+    lines.append(f"Load average {start} at the start, {end} at the end (2 cores shared with other processes).")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="100000,1000000", help="comma-separated corpus sizes")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "datasets")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "build_speed.json")
+    parser.add_argument("--report", action="store_true", help="print the table of an existing --out file and exit")
     args = parser.parse_args(argv)
+    if args.report:
+        print(report(json.loads(args.out.read_text(encoding="utf-8"))))
+        return
     sizes = [int(s) for s in args.sizes.split(",")]
     load_start = os.getloadavg()
     sentences, _ = read_texts(args.data)
