@@ -92,6 +92,8 @@ def text_list(texts: Any, name: str, *, what: str = "text") -> list[str]:
         raise QueryError(f"{name} must be a list of {what}s, got {type(texts).__name__}")
     out = list(texts)
     for i, t in enumerate(out):
+        if type(t) is str and t.isascii():  # the common case: no surrogate possible
+            continue
         if not isinstance(t, str):
             raise QueryError(f"{name}[{i}] must be a {what} (str), got {type(t).__name__} {_show(t)}")
         bad = first_surrogate(t)

@@ -9,6 +9,12 @@ state: the vectors (memory-mapped from their temporary file), the FAISS index, 8
 record offset and the id table (for duplicate ids) per answer. The FAISS index is built
 once the count is known (``auto`` picks its kind from it), from the vectors in chunks.
 
+Encoding is pipelined (:class:`_EncodePipeline`): while one worker thread runs the ONNX
+encoder over chunk i (onnxruntime releases the GIL), the calling thread reads, validates
+and tokenizes chunk i+1. Each chunk gets exactly the batches ``Model.encode`` would give
+it and vectors are appended in chunk order, so the result is the same as encoding the
+chunks one after the other.
+
 An error in line N stops the build before anything is written to an index directory (the
 temporary files vanish with the process's handles), like the in-memory build.
 
@@ -23,13 +29,15 @@ import mmap
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO
 
 import numpy as np
 
+from . import fast_paths
 from .corpus import Record, _Collector, read_json_lines
 from .model import Model
-from .records import RecordStore, encode_record
+from .records import RecordStore, encode_record, encode_records
 from .vector_index import CoarseIndex, choose_kind
 
 __all__ = ["DEFAULT_CHUNK", "RecordSpool", "VectorSpool", "assemble_index", "build_from_file", "validate_corpus"]
@@ -50,6 +58,12 @@ class _Growable:
             self._data = np.resize(self._data, 2 * len(self._data))
         self._data[self._size] = value
         self._size += 1
+
+    def extend(self, values: np.ndarray) -> None:
+        while self._size + len(values) > len(self._data):
+            self._data = np.resize(self._data, 2 * len(self._data))
+        self._data[self._size : self._size + len(values)] = values
+        self._size += len(values)
 
     def __getitem__(self, i: int) -> int:
         return int(self._data[i])
@@ -114,12 +128,9 @@ class RecordSpool:
     def take_pending(self) -> list[Record]:
         """Spool the pending records to the file and return them (in row order)."""
         chunk, self.pending = self.pending, []
-        end = self._offsets[self.flushed]
-        for record in chunk:
-            line = encode_record(record)
-            self._file.write(line)
-            end += len(line)
-            self._offsets.append(end)
+        lines = encode_records(chunk)
+        self._offsets.extend(np.cumsum([len(line) for line in lines], dtype=np.int64) + self._offsets[self.flushed])
+        self._file.write(b"".join(lines))
         self._file.flush()
         self.flushed += len(chunk)
         return chunk
@@ -232,6 +243,10 @@ class _StreamingCollector(_Collector):
         self._current = line or 0
         super().add(obj, line, default_id)
 
+    def add_plain(self, obj: Any, at: str, default_id: int) -> bool:
+        self._current = default_id  # the line number (validate_corpus passes it as the default id)
+        return super().add_plain(obj, at, default_id)
+
     def _register(self, ident: str | int, at: str) -> None:
         self._where[str(ident)] = len(self.records)
         self.lines.append(self._current)
@@ -268,8 +283,10 @@ def validate_corpus(
         As :func:`qaindex.corpus.read_corpus`, for the first bad line.
     """
     collector = _StreamingCollector(os.fspath(path), spool)
+    source = collector.source
     for number, obj in read_json_lines(path):
-        collector.add(obj, number, number)
+        if not collector.add_plain(obj, f"{source}:{number}", number):
+            collector.add(obj, number, number)
         if len(spool.pending) >= chunk_size:
             chunk = spool.take_pending()
             if on_chunk is not None:
@@ -308,6 +325,61 @@ def assemble_index(
     return coarse
 
 
+class _EncodePipeline:
+    """Encodes chunks of answers in order, overlapping the encoder with the next chunk's Python work.
+
+    :meth:`submit` tokenizes and pads a chunk in the calling thread, then hands the ONNX
+    runs to one worker thread (onnxruntime releases the GIL) and returns, so reading,
+    validating and tokenizing chunk i+1 overlaps encoding chunk i. Vectors are appended to
+    the spool in chunk order, and each chunk is encoded with exactly the batches
+    ``Model.encode`` would use for it, so the result is identical to encoding the chunks
+    one after the other. Without the fast paths (:func:`qaindex.fast_paths.generic_only`)
+    everything runs in the calling thread, as before.
+    """
+
+    def __init__(
+        self, model: Model, vectors: VectorSpool, batch_size: int, progress: Callable[[int], None] | None
+    ) -> None:
+        self._model = model
+        self._vectors = vectors
+        self._batch_size = batch_size
+        self._progress = progress
+        self._threaded = fast_paths.enabled()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qaindex-encode") if self._threaded else None
+        self._pending: tuple[Future[np.ndarray], int] | None = None
+
+    def submit(self, chunk: list[Record]) -> None:
+        """Encode one chunk (in the worker thread when threaded)."""
+        texts = [r.answer for r in chunk]
+        if self._pool is None:
+            self._vectors.append(
+                self._model.encode(texts, role="answer", batch_size=self._batch_size, progress=self._progress)
+            )
+            return
+        feeds = list(self._model._feeds(texts, "answer", self._batch_size))
+        self._drain()
+        self._pending = (self._pool.submit(self._model._run_feeds, "answer", feeds, len(texts)), len(texts))
+
+    def _drain(self) -> None:
+        if self._pending is not None:
+            future, count = self._pending
+            self._pending = None
+            self._vectors.append(future.result())
+            if self._progress is not None:
+                self._progress(count)
+
+    def __enter__(self) -> _EncodePipeline:
+        return self
+
+    def __exit__(self, kind: object, error: object, trace: object) -> None:
+        try:
+            if kind is None:
+                self._drain()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+
+
 def build_from_file(
     path: str | os.PathLike[str],
     model: Model,
@@ -336,11 +408,8 @@ def build_from_file(
     """
     spool = RecordSpool(spool_dir)
     vectors = VectorSpool(model.dimension, spool_dir)
-
-    def encode(chunk: list[Record]) -> None:
-        vectors.append(model.encode([r.answer for r in chunk], role="answer", batch_size=batch_size, progress=progress))
-
-    validate_corpus(path, spool, chunk_size=chunk_size, on_chunk=encode)
+    with _EncodePipeline(model, vectors, batch_size, progress) as pipeline:
+        validate_corpus(path, spool, chunk_size=chunk_size, on_chunk=pipeline.submit)
     store = spool.store()
     matrix = vectors.finish()
     coarse = assemble_index(model, matrix, index_kind=index_kind, hnsw=hnsw, device=device, chunk_size=chunk_size)

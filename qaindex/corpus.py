@@ -36,6 +36,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import fast_paths
 from .errors import CorpusError
 
 __all__ = ["BENCHMARK_KEYS", "Record", "read_corpus", "records_from_dicts"]
@@ -45,6 +46,8 @@ MAX_DEPTH = 64
 _MAX_ID = (1 << 63) - 1
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _RESERVED = frozenset({"id", "answer", "question", "questions"})
+_READ_HINT = 1 << 20  # bytes of whole lines read per call
+_raw_decode = json.JSONDecoder().raw_decode
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,96 @@ def check_json_values(obj: dict[str, Any], at: str) -> None:
             )
 
 
+def _clean_text(value: str) -> bool:
+    """Whether a str holds no lone surrogate (what :func:`check_json_values` refuses in text)."""
+    return value.isascii() or _SURROGATE.search(value) is None
+
+
+def _plain_scalar(value: Any) -> bool:
+    """Whether a value is a JSON scalar of an exact built-in type that every check accepts."""
+    kind = type(value)
+    if kind is str:
+        return _clean_text(value)
+    if kind is int:
+        return bool(value.bit_length() <= 1024)
+    if kind is float:
+        return math.isfinite(value)
+    return kind is bool or value is None
+
+
+def _plain_id(value: Any) -> bool:
+    """Whether a value is an id every check accepts (exact int in range, or non-blank clean str)."""
+    kind = type(value)
+    if kind is int:
+        return bool(-_MAX_ID - 1 <= value <= _MAX_ID)
+    return kind is str and _clean_text(value) and bool(value.strip())
+
+
+_Parts = tuple[str | int, str, tuple[str, ...], dict[str, Any]]
+
+
+def _plain_record(obj: dict[str, Any], default_id: int) -> _Parts | None:
+    """``(id, answer, questions, metadata)`` of a corpus-format dict of plain values, or None.
+
+    The fast path of :meth:`_Collector.add`: it accepts only flat records of exact built-in
+    types (str, int, finite float, bool, None; ``questions`` a list of str) that pass every
+    check of the generic path, and returns None for anything else, which then goes through
+    the generic path and gets its exact message. The duplicate-id check stays the caller's.
+    """
+    answer = obj.get("answer")
+    if type(answer) is not str or not answer.strip() or not _clean_text(answer):
+        return None
+    reserved = 1
+    if "id" in obj:
+        ident = obj["id"]
+        if not _plain_id(ident):
+            return None
+        reserved += 1
+    else:
+        ident = default_id
+    questions: tuple[str, ...] = ()
+    if "questions" in obj:
+        if "question" in obj:
+            return None
+        items = obj["questions"]
+        if type(items) is not list:
+            return None
+        for q in items:
+            if type(q) is not str or not _clean_text(q):
+                return None
+        questions = tuple(q for q in items if q.strip())
+        reserved += 1
+    elif "question" in obj:
+        q = obj["question"]
+        if type(q) is not str or not _clean_text(q):
+            return None
+        questions = (q,) if q.strip() else ()
+        reserved += 1
+    metadata: dict[str, Any] = {}
+    if len(obj) > reserved:
+        for key, value in obj.items():
+            if key in _RESERVED:
+                continue
+            if type(key) is not str or not _clean_text(key) or not _plain_scalar(value):
+                return None
+            metadata[key] = value
+    return ident, answer, questions, metadata
+
+
+def _plain_benchmark_row(obj: dict[str, Any]) -> bool:
+    """Whether an answer-selection row has exactly the five fields, each of a type every check accepts."""
+    return (
+        len(obj) == 5
+        and _plain_id(obj.get("qid"))
+        and _plain_id(obj.get("aid"))
+        and type(obj.get("question")) is str
+        and _clean_text(obj["question"])
+        and type(obj.get("answer")) is str
+        and _clean_text(obj["answer"])
+        and type(obj.get("label")) is int
+    )
+
+
 def benchmark_row(obj: Mapping[str, Any], at: str) -> tuple[str | int, str, str | int, str, int]:
     """Validate one answer-selection benchmark line: ``(qid, question, aid, answer, label)``.
 
@@ -204,9 +297,7 @@ def benchmark_row(obj: Mapping[str, Any], at: str) -> tuple[str | int, str, str 
     """
     for key in ("qid", "question", "aid", "answer", "label"):
         if key not in obj:
-            raise CorpusError(
-                f'{at}: field "{key}" is missing; benchmark lines need qid, question, aid, answer, label'
-            )
+            raise CorpusError(f'{at}: field "{key}" is missing; benchmark lines need qid, question, aid, answer, label')
     _check_id_value(obj["qid"], "qid", at)
     _check_id_value(obj["aid"], "aid", at)
     label = obj["label"]
@@ -249,6 +340,32 @@ class _Collector:
         metadata = {k: v for k, v in obj.items() if k not in _RESERVED}
         self._register(ident, at)
         self.records.append(Record(ident, answer, questions, metadata))
+
+    def add_plain(self, obj: Any, at: str, default_id: int) -> bool:
+        """:meth:`add` for the common record shapes; False (nothing done) for anything else.
+
+        Takes a dict of plain values that passes every check (:func:`_plain_record`,
+        :func:`_plain_benchmark_row`) and is not a duplicate; the caller gives everything
+        else to :meth:`add`, which then raises the generic path's exact message. ``at`` is
+        where the object came from (``file:line`` or ``records[i]``).
+        """
+        if type(obj) is not dict or not fast_paths.enabled():
+            return False
+        if "aid" in obj and "id" not in obj:
+            if not _plain_benchmark_row(obj):
+                return False
+            self._add_benchmark_row(obj, at)  # its checks, and its messages, are the generic ones
+            return True
+        parts = _plain_record(obj, default_id)
+        if parts is None:
+            return False
+        ident = parts[0]
+        key = _id_key(ident)
+        if key in self._line_of or key in self._existing:
+            return False
+        self._register(ident, at)
+        self.records.append(Record(*parts))
+        return True
 
     @staticmethod
     def _answer(obj: Mapping[str, Any], at: str) -> str:
@@ -356,7 +473,8 @@ def read_corpus(path: str | os.PathLike[str], *, existing_ids: Iterable[str | in
         raise CorpusError(f"existing_ids must be a list of ids, got {type(existing_ids).__name__}")
     collector = _Collector(source, existing_ids=existing_ids)
     for number, obj in read_json_lines(path):
-        collector.add(obj, number, number)
+        if not collector.add_plain(obj, f"{source}:{number}", number):
+            collector.add(obj, number, number)
     return collector.finish()
 
 
@@ -388,21 +506,57 @@ def read_json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
         raise CorpusError(f"{source}: cannot be read ({_reason(exc)})") from None
     with handle:
         number = 0
+        # Whole lines about a MiB at a time (one call instead of one per line) when the file
+        # can be re-read from a position: a line too large for memory is then read again
+        # on its own, so that the message names its line.
+        bulk = fast_paths.enabled() and handle.seekable()
         while True:
             try:
-                line_bytes = handle.readline()
+                if bulk:
+                    position = handle.tell()
+                    try:
+                        lines = handle.readlines(_READ_HINT)
+                    except MemoryError:
+                        handle.seek(position)
+                        bulk = False
+                        continue
+                else:
+                    lines = [handle.readline()]
             except (OSError, ValueError) as exc:
                 raise CorpusError(f"{source}: cannot be read ({_reason(exc)})") from None
             except MemoryError:
                 raise CorpusError(f"{source}:{number + 1}: line too large to read into memory; split it") from None
-            if not line_bytes:
+            if not lines or not lines[0]:
                 return
-            number += 1
-            yield from _parse_line(source, number, line_bytes.removesuffix(b"\n"))
+            for line_bytes in lines:
+                number += 1
+                obj = _parse_plain_line(line_bytes) if number > 1 else None
+                if obj is not None:
+                    yield number, obj
+                else:
+                    yield from _parse_line(source, number, line_bytes.removesuffix(b"\n"))
 
 
 def _reason(exc: BaseException) -> str:
     return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
+def _parse_plain_line(line_bytes: bytes) -> Any:
+    """The JSON object of a line that :func:`_parse_line` would accept as it is, or None.
+
+    The fast path for the usual line (``{...}`` of valid UTF-8 and JSON): anything else, and
+    any error, is left to :func:`_parse_line` and its messages.
+    """
+    if not line_bytes.startswith(b"{"):
+        return None
+    try:
+        text = line_bytes.decode("utf-8")
+        obj, end = _raw_decode(text)
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+    if end != len(text) and text[end:].strip(" \t\r\n"):
+        return None
+    return obj
 
 
 def _parse_line(source: str, number: int, line_bytes: bytes) -> Iterator[tuple[int, Any]]:
@@ -422,8 +576,7 @@ def _parse_line(source: str, number: int, line_bytes: bytes) -> Iterator[tuple[i
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise CorpusError(
-            f"{source}:{number}: not valid JSON ({exc.msg} at column {exc.colno}); "
-            "each line must be one JSON object"
+            f"{source}:{number}: not valid JSON ({exc.msg} at column {exc.colno}); each line must be one JSON object"
         ) from None
     except RecursionError:
         raise CorpusError(
@@ -460,9 +613,14 @@ def records_from_dicts(
         if isinstance(item, Record):
             obj = {"id": item.id, "answer": item.answer, "questions": list(item.questions)}
             obj.update(item.metadata)
-        collector.source = f"{source}[{position}]"
+        at = f"{source}[{position}]"
+        # Plain records are copied by the fast path itself (fresh dict, immutable values).
+        if collector.add_plain(obj, at, position):
+            continue
+        collector.source = at
         if isinstance(obj, dict):
             obj = _plain_json(obj, collector.source)
         collector.add(obj, None, position)
+        collector.source = source
     collector.source = source
     return collector.finish()

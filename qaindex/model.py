@@ -26,7 +26,7 @@ refuses a ``kind`` it does not know with a message that says so.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from . import chunking as chunking_format
-from . import hyperbolic
+from . import fast_paths, hyperbolic
 from .arguments import finite_vectors, optional_callable, positive_int, text_list
 from .devices import SessionPair, open_sessions
 from .errors import ModelFormatError, QueryError
@@ -265,21 +265,34 @@ class Model:
         texts = text_list(texts, "texts")
         batch_size = positive_int(batch_size, "batch_size")
         optional_callable(progress, "progress")
-        session = self._graphs.encoders[role].for_rows(len(texts))
+        return self._run_feeds(role, self._feeds(texts, role, batch_size), len(texts), progress)
+
+    def _feeds(
+        self, texts: list[str], role: str, batch_size: int
+    ) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
+        """The encoder's inputs for checked texts, batch by batch: ``(rows, feeds)``.
+
+        Tokenizing and padding only (Python work), so that a build can prepare one chunk
+        while :meth:`_run_feeds` encodes the previous one in another thread.
+        """
         names = self._graphs.encoder_inputs[role]
-        limit = self.max_tokens[role]
-        encoded = [self.tokenizer.encode(t, limit) for t in texts]
-        out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        order = np.argsort([len(e) for e in encoded], kind="stable") if len(texts) > 1 else [0] * len(texts)
-        for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
-            if role in self.chunking:  # (batch, chunks, tokens)
-                ids, mask = self.chunking[role].pad([encoded[r] for r in rows])
-            else:
-                ids, mask = self.tokenizer.pad([encoded[r] for r in rows])
+        for rows, (ids, mask) in self._batches(texts, role, self.max_tokens[role], batch_size):
             feeds = {"input_ids": ids}
             if "attention_mask" in names:
                 feeds["attention_mask"] = mask
+            yield rows, feeds
+
+    def _run_feeds(
+        self,
+        role: str,
+        batches: Iterable[tuple[np.ndarray, dict[str, np.ndarray]]],
+        count: int,
+        progress: Callable[[int], None] | None = None,
+    ) -> np.ndarray:
+        """Run the encoder over :meth:`_feeds` output for ``count`` texts: their vectors."""
+        session = self._graphs.encoders[role].for_rows(count)
+        out = np.empty((count, self.dimension), dtype=np.float32)
+        for rows, feeds in batches:
             vectors = session.run(None, feeds)[0]
             if vectors.ndim != 2 or vectors.shape[1] != self.dimension:
                 raise ModelFormatError(
@@ -296,6 +309,27 @@ class Model:
             if np.any(sq > self.max_norm * self.max_norm):
                 out = hyperbolic.project(out, max_norm=self.max_norm)
         return out
+
+    def _batches(
+        self, texts: list[str], role: str, limit: int, batch_size: int
+    ) -> Iterator[tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]]:
+        """The texts tokenized, grouped by length into padded batches: ``(rows, (ids, mask))``."""
+        tokenizer = self.tokenizer
+        if role in self.chunking or not fast_paths.enabled():
+            encoded = [tokenizer.encode(t, limit) for t in texts]
+            order = np.argsort([len(e) for e in encoded], kind="stable")
+            for start in range(0, len(order), batch_size):
+                rows = order[start : start + batch_size]
+                if role in self.chunking:  # (batch, chunks, tokens)
+                    yield rows, self.chunking[role].pad([encoded[r] for r in rows])
+                else:
+                    yield rows, tokenizer.pad([encoded[r] for r in rows])
+            return
+        flat, starts, lengths = tokenizer._encode_ragged(texts, limit)
+        order = np.argsort(lengths, kind="stable")
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            yield rows, tokenizer._pad_ragged(flat, starts, lengths, rows)
 
     def score(self, query: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Exact scores of candidates for each query, through the ONNX scorer.

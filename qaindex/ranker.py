@@ -16,6 +16,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
-from . import hyperbolic
+from . import fast_paths, hyperbolic
 from .arguments import MAX_INT64, finite_vectors, id_list, path_or_records, positive_int, text_list
 from .concurrency import ReadWriteLock
 from .corpus import Record, read_corpus, records_from_dicts
@@ -317,7 +318,11 @@ class Ranker:
         if model is not None and not isinstance(model, str | os.PathLike | Model):
             raise QueryError(f"model must be a model directory, a Model or None, got {type(model).__name__}")
         is_path = path_or_records(corpus, "corpus")
-        loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=None)
+        # Encoding overlaps Python work (a file's next chunk, qaindex.building; the stored
+        # records below), which takes one core: onnxruntime gets the other (with two threads
+        # it competes with that work, and it is much slower on a loaded machine).
+        threads = 1 if fast_paths.enabled() else None
+        loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=threads)
         if reranker is not None and not isinstance(reranker, Reranker):
             reranker = Reranker.load(reranker, device=device)
         if is_path:  # streamed: one chunk of texts in memory at a time (qaindex.building)
@@ -332,7 +337,11 @@ class Ranker:
             )
         records = records_from_dicts(corpus)  # type: ignore[arg-type]
         started = time.perf_counter()
-        vectors = _encode_answers(loaded, [r.answer for r in records], batch_size, progress)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qaindex-records") as pool:
+            # The stored lines are encoded while onnxruntime (which releases the GIL) runs.
+            stored = pool.submit(RecordStore.from_records, records) if fast_paths.enabled() else None
+            vectors = _encode_answers(loaded, [r.answer for r in records], batch_size, progress)
+            store = RecordStore.from_records(records) if stored is None else stored.result()
         _log.info("encoded %d answers with %s in %.2f s", len(records), loaded.name, time.perf_counter() - started)
         kind = choose_kind(index_kind, len(records))
         coarse = CoarseIndex(
@@ -343,7 +352,7 @@ class Ranker:
             tune_for_corpus(coarse, loaded, records, vectors, target=recall, overfetch=overfetch)
         return cls(
             loaded,
-            RecordStore.from_records(records),
+            store,
             vectors,
             coarse,
             overfetch=overfetch,

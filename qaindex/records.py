@@ -9,27 +9,81 @@ from __future__ import annotations
 
 import json
 import mmap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
 import numpy as np
 
+from . import fast_paths
 from .corpus import Record
 
-__all__ = ["RecordStore", "encode_record"]
+__all__ = ["RecordStore", "encode_record", "encode_records"]
 
 _RECORD_CACHE = 4096  # decoded records kept per index (cleared when full)
 
 
+# What ``json.dumps(..., ensure_ascii=False)`` uses for a str, and an encoder with its settings.
+_quote: Callable[[str], str] = getattr(json.encoder, "c_encode_basestring", None) or json.encoder.py_encode_basestring
+_ENCODER = json.JSONEncoder(ensure_ascii=False)
+
+
 def encode_record(record: Record) -> bytes:
     """One stored line: the record's JSON (UTF-8, not ASCII-escaped) and a newline.
+
+    The bytes are exactly ``json.dumps(record.to_json(), ensure_ascii=False) + "\\n"``; the
+    usual shapes (a str or int id, str questions, a dict of metadata) are assembled from
+    their parts without building the dict.
 
     Example
     -------
     >>> encode_record(Record(id=1, answer="Yes.", questions=(), metadata={}))
     b'{"id": 1, "answer": "Yes.", "questions": [], "metadata": {}}\\n'
     """
-    return (json.dumps(record.to_json(), ensure_ascii=False) + "\n").encode("utf-8")
+    return _record_line(record).encode("utf-8")
+
+
+def encode_records(records: Sequence[Record]) -> list[bytes]:
+    """:func:`encode_record` of each record, in order.
+
+    Example
+    -------
+    >>> encode_records([Record(id="a", answer="Oui.", questions=("Q?",))])
+    [b'{"id": "a", "answer": "Oui.", "questions": ["Q?"], "metadata": {}}\\n']
+    """
+    return [_record_line(record).encode("utf-8") for record in records]
+
+
+def _record_line(record: Record) -> str:
+    if not fast_paths.enabled():
+        return json.dumps(record.to_json(), ensure_ascii=False) + "\n"
+    ident, questions, metadata = record.id, record.questions, record.metadata
+    kind = type(ident)
+    if kind is int:
+        id_text = int.__repr__(ident)
+    elif isinstance(ident, str) and kind is str:
+        id_text = _quote(ident)
+    else:
+        return json.dumps(record.to_json(), ensure_ascii=False) + "\n"
+    if type(metadata) is not dict or type(questions) not in (tuple, list):
+        return json.dumps(record.to_json(), ensure_ascii=False) + "\n"
+    if questions:
+        if not all(type(q) is str for q in questions):
+            return json.dumps(record.to_json(), ensure_ascii=False) + "\n"
+        questions_text = "[" + ", ".join(map(_quote, questions)) + "]"
+    else:
+        questions_text = "[]"
+    metadata_text = _ENCODER.encode(metadata) if metadata else "{}"
+    return (
+        '{"id": '
+        + id_text
+        + ', "answer": '
+        + _quote(record.answer)
+        + ', "questions": '
+        + questions_text
+        + ', "metadata": '
+        + metadata_text
+        + "}\n"
+    )
 
 
 class RecordStore:
@@ -65,7 +119,7 @@ class RecordStore:
     @classmethod
     def from_records(cls, records: Sequence[Record]) -> RecordStore:
         """A store of these records, in order."""
-        return cls.from_lines([encode_record(r) for r in records])
+        return cls.from_lines(encode_records(records))
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
