@@ -365,8 +365,10 @@ def relative_lift_query(x: Array) -> Array:
     [[-1.0, 0.800000011920929, 0.0]]
     """
     x64 = np.asarray(x, dtype=np.float64)
-    out = np.concatenate([-np.ones_like(x64[..., :1]), 2.0 * x64 / (1.0 + sqnorm(x64))], axis=-1)
-    return np.ascontiguousarray(out, dtype=np.float32)
+    out = np.empty((*x64.shape[:-1], x64.shape[-1] + 1), dtype=np.float32)  # (one question: few numpy calls)
+    out[..., 0] = -1.0
+    out[..., 1:] = x64 * (2.0 / (1.0 + np.einsum("...i,...i->...", x64, x64)[..., None]))
+    return out
 
 
 def relative_lift_scores(lifted_query: Array, y: Array) -> Array:

@@ -82,6 +82,9 @@ def resolve_model_path(model: str | os.PathLike[str] | None) -> Path:
     return DEFAULT_MODEL_DIR
 
 
+_RAGGED_MIN_TEXTS = 16
+
+
 @dataclass
 class _Graphs:
     encoders: dict[str, SessionPair]  # role -> sessions (qaindex.devices: CPU for small calls, maybe CUDA for bulk)
@@ -315,9 +318,12 @@ class Model:
     ) -> Iterator[tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]]:
         """The texts tokenized, grouped by length into padded batches: ``(rows, (ids, mask))``."""
         tokenizer = self.tokenizer
-        if role in self.chunking or not fast_paths.enabled():
+        # a few texts (single questions): per-text encoding costs less than the ragged
+        # path's fixed numpy work; both give the same ids
+        if role in self.chunking or not fast_paths.enabled() or len(texts) < _RAGGED_MIN_TEXTS:
             encoded = [tokenizer.encode(t, limit) for t in texts]
-            order = np.argsort([len(e) for e in encoded], kind="stable")
+            single = len(texts) <= 1
+            order = np.zeros(len(texts), np.int64) if single else np.argsort([len(e) for e in encoded], kind="stable")
             for start in range(0, len(order), batch_size):
                 rows = order[start : start + batch_size]
                 if role in self.chunking:  # (batch, chunks, tokens)

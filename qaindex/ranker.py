@@ -809,7 +809,8 @@ class Ranker:
         if m >= total and not use_coarse:
             return np.broadcast_to(np.arange(total, dtype=np.int64), (len(queries), total)).copy()
         self._refresh_coarse()
-        return self._coarse.search(queries, m, vectors=self._vectors)
+        # a plain ndarray view of the memory map: fancy indexing skips np.memmap's overhead
+        return self._coarse.search(queries, m, vectors=np.asarray(self._vectors))
 
     def _search_chunk(self, q: np.ndarray, k: int, use_coarse: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = len(q)
@@ -818,7 +819,7 @@ class Ranker:
         valid = rows >= 0
         all_valid = bool(valid.all())
         safe_rows = rows if all_valid else np.where(valid, rows, 0)
-        gathered = np.asarray(self._vectors[safe_rows.ravel()], dtype=np.float32)
+        gathered = np.asarray(np.asarray(self._vectors)[safe_rows.ravel()], dtype=np.float32)
         score, dist = self.model.score_checked(q, gathered.reshape(n, rows.shape[1], self.dimension))
         if not all_valid:
             score = np.where(valid, score, -np.inf)
