@@ -21,6 +21,7 @@ GENERATORS: dict[str, str] = {
     "reproduction": "reproduce",
     "reliability": "reliability_report",
     "pooled": "pooled",
+    "scale": "bench_scale",
 }
 
 _MARKER = re.compile(r"<!-- ([a-z0-9-]+):start -->")
