@@ -76,6 +76,7 @@ HNSW_KINDS = ("hnsw", "hnsw_sq8")
 IVF_KINDS = ("ivf", "ivf_sq8")
 AUTO_FLAT_MAX = 20_000
 DEFAULT_REFINE = 10
+_PQ_CENTROIDS = 16  # 4-bit codes
 DEFAULT_HNSW: dict[str, int] = {"M": 32, "ef_construction": 200, "ef_search": 256}
 #: The parameters each kind takes (all positive integers).
 KIND_PARAMS: dict[str, tuple[str, ...]] = {
@@ -373,6 +374,11 @@ class CoarseIndex:
             # up to 200,000 answers; above, 32 and 10 (training 2,000 lists on 128,000 points
             # for 25 rounds takes minutes on 2 cores; the tuned nprobe absorbs coarser lists)
             return min(count, (32 if count > 200_000 else 64) * nlist)
+        if self.kind == "pq" and count < _PQ_CENTROIDS:  # k-means of 16 codes per sub-quantiser
+            raise QAIndexError(
+                f"a pq index needs at least {_PQ_CENTROIDS} answers to train its codes, got {count}; "
+                "add more answers or choose --index-kind flat"
+            )
         return min(count, 100_000)
 
     def train(self, vectors: np.ndarray) -> None:
@@ -404,6 +410,8 @@ class CoarseIndex:
         if self.kind in IVF_KINDS:
             self._index.cp.niter = 10 if count > 200_000 else 25
             self._index.cp.min_points_per_centroid = 1  # small corpora: no FAISS warning on stderr
+        if self.kind == "pq":
+            self._index.pq.cp.min_points_per_centroid = 1  # (one warning per sub-quantiser otherwise)
         self._index.train(np.ascontiguousarray(db))
 
     def set_breadth(self, value: int) -> None:

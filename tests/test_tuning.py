@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from qaindex import IndexFormatError, QueryError, Ranker, hyperbolic
+from qaindex import IndexFormatError, QAIndexError, QueryError, Ranker, hyperbolic
 from qaindex.cli import main
 from qaindex.corpus import read_corpus
 from qaindex.index_format import manifest_checksum
@@ -347,3 +347,15 @@ def test_configure_sets_each_kinds_breadth_and_saves_it(answers: list[dict[str, 
     assert np.array_equal(again.candidates(qv, 100), pq.candidates(qv, 100))
     with pytest.raises(QueryError, match=r"^refine must be a positive integer"):
         pq.configure(refine=0)
+
+
+def test_pq_trains_quietly_and_refuses_too_few_answers(
+    answers: list[dict[str, Any]], capfd: pytest.CaptureFixture[str]
+) -> None:
+    Ranker.build(answers[:100], index_kind="pq", device="cpu")
+    assert "WARNING" not in capfd.readouterr().err  # FAISS's k-means warns below 39 points per code
+    with pytest.raises(QAIndexError) as info:
+        Ranker.build(answers[:10], index_kind="pq", device="cpu")
+    assert str(info.value) == (
+        "a pq index needs at least 16 answers to train its codes, got 10; add more answers or choose --index-kind flat"
+    )
