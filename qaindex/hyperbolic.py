@@ -344,10 +344,17 @@ def relative_lift(y: Array) -> Array:
     [[2.0, 0.0, 0.0]]
     """
     y64 = np.asarray(y, dtype=np.float64)
-    r = np.sqrt(sqnorm(y64))
-    scale = 1.0 / (1.0 + r) ** 2
-    out = np.concatenate([2.0 * (1.0 + r * r) * scale, 4.0 * y64 * scale], axis=-1)
+    a, b = _relative_lift_coefficients(np.sqrt(sqnorm(y64)))
+    out = np.concatenate([a, b * y64], axis=-1)
     return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def _relative_lift_coefficients(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``a = 2 (1 + r^2) / (1 + r)^2`` and ``4 / (1 + r)^2`` of the lift ``(a, 4 y / (1 + r)^2)``,
+    ``r = |y|``, in ``r``'s dtype (the one formula of :func:`relative_lift` and
+    :func:`relative_lift_scores`)."""
+    scale = 1.0 / (1.0 + r) ** 2
+    return 2.0 * (1.0 + r * r) * scale, 4.0 * scale
 
 
 RELATIVE_LIFT_BOUND = 4.0
@@ -375,9 +382,10 @@ def relative_lift_scores(lifted_query: Array, y: Array) -> Array:
     """``<lifted_query, relative_lift(y)>`` for one lifted question and many answers, in float32.
 
     ``relative_lift(y) = (a, 4 y / (1 + |y|)^2)`` with ``a = 2 (1 + |y|^2) / (1 + |y|)^2``, so
-    the inner product is ``l0 a + (4 / (1 + |y|)^2) <l', y>`` for ``lifted_query = (l0, l')``,
-    computed without building the lifted rows (the refinement step of the ``pq`` index
-    re-scores thousands of answers per question with it).
+    the inner product is ``l0 a + (4 / (1 + |y|)^2) <l', y>`` for ``lifted_query = (l0, l')``
+    (the same coefficients as :func:`relative_lift`), computed without building the lifted
+    rows (the refinement step of the ``pq`` index re-scores thousands of answers per question
+    with it).
 
     Parameters
     ----------
@@ -400,9 +408,8 @@ def relative_lift_scores(lifted_query: Array, y: Array) -> Array:
     """
     y32 = np.asarray(y, dtype=np.float32)
     lq = np.asarray(lifted_query, dtype=np.float32)
-    r2 = np.einsum("ij,ij->i", y32, y32)
-    inv = np.float32(1.0) / (np.float32(1.0) + np.sqrt(r2)) ** 2
-    out: np.ndarray = inv * (np.float32(2.0) * lq[0] * (np.float32(1.0) + r2) + np.float32(4.0) * (y32 @ lq[1:]))
+    a, b = _relative_lift_coefficients(np.sqrt(np.einsum("ij,ij->i", y32, y32)))
+    out: np.ndarray = lq[0] * a + b * (y32 @ lq[1:])
     return out
 
 

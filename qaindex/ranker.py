@@ -557,9 +557,7 @@ class Ranker:
         if overfetch is not None:
             self.overfetch = overfetch
         for name, value in checked.items():
-            if name == "ef_search" and name in self._coarse.params:
-                self._coarse.params[name] = value  # at least the candidate count is always used
-            elif BREADTH_PARAM.get(self._coarse.kind) == name:
+            if BREADTH_PARAM.get(self._coarse.kind) == name:
                 self._coarse.set_breadth(value)
 
     def records(self) -> Iterator[Record]:
