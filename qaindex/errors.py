@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "CorpusError",
     "DeviceError",
+    "DiskFullError",
     "IndexChangedError",
     "IndexFormatError",
     "IndexLockedError",
@@ -46,6 +47,11 @@ class ModelFormatError(QAIndexError):
 
 class QueryError(QAIndexError, ValueError):
     """A search request is invalid (empty question, bad ``k``, unknown id)."""
+
+
+class DiskFullError(QAIndexError, OSError):
+    """A write ran out of disk space, quota or file size (``ulimit -f``): names the destination and
+    the space needed. What was saved before is unchanged."""
 
 
 class DeviceError(QAIndexError):

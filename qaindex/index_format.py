@@ -12,14 +12,17 @@ Index directory layout::
         vectors.npy            float32 (n, dim) answer vectors, for the exact rerank
         coarse.faiss           the FAISS index (faiss.write_index)
         model/                 a copy of the model directory, so the index is self-contained
+        .qaindex-snapshot      marker: this directory was written by qaindex (qaindex.ownership)
 
 A save writes a new snapshot beside the old one, then replaces ``manifest.json`` atomically
 (:func:`os.replace`), then deletes the old snapshot: an interrupted save leaves the previous
-index loadable. Loading memory-maps the vectors, the records and (where FAISS can) the index.
+index loadable. What qaindex may delete or overwrite is decided by :mod:`qaindex.ownership`.
+Loading memory-maps the vectors, the records and (where FAISS can) the index.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import mmap
@@ -32,9 +35,11 @@ from typing import Any
 
 import numpy as np
 
+from .diskspace import writing
 from .errors import IndexFormatError
 from .model import GEOMETRIES, Model
 from .model_format import copy_model_files
+from .ownership import INDEX_FORMAT, MARKER_NAME, SNAPSHOT_NAME, write_marker
 from .records import RecordStore
 from .storage import (
     check_file_entries,
@@ -43,7 +48,6 @@ from .storage import (
     file_entry,
     fsync_tree,
     read_json_object,
-    remove_debris,
 )
 from .vector_index import INDEX_KINDS, KIND_PARAMS, CoarseIndex
 
@@ -51,39 +55,18 @@ __all__ = [
     "INDEX_FORMAT",
     "INDEX_FORMAT_VERSION",
     "check_model_copy",
-    "is_index_entry",
     "manifest_checksum",
     "open_records",
     "open_vectors",
     "read_index_manifest",
-    "remove_debris_of_saves",
-    "remove_old_snapshots",
     "write_snapshot",
 ]
 
-INDEX_FORMAT = "qaindex-index"
 INDEX_FORMAT_VERSION = 1
 
-
-SNAPSHOT_NAME = re.compile(r"data-[0-9]{8}T[0-9]{12}-[0-9]+")
 REQUIRED_FILES = ("records.jsonl", "records.offsets.npy", "vectors.npy", "coarse.faiss", "model/manifest.json")
 HNSW_PARAMS = ("M", "ef_construction", "ef_search")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-# what a save writes into an index directory, finished or interrupted
-_DEBRIS = (r"\.manifest\.json\.tmp-[0-9]+-[0-9a-f]+", r"\.data-[0-9]{8}T[0-9]{12}-[0-9]+\.tmp")
-_ENTRIES = re.compile(r"manifest\.json|\.lock|data-[0-9]{8}T[0-9]{12}-[0-9]+|" + "|".join(_DEBRIS))
-
-
-def is_index_entry(name: str) -> bool:
-    """Whether a name in an index directory is one that qaindex writes there.
-
-    Example
-    -------
-    >>> is_index_entry("manifest.json"), is_index_entry(".lock"), is_index_entry("thesis.txt")
-    (True, True, False)
-    """
-    return _ENTRIES.fullmatch(name) is not None
-
 
 def manifest_checksum(manifest: dict[str, Any]) -> str:
     """SHA-256 of the manifest's canonical JSON, without its own ``checksum`` field.
@@ -230,11 +213,6 @@ def check_model_copy(mpath: Path, files: dict[str, Any], model_manifest: dict[st
         )
 
 
-def remove_debris_of_saves(root: Path) -> list[str]:
-    """Remove what interrupted saves left in ``root`` (call only while holding its lock)."""
-    return remove_debris(root, _DEBRIS)
-
-
 def write_snapshot(
     root: Path,
     records: RecordStore,
@@ -259,32 +237,56 @@ def write_snapshot(
     """
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
     snap_name = f"data-{stamp}-{os.getpid()}"
+    count = len(records)
+    sizes = {
+        "records.jsonl": int(records.offsets[-1]),
+        "records.offsets.npy": 8 * (count + 1) + 128,
+        "vectors.npy": int(np.asarray(vectors).nbytes) + 128,
+        "coarse.faiss": int(np.asarray(vectors).nbytes) + 4096,  # an estimate: flat is the vectors again
+        "model": _listed_bytes(model.manifest),
+        "reranker": _listed_bytes(reranker[1]) if reranker is not None else 0,
+    }
+    needed = sum(sizes.values())
+
+    def step(name: str) -> contextlib.AbstractContextManager[None]:
+        return writing(root, f"{name} of a new snapshot", needed=needed, file_bytes=sizes[name])
+
     snap = root / f".{snap_name}.tmp"
-    snap.mkdir()
+    with writing(root, "a new snapshot", needed=needed):
+        snap.mkdir()
     try:
-        with open(snap / "records.jsonl", "wb") as handle:
+        with writing(root, "a new snapshot", needed=needed):
+            write_marker(snap, snap_name)  # first: proves the directory is qaindex's (qaindex.ownership)
+        with step("records.jsonl"), open(snap / "records.jsonl", "wb") as handle:
             records.write_to(handle)  # in blocks: a memory-mapped store is never copied whole
-        np.save(snap / "records.offsets.npy", np.asarray(records.offsets, dtype=np.int64), allow_pickle=False)
-        np.save(snap / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32), allow_pickle=False)
-        coarse.save(snap / "coarse.faiss")
-        copy_model_files(model_source or model.directory, model.manifest, snap / "model")
+        with step("records.offsets.npy"):
+            np.save(snap / "records.offsets.npy", np.asarray(records.offsets, dtype=np.int64), allow_pickle=False)
+        with step("vectors.npy"):
+            np.save(snap / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32), allow_pickle=False)
+        with step("coarse.faiss"):
+            coarse.save(snap / "coarse.faiss")
+        with step("model"):
+            copy_model_files(model_source or model.directory, model.manifest, snap / "model")
         if reranker is not None:
-            copy_model_files(reranker[0], reranker[1], snap / "reranker")
-        files = {p.relative_to(snap).as_posix(): file_entry(p) for p in sorted(snap.rglob("*")) if p.is_file()}
-        fsync_tree(snap)
-        os.replace(snap, root / snap_name)
+            with step("reranker"):
+                copy_model_files(reranker[0], reranker[1], snap / "reranker")
+        files = {
+            p.relative_to(snap).as_posix(): file_entry(p)
+            for p in sorted(snap.rglob("*"))
+            if p.is_file() and p.name != MARKER_NAME
+        }
+        with writing(root, "a new snapshot", needed=needed):
+            fsync_tree(snap)
+            os.replace(snap, root / snap_name)
     except BaseException:
         shutil.rmtree(snap, ignore_errors=True)
         raise
     return snap_name, files
 
 
-def remove_old_snapshots(root: Path, keep: str) -> None:
-    """Remove every snapshot but ``keep``, and leftovers of interrupted saves."""
-    for entry in root.iterdir():
-        if entry.name != keep and (entry.name.startswith("data-") or entry.name.startswith(".data-")):
-            # a reader that memory-mapped the old snapshot keeps its data (POSIX unlink)
-            shutil.rmtree(entry, ignore_errors=True)
+def _listed_bytes(manifest: dict[str, Any]) -> int:
+    files = manifest.get("files", {})
+    return 4096 + sum(int(e.get("bytes", 0)) for e in files.values() if isinstance(e, dict))
 
 
 def open_vectors(snap: Path, count: int, dimension: int) -> tuple[np.ndarray, np.ndarray]:

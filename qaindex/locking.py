@@ -16,12 +16,15 @@ for itself), and threads of one process take turns.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from .errors import IndexLockedError, QAIndexError
 
@@ -30,7 +33,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["DEFAULT_LOCK_TIMEOUT", "LOCK_NAME", "index_lock"]
+__all__ = ["DEFAULT_LOCK_TIMEOUT", "LOCK_NAME", "check_timeout", "index_lock"]
 
 LOCK_NAME = ".lock"
 DEFAULT_LOCK_TIMEOUT = 60.0
@@ -46,6 +49,41 @@ class _Held:
 
 _registry: dict[str, _Held] = {}
 _registry_guard = threading.Lock()
+
+
+def check_timeout(value: object, name: str = "lock timeout") -> float:
+    """A timeout in seconds: a non-negative number, or None / ``math.inf`` for "wait forever".
+
+    Values too large for the platform's clocks (above :data:`threading.TIMEOUT_MAX`, e.g.
+    ``1e308``) also mean "wait forever". Call it before any work, so a bad timeout fails at
+    once rather than after a build.
+
+    Returns
+    -------
+    float
+        The seconds, ``math.inf`` for no limit.
+
+    Example
+    -------
+    >>> check_timeout(None), check_timeout(2), check_timeout(1e308)
+    (inf, 2.0, inf)
+    >>> check_timeout(-1)
+    Traceback (most recent call last):
+    ...
+    qaindex.errors.QAIndexError: lock timeout must be a non-negative number of seconds (or None / inf ...), got -1
+    """
+    if value is None:
+        return math.inf
+    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool | np.bool_)
+    try:
+        seconds = float(value) if ok else math.nan  # type: ignore[arg-type]
+    except (OverflowError, ValueError):  # an int beyond float range: "forever" too
+        seconds = math.inf if ok and value > 0 else math.nan  # type: ignore[operator]
+    if not seconds >= 0:
+        raise QAIndexError(
+            f"{name} must be a non-negative number of seconds (or None / inf to wait forever), got {value!r}"
+        )
+    return math.inf if seconds >= threading.TIMEOUT_MAX else seconds
 
 
 def _holder(path: Path) -> str:
@@ -88,15 +126,16 @@ def _acquire_file(path: Path, deadline: float, timeout: float) -> int:
 
 
 @contextlib.contextmanager
-def index_lock(root: str | os.PathLike[str], *, timeout: float = DEFAULT_LOCK_TIMEOUT) -> Iterator[None]:
+def index_lock(root: str | os.PathLike[str], *, timeout: float | None = DEFAULT_LOCK_TIMEOUT) -> Iterator[None]:
     """Hold the writer lock of the index at ``root`` (created if missing).
 
     Parameters
     ----------
     root : path-like
         The index directory; it is created (with parents) if it does not exist.
-    timeout : float, keyword-only
-        Seconds to wait for another writer; 0 fails at once.
+    timeout : float or None, keyword-only
+        Seconds to wait for another writer; 0 fails at once, None or ``math.inf`` waits as
+        long as it takes.
 
     Raises
     ------
@@ -110,8 +149,7 @@ def index_lock(root: str | os.PathLike[str], *, timeout: float = DEFAULT_LOCK_TI
     >>> with index_lock(tempfile.mkdtemp(), timeout=5):
     ...     pass
     """
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
-        raise QAIndexError(f"lock timeout must be a non-negative number of seconds, got {timeout!r}")
+    seconds = check_timeout(timeout)
     directory = Path(root)
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -126,16 +164,16 @@ def index_lock(root: str | os.PathLike[str], *, timeout: float = DEFAULT_LOCK_TI
     key = os.path.realpath(path)
     with _registry_guard:
         held = _registry.setdefault(key, _Held())
-    deadline = time.monotonic() + float(timeout)
-    if not held.mutex.acquire(timeout=max(0.0, float(timeout))):
+    deadline = time.monotonic() + seconds
+    if not held.mutex.acquire(timeout=-1 if math.isinf(seconds) else seconds):
         raise IndexLockedError(
-            f"{directory}: another thread of this process holds the index lock (waited {timeout:g} s); "
+            f"{directory}: another thread of this process holds the index lock (waited {seconds:g} s); "
             "save from one thread at a time"
         )
     try:
         if held.depth == 0:
             try:
-                held.fd = _acquire_file(path, deadline, float(timeout))
+                held.fd = _acquire_file(path, deadline, seconds)
             except OSError as exc:
                 raise QAIndexError(f"{path}: cannot create the index lock file ({exc.strerror})") from None
         held.depth += 1

@@ -29,22 +29,21 @@ from .arguments import MAX_INT64, finite_vectors, id_list, path_or_records, posi
 from .concurrency import ReadWriteLock
 from .corpus import Record, read_corpus, records_from_dicts
 from .devices import devices_info
+from .diskspace import writing
 from .errors import IndexChangedError, IndexFormatError, ModelFormatError, QAIndexError, QueryError
 from .index_format import (
     INDEX_FORMAT,
     INDEX_FORMAT_VERSION,
     check_model_copy,
-    is_index_entry,
     manifest_checksum,
     open_records,
     open_vectors,
     read_index_manifest,
-    remove_debris_of_saves,
-    remove_old_snapshots,
     write_snapshot,
 )
-from .locking import DEFAULT_LOCK_TIMEOUT, index_lock
+from .locking import DEFAULT_LOCK_TIMEOUT, check_timeout, index_lock
 from .model import Model
+from .ownership import check_writable, current_snapshot, missing_parents, remove_empty, remove_garbage
 from .records import RecordStore
 from .reranker import Reranker, index_entry, rerank_stage, stored_reranker
 from .storage import verify_files, write_json_atomic
@@ -251,6 +250,8 @@ class Ranker:
         # may be where the model was loaded from). Per Ranker: a Model may be shared.
         self._model_source: Path = model.directory
         self._refresh_mutex = threading.Lock()
+        # the snapshot this Ranker serves and its files table, for verify()
+        self._served: tuple[str, dict[str, Any]] | None = None
         if path is not None and snapshot is not None:
             self._seen[os.path.realpath(path)] = snapshot
 
@@ -438,7 +439,7 @@ class Ranker:
             ranking=model.ranking,
             tuning=coarse_info.get("tuning"),
         )
-        return cls(
+        ranker = cls(
             model,
             records,
             vectors,
@@ -450,6 +451,8 @@ class Ranker:
             snapshot=manifest["snapshot"],
             reranker=stored_reranker(snap, manifest, device=device, threads=threads),
         )
+        ranker._served = (manifest["snapshot"], manifest["files"])
+        return ranker
 
     @classmethod
     @contextlib.contextmanager
@@ -460,7 +463,7 @@ class Ranker:
         device: str = "auto",
         threads: int | None = None,
         verify: bool = True,
-        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
     ) -> Iterator[Ranker]:
         """Read-modify-write an index under its writer lock: load, yield, save on success.
 
@@ -474,8 +477,9 @@ class Ranker:
             An existing index directory.
         device, threads, verify
             As for :meth:`load`.
-        lock_timeout : float, keyword-only
-            Seconds to wait for another writer before raising :class:`IndexLockedError`.
+        lock_timeout : float or None, keyword-only
+            Seconds to wait for another writer before raising :class:`IndexLockedError`;
+            None or ``math.inf`` waits as long as it takes.
 
         Example
         -------
@@ -486,6 +490,7 @@ class Ranker:
         >>> len(Ranker.load("qaindex-index")) == len(Ranker.build("examples/faq.jsonl")) + 1
         True
         """
+        lock_timeout = check_timeout(lock_timeout)  # before any work
         root = Path(path)
         read_index_manifest(root)  # a clear error for a missing index, before any lock file
         with index_lock(root, timeout=lock_timeout):
@@ -1018,7 +1023,7 @@ class Ranker:
         path: str | os.PathLike[str],
         *,
         overwrite: bool = False,
-        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
     ) -> Path:
         """Save atomically: a new snapshot, then ``manifest.json`` replaced, then cleanup.
 
@@ -1036,8 +1041,8 @@ class Ranker:
             The index directory (created if missing).
         overwrite : bool, keyword-only
             Replace the index even if another writer changed it since this Ranker read it.
-        lock_timeout : float, keyword-only
-            Seconds to wait for another writer.
+        lock_timeout : float or None, keyword-only
+            Seconds to wait for another writer; None or ``math.inf`` waits as long as it takes.
 
         Returns
         -------
@@ -1050,6 +1055,12 @@ class Ranker:
             Another writer held the lock for longer than ``lock_timeout``.
         IndexChangedError
             The index changed since this Ranker read it, and ``overwrite`` is false.
+        IndexFormatError
+            ``path`` is not a new or empty directory nor a qaindex index (a folder qaindex
+            did not write is never overwritten; see :mod:`qaindex.ownership`).
+        DiskFullError
+            The disk (or a file-size limit) ran out; the message names the file being
+            written and the space needed. The previous index is unchanged.
 
         Example
         -------
@@ -1059,20 +1070,17 @@ class Ranker:
         >>> ranker.save("qaindex-index")
         PosixPath('qaindex-index')
         """
-        self._refresh_coarse()
+        lock_timeout = check_timeout(lock_timeout)  # before any work
         root = Path(path)
-        if root.exists() and not root.is_dir():
-            raise IndexFormatError(f"{root}: exists and is not a directory; choose another --index path")
-        if (
-            root.is_dir()
-            and not (root / "manifest.json").is_file()
-            and any(not is_index_entry(e.name) for e in root.iterdir())
-        ):
-            raise IndexFormatError(
-                f"{root}: exists and is not a qaindex index; choose another --index path or remove it"
-            )
-        with index_lock(root, timeout=lock_timeout):
-            return self._save_locked(root, overwrite=overwrite)
+        check_writable(root)  # before the lock file: a folder qaindex did not write is never touched
+        self._refresh_coarse()
+        created = missing_parents(root)
+        try:
+            with index_lock(root, timeout=lock_timeout):
+                return self._save_locked(root, overwrite=overwrite)
+        except BaseException:
+            remove_empty(created)  # a failed save leaves no empty directory behind
+            raise
 
     def _current_snapshot(self, root: Path) -> str | None:
         if not (root / "manifest.json").exists():
@@ -1098,6 +1106,7 @@ class Ranker:
                 self._model_source = current
 
     def _save_locked(self, root: Path, *, overwrite: bool) -> Path:
+        previous = current_snapshot(check_writable(root))  # again, under the lock
         key = os.path.realpath(root)
         seen = self._seen.get(key)
         current = self._current_snapshot(root)
@@ -1107,7 +1116,8 @@ class Ranker:
                 f"{current}); saving would drop their update. Load it again and redo the change (use "
                 "Ranker.edit for read-modify-write under the lock), or pass overwrite=True"
             )
-        remove_debris_of_saves(root)
+        # orphans and debris of interrupted saves go first: their space is free for this one
+        remove_garbage(root, keep=previous)
         self._relocate_model(root)
         rr = self.reranker
         rr_source = None
@@ -1157,13 +1167,15 @@ class Ranker:
                 "(they no longer match its manifest); load the model again"
             ) from None
         try:
-            write_json_atomic(root / "manifest.json", manifest)
+            with writing(root, "manifest.json", needed=4096):
+                write_json_atomic(root / "manifest.json", manifest)
         except BaseException:
             shutil.rmtree(root / snap_name, ignore_errors=True)
             raise
-        # The new snapshot is live; remove older ones and leftovers of interrupted saves.
-        remove_old_snapshots(root, snap_name)
+        # The new snapshot is live; remove the one it replaced (only qaindex's: qaindex.ownership).
+        remove_garbage(root, keep=snap_name, previous=previous)
         self._seen[key] = snap_name
+        self._served = (snap_name, files)
         # the old snapshot (maybe the model's source) is gone: later saves copy the new one
         self._model_source = root / snap_name / "model"
         if rr is not None:
@@ -1173,11 +1185,30 @@ class Ranker:
         return root
 
     def verify(self) -> None:
-        """Check the size and SHA-256 of every file of the saved index (raises on mismatch)."""
-        if self.path is None:
+        """Check the size and SHA-256 of every file of the snapshot this Ranker serves.
+
+        That is the snapshot it was loaded from or last saved to, even if another writer
+        has since replaced the index on disk.
+
+        Raises
+        ------
+        IndexFormatError
+            A file differs from the manifest it was loaded with.
+        IndexChangedError
+            Another writer replaced the index and its snapshot is gone: load it again.
+        """
+        if self.path is None or self._served is None:
             raise QAIndexError("this index has not been saved; nothing to verify")
-        manifest = read_index_manifest(self.path)
-        verify_files(self.path / manifest["snapshot"], manifest["files"], error=IndexFormatError, what="index")
+        name, files = self._served
+        snap = self.path / name
+        if not snap.is_dir():
+            now = self._current_snapshot(self.path)
+            raise IndexChangedError(
+                f"{snap}: the snapshot this Ranker serves is gone (another writer replaced the index"
+                + (f" with {now}" if now else "")
+                + "); load the index again to verify what is on disk now"
+            )
+        verify_files(snap, files, error=IndexFormatError, what="index")
 
     @_reading
     def info(self) -> dict[str, Any]:

@@ -144,7 +144,7 @@ def test_lock_is_reentrant_in_one_thread_and_exclusive_across_threads(index: Pat
             "save from one thread at a time"
         ]
     assert not (index / ".lock").exists()
-    with pytest.raises(QAIndexError, match=r"^lock timeout must be a non-negative number of seconds, got -1$"):
+    with pytest.raises(QAIndexError, match=r"^lock timeout must be a non-negative number of seconds \(or None / inf to wait forever\), got -1$"):
         with index_lock(index, timeout=-1):
             pass
 
@@ -434,17 +434,27 @@ def test_a_model_copy_that_disagrees_with_its_manifest_is_refused(index: Path) -
 
 # -- debris ---------------------------------------------------------------------------------------
 def test_the_next_save_removes_debris_of_crashed_saves(index: Path) -> None:
+    from qaindex.ownership import write_marker
+
     (index / ".manifest.json.tmp-123-abcd1234").write_text("{")
     half = index / ".data-20250101T000000000000-123.tmp"
     (half / "model").mkdir(parents=True)
+    write_marker(half, "data-20250101T000000000000-123")
     (half / "vectors.npy").write_bytes(b"x")
+    killed_early = index / ".data-20250101T000000000001-124.tmp"
+    killed_early.mkdir()  # killed before its marker: empty
     old = index / "data-20240101T000000000000-9"
     old.mkdir()
+    write_marker(old, old.name)  # a complete snapshot never committed (an orphan)
+    lookalike = index / "data-20240101T000000000000-10"
+    lookalike.mkdir()  # named like a snapshot, no marker: not provably qaindex's
+    (lookalike / "mine.txt").write_text("user data")
     (index / ".lock").write_text("123\n")
     (index / "notes.txt").write_text("not ours")  # never touched
     Ranker.load(index).save(index)
     snap = _manifest(index)["snapshot"]
-    assert sorted(p.name for p in index.iterdir()) == sorted([snap, "manifest.json", "notes.txt"])
+    assert sorted(p.name for p in index.iterdir()) == sorted([snap, "manifest.json", "notes.txt", lookalike.name])
+    assert (lookalike / "mine.txt").read_text() == "user data"
 
 
 def test_a_directory_with_only_debris_is_still_an_index_path(faq_model: Path, faq_file: Path, tmp_path: Path) -> None:
