@@ -20,21 +20,23 @@ import click
 
 from . import __version__
 from .cli_eval import eval_command, inspect_command
-from .cli_options import batch_size_option, device_option, index_option
+from .cli_maintenance import gc_command, orphans_line
+from .cli_options import Timeout, batch_size_option, device_option, index_option
 from .cli_train import train
 from .devices import devices_line
 from .errors import QAIndexError
 from .locking import DEFAULT_LOCK_TIMEOUT
+from .ownership import check_writable, orphan_summary
 from .ranker import DEFAULT_OVERFETCH, Hit, Ranker
 from .reranker import Reranker
 from .vector_index import INDEX_KINDS
 
 lock_timeout_option = click.option(
     "--lock-timeout",
-    type=click.FloatRange(min=0),
+    type=Timeout(),
     default=DEFAULT_LOCK_TIMEOUT,
     show_default=True,
-    help="Seconds to wait for another writer of the same index before giving up.",
+    help="Seconds to wait for another writer of the same index before giving up (inf: wait as long as it takes).",
 )
 
 
@@ -177,6 +179,7 @@ def build(
     with the text). An existing index at --index is replaced only once the new one is complete.
     """
     start = time.perf_counter()
+    check_writable(index)  # before the build: a folder qaindex did not write is refused at once
     options: dict[str, Any] = {
         "model": model,
         "device": device,
@@ -316,6 +319,7 @@ def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bo
     if verify:
         ranker.verify()
     data = ranker.info()
+    data["orphans"] = orphan_summary(index)
     if verify:
         data["verified"] = True
     if recall:
@@ -343,6 +347,8 @@ def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bo
         lines.append(f"centre:     {_near_centre_line(data['near_centre'])}")
     if "tuning" in data["index"]:
         lines.append(f"tuning:     {_tuning_line(data['index']['tuning'])}")
+    if data["orphans"]["snapshots"]:
+        lines.append(f"orphans:    {orphans_line(data['orphans'])}")
     if verify:
         lines.append("verified:   every file matches its checksum")
     if recall:
@@ -378,6 +384,7 @@ def remove(ids: tuple[str, ...], index: Path, lock_timeout: float) -> None:
 
 
 main.add_command(eval_command)
+main.add_command(gc_command)
 main.add_command(inspect_command)
 main.add_command(train)
 

@@ -37,3 +37,31 @@ def device_option(
 def batch_size_option(help: str) -> Callable[[F], F]:
     """``--batch-size N`` (default 256)."""
     return click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True, help=help)
+
+
+class Timeout(click.ParamType):  # type: ignore[type-arg]
+    """Seconds (a non-negative number), or ``inf`` / ``none`` / ``forever`` to wait as long as it takes.
+
+    Checked when the command line is parsed, before any work (:func:`qaindex.locking.check_timeout`).
+    """
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        from .errors import QAIndexError
+        from .locking import check_timeout
+
+        if isinstance(value, int | float):
+            number: Any = value
+        else:
+            text = str(value).strip().lower()
+            if text in ("inf", "infinity", "none", "forever"):
+                return float("inf")
+            try:
+                number = float(text)
+            except ValueError:
+                self.fail(f"{value!r} is not a number of seconds (or inf to wait forever)", param, ctx)
+        try:
+            return check_timeout(number)
+        except QAIndexError:
+            self.fail(f"{value!r} is not a non-negative number of seconds (or inf to wait forever)", param, ctx)

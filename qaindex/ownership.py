@@ -51,6 +51,7 @@ __all__ = [
     "is_owned_snapshot",
     "missing_parents",
     "orphan_snapshots",
+    "orphan_summary",
     "remove_empty",
     "remove_garbage",
     "write_marker",
@@ -261,6 +262,12 @@ def orphan_snapshots(root: Path) -> list[tuple[str, int]]:
             if entry.name != keep and is_owned_snapshot(entry):
                 out.append((entry.name, _tree_bytes(entry)))
     return out
+
+
+def orphan_summary(root: Path) -> dict[str, Any]:
+    """``{"snapshots": count, "bytes": total, "names": [...]}`` of :func:`orphan_snapshots`."""
+    found = orphan_snapshots(root)
+    return {"snapshots": len(found), "bytes": sum(size for _, size in found), "names": [name for name, _ in found]}
 
 
 def _remove_tree(path: Path) -> None:
