@@ -331,7 +331,9 @@ def index_files(index: Path) -> list[Path]:
     """``manifest.json`` and every file of the current snapshot (model copy included)."""
     manifest = json.loads((index / "manifest.json").read_text())
     snap = index / manifest["snapshot"]
-    return [index / "manifest.json", *sorted(p for p in snap.rglob("*") if p.is_file())]
+    # not the ownership marker: it says who wrote the snapshot (for clean-up), loads never read it
+    files = sorted(p for p in snap.rglob("*") if p.is_file() and p.name != ".qaindex-snapshot")
+    return [index / "manifest.json", *files]
 
 
 def corrupt(path: Path, how: str, outside: Path) -> None:

@@ -28,7 +28,6 @@ import json
 import mmap
 import os
 import re
-import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -37,9 +36,10 @@ import numpy as np
 
 from .diskspace import writing
 from .errors import IndexFormatError
+from .index_checks import check_offsets, check_vectors
 from .model import GEOMETRIES, Model
 from .model_format import copy_model_files
-from .ownership import INDEX_FORMAT, MARKER_NAME, SNAPSHOT_NAME, write_marker
+from .ownership import INDEX_FORMAT, MARKER_NAME, SNAPSHOT_NAME, remove_snapshot_dir, write_marker
 from .records import RecordStore
 from .storage import (
     check_file_entries,
@@ -67,6 +67,9 @@ INDEX_FORMAT_VERSION = 1
 REQUIRED_FILES = ("records.jsonl", "records.offsets.npy", "vectors.npy", "coarse.faiss", "model/manifest.json")
 HNSW_PARAMS = ("M", "ef_construction", "ef_search")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# bounds of the manifest's numbers: what a save can write (FAISS takes C ints; searches allocate k x overfetch)
+MAX_PARAM = 1 << 20
+MAXIMA = {"count": 1 << 40, "dimension": 1 << 16, "overfetch": MAX_PARAM}
 
 def manifest_checksum(manifest: dict[str, Any]) -> str:
     """SHA-256 of the manifest's canonical JSON, without its own ``checksum`` field.
@@ -98,6 +101,8 @@ def _validate_fields(root: Path, mpath: Path, manifest: dict[str, Any]) -> None:
         if not _is_int(manifest.get(key), minimum):
             what = "a non-negative integer" if minimum == 0 else "a positive integer"
             raise _bad(mpath, key, what, manifest.get(key))
+        if manifest[key] > MAXIMA[key]:
+            raise _bad(mpath, key, f"at most {MAXIMA[key]}", manifest[key])
     if manifest.get("geometry") not in GEOMETRIES:
         raise _bad(mpath, "geometry", " or ".join(GEOMETRIES), manifest.get("geometry"))
     coarse = manifest.get("coarse")
@@ -113,6 +118,8 @@ def _validate_fields(root: Path, mpath: Path, manifest: dict[str, Any]) -> None:
     for name, value in params.items():
         if not _is_int(value, 1):
             raise _bad(mpath, f"coarse.params.{name}", "a positive integer", value)
+        if value > MAX_PARAM:
+            raise _bad(mpath, f"coarse.params.{name}", f"at most {MAX_PARAM}", value)
     tuning = coarse.get("tuning")
     if tuning is not None and (
         not isinstance(tuning, dict)
@@ -139,18 +146,17 @@ def _validate_fields(root: Path, mpath: Path, manifest: dict[str, Any]) -> None:
             mpath, "model.manifest_sha256", "the checksum listed for model/manifest.json", model.get("manifest_sha256")
         )
     checksum = manifest.get("checksum")
-    if checksum is not None:
-        if not isinstance(checksum, str) or not _SHA256.fullmatch(checksum):
-            raise _bad(mpath, "checksum", "64 lowercase hex digits", checksum)
-        try:
-            actual = manifest_checksum(manifest)
-        except ValueError:  # NaN or Infinity somewhere
-            actual = ""
-        if actual != checksum:
-            raise IndexFormatError(
-                f"{mpath}: checksum does not match the manifest's content; the index is corrupted "
-                "(or its manifest was edited), rebuild it"
-            )
+    if not isinstance(checksum, str) or not _SHA256.fullmatch(checksum):
+        raise _bad(mpath, "checksum", "64 lowercase hex digits (the manifest's own SHA-256)", checksum)
+    try:
+        actual = manifest_checksum(manifest)
+    except ValueError:  # NaN or Infinity somewhere
+        actual = ""
+    if actual != checksum:
+        raise IndexFormatError(
+            f"{mpath}: checksum does not match the manifest's content; the index is corrupted "
+            "(or its manifest was edited), rebuild it"
+        )
 
 
 def read_index_manifest(root: Path) -> dict[str, Any]:
@@ -279,7 +285,7 @@ def write_snapshot(
             fsync_tree(snap)
             os.replace(snap, root / snap_name)
     except BaseException:
-        shutil.rmtree(snap, ignore_errors=True)
+        remove_snapshot_dir(snap)
         raise
     return snap_name, files
 
@@ -301,6 +307,7 @@ def open_vectors(snap: Path, count: int, dimension: int) -> tuple[np.ndarray, np
             f"{snap}: stored arrays do not match the manifest ({count} answers of dimension "
             f"{dimension}); rebuild the index"
         )
+    check_vectors(snap / "vectors.npy", vectors, ball=False, scan=False)  # dtype: exactly float32
     return vectors, offsets
 
 
@@ -310,6 +317,5 @@ def open_records(snap: Path, offsets: np.ndarray) -> RecordStore:
         data: bytes | mmap.mmap = (
             mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(handle.fileno()).st_size else b""
         )
-    if len(data) != int(offsets[-1]):
-        raise IndexFormatError(f"{snap / 'records.jsonl'}: size does not match its offsets; rebuild the index")
-    return RecordStore(data, offsets)
+    check_offsets(snap / "records.jsonl", offsets, data)
+    return RecordStore(data, offsets.astype(np.int64, copy=False), source=snap / "records.jsonl")

@@ -54,6 +54,7 @@ __all__ = [
     "orphan_summary",
     "remove_empty",
     "remove_garbage",
+    "remove_snapshot_dir",
     "write_marker",
 ]
 
@@ -270,9 +271,38 @@ def orphan_summary(root: Path) -> dict[str, Any]:
     return {"snapshots": len(found), "bytes": sum(size for _, size in found), "names": [name for name, _ in found]}
 
 
-def _remove_tree(path: Path) -> None:
-    # a reader that memory-mapped files of it keeps their data (POSIX unlink)
-    shutil.rmtree(path, ignore_errors=True)
+def remove_snapshot_dir(path: Path, snapshot: str | None = None) -> None:
+    """Remove a snapshot directory qaindex wrote, its marker last.
+
+    A removal killed half-way leaves a directory that still holds its marker, so the next
+    clean-up can prove it is qaindex's and finish. ``snapshot`` (the name a qaindex manifest
+    gave it) first writes the marker into a snapshot from a version that wrote none.
+    A reader that memory-mapped its files keeps their data (POSIX unlink).
+    """
+    if snapshot is not None and _marker_names(path) is None:
+        with contextlib.suppress(OSError):
+            (path / MARKER_NAME).unlink(missing_ok=True)
+            write_marker(path, snapshot)
+    if SNAPSHOT_NAME.fullmatch(path.name):
+        # under its unfinished name first: emptied and killed before the rmdir, it is still debris
+        hidden = path.with_name(f".{path.name}.tmp")
+        with contextlib.suppress(OSError):
+            if not hidden.exists():
+                os.replace(path, hidden)
+                path = hidden
+    marker = path / MARKER_NAME
+    with contextlib.suppress(OSError):
+        for child in list(path.iterdir()):
+            if child.name == MARKER_NAME:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        marker.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        path.rmdir()
 
 
 def remove_garbage(root: Path, *, keep: str | None, previous: str | None = None) -> list[tuple[str, int]]:
@@ -305,7 +335,7 @@ def remove_garbage(root: Path, *, keep: str | None, previous: str | None = None)
         if is_previous or is_owned_snapshot(entry) or _is_owned_debris(entry):
             size = _tree_bytes(entry) if _real_dir(entry) else entry.stat().st_size
             if _real_dir(entry):
-                _remove_tree(entry)
+                remove_snapshot_dir(entry, previous if is_previous else None)
             else:
                 with contextlib.suppress(FileNotFoundError):
                     entry.unlink()

@@ -12,7 +12,6 @@ import functools
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -31,6 +30,7 @@ from .corpus import Record, read_corpus, records_from_dicts
 from .devices import devices_info
 from .diskspace import writing
 from .errors import IndexChangedError, IndexFormatError, ModelFormatError, QAIndexError, QueryError
+from .index_checks import check_geometry, check_records, check_vectors
 from .index_format import (
     INDEX_FORMAT,
     INDEX_FORMAT_VERSION,
@@ -43,7 +43,14 @@ from .index_format import (
 )
 from .locking import DEFAULT_LOCK_TIMEOUT, check_timeout, index_lock
 from .model import Model
-from .ownership import check_writable, current_snapshot, missing_parents, remove_empty, remove_garbage
+from .ownership import (
+    check_writable,
+    current_snapshot,
+    missing_parents,
+    remove_empty,
+    remove_garbage,
+    remove_snapshot_dir,
+)
 from .records import RecordStore
 from .reranker import Reranker, index_entry, rerank_stage, stored_reranker
 from .storage import verify_files, write_json_atomic
@@ -424,9 +431,13 @@ class Ranker:
                 f"do not match the model copy ({model.dimension}, {model.geometry}); the index is corrupted, "
                 "rebuild it"
             )
+        check_geometry(mpath, model)
         count = manifest["count"]
         vectors, offsets = open_vectors(snap, count, model.dimension)
         records = open_records(snap, offsets)
+        if verify:  # scan the content the checksums vouched for (qaindex.index_checks)
+            check_vectors(snap / "vectors.npy", vectors, ball=model.geometry == "poincare", scan=True)
+            records._ids = check_records(snap / "records.jsonl", records.data, records.offsets)
         coarse_info = manifest["coarse"]
         coarse = CoarseIndex.load(
             snap / "coarse.faiss",
@@ -1161,7 +1172,7 @@ class Ranker:
         try:
             check_model_copy(root / snap_name / "model" / "manifest.json", files, self.model.manifest)
         except IndexFormatError:
-            shutil.rmtree(root / snap_name, ignore_errors=True)
+            remove_snapshot_dir(root / snap_name)
             raise ModelFormatError(
                 f"{self._model_source}: the model files changed on disk since the model was loaded "
                 "(they no longer match its manifest); load the model again"
@@ -1170,7 +1181,7 @@ class Ranker:
             with writing(root, "manifest.json", needed=4096):
                 write_json_atomic(root / "manifest.json", manifest)
         except BaseException:
-            shutil.rmtree(root / snap_name, ignore_errors=True)
+            remove_snapshot_dir(root / snap_name)
             raise
         # The new snapshot is live; remove the one it replaced (only qaindex's: qaindex.ownership).
         remove_garbage(root, keep=snap_name, previous=previous)

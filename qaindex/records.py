@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import mmap
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
 from . import fast_paths
 from .corpus import Record
+from .errors import IndexFormatError
+from .index_checks import parse_record
 
 __all__ = ["RecordStore", "encode_record", "encode_records"]
 
@@ -103,9 +106,10 @@ class RecordStore:
     (1, 'Yes.', {'a': 0})
     """
 
-    def __init__(self, data: bytes | mmap.mmap, offsets: np.ndarray) -> None:
+    def __init__(self, data: bytes | mmap.mmap, offsets: np.ndarray, *, source: Path | None = None) -> None:
         self.data = data
         self.offsets = offsets
+        self.source = source  # the file the lines came from, for errors about damaged lines
         self._ids: dict[str, int] | None = None
         self._cache: dict[int, Record] = {}
 
@@ -143,7 +147,12 @@ class RecordStore:
         """The decoded record of ``row`` (cached)."""
         cached = self._cache.get(row)
         if cached is None:
-            cached = Record.from_json(json.loads(self.raw(row).decode("utf-8")))
+            try:
+                cached = Record.from_json(parse_record(self.raw(row)))
+            except ValueError as exc:  # a damaged line of a loaded index (qaindex.index_checks)
+                raise IndexFormatError(
+                    f"{self.source or 'records.jsonl'}: line {row + 1}: {exc}; the index is corrupted, rebuild it"
+                ) from None
             if len(self._cache) >= _RECORD_CACHE:
                 self._cache.clear()
             self._cache[row] = cached
@@ -152,7 +161,16 @@ class RecordStore:
     def ids(self) -> dict[str, int]:
         """``{str(id): row}`` for every record."""
         if self._ids is None:
-            self._ids = {str(self.get(row).id): row for row in range(len(self))}
+            ids: dict[str, int] = {}
+            for row in range(len(self)):
+                key = str(self.get(row).id)
+                if key in ids:
+                    raise IndexFormatError(
+                        f"{self.source or 'records.jsonl'}: id {json.dumps(self.get(row).id)} is on lines "
+                        f"{ids[key] + 1} and {row + 1}; ids must be unique; the index is corrupted, rebuild it"
+                    )
+                ids[key] = row
+            self._ids = ids
         return self._ids
 
     def append(self, records: Sequence[Record]) -> RecordStore:

@@ -378,10 +378,15 @@ def test_a_hand_edited_manifest_fails_its_checksum(index: Path) -> None:
         f"{index / 'manifest.json'}: checksum does not match the manifest's content; the index is corrupted "
         "(or its manifest was edited), rebuild it"
     )
-    # manifests written before the checksum existed still load
+    # the checksum is not optional: removing it does not get an edit through
     del manifest["checksum"]
     _rewrite(index, {**manifest, "overfetch": 3}, checksum=False)
-    assert Ranker.load(index).overfetch == 3
+    with pytest.raises(IndexFormatError) as err:
+        Ranker.load(index)
+    assert str(err.value) == (
+        f'{index / "manifest.json"}: field "checksum" must be 64 lowercase hex digits (the manifest\'s own '
+        "SHA-256), got None; the index is corrupted, rebuild it"
+    )
 
 
 def test_model_manifest_fields_are_validated(faq_model: Path, tmp_path: Path) -> None:

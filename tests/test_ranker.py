@@ -257,9 +257,10 @@ def test_save_refuses_foreign_directory(faq_model: Path, faq_file: Path, tmp_pat
     ranker = Ranker.build(faq_file, model=faq_model)
     with pytest.raises(IndexFormatError) as e:
         ranker.save(tmp_path / "docs")
-    assert (
-        str(e.value)
-        == f"{tmp_path / 'docs'}: exists and is not a qaindex index; choose another --index path or remove it"
+    assert str(e.value) == (
+        f"{tmp_path / 'docs'}: exists and is not a qaindex index (it holds 'thesis.txt', which qaindex did not "
+        "write); qaindex writes only into a new or empty directory or an existing qaindex index, and never deletes "
+        "or overwrites files it did not write; choose another --index path, or empty the directory"
     )
     assert (tmp_path / "docs" / "thesis.txt").read_text() == "precious"
 
