@@ -34,7 +34,14 @@ import numpy as np
 
 from .errors import IndexFormatError
 
-__all__ = ["check_geometry", "check_offsets", "check_records", "check_vectors", "parse_record"]
+__all__ = [
+    "check_geometry",
+    "check_offsets",
+    "check_records",
+    "check_vectors",
+    "parse_record",
+    "stored_vectors_error",
+]
 
 _BLOCK_ROWS = 1 << 16
 _BLOCK_BYTES = 1 << 24
@@ -210,3 +217,12 @@ def check_geometry(mpath: Path, model: Any) -> None:
             f'{mpath}: geometry is "{geometry}", but the model\'s scorer does not measure it (distance {d:.4g} '
             f"between two vectors of the same direction); {_REBUILD}"
         )
+
+
+def stored_vectors_error(source: Path | str, rows: np.ndarray) -> IndexFormatError:
+    """The error for stored vectors that scored NaN or infinity (an index loaded with ``verify=False``)."""
+    shown = ", ".join(str(int(r)) for r in np.unique(rows)[:5])
+    return IndexFormatError(
+        f"{source}: rows {shown} give non-finite scores (NaN or infinite values stored); {_REBUILD} "
+        "(a load with verify=True checks every vector)"
+    )

@@ -30,7 +30,7 @@ from .corpus import Record, read_corpus, records_from_dicts
 from .devices import devices_info
 from .diskspace import writing
 from .errors import IndexChangedError, IndexFormatError, ModelFormatError, QAIndexError, QueryError
-from .index_checks import check_geometry, check_records, check_vectors
+from .index_checks import check_geometry, check_records, check_vectors, stored_vectors_error
 from .index_format import (
     INDEX_FORMAT,
     INDEX_FORMAT_VERSION,
@@ -835,6 +835,8 @@ class Ranker:
         safe_rows = rows if all_valid else np.where(valid, rows, 0)
         gathered = np.asarray(np.asarray(self._vectors)[safe_rows.ravel()], dtype=np.float32)
         score, dist = self.model.score_checked(q, gathered.reshape(n, rows.shape[1], self.dimension))
+        if not np.isfinite(score).all():  # queries are checked: a damaged vectors.npy loaded with verify=False
+            raise stored_vectors_error(self._vectors_source(), safe_rows[~np.isfinite(score)])
         if not all_valid:
             score = np.where(valid, score, -np.inf)
             dist = np.where(valid, dist, np.inf)
@@ -1194,6 +1196,10 @@ class Ranker:
         self.path = root
         _log.info("saved %d answers to %s (snapshot %s)", len(self), root, snap_name)
         return root
+
+    def _vectors_source(self) -> Path | str:
+        served = self._served
+        return "the stored vectors" if self.path is None or served is None else self.path / served[0] / "vectors.npy"
 
     def verify(self) -> None:
         """Check the size and SHA-256 of every file of the snapshot this Ranker serves.

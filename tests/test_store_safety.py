@@ -343,3 +343,97 @@ def test_the_next_write_removes_orphans(index: Path) -> None:
     with Ranker.edit(index) as ranker:
         ranker.configure(overfetch=4)
     assert not (index / name).exists() and orphan_snapshots(index) == []
+
+
+# -- 3. content checks on load ------------------------------------------------------------------
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import reliability  # noqa: E402
+
+# case -> (file at fault, part of the message)
+HOSTILE_EXPECTED = {
+    "offsets decreasing": ("records.offsets.npy", "offsets must strictly increase, but line 2 ends at byte"),
+    "offsets negative": ("records.offsets.npy", "line 1 ends at byte -5, not after its start 0"),
+    "offsets float": ("records.offsets.npy", "dtype float64, expected integer byte offsets"),
+    "offsets int8": ("records.offsets.npy", "offsets must strictly increase"),
+    "offsets past the end": ("records.jsonl", "size does not match its offsets"),
+    "offsets not at line ends": ("records.jsonl", "line 3 (bytes 144..216) is not one JSON object per line"),
+    "record not JSON": ("records.jsonl", "line 5: not strict JSON (Expecting property name"),
+    "record without answer": ("records.jsonl", 'line 6: field "answer" must be a string, got None'),
+    "record answer a number": ("records.jsonl", 'line 7: field "answer" must be a string, got 5'),
+    "record without id": ("records.jsonl", 'line 8: field "id" must be a string or an integer, got None'),
+    "record id a float": ("records.jsonl", 'line 9: field "id" must be a string or an integer, got 1.5'),
+    "record questions not a list": ("records.jsonl", 'line 10: field "questions" must be a list of strings'),
+    "record metadata not an object": ("records.jsonl", 'line 11: field "metadata" must be an object'),
+    "record NaN in metadata": ("records.jsonl", "line 12: not strict JSON (NaN is not valid JSON"),
+    "record Infinity in metadata": ("records.jsonl", "line 13: not strict JSON (Infinity is not valid JSON"),
+    "record a JSON array": ("records.jsonl", "line 14 (bytes 950..957) is not one JSON object per line"),
+    "record not UTF-8": ("records.jsonl", "line 15: not UTF-8"),
+    "record two objects on a line": ("records.jsonl", "line 16: not strict JSON (Extra data"),
+    "records duplicate ids": ("records.jsonl", 'id "h0" is on lines 1 and 17; ids must be unique'),
+    "vectors NaN": ("vectors.npy", "row 3 holds NaN or infinite values"),
+    "vectors all NaN": ("vectors.npy", "row 0 holds NaN or infinite values"),
+    "vectors infinite": ("vectors.npy", "row 7 holds NaN or infinite values"),
+    "vectors outside the ball": ("vectors.npy", "row 9 has norm 2.54558, outside the unit ball of a Poincaré model"),
+    "vectors float64": ("vectors.npy", "dtype float64, expected float32"),
+    "vectors float16": ("vectors.npy", "dtype float16, expected float32"),
+    "vectors int8": ("vectors.npy", "dtype int8, expected float32"),
+    "vectors complex64": ("vectors.npy", "dtype complex64, expected float32"),
+    "vectors big-endian": ("vectors.npy", "dtype >f4, expected float32"),
+    "ef_search 2**62": ("manifest.json", 'field "coarse.params.ef_search" must be at most 1048576'),
+    "M 2**40": ("manifest.json", 'field "coarse.params.M" must be at most 1048576'),
+    "overfetch 2**62": ("manifest.json", 'field "overfetch" must be at most 1048576'),
+    "dimension 2**31": ("manifest.json", 'field "dimension" must be at most 65536'),
+    "count off by one": ("", "stored arrays do not match the manifest (61 answers of dimension 8)"),
+    "Poincaré model relabelled cosine": ("manifest.json", 'geometry is "cosine", but the model\'s scorer does not'),
+    "manifest checksum removed": ("manifest.json", 'field "checksum" must be 64 lowercase hex digits'),
+}
+
+
+@pytest.fixture(scope="module")
+def hostile_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("hostile")
+    model = reliability.tiny_model(root / "model")
+    base = root / "base"
+    Ranker.build(reliability.records("h", 60), model=model, index_kind="hnsw").save(base)
+    return base
+
+
+def test_every_hostile_case_has_an_expected_message() -> None:
+    assert set(HOSTILE_EXPECTED) == set(reliability.HOSTILE)
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_EXPECTED))
+def test_the_default_load_refuses_hostile_content(hostile_base: Path, tmp_path: Path, case: str) -> None:
+    index = reliability.make_hostile(hostile_base, tmp_path / "ix", case)
+    where, fragment = HOSTILE_EXPECTED[case]
+    snap = index / json.loads((index / "manifest.json").read_text())["snapshot"]
+    path = index / where if where == "manifest.json" else (snap / where if where else snap)
+    with pytest.raises(IndexFormatError) as err:
+        Ranker.load(index)
+    assert str(err.value).startswith(f"{path}: ")
+    assert fragment in str(err.value)
+    assert str(err.value).endswith(("rebuild it", "rebuild the index"))
+
+
+def test_verify_false_still_refuses_damaged_content_when_it_is_read(hostile_base: Path, tmp_path: Path) -> None:
+    index = reliability.make_hostile(hostile_base, tmp_path / "a", "record without answer")
+    ranker = Ranker.load(index, verify=False)
+    with pytest.raises(IndexFormatError, match=r'records\.jsonl: line 6: field "answer" must be a string'):
+        list(ranker.records())
+    index = reliability.make_hostile(hostile_base, tmp_path / "b", "records duplicate ids")
+    with pytest.raises(IndexFormatError, match='id "h0" is on lines 1 and 17; ids must be unique'):
+        Ranker.load(index, verify=False).get("h0")
+    index = reliability.make_hostile(hostile_base, tmp_path / "c", "vectors all NaN")
+    ranker = Ranker.load(index, verify=False)
+    with pytest.raises(IndexFormatError, match=r"vectors\.npy: rows .* give non-finite scores"):
+        ranker.search("w1 w2", k=3)
+    res = CliRunner().invoke(main, ["search", "w1 w2", "--index", str(index), "--json"])
+    assert res.exit_code == 1 and "holds NaN or infinite values" in res.output  # the CLI loads verified
+
+
+def test_a_valid_index_passes_every_check(hostile_base: Path) -> None:
+    ranker = Ranker.load(hostile_base)
+    assert len(ranker) == 60 and ranker._records._ids is not None  # the ids map comes from the scan
+    assert [h.id for h in ranker.search("w1 w2 w3", k=3)] == [
+        h.id for h in Ranker.load(hostile_base, verify=False).search("w1 w2 w3", k=3)
+    ]
