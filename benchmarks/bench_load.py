@@ -1,7 +1,9 @@
 """Load time of an index with and without checksum verification, and SHA-256 throughput.
 
 ``Ranker.load`` verifies the size and SHA-256 of every file of the index and of its model
-copy by default (``verify=False`` opts out). This measures what that costs: for each corpus
+copy by default, and scans the content (finite vectors inside the ball, every record strict
+JSON with its fields, unique ids: :mod:`qaindex.index_checks`); ``verify=False`` opts out of
+both. This measures what that costs, and the content scan on its own: for each corpus
 size it builds a ``flat`` index with the built-in default model (synthetic answers of words
 from ``examples/faq.jsonl``), then times ``Ranker.load`` (median of several loads, page cache
 warm) with ``verify=True`` and ``verify=False``, and the streamed SHA-256 rate of this machine.
@@ -56,6 +58,23 @@ def median_load(index: Path, verify: bool, reps: int) -> float:
     return float(np.median(times))
 
 
+def content_checks(index: Path, reps: int) -> float:
+    """Median seconds of the content scan alone (vectors and records) on a loaded index."""
+    from qaindex.index_checks import check_records, check_vectors
+
+    ranker = Ranker.load(index, verify=False)
+    snap = index / json.loads((index / "manifest.json").read_text())["snapshot"]
+    records = ranker._records
+    ball = ranker.model.geometry == "poincare"
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        check_vectors(snap / "vectors.npy", ranker._vectors, ball=ball, scan=True)
+        check_records(snap / "records.jsonl", records.data, records.offsets)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000")
@@ -78,6 +97,7 @@ def main() -> None:
             verified = median_load(index, True, args.reps)
             unverified = median_load(index, False, args.reps)
             size = index_bytes(index)
+            content = content_checks(index, args.reps)
             row = {
                 "answers": n,
                 "index_bytes": size,
@@ -85,11 +105,14 @@ def main() -> None:
                 "load_no_verify_s": round(unverified, 4),
                 "verify_cost_s": round(verified - unverified, 4),
                 "verify_gb_per_s": round(size / max(1e-9, verified - unverified) / 1e9, 2),
+                "content_checks_s": round(content, 4),
+                "content_share_of_verify": round(content / max(1e-9, verified - unverified), 3),
             }
             rows.append(row)
             print(
                 f"{n:>7} answers, {size / 1e6:7.1f} MB: load {verified * 1e3:8.1f} ms verified, "
-                f"{unverified * 1e3:8.1f} ms with verify=False (verification {row['verify_cost_s'] * 1e3:.1f} ms)"
+                f"{unverified * 1e3:8.1f} ms with verify=False (verification {row['verify_cost_s'] * 1e3:.1f} ms, "
+                f"of which content scan {content * 1e3:.1f} ms)"
             )
     result = {
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},

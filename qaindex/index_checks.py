@@ -168,20 +168,52 @@ def check_records(path: Path, data: Any, offsets: np.ndarray) -> dict[str, int]:
             parsed = _DECODER.decode("[" + text[:-1].replace("\n", ",") + "]")
             if not isinstance(parsed, list) or len(parsed) != end - row:
                 raise ValueError("not one object per line")
-            for i, obj in enumerate(parsed):
-                _check_fields(obj)
-                key = str(obj["id"])
-                if key in ids:
-                    raise IndexFormatError(
-                        f"{path}: id {json.dumps(obj['id'])} is on lines {ids[key] + 1} and {row + i + 1}; "
-                        f"ids must be unique; {_REBUILD}"
-                    )
-                ids[key] = row + i
+            keys = [_key(obj) for obj in parsed]  # None: a record to look at closely
+            if None in keys:
+                _check_fields(parsed[keys.index(None)])  # raises, saying what is wrong
+            before = len(ids)
+            ids.update(zip(keys, range(row, end), strict=True))  # type: ignore[arg-type]
+            if len(ids) != before + end - row:
+                _duplicate(path, data, offsets, keys, row)
         except (ValueError, RecursionError):
             _locate(path, data, offsets, row, end)  # raises, naming the line
             raise AssertionError("unreachable") from None
         row = end
     return ids
+
+
+def _key(obj: Any) -> str | None:
+    """``str(id)`` of a record whose fields have the usual types, else None (checked in full then)."""
+    if type(obj) is not dict:
+        return None
+    ident, questions, metadata = obj.get("id"), obj.get("questions", ()), obj.get("metadata", _EMPTY)
+    kind = type(ident)
+    if (
+        (kind is str or kind is int)
+        and type(obj.get("answer")) is str
+        and type(metadata) is dict
+        and (questions == () or (type(questions) is list and all(type(q) is str for q in questions)))
+    ):
+        return ident if kind is str else str(ident)  # type: ignore[return-value]
+    return None
+
+
+_EMPTY: dict[str, Any] = {}
+
+
+def _duplicate(path: Path, data: Any, offsets: np.ndarray, keys: list[str | None], start: int) -> None:
+    """Raise for the first id of this block seen before (in it or in an earlier block)."""
+    seen: dict[str, int] = {}
+    for row in range(len(offsets) - 1):  # rare path: find both lines from the start
+        key = str(parse_record(bytes(data[int(offsets[row]) : int(offsets[row + 1])]))["id"])
+        if key in seen:
+            ident = json.loads(bytes(data[int(offsets[row]) : int(offsets[row + 1])]))["id"]
+            raise IndexFormatError(
+                f"{path}: id {json.dumps(ident)} is on lines {seen[key] + 1} and {row + 1}; ids must be unique; "
+                f"{_REBUILD}"
+            )
+        seen[key] = row
+    raise AssertionError("unreachable")
 
 
 def _locate(path: Path, data: Any, offsets: np.ndarray, start: int, end: int) -> None:

@@ -8,6 +8,7 @@ path inside the directory. Writers publish a complete sibling directory with one
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -193,11 +194,24 @@ def copy_model_files(source: Path, manifest: Mapping[str, Any], destination: Pat
             ) from None
 
 
+def _is_model_manifest(path: Path) -> bool:
+    """Whether ``path`` is a qaindex model manifest (format name and an integer version)."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            return False
+        obj = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError):
+        return False
+    version = obj.get("format_version") if isinstance(obj, dict) else None
+    return obj.get("format") == MODEL_FORMAT and isinstance(version, int) and not isinstance(version, bool)
+
+
 def _publish_directory(tmp: Path, target: Path, *, marker: str, what: str, error: type[Exception]) -> None:
     """Rename ``tmp`` to ``target``, replacing an existing directory that contains ``marker``."""
     fsync_tree(tmp)
     if target.exists():
-        if not (target / marker).is_file() and any(target.iterdir()):
+        if any(target.iterdir()) and not _is_model_manifest(target / marker):
+            # a folder qaindex did not write (its own manifest.json, say) is never replaced
             raise error(f"{target}: exists and is not a {what}; choose another path or remove it")
         old = target.with_name(f".{target.name}.old-{os.getpid()}")
         os.replace(target, old)

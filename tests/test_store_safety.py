@@ -437,3 +437,14 @@ def test_a_valid_index_passes_every_check(hostile_base: Path) -> None:
     assert [h.id for h in ranker.search("w1 w2 w3", k=3)] == [
         h.id for h in Ranker.load(hostile_base, verify=False).search("w1 w2 w3", k=3)
     ]
+
+
+def test_writing_a_model_never_replaces_a_folder_with_a_foreign_manifest(tmp_path: Path) -> None:
+    from conftest import vocab_for
+
+    app = _user_folder(tmp_path / "app")
+    before = _tree(app)
+    vocab = vocab_for(["a b c"])
+    with pytest.raises(ModelFormatError, match="exists and is not a model directory"):
+        make_model(app, vocab, np.zeros((len(vocab), 4), dtype=np.float32))
+    assert _tree(app) == before
