@@ -249,6 +249,7 @@ def orphan_snapshots(root: Path) -> list[tuple[str, int]]:
 
     Example
     -------
+    >>> from qaindex import Ranker
     >>> _ = Ranker.build("examples/faq.jsonl").save("qaindex-index")
     >>> orphan_snapshots(Path("qaindex-index"))
     []
@@ -372,6 +373,7 @@ def collect_garbage(
 
     Example
     -------
+    >>> from qaindex import Ranker
     >>> _ = Ranker.build("examples/faq.jsonl").save("qaindex-index")
     >>> collect_garbage("qaindex-index").removed
     ()
