@@ -78,6 +78,10 @@ def describe_unexpected(exc: BaseException) -> str:
         reason = exc.strerror or str(exc) or type(exc).__name__
         if exc.errno == errno.ENOSPC:
             return f"{where}: no space left on the device; free some space and retry"
+        if exc.errno == errno.EDQUOT:
+            return f"{where}: disk quota exceeded; free some space and retry"
+        if exc.errno == errno.EFBIG:
+            return f"{where}: larger than this process's file-size limit (`ulimit -f`); raise the limit and retry"
         return f"{where}: {reason}; check the path and its permissions"
     if isinstance(exc, MemoryError):
         return "out of memory; use a smaller -k, --batch-size or corpus"

@@ -194,7 +194,7 @@ def _key(obj: Any) -> str | None:
         and type(metadata) is dict
         and (questions == () or (type(questions) is list and all(type(q) is str for q in questions)))
     ):
-        return ident if kind is str else str(ident)  # type: ignore[return-value]
+        return ident if kind is str else str(ident)
     return None
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from . import bilinear, hyperbolic
 from .chunking import read_chunking
+from .diskspace import estimate_bytes, writing
 from .errors import ModelFormatError
 from .storage import (
     check_file_entries,
@@ -318,14 +319,17 @@ def write_model_directory(
         [rf"\.{stem}\.tmp-(?P<pid>[0-9]+)-[0-9a-f]+", rf"\.{stem}\.old-(?P<pid>[0-9]+)"],
         only_dead=True,
     )
+    needed = sum(len(c) if isinstance(c, bytes) else estimate_bytes(c) for c in contents.values()) + (1 << 16)
     with temporary_sibling(target) as tmp:
         for fname, content in contents.items():
             dest = tmp / fname
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(content, bytes):
-                dest.write_bytes(content)
-            else:
-                shutil.copyfile(content, dest)
+            size = len(content) if isinstance(content, bytes) else estimate_bytes(content)
+            with writing(target, fname, needed=needed, file_bytes=size):  # names the model directory
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                if isinstance(content, bytes):
+                    dest.write_bytes(content)
+                else:
+                    shutil.copyfile(content, dest)
         tokenizer.save_vocab(tmp / "vocab.txt")
         files = {p.relative_to(tmp).as_posix(): file_entry(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
         from . import __version__

@@ -448,3 +448,22 @@ def test_writing_a_model_never_replaces_a_folder_with_a_foreign_manifest(tmp_pat
     with pytest.raises(ModelFormatError, match="exists and is not a model directory"):
         make_model(app, vocab, np.zeros((len(vocab), 4), dtype=np.float32))
     assert _tree(app) == before
+
+
+def test_writing_a_model_on_a_full_disk_names_the_model_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conftest import vocab_for
+
+    import qaindex.model_format
+
+    def full(self: Path, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(qaindex.model_format.Path, "write_bytes", full)
+    vocab = vocab_for(["a b c"])
+    with pytest.raises(
+        DiskFullError, match=rf"^{tmp_path / 'm'}: no space left on the device while writing encoder\.onnx"
+    ):
+        make_model(tmp_path / "m", vocab, np.zeros((len(vocab), 4), dtype=np.float32))
+    assert not (tmp_path / "m").exists()
