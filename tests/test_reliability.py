@@ -72,3 +72,22 @@ def test_each_corruption_really_changes_the_file(tmp_path: Path, how: str) -> No
         assert path.is_symlink() and path.read_bytes() == b"0123456789"
     else:
         assert path.read_bytes() != b"0123456789"
+
+
+def test_readme_body_renders_the_hostile_file_figures() -> None:
+    import reliability_report
+
+    results = json.loads(reliability.RESULTS.read_text())
+    results["hostile_files"] = {
+        "cases": 35,
+        "runs": 182,
+        "refused_by_default_load": 35,
+        "defects": 0,
+        "foreign_folder_runs": 7,
+        "foreign_folder_modified": False,
+    }
+    body = reliability_report.readme_body(results)
+    assert "| 182 | 35/35 refused by the default load; 0 errors other than `QAIndexError`" in body
+    assert "a folder named like a snapshot | 7 | all refused; the folder untouched |" in body
+    del results["hostile_files"]  # results from before the hostile cases still render
+    assert "hostile files" not in reliability_report.readme_body(results)
