@@ -703,11 +703,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if "hostile" in parts:
             result["hostile_files"] = hostile_files(work, model)
     previous = json.loads(args.out.read_text()) if args.out.exists() else {}
-    for part, key in (("kill", "kill_loop"), ("writers", "concurrent_writers"), ("corruption", "corruption")):
+    kept = []
+    for part, key in (
+        ("kill", "kill_loop"),
+        ("writers", "concurrent_writers"),
+        ("corruption", "corruption"),
+        ("hostile", "hostile_files"),
+    ):
         if part not in parts and key in previous and not args.quick:  # a partial run keeps the rest
             result[key] = previous[key]
-    if "hostile" not in parts and "hostile_files" in previous:
-        result["hostile_files"] = previous["hostile_files"]
+            kept.append(key)
+    if kept:
+        result["kept_from_previous_run"] = kept
     result["fuzz"] = previous.get("fuzz", {"note": "filled by benchmarks/fuzz.py", "inputs": None})
     result["seconds"] = round(time.perf_counter() - start, 1)
     kill = result.get("kill_loop", {})
