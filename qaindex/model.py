@@ -35,8 +35,8 @@ import numpy as np
 
 from . import chunking as chunking_format
 from . import fast_paths, hyperbolic
-from .arguments import finite_vectors, optional_callable, positive_int, text_list
-from .devices import SessionPair, open_sessions
+from .arguments import finite_vectors, flag, optional_callable, path_arg, positive_int, text_list, threads_arg
+from .devices import SessionPair, check_device, open_sessions
 from .errors import ModelFormatError, QueryError
 from .model_format import (
     GEOMETRIES,
@@ -73,7 +73,7 @@ def resolve_model_path(model: str | os.PathLike[str] | None) -> Path:
     'dir'
     """
     if model is not None:
-        return Path(model)
+        return path_arg(model, "model", what="a model directory")
     if not (DEFAULT_MODEL_DIR / "manifest.json").is_file():
         raise ModelFormatError(
             "no built-in default model ships with this install of qaindex; pass --model DIR "
@@ -135,7 +135,7 @@ class Model:
 
         Same as :func:`qaindex.model_format.read_model_manifest`.
         """
-        return read_model_manifest(path, verify=verify)
+        return read_model_manifest(path_arg(path, "path", what="a model directory"), verify=flag(verify, "verify"))
 
     @classmethod
     def load(
@@ -164,7 +164,9 @@ class Model:
         Model
         """
         directory = resolve_model_path(path)
-        manifest = cls.read_manifest(directory, verify=verify)
+        check_device(device)
+        threads = threads_arg(threads)
+        manifest = cls.read_manifest(directory, verify=flag(verify, "verify"))
         try:
             tokenizer = Tokenizer.from_config(manifest["tokenizer"], directory)
         except TokenizerError as exc:

@@ -25,10 +25,23 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import numpy as np
 
 from . import fast_paths, hyperbolic
-from .arguments import MAX_INT64, finite_vectors, id_list, path_or_records, positive_int, text_list
+from .arguments import (
+    MAX_INT64,
+    choice,
+    finite_number,
+    finite_vectors,
+    flag,
+    id_list,
+    numeric_table,
+    path_arg,
+    path_or_records,
+    positive_int,
+    text_list,
+    threads_arg,
+)
 from .concurrency import ReadWriteLock
 from .corpus import Record, read_corpus, records_from_dicts
-from .devices import devices_info
+from .devices import check_device, devices_info
 from .errors import IndexChangedError, IndexFormatError, ModelFormatError, QAIndexError, QueryError
 from .index_format import (
     INDEX_FORMAT,
@@ -168,9 +181,7 @@ def _check_questions(questions: Any) -> list[str]:
 
 
 def _check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise QueryError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
-    return value
+    return choice(value, name, choices)
 
 
 def _check_hnsw(hnsw: Any) -> dict[str, int] | None:
@@ -197,9 +208,7 @@ def _check_hnsw(hnsw: Any) -> dict[str, int] | None:
 
 
 def _check_flag(value: Any, name: str) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise QueryError(f"{name} must be True or False, got {value!r}")
-    return bool(value)
+    return flag(value, name)
 
 
 class Ranker:
@@ -317,6 +326,10 @@ class Ranker:
             recall = check_target(recall)
         if model is not None and not isinstance(model, str | os.PathLike | Model):
             raise QueryError(f"model must be a model directory, a Model or None, got {type(model).__name__}")
+        if isinstance(model, str | os.PathLike):
+            path_arg(model, "model", what="a model directory")
+        if reranker is not None and not isinstance(reranker, Reranker):
+            path_arg(reranker, "reranker", what="a reranker model directory")
         is_path = path_or_records(corpus, "corpus")
         # Encoding overlaps Python work (a file's next chunk, qaindex.building; the stored
         # records below), which takes one core: onnxruntime gets the other (with two threads
@@ -394,7 +407,10 @@ class Ranker:
             The index is missing, of an unknown version, corrupted, or names paths outside
             its directory; the message names the file and field.
         """
-        root = Path(path)
+        root = path_arg(path, "path", what="an index directory")
+        check_device(device)
+        threads = threads_arg(threads)
+        verify = flag(verify, "verify")
         for attempt in range(3):
             manifest = read_index_manifest(root)
             try:
@@ -486,7 +502,10 @@ class Ranker:
         >>> len(Ranker.load("qaindex-index")) == len(Ranker.build("examples/faq.jsonl")) + 1
         True
         """
-        root = Path(path)
+        root = path_arg(path, "path", what="an index directory")
+        check_device(device)
+        threads = threads_arg(threads)
+        verify = flag(verify, "verify")
         read_index_manifest(root)  # a clear error for a missing index, before any lock file
         with index_lock(root, timeout=lock_timeout):
             ranker = cls.load(root, device=device, threads=threads, verify=verify)
@@ -657,10 +676,8 @@ class Ranker:
         qs = _check_questions(questions)
         k = _check_k(k)
         match = _matcher(where)
-        if min_score is not None and (
-            isinstance(min_score, bool) or not isinstance(min_score, int | float) or not np.isfinite(min_score)
-        ):
-            raise QueryError(f"min_score must be a finite number or None, got {min_score!r}")
+        if min_score is not None:
+            min_score = finite_number(min_score, "min_score")
         stage = rerank_stage(self.reranker, rerank, depth, k, min_score)
         if stage is not None:  # the first stage finds `depth` candidates; the reranker orders and cuts them
             k, min_score = stage.depth, None
@@ -709,9 +726,9 @@ class Ranker:
         ...     h.id for h in ranker.search("refund?", k=2)]
         True
         """
-        s = np.asarray(scores)
-        d = np.asarray(distances)
-        r = np.asarray(rows)
+        s = numeric_table(scores, "scores")
+        d = numeric_table(distances, "distances")
+        r = numeric_table(rows, "rows", integer=True)
         if s.ndim != 2 or s.shape != d.shape or s.shape != r.shape:
             raise QueryError(
                 f"scores, distances and rows must be 2-D arrays of one shape, got {s.shape}, {d.shape}, {r.shape}"
@@ -1059,8 +1076,9 @@ class Ranker:
         >>> ranker.save("qaindex-index")
         PosixPath('qaindex-index')
         """
+        root = path_arg(path, "path", what="an index directory")
+        overwrite = flag(overwrite, "overwrite")
         self._refresh_coarse()
-        root = Path(path)
         if root.exists() and not root.is_dir():
             raise IndexFormatError(f"{root}: exists and is not a directory; choose another --index path")
         if (
