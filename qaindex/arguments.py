@@ -248,7 +248,7 @@ def choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
 
 
 def finite_number(
-    value: Any, name: str, *, minimum: float | None = None, maximum: float | None = None
+    value: Any, name: str, *, minimum: float | None = None, maximum: float | None = None, optional: bool = False
 ) -> float:
     """``value`` as a finite float (an int, float or numpy number; bools and strings refused).
 
@@ -263,14 +263,15 @@ def finite_number(
     ...
     qaindex.errors.QueryError: min_score must be a finite number, got 1000000000000000000000000000000000000000000...
     """
+    accepted = "a finite number or None" if optional else "a finite number"
     if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer | np.floating):
-        raise QueryError(f"{name} must be a finite number, got {type(value).__name__} {shown(value)}")
+        raise QueryError(f"{name} must be {accepted}, got {shown(value)}")
     try:
         number = float(value)
     except OverflowError:
         number = math.inf
     if not math.isfinite(number):
-        raise QueryError(f"{name} must be a finite number, got {shown(value)}")
+        raise QueryError(f"{name} must be {accepted}, got {shown(value)}")
     if minimum is not None and number < minimum:
         raise QueryError(f"{name} must be at least {minimum:g}, got {shown(value)}")
     if maximum is not None and number > maximum:
@@ -353,10 +354,11 @@ def path_arg(value: Any, name: str, *, what: str = "a path") -> Path:
 
 
 def numeric_table(values: Any, name: str, *, integer: bool = False) -> np.ndarray:
-    """A 2-D numeric array from an array or a nested list of equal-length rows.
+    """A numeric array from an array or a nested list of equal-length rows (the caller checks
+    the shape).
 
-    Ragged lists, strings, objects and 0-d or 3-D arrays are refused; ``integer`` accepts only
-    integer dtypes (booleans excluded).
+    Ragged lists, strings and objects are refused; ``integer`` accepts only integer dtypes
+    (booleans excluded).
 
     Example
     -------
@@ -377,6 +379,4 @@ def numeric_table(values: Any, name: str, *, integer: bool = False) -> np.ndarra
     if arr.dtype.kind not in kinds:
         want = "integers" if integer else "integers or floats"
         raise QueryError(f"{name} must hold {want}, got dtype {arr.dtype}")
-    if arr.ndim != 2:
-        raise QueryError(f"{name} must be a 2-D array, got shape {arr.shape}")
     return arr

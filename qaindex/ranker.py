@@ -24,7 +24,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
-from . import fast_paths, hyperbolic
+from . import budget, fast_paths, hyperbolic
 from .arguments import (
     MAX_INT64,
     choice,
@@ -249,6 +249,8 @@ class Ranker:
         self._coarse = coarse
         self._coarse_stale = False
         self.overfetch = int(overfetch)
+        # bytes one request may use (qaindex.budget); None: $QAINDEX_MEMORY_BUDGET or 1 GiB
+        self.memory_budget: int | None = None
         self.kind_requested = kind_requested
         self.path = path
         self.created = created or _now()
@@ -543,10 +545,12 @@ class Ranker:
         ef_search: int | None = None,
         nprobe: int | None = None,
         refine: int | None = None,
+        memory_budget: int | None = None,
     ) -> None:
         """Change the speed/recall trade-off of later searches (saved with the index).
 
         Each breadth applies to its own index kinds and is ignored by the others.
+        ``memory_budget`` is this Ranker's own (not saved).
 
         Parameters
         ----------
@@ -558,6 +562,10 @@ class Ranker:
             IVF lists scanned per question (at most ``nlist``).
         refine : int, optional
             PQ codes re-scored with the float vectors, per candidate.
+        memory_budget : int, optional
+            Bytes one request may use (at least 1 MiB; default ``$QAINDEX_MEMORY_BUDGET`` or
+            1 GiB): results over half of it are refused before any work, the rest bounds the
+            chunks of working memory (:mod:`qaindex.budget`).
 
         Example
         -------
@@ -573,8 +581,12 @@ class Ranker:
             for name, value in breadths.items()
             if value is not None
         }
+        if memory_budget is not None:
+            memory_budget = budget.check_budget_value(memory_budget)
         if overfetch is not None:
             self.overfetch = overfetch
+        if memory_budget is not None:
+            self.memory_budget = memory_budget
         for name, value in checked.items():
             if BREADTH_PARAM.get(self._coarse.kind) == name:
                 self._coarse.set_breadth(value)
@@ -677,32 +689,64 @@ class Ranker:
         k = _check_k(k)
         match = _matcher(where)
         if min_score is not None:
-            min_score = finite_number(min_score, "min_score")
+            min_score = finite_number(min_score, "min_score", optional=True)
         stage = rerank_stage(self.reranker, rerank, depth, k, min_score)
         if stage is not None:  # the first stage finds `depth` candidates; the reranker orders and cuts them
             k, min_score = stage.depth, None
         if not qs:
             return []
-        qv = self.model.encode(qs, role="question")
         k = min(k, len(self))
+        limit = budget.request_budget(self.memory_budget)
+        budget.check_result(
+            len(qs) * k * self._hit_bytes(),
+            limit,
+            f"a search of {len(qs):,} question(s) for {k:,} hits each",
+            "ask fewer questions per call or a smaller k (or rerank depth)",
+        )
+        qv = self.model.encode(qs, role="question")
         if match is None:
             first = [_cut(row, k, min_score) for row in self.hits(*self.search_vectors(qv, k))]
             return stage.apply(qs, first) if stage is not None else first
-        out: list[list[Hit]] = [[] for _ in qs]
-        pending = list(range(len(qs)))
+        out = self._search_filtered(qv, k, match, min_score, limit)
+        return stage.apply(qs, out) if stage is not None else out
+
+    def _search_filtered(
+        self, qv: np.ndarray, k: int, match: Callable[[Record], bool], min_score: float | None, limit: int
+    ) -> list[list[Hit]]:
+        """Each question's ``k`` best hits that ``match``: the search widens (x4) until it has
+        them or has ranked every answer. Hits are made only for matching rows, and questions
+        are searched in chunks that keep the candidate arrays within the memory budget."""
+        out: list[list[Hit]] = [[] for _ in range(len(qv))]
+        pending = list(range(len(qv)))
         width = min(len(self), 4 * k)
         while pending:
-            rows_hits = self.hits(*self.search_vectors(qv[pending], width))
             still = []
-            for i, hits in zip(pending, rows_hits, strict=True):
-                kept = _cut([h for h in hits if match(self._records.get(h.row))], k, min_score)
-                out[i] = kept
-                below = min_score is not None and bool(hits) and hits[-1].score < min_score
-                if len(kept) < k and width < len(self) and not below:
-                    still.append(i)
+            step = budget.chunk(width * budget.ARRAY_ENTRY_BYTES * 2, limit, len(pending))
+            for start in range(0, len(pending), step):
+                part = pending[start : start + step]
+                for i, srow, drow, rrow in zip(part, *self.search_vectors(qv[part], width), strict=True):
+                    kept: list[Hit] = []
+                    last = None
+                    for score, dist, row in zip(srow.tolist(), drow.tolist(), rrow.tolist(), strict=True):
+                        if row < 0:
+                            continue
+                        last = score
+                        if len(kept) == k or (min_score is not None and score < min_score):
+                            continue
+                        rec = self._records.get(row)
+                        if match(rec):
+                            kept.append(Hit(rec.id, rec.answer, score + 0.0, dist + 0.0, dict(rec.metadata), row))
+                    out[i] = kept
+                    below = min_score is not None and last is not None and last < min_score
+                    if len(kept) < k and width < len(self) and not below:
+                        still.append(i)
             pending = still
             width = min(len(self), width * 4)
-        return stage.apply(qs, out) if stage is not None else out
+        return out
+
+    def _hit_bytes(self) -> int:
+        """About what one Hit costs in memory (:mod:`qaindex.budget`)."""
+        return budget.HIT_OVERHEAD + int(self._records.offsets[-1]) // max(1, len(self))
 
     @_reading
     def hits(self, scores: Any, distances: Any, rows: Any) -> list[list[Hit]]:
@@ -735,6 +779,12 @@ class Ranker:
             )
         if r.size and (not np.issubdtype(r.dtype, np.integer) or r.max() >= len(self) or r.min() < -1):
             raise QueryError(f"rows must be integers in [-1, {len(self) - 1}] (from search_vectors of this index)")
+        budget.check_result(
+            r.size * self._hit_bytes(),
+            budget.request_budget(self.memory_budget),
+            f"hits for {r.shape[0]:,} x {r.shape[1]:,} rows",
+            "pass fewer rows per call",
+        )
         out: list[list[Hit]] = []
         for srow, drow, rrow in zip(s, d, r, strict=True):
             found = []
@@ -780,7 +830,22 @@ class Ranker:
         k = min(_check_k(k), len(self))
         _check_flag(use_coarse, "use_coarse")
         q = self._check_queries(queries)
-        parts = [self._search_chunk(q[s : s + _QUERY_CHUNK], k, use_coarse) for s in range(0, len(q), _QUERY_CHUNK)]
+        limit = budget.request_budget(self.memory_budget)
+        budget.check_result(
+            len(q) * k * budget.ARRAY_ENTRY_BYTES,
+            limit,
+            f"a search of {len(q):,} question vectors for {k:,} hits each",
+            "search fewer vectors per call or a smaller k",
+        )
+        m = min(len(self), k * self.overfetch)
+        budget.check_work(
+            m * budget.CANDIDATE_BYTES,
+            limit,
+            f"ranking {m:,} candidates (k={k:,} x overfetch {self.overfetch})",
+            "use a smaller k or overfetch",
+        )
+        step = budget.chunk(m * budget.CANDIDATE_BYTES, limit, _QUERY_CHUNK)
+        parts = [self._search_chunk(q[s : s + step], k, use_coarse, limit) for s in range(0, len(q), step)]
         if not parts:
             return (
                 np.zeros((0, k), np.float32),
@@ -817,7 +882,18 @@ class Ranker:
         m = min(positive_int(m, "m"), len(self))
         _check_flag(use_coarse, "use_coarse")
         queries = self._check_queries(queries)
-        return self._candidates(queries, m, use_coarse=use_coarse)
+        limit = budget.request_budget(self.memory_budget)
+        budget.check_result(
+            len(queries) * m * 8,
+            limit,
+            f"candidates of {len(queries):,} question vectors, {m:,} each",
+            "pass fewer vectors per call or a smaller m",
+        )
+        step = budget.chunk(m * budget.CANDIDATE_BYTES, limit, max(1, len(queries)))
+        if step >= len(queries):
+            return self._candidates(queries, m, use_coarse=use_coarse)
+        starts = range(0, len(queries), step)
+        return np.concatenate([self._candidates(queries[s : s + step], m, use_coarse=use_coarse) for s in starts])
 
     def _candidates(self, queries: np.ndarray, m: int, *, use_coarse: bool = False) -> np.ndarray:
         total = len(self)
@@ -827,15 +903,31 @@ class Ranker:
         # a plain ndarray view of the memory map: fancy indexing skips np.memmap's overhead
         return self._coarse.search(queries, m, vectors=np.asarray(self._vectors))
 
-    def _search_chunk(self, q: np.ndarray, k: int, use_coarse: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _search_chunk(
+        self, q: np.ndarray, k: int, use_coarse: bool, limit: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = len(q)
         m = min(len(self), k * self.overfetch)
         rows = self._candidates(q, m, use_coarse=use_coarse)
         valid = rows >= 0
         all_valid = bool(valid.all())
         safe_rows = rows if all_valid else np.where(valid, rows, 0)
-        gathered = np.asarray(np.asarray(self._vectors)[safe_rows.ravel()], dtype=np.float32)
-        score, dist = self.model.score_checked(q, gathered.reshape(n, rows.shape[1], self.dimension))
+        # the candidates' vectors are gathered and scored in column blocks within the budget
+        width = rows.shape[1]
+        block = budget.chunk(n * self.dimension * 4 * budget.SCORER_COPIES, limit, max(1, width))
+        vectors = np.asarray(self._vectors)
+        if block >= width:
+            gathered = np.asarray(vectors[safe_rows.ravel()], dtype=np.float32)
+            score, dist = self.model.score_checked(q, gathered.reshape(n, width, self.dimension))
+        else:
+            score = np.empty((n, width), np.float32)
+            dist = np.empty((n, width), np.float32)
+            for c in range(0, width, block):
+                cols = safe_rows[:, c : c + block]
+                gathered = np.asarray(vectors[cols.ravel()], dtype=np.float32)
+                score[:, c : c + block], dist[:, c : c + block] = self.model.score_checked(
+                    q, gathered.reshape(n, cols.shape[1], self.dimension)
+                )
         if not all_valid:
             score = np.where(valid, score, -np.inf)
             dist = np.where(valid, dist, np.inf)
@@ -906,8 +998,14 @@ class Ranker:
         qs = _check_questions(questions)
         if not qs:
             raise QueryError("no questions to measure recall with; give at least one question")
-        qv = self.model.encode(qs, role="question")
         kk = min(k, len(self))
+        budget.check_result(
+            len(qs) * (kk * budget.RECALL_PAIR_BYTES + min(len(self), kk * self.overfetch) * 8),
+            budget.request_budget(self.memory_budget),
+            f"recall@{kk:,} over {len(qs):,} questions",
+            "use a smaller k or sample",
+        )
+        qv = self.model.encode(qs, role="question")
         _, truth = exact_search(qv, self._vectors, kk, geometry=self.model.geometry, ranking=self.model.ranking)
         m = min(len(self), kk * self.overfetch)
         coarse_rows = self._candidates(qv, m)

@@ -509,9 +509,9 @@ def _boundary_cases(index: Path, faq_model: Path) -> dict[str, tuple[Callable[[R
         ),
         "min_score 10**400": (
             lambda r: r.search("reset", min_score=10**400),
-            f"min_score must be a finite number, got {str(10**400)[:57]}...",
+            f"min_score must be a finite number or None, got {str(10**400)[:57]}...",
         ),
-        "min_score a str": (lambda r: r.search("reset", min_score="1"), "min_score must be a finite number, got str '1'"),
+        "min_score a str": (lambda r: r.search("reset", min_score="1"), "min_score must be a finite number or None, got '1'"),
         "verify an array": (
             lambda r: Ranker.load(index, verify=np.array([1, 2])),  # type: ignore[arg-type]
             "verify must be True or False, got ndarray array([1, 2])",
