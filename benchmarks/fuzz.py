@@ -901,7 +901,7 @@ def measure_resources(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="A small run (2,000 API inputs, 100 CLI runs).")
-    parser.add_argument("--api", type=int, default=None, help="API inputs (default 100,000).")
+    parser.add_argument("--api", type=int, default=None, help="API inputs (default 50,000).")
     parser.add_argument("--cli", type=int, default=None, help="CliRunner runs (default 1,000).")
     parser.add_argument("--subprocesses", type=int, default=None, help="Real CLI subprocesses (default 24).")
     parser.add_argument("--seed", type=int, default=0)
@@ -910,7 +910,7 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    n_api = args.api if args.api is not None else (2_000 if args.quick else 100_000)
+    n_api = args.api if args.api is not None else (2_000 if args.quick else 50_000)
     n_cli = args.cli if args.cli is not None else (100 if args.quick else 1_000)
     n_sub = args.subprocesses if args.subprocesses is not None else (6 if args.quick else 24)
     out = args.out or ROOT / "benchmarks" / "results" / ("fuzz-quick.json" if args.quick else "fuzz.json")

@@ -135,8 +135,8 @@ def questions_per_call(ranker: Any, k: int) -> int:
     >>> questions_per_call(ranker, 10) >= 1
     True
     """
-    per_question = min(k, len(ranker)) * ranker._hit_bytes()
-    return max(1, (request_budget(ranker.memory_budget) // 2) // max(1, per_question))
+    per_question = min(k, len(ranker)) * int(ranker._hit_bytes())
+    return max(1, (request_budget(ranker.memory_budget) // 2) // max(1, int(per_question)))
 
 
 def chunk(per_item: int, budget: int, most: int) -> int:
