@@ -325,6 +325,7 @@ def fuzz_api(world: tuple[Model, Path, Path], n: int, seed: int, tmp: Path) -> d
             ("overfetch", KS),
             ("device", st.one_of(st.just("cpu"), ANY)),
             ("progress", st.one_of(st.just(False), ANY)),
+            ("recall", st.one_of(st.none(), st.just(0.9), NUMBERS)),
         ):
             if data.draw(st.booleans()):
                 kw[name] = data.draw(strat)

@@ -545,6 +545,14 @@ def _boundary_cases(index: Path, faq_model: Path) -> dict[str, tuple[Callable[[R
             lambda r: Model.read_manifest(faq_model, verify="yes"),  # type: ignore[arg-type]
             "verify must be True or False, got str 'yes'",
         ),
+        "build recall 10**400": (
+            lambda r: Ranker.build([{"answer": "a"}], model=faq_model, recall=10**400),
+            f"recall must be a number above 0 and at most 1 (e.g. 0.99), got {str(10**400)[:57]}...",
+        ),
+        "read_labelled a dict": (
+            lambda r: _read_labelled({}),
+            "path must be a data file path (str or pathlib.Path), got dict {}",
+        ),
         "pooled k": (lambda r: _pooled([[0]], [[0]], k=0), "k must be a positive integer, got 0"),
         "pooled row": (
             lambda r: _pooled([["a"]], [[0]]),
@@ -555,6 +563,12 @@ def _boundary_cases(index: Path, faq_model: Path) -> dict[str, tuple[Callable[[R
             "1 rankings for 0 questions; give one ranking per question",
         ),
     }
+
+
+def _read_labelled(path: Any) -> Any:
+    from qaindex.datasets import read_labelled
+
+    return read_labelled(path)
 
 
 def _pooled(*args: Any, **kwargs: Any) -> Any:
