@@ -810,6 +810,32 @@ def _api_shard(n: int, seed: int) -> dict[str, Any]:
         return fuzz_api(make_world(tmp), n, seed, tmp)
 
 
+def _cli_shard(n: int, n_sub: int, seed: int) -> dict[str, Any]:
+    """One process's share of the CLI fuzz, in its own tiny world."""
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        return fuzz_cli(make_world(tmp), n, n_sub, seed, tmp)
+
+
+def _resource_run() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmpdir:
+        return measure_resources(Path(tmpdir))
+
+
+def merge_cli_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The CLI reports of several shards as one."""
+    codes: collections.Counter[str] = collections.Counter()
+    for r in reports:
+        codes.update(r["exit_codes"])
+    return {
+        "runs": sum(r["runs"] for r in reports),
+        "subprocess_runs": sum(r["subprocess_runs"] for r in reports),
+        "exit_codes": dict(codes),
+        "unclean": sum(r["unclean"] for r in reports),
+        "examples": [e for r in reports for e in r["examples"]][:20],
+    }
+
+
 def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """The API reports of several shards as one (counts summed, first example of each kind kept)."""
     bad: collections.Counter[str] = collections.Counter()
@@ -959,16 +985,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         world = make_world(tmp)
-        if args.jobs > 1:  # the shards run while this process does the CLI and resource runs
+        if args.jobs > 1:  # API and CLI shards and the resource run, each in its own process
             from concurrent.futures import ProcessPoolExecutor
 
-            shares = [n_api // args.jobs + (i < n_api % args.jobs) for i in range(args.jobs)]
-            with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-                futures = [pool.submit(_api_shard, share, args.seed + i) for i, share in enumerate(shares)]
-                cli = fuzz_cli(world, n_cli, n_sub, args.seed, tmp)
-                resources = None if args.no_resources or args.quick else measure_resources(tmp)
-                api = merge_reports([f.result() for f in futures])
-            api_seconds = time.perf_counter() - start
+            def split(n: int, parts: int) -> list[int]:
+                return [n // parts + (i < n % parts) for i in range(parts)]
+
+            cli_jobs = max(1, args.jobs // 2)
+            with ProcessPoolExecutor(max_workers=args.jobs + cli_jobs + 1) as pool:
+                res = None if args.no_resources or args.quick else pool.submit(_resource_run)
+                api_futures = [pool.submit(_api_shard, n, args.seed + i) for i, n in enumerate(split(n_api, args.jobs))]
+                cli_futures = [
+                    pool.submit(_cli_shard, n, s, args.seed + i)
+                    for i, (n, s) in enumerate(zip(split(n_cli, cli_jobs), split(n_sub, cli_jobs), strict=True))
+                ]
+                api = merge_reports([f.result() for f in api_futures])
+                api_seconds = time.perf_counter() - start
+                cli = merge_cli_reports([f.result() for f in cli_futures])
+                resources = None if res is None else res.result()
         else:
             api = fuzz_api(world, n_api, args.seed, tmp)
             api_seconds = time.perf_counter() - start
