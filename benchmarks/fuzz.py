@@ -5,9 +5,13 @@ and in one line on stderr with exit code 0, 1 or 2 and no traceback (CLI). This 
 generates inputs (valid, nearly valid and garbage: huge and negative numbers, NaN/inf,
 wrong types, lone surrogates, deep nesting, random bytes) and counts:
 
-- API: calls of ``Ranker.build/search/search_batch/search_vectors/candidates/add/remove/
-  recall/configure/get``, ``read_corpus`` on generated JSONL bytes, ``records_from_dicts``,
-  ``Model.encode/score`` and ``evaluate_model`` that raised anything but ``QAIndexError``;
+- API: calls of every public entry point (``Ranker.build/load/edit/save/search/search_batch/
+  search_vectors/hits/candidates/add/remove/recall/configure/get/info/verify``,
+  ``Model.load/read_manifest/encode/score``, ``Reranker.load``, ``read_corpus`` on generated
+  JSONL bytes, ``records_from_dicts``, ``evaluate_model/evaluate_via_index/evaluate_pooled/
+  pooled_metrics`` and the retrievers' constructors) with generated arguments (paths of every
+  type, too long or with NUL bytes, flags as arrays, threads from -1 to 10**9, huge numbers,
+  ragged lists, 0-d arrays) that raised anything but ``QAIndexError``;
 - CLI (click's ``CliRunner``, plus a few real subprocesses): runs that printed a traceback,
   ended in an exception click did not handle, exited with a code other than 0/1/2, or hit the
   CLI's last-resort handler ("unexpected internal error", i.e. a bug).
@@ -15,9 +19,14 @@ wrong types, lone surrogates, deep nesting, random bytes) and counts:
 The index and model are tiny (the test suite's ONNX bag-of-words model), so the run measures
 input handling, not model quality.
 
+Resources (``--resources``, on in the full run): the largest requests (300 questions x
+``k = 10**9`` through ``search_batch``, ``search_vectors`` and ``qaindex search -``, and
+``qaindex info --recall --sample 1e9 -k 1e9``) on a 62,000-answer index, each in its own
+process, with its peak resident memory (``ru_maxrss``) and outcome.
+
 Usage::
 
-    python benchmarks/fuzz.py [--quick] [--api N] [--cli N] [--subprocesses N] [--seed S]
+    python benchmarks/fuzz.py [--quick] [--api N] [--cli N] [--subprocesses N] [--seed S] [--no-resources]
 
 Prints the counts and writes ``benchmarks/results/fuzz.json`` (``--quick``: a small run,
 written to ``fuzz-quick.json`` unless ``--out`` is given).
@@ -52,13 +61,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from onnx_models import make_model  # noqa: E402
 
-from qaindex import QAIndexError, Ranker  # noqa: E402
+from qaindex import QAIndexError, Ranker, Reranker  # noqa: E402
 from qaindex.corpus import read_corpus, records_from_dicts  # noqa: E402
 from qaindex.datasets import Candidate, QuestionGroup  # noqa: E402
-from qaindex.evaluate import evaluate_model  # noqa: E402
+from qaindex.evaluate import evaluate_model, evaluate_pooled, evaluate_via_index, pooled_metrics  # noqa: E402
 from qaindex.model import Model  # noqa: E402
 from qaindex.tokenizer import Tokenizer  # noqa: E402
 
+CALLS_PER_EXAMPLE = 8
 WORDS = ["reset", "password", "refund", "order", "export", "notes", "sync", "login", "app", "menu", "email", "days"]
 DIM = 6
 
@@ -116,6 +126,52 @@ ARRAYS = st.one_of(
     st.lists(st.lists(FLOATS, min_size=DIM, max_size=DIM), max_size=3),
     ANY,
 )
+
+
+BAD_PATHS = st.sampled_from(
+    [
+        "", "\x00", "a\x00b", "x" * 300, "d/" + "x" * 300, "/".join(["y" * 200] * 25), "\udcff", "\ud800/x",
+        "/proc/self/status", "/", ".", "missing", "/proc/foo/bar", "🙂" * 70,
+    ]
+)  # fmt: skip
+FLAGS = st.one_of(
+    st.booleans(),
+    st.sampled_from([np.bool_(True), np.array([1, 2]), np.array(True), 0, 1, "yes", None, 1.0]),
+    ANY,
+)
+THREADS = st.one_of(
+    st.none(),
+    st.integers(1, 4),
+    st.sampled_from([-1, 0, 9, 1000, 10**9, 2**63, 2.0, True, np.int64(2), "2"]),
+    ANY,
+)
+DEVICES = st.one_of(st.just("cpu"), st.sampled_from(["auto", "tpu", "", "CPU", ["cpu"], None]), ANY)
+NUMBERS = st.one_of(
+    FLOATS,
+    INTS,
+    st.sampled_from([10**100, -(10**100), 10**400, np.float32(0.5), np.int64(3), np.float64(np.nan), "1", True]),
+    ANY,
+)
+RAGGED = st.one_of(
+    st.just([[1.0], [2.0, 3.0]]),
+    st.lists(st.lists(FLOATS, max_size=3), max_size=3),
+    st.lists(st.lists(st.integers(-2, 12), min_size=2, max_size=2), max_size=3),
+    ARRAYS,
+)
+
+
+def paths(valid: list[str]) -> st.SearchStrategy[Any]:
+    """Valid paths (a third of the draws), as str or Path, and everything else a path can be."""
+    good = st.sampled_from(valid)
+    return st.one_of(
+        good,
+        good.map(Path),
+        good,
+        BAD_PATHS,
+        BAD_PATHS.map(lambda p: p.encode("utf-8", "surrogatepass")),
+        st.binary(max_size=8),
+        ANY,
+    )
 
 
 def deep(depth: int, kind: str) -> str:
@@ -176,12 +232,14 @@ class Tally:
 
     def __init__(self) -> None:
         self.inputs = 0
+        self.by_call: collections.Counter[str] = collections.Counter()
         self.clean_errors = 0
         self.bad: collections.Counter[str] = collections.Counter()
         self.examples: dict[str, str] = {}
 
     def call(self, what: str, fn: Callable[[], Any]) -> None:
         self.inputs += 1
+        self.by_call[what] += 1
         try:
             fn()
         except QAIndexError:
@@ -199,6 +257,7 @@ class Tally:
             "clean_errors": self.clean_errors,
             "unclean": sum(self.bad.values()),
             "unclean_by_kind": dict(self.bad.most_common()),
+            "inputs_by_call": dict(sorted(self.by_call.items())),
             "examples": self.examples,
         }
 
@@ -220,6 +279,23 @@ def fuzz_api(world: tuple[Model, Path, Path], n: int, seed: int, tmp: Path) -> d
     tally = Tally()
     state: dict[str, Ranker] = {"ranker": Ranker.load(index, device="cpu")}
     jsonl_path = tmp / "fuzz.jsonl"
+    cwd = tmp / "cwd"  # relative paths the fuzz saves to land here
+    saves = tmp / "saves"
+    edited = tmp / "edited"
+    cwd.mkdir(exist_ok=True)
+    saves.mkdir(exist_ok=True)
+    shutil.copytree(index, edited, dirs_exist_ok=True)
+    load_paths = paths([str(index), str(index), str(model.directory), str(corpus), str(tmp / "missing")])
+    save_paths = paths([str(saves / "a"), str(saves / "b"), str(saves / "c" / "d"), str(index / "manifest.json")])
+    model_paths = paths([str(model.directory), str(model.directory), str(index), str(corpus)])
+    try:
+        from qaindex.integrations.llamaindex import QAIndexRetriever as LlamaRetriever
+    except QAIndexError:  # the extra is not installed
+        LlamaRetriever = None
+    try:
+        from qaindex.integrations.langchain import QAIndexRetriever as LangchainRetriever
+    except QAIndexError:
+        LangchainRetriever = None
 
     def fresh() -> Ranker:
         r = state["ranker"]
@@ -250,6 +326,7 @@ def fuzz_api(world: tuple[Model, Path, Path], n: int, seed: int, tmp: Path) -> d
             ("overfetch", KS),
             ("device", st.one_of(st.just("cpu"), ANY)),
             ("progress", st.one_of(st.just(False), ANY)),
+            ("recall", st.one_of(st.none(), st.just(0.9), NUMBERS)),
         ):
             if data.draw(st.booleans()):
                 kw[name] = data.draw(strat)
@@ -313,10 +390,14 @@ def fuzz_api(world: tuple[Model, Path, Path], n: int, seed: int, tmp: Path) -> d
 
     def op_configure(data: st.DataObject) -> None:
         r = fresh()
-        of = data.draw(st.one_of(st.none(), KS))
-        ef = data.draw(st.one_of(st.none(), KS))
-        tally.call("Ranker.configure", lambda: r.configure(overfetch=of, ef_search=ef))
+        kw = {
+            name: data.draw(st.one_of(st.none(), KS))
+            for name in ("overfetch", "ef_search", "nprobe", "refine", "memory_budget")
+            if data.draw(st.booleans())
+        }
+        tally.call("Ranker.configure", lambda: r.configure(**kw))
         r.overfetch = 10
+        r.memory_budget = None
 
     def op_get(data: st.DataObject) -> None:
         r = fresh()
@@ -360,17 +441,222 @@ def fuzz_api(world: tuple[Model, Path, Path], n: int, seed: int, tmp: Path) -> d
             "evaluate_model", lambda: evaluate_model(model, groups, batch_size=data.draw(st.one_of(st.just(8), KS)))
         )
 
+    def op_load(data: st.DataObject) -> None:
+        path = data.draw(load_paths)
+        kw = {
+            name: data.draw(strat)
+            for name, strat in (("threads", THREADS), ("verify", FLAGS))
+            if data.draw(st.booleans())
+        }
+        kw["device"] = data.draw(DEVICES) if data.draw(st.integers(0, 3)) == 0 else "cpu"
+        tally.call("Ranker.load", lambda: Ranker.load(path, **kw))
+
+    def op_edit(data: st.DataObject) -> None:
+        path = data.draw(st.one_of(st.just(str(edited)), load_paths))
+        kw = {
+            name: data.draw(strat)
+            for name, strat in (("threads", THREADS), ("verify", FLAGS))
+            if data.draw(st.booleans())
+        }
+        kw["device"] = data.draw(DEVICES) if data.draw(st.integers(0, 3)) == 0 else "cpu"
+        if path == str(index) or path == Path(index):
+            path = str(edited)  # never change the shared index
+
+        def edit() -> None:
+            with Ranker.edit(path, lock_timeout=5, **kw):
+                pass
+
+        tally.call("Ranker.edit", edit)
+
+    def op_save(data: st.DataObject) -> None:
+        r = fresh()
+        path = data.draw(save_paths)
+        overwrite = data.draw(FLAGS) if data.draw(st.booleans()) else False
+        if len(list(cwd.iterdir())) + len(list(saves.iterdir())) > 30:
+            for d in (cwd, saves):
+                shutil.rmtree(d, ignore_errors=True)
+                d.mkdir()
+        tally.call("Ranker.save", lambda: r.save(path, overwrite=overwrite, lock_timeout=5))
+
+    def op_hits(data: st.DataObject) -> None:
+        r = fresh()
+        args = [data.draw(RAGGED) for _ in range(3)]
+        if data.draw(st.booleans()):  # a real result, with one of its arrays replaced
+            real = list(r.search_vectors(r.model.encode(["reset"], role="question"), 3))
+            real[data.draw(st.integers(0, 2))] = args[0]
+            args = real
+        tally.call("Ranker.hits", lambda: r.hits(*args))
+
+    def op_search_options(data: st.DataObject) -> None:
+        r = fresh()
+        kw: dict[str, Any] = {}
+        for name, strat in (
+            ("min_score", st.one_of(st.none(), NUMBERS)),
+            (
+                "where",
+                st.one_of(
+                    st.none(),
+                    st.dictionaries(
+                        st.sampled_from(["n", "id", "x"]), st.one_of(INTS, st.lists(INTS, max_size=3), ANY), max_size=2
+                    ),
+                    st.just(lambda rec: rec.id == "a1"),
+                    ANY,
+                ),
+            ),
+            ("rerank", st.one_of(st.none(), st.just(False), paths([str(model.directory)]))),
+            ("depth", st.one_of(st.none(), KS)),
+        ):
+            if data.draw(st.booleans()):
+                kw[name] = data.draw(strat)
+        q = data.draw(st.one_of(st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join), TEXT))
+        k = data.draw(st.one_of(st.integers(1, 12), KS))
+        tally.call("Ranker.search(options)", lambda: r.search(q, k, **kw))
+
+    def op_model_load(data: st.DataObject) -> None:
+        path = data.draw(st.one_of(st.none(), model_paths)) if data.draw(st.integers(0, 9)) else None
+        kw = {
+            name: data.draw(strat)
+            for name, strat in (("threads", THREADS), ("verify", FLAGS))
+            if data.draw(st.booleans())
+        }
+        kw["device"] = data.draw(DEVICES) if data.draw(st.integers(0, 3)) == 0 else "cpu"
+        which = data.draw(st.sampled_from(["Model.load", "Model.read_manifest", "Reranker.load"]))
+        if which == "Model.read_manifest":
+            verify = kw.get("verify", True)
+            tally.call(which, lambda: Model.read_manifest(path, verify=verify))  # type: ignore[arg-type]
+        elif which == "Reranker.load":
+            tally.call(which, lambda: Reranker.load(path, **kw))  # type: ignore[arg-type]
+        else:
+            tally.call(which, lambda: Model.load(path, **kw))
+
+    def op_info(data: st.DataObject) -> None:
+        r = (
+            fresh()
+            if data.draw(st.booleans())
+            else Ranker.build([{"answer": "reset"}, {"answer": "refund"}], model=model, device="cpu")
+        )
+        which = data.draw(st.sampled_from(["info", "verify", "records", "len"]))
+        call = {"info": r.info, "verify": r.verify, "records": lambda: list(r.records()), "len": lambda: len(r)}[which]
+        tally.call(f"Ranker.{which}", call)
+
+    def op_evaluate_index(data: st.DataObject) -> None:
+        groups = data.draw(
+            st.one_of(
+                st.lists(
+                    st.builds(
+                        QuestionGroup,
+                        st.just("q"),
+                        st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join),
+                        st.lists(
+                            st.builds(
+                                Candidate,
+                                st.sampled_from(["x", "y", "z"]),
+                                st.one_of(st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join), TEXT),
+                                st.sampled_from([0, 1]),
+                            ),
+                            min_size=1,
+                            max_size=3,
+                        ).map(tuple),
+                    ),
+                    max_size=3,
+                ),
+                ANY,
+            )
+        )
+        target = model if data.draw(st.integers(0, 5)) else data.draw(ANY)
+        kw: dict[str, Any] = {"device": "cpu"}
+        for name, strat in (
+            ("batch_size", KS),
+            ("index_kind", st.one_of(st.sampled_from(["flat", "auto"]), ANY)),
+            ("device", DEVICES),
+        ):
+            if data.draw(st.booleans()):
+                kw[name] = data.draw(strat)
+        if data.draw(st.booleans()):
+            tally.call("evaluate_via_index", lambda: evaluate_via_index(target, groups, **kw))
+        else:
+            if data.draw(st.booleans()):
+                kw["k"] = data.draw(KS)
+            tally.call("evaluate_pooled", lambda: evaluate_pooled(target, groups, **kw))
+
+    def op_pooled_metrics(data: st.DataObject) -> None:
+        rankings = data.draw(st.one_of(RAGGED, st.lists(st.lists(st.integers(-1, 5), max_size=4), max_size=3), ANY))
+        relevant = data.draw(
+            st.one_of(st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=2), max_size=3), RAGGED, ANY)
+        )
+        k = data.draw(st.one_of(st.integers(1, 5), KS))
+        tally.call("pooled_metrics", lambda: pooled_metrics(rankings, relevant, k))
+
+    def op_retriever(data: st.DataObject) -> None:
+        r = fresh() if data.draw(st.integers(0, 4)) else data.draw(ANY)
+        k = data.draw(st.one_of(st.integers(1, 5), KS))
+        kw = data.draw(
+            st.one_of(
+                st.just({}),
+                st.dictionaries(
+                    st.sampled_from(["min_score", "where", "depth", "rerank", "bogus"]), NUMBERS, max_size=2
+                ),
+                ANY,
+            )
+        )
+        q = data.draw(st.one_of(st.sampled_from(["reset password", "refund"]), TEXT))
+        if LlamaRetriever is not None and data.draw(st.booleans()):
+            extra = kw if isinstance(kw, dict) and all(isinstance(key, str) for key in kw) else {}
+            tally.call("llamaindex.QAIndexRetriever", lambda: LlamaRetriever(r, k, **extra).retrieve(q))
+        elif LangchainRetriever is not None:
+            tally.call(
+                "langchain.QAIndexRetriever",
+                lambda: LangchainRetriever(ranker=r, k=k, search_kwargs=kw).invoke(q),
+            )
+
+    def op_memory(data: st.DataObject) -> None:
+        r = fresh()
+        n = data.draw(st.sampled_from([1, 2, 300]))
+        k = data.draw(st.sampled_from([10**9, 10**30, 3]))
+        # a small budget: the tiny index's largest requests are refused (a large one would
+        # make this run slow without testing more)
+        budget = data.draw(st.one_of(st.sampled_from([2**20, 2**21]), KS)) if n > 2 else None
+        which = data.draw(st.sampled_from(["search_batch", "search_vectors", "recall", "candidates"]))
+
+        def call() -> None:
+            if budget is not None:
+                r.configure(memory_budget=budget)
+            try:
+                if which == "search_batch":
+                    r.search_batch(["reset password"] * n, k)
+                elif which == "recall":
+                    r.recall(k, sample=n)
+                else:
+                    qv = np.repeat(r.model.encode(["refund"], role="question"), n, axis=0)
+                    getattr(r, which)(qv, k)
+            finally:
+                r.memory_budget = None
+
+        tally.call(f"memory: {which}", call)
+
     ops = [
         op_read_corpus, op_build, op_records, op_search, op_search_batch, op_search_vectors, op_candidates,
         op_add, op_remove, op_recall, op_configure, op_get, op_encode, op_score, op_evaluate,
+        op_load, op_edit, op_save, op_hits, op_search_options, op_model_load, op_info, op_evaluate_index,
+        op_pooled_metrics, op_retriever, op_memory,
     ]  # fmt: skip
 
-    @_settings(n, seed)
+    # several calls per generated example: hypothesis's cost per example (not per draw) is
+    # most of the run time otherwise
+    per_example = CALLS_PER_EXAMPLE
+
+    @_settings(max(1, -(-n // per_example)), seed)
     @given(st.data())
     def run(data: st.DataObject) -> None:
-        data.draw(st.sampled_from(ops))(data)
+        for _ in range(per_example):
+            data.draw(st.sampled_from(ops))(data)
 
-    run()
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        run()
+    finally:
+        os.chdir(here)
     return tally.report()
 
 
@@ -517,16 +803,180 @@ def fuzz_cli(world: tuple[Model, Path, Path], n: int, n_sub: int, seed: int, tmp
     }
 
 
+def _api_shard(n: int, seed: int) -> dict[str, Any]:
+    """One process's share of the API fuzz, in its own tiny world."""
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        return fuzz_api(make_world(tmp), n, seed, tmp)
+
+
+def _cli_shard(n: int, n_sub: int, seed: int) -> dict[str, Any]:
+    """One process's share of the CLI fuzz, in its own tiny world."""
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        return fuzz_cli(make_world(tmp), n, n_sub, seed, tmp)
+
+
+def _resource_run() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmpdir:
+        return measure_resources(Path(tmpdir))
+
+
+def merge_cli_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The CLI reports of several shards as one."""
+    codes: collections.Counter[str] = collections.Counter()
+    for r in reports:
+        codes.update(r["exit_codes"])
+    return {
+        "runs": sum(r["runs"] for r in reports),
+        "subprocess_runs": sum(r["subprocess_runs"] for r in reports),
+        "exit_codes": dict(codes),
+        "unclean": sum(r["unclean"] for r in reports),
+        "examples": [e for r in reports for e in r["examples"]][:20],
+    }
+
+
+def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The API reports of several shards as one (counts summed, first example of each kind kept)."""
+    bad: collections.Counter[str] = collections.Counter()
+    calls: collections.Counter[str] = collections.Counter()
+    examples: dict[str, str] = {}
+    for r in reports:
+        bad.update(r["unclean_by_kind"])
+        calls.update(r["inputs_by_call"])
+        for kind, text in r["examples"].items():
+            examples.setdefault(kind, text)
+    return {
+        "inputs": sum(r["inputs"] for r in reports),
+        "clean_errors": sum(r["clean_errors"] for r in reports),
+        "unclean": sum(bad.values()),
+        "unclean_by_kind": dict(bad.most_common()),
+        "inputs_by_call": dict(sorted(calls.items())),
+        "examples": examples,
+        "shards": len(reports),
+    }
+
+
+# -- the resource run ---------------------------------------------------------------------------
+
+_REQUEST_API = """
+import sys, numpy as np
+from qaindex import QAIndexError, Ranker
+r = Ranker.load(sys.argv[1], device="cpu")
+questions = [" ".join(sys.argv[3:5])] * int(sys.argv[5])
+try:
+    if sys.argv[2] == "search_batch":
+        out = r.search_batch(questions, k=10**9)
+        print(sum(map(len, out)), "hits")
+    else:
+        out = r.search_vectors(r.model.encode(questions, role="question"), 10**9)
+        print(out[2].shape, "arrays")
+except QAIndexError as exc:
+    print("QAIndexError:", exc)
+    sys.exit(1)
+"""
+
+
+def _peak_rss(argv: list[str], stdin: bytes, env: dict[str, str]) -> dict[str, Any]:
+    """Run ``argv`` in its own process; its exit code, peak RSS (``wait4``), seconds and output."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as feed:
+        feed.write(stdin)
+        feed.seek(0)
+        proc = subprocess.Popen(argv, stdin=feed, stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        size = os.fstat(out.fileno()).st_size
+        first = (out.read(300) + err.read(2000)).decode("utf-8", "replace").strip().splitlines()
+    return {
+        "exit_code": proc.returncode,
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),  # Linux: KiB
+        "seconds": round(time.perf_counter() - started, 1),
+        "stdout_mb": round(size / 2**20, 1),
+        "output": first[-1][:300] if first else "",
+    }
+
+
+def measure_resources(
+    tmp: Path, answers: int = 62_000, questions: int = 300, cli_questions: int = 20, budget: str | None = None
+) -> dict[str, Any]:
+    """The largest requests on an ``answers``-answer index, each in its own process (peak RSS),
+    under the default memory budget (or ``budget``, as ``QAINDEX_MEMORY_BUDGET``).
+
+    The CLI search prints every hit of ``cli_questions`` questions (``-k 1e9``: every answer
+    each, in chunks of questions that fit the budget); its memory does not grow with the
+    number of questions, only its run time and output do."""
+    model_dir = tmp / "model"
+    if not (model_dir / "manifest.json").is_file():
+        make_world(tmp)
+    rng = np.random.default_rng(0)
+    corpus = tmp / "big.jsonl"
+    with corpus.open("w", encoding="utf-8") as f:
+        for i in range(answers):
+            words = rng.choice(WORDS, size=6)
+            f.write(json.dumps({"id": f"a{i}", "answer": " ".join(words), "questions": [" ".join(words[:2])]}) + "\n")
+    index = tmp / "big-index"
+    Ranker.build(corpus, model=model_dir, device="cpu", index_kind="flat").save(index)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env.pop("QAINDEX_MEMORY_BUDGET", None)
+    if budget is not None:
+        env["QAINDEX_MEMORY_BUDGET"] = budget
+    py = sys.executable
+    lines = [f"{WORDS[i % len(WORDS)]} {WORDS[(i * 7) % len(WORDS)]}" for i in range(questions)]
+    stdin = ("\n".join(lines[:cli_questions]) + "\n").encode()
+    api = [py, "-c", _REQUEST_API, str(index)]
+    cli = [py, "-m", "qaindex.cli"]
+    ix = ["--index", str(index), "--device", "cpu"]
+    huge = "1000000000"
+    words = ["reset", "password", str(questions)]
+    requests = {
+        f"search_batch: {questions} questions x k=10**9 (API)": [*api, "search_batch", *words],
+        f"search_vectors: {questions} questions x k=10**9 (API)": [*api, "search_vectors", *words],
+        f"qaindex search - -k 1e9 --json, {cli_questions} questions on stdin": [
+            *cli,
+            "search",
+            "-",
+            *ix,
+            "-k",
+            huge,
+            "--json",
+        ],
+        "qaindex info --recall --sample 1e9 -k 1e9": [*cli, "info", *ix, "--recall", "--sample", huge, "-k", huge],
+        "qaindex info --recall (defaults: 200 questions, k=10)": [*cli, "info", *ix, "--recall"],
+    }
+    runs = {}
+    for name, argv in requests.items():
+        runs[name] = _peak_rss(argv, stdin, env)
+        print(f"  {name}: exit {runs[name]['exit_code']}, peak RSS {runs[name]['peak_rss_mb']:.0f} MB, "
+              f"{runs[name]['seconds']} s, {runs[name]['output'][:120]}")  # fmt: skip
+    return {
+        "answers": answers,
+        "questions": questions,
+        "cli_questions": cli_questions,
+        "budget": budget or "1 GiB (default)",
+        "requests": runs,
+        "max_peak_rss_mb": max(r["peak_rss_mb"] for r in runs.values()),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="A small run (2,000 API inputs, 100 CLI runs).")
-    parser.add_argument("--api", type=int, default=None, help="API inputs (default 100,000).")
+    parser.add_argument("--api", type=int, default=None, help="API inputs (default 50,000).")
     parser.add_argument("--cli", type=int, default=None, help="CliRunner runs (default 1,000).")
     parser.add_argument("--subprocesses", type=int, default=None, help="Real CLI subprocesses (default 24).")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="Processes sharing the API inputs (seeds SEED, SEED+1, ...), default 1."
+    )
+    parser.add_argument(
+        "--no-resources", action="store_true", help="Skip the peak-memory run of the largest requests (62,000 answers)."
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    n_api = args.api if args.api is not None else (2_000 if args.quick else 100_000)
+    n_api = args.api if args.api is not None else (2_000 if args.quick else 50_000)
     n_cli = args.cli if args.cli is not None else (100 if args.quick else 1_000)
     n_sub = args.subprocesses if args.subprocesses is not None else (6 if args.quick else 24)
     out = args.out or ROOT / "benchmarks" / "results" / ("fuzz-quick.json" if args.quick else "fuzz.json")
@@ -535,12 +985,33 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         world = make_world(tmp)
-        api = fuzz_api(world, n_api, args.seed, tmp)
-        api_seconds = time.perf_counter() - start
-        cli = fuzz_cli(world, n_cli, n_sub, args.seed, tmp)
+        if args.jobs > 1:  # API and CLI shards and the resource run, each in its own process
+            from concurrent.futures import ProcessPoolExecutor
+
+            def split(n: int, parts: int) -> list[int]:
+                return [n // parts + (i < n % parts) for i in range(parts)]
+
+            cli_jobs = max(1, args.jobs // 2)
+            with ProcessPoolExecutor(max_workers=args.jobs + cli_jobs + 1) as pool:
+                res = None if args.no_resources or args.quick else pool.submit(_resource_run)
+                api_futures = [pool.submit(_api_shard, n, args.seed + i) for i, n in enumerate(split(n_api, args.jobs))]
+                cli_futures = [
+                    pool.submit(_cli_shard, n, s, args.seed + i)
+                    for i, (n, s) in enumerate(zip(split(n_cli, cli_jobs), split(n_sub, cli_jobs), strict=True))
+                ]
+                api = merge_reports([f.result() for f in api_futures])
+                api_seconds = time.perf_counter() - start
+                cli = merge_cli_reports([f.result() for f in cli_futures])
+                resources = None if res is None else res.result()
+        else:
+            api = fuzz_api(world, n_api, args.seed, tmp)
+            api_seconds = time.perf_counter() - start
+            cli = fuzz_cli(world, n_cli, n_sub, args.seed, tmp)
+            resources = None if args.no_resources or args.quick else measure_resources(tmp)
     result = {
         "api": api,
         "cli": cli,
+        "resources": resources,
         "seconds": {"api": round(api_seconds, 1), "total": round(time.perf_counter() - start, 1)},
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
         "command": " ".join(["python", "benchmarks/fuzz.py", *sys.argv[1:]]),
@@ -554,6 +1025,11 @@ def main() -> None:
     )
     for bad in cli["examples"][:10]:
         print(f"  {bad['problems']}: {bad['args']}")
+    if resources is not None:
+        print(
+            f"resources: largest peak RSS {resources['max_peak_rss_mb']:.0f} MB "
+            f"over {len(resources['requests'])} requests"
+        )
     print(f"{result['seconds']['total']} s")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp_out = out.with_name(f".{out.name}.tmp")

@@ -76,6 +76,15 @@ def readme_body(results: dict[str, Any]) -> str:
         f"| generated CLI runs (+ {cli['subprocess_runs']} real processes) | {cli['runs']:,} | {cli['unclean']} "
         f"tracebacks or exit codes other than 0/1/2 |",
     ]
+    resources = fuzz.get("resources")
+    if resources:
+        refused = sum(1 for r in resources["requests"].values() if r["exit_code"] == 1)
+        rows.append(
+            f"| largest requests on {resources['answers']:,} answers ({resources['questions']} questions × "
+            f"`k = 10**9`, `info --recall --sample 1e9 -k 1e9`), each in its own process | "
+            f"{len(resources['requests'])} | peak memory at most {resources['max_peak_rss_mb']:,.0f} MB; "
+            f"{refused} refused before any work as over the 1 GiB request budget, the rest chunked |"
+        )
     sizes = "; ".join(
         f"{s['answers']:,} answers ({s['index_bytes'] / 1e6:.0f} MB): {s['load_verify_s'] * 1e3:.0f} ms verified, "
         f"{s['load_no_verify_s'] * 1e3:.0f} ms with `verify=False`"

@@ -358,7 +358,8 @@ class _EncodePipeline:
             return
         feeds = list(self._model._feeds(texts, "answer", self._batch_size))
         self._drain()
-        self._pending = (self._pool.submit(self._model._run_feeds, "answer", feeds, len(texts)), len(texts))
+        run = self._model._run_feeds
+        self._pending = (self._pool.submit(run, "answer", feeds, len(texts), None, texts), len(texts))
 
     def _drain(self) -> None:
         if self._pending is not None:

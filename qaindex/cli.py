@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from . import __version__
+from .budget import questions_per_call
 from .cli_eval import eval_command, inspect_command
 from .cli_maintenance import gc_command, orphans_line
 from .cli_options import Timeout, batch_size_option, device_option, index_option
@@ -28,7 +29,7 @@ from .errors import QAIndexError
 from .locking import DEFAULT_LOCK_TIMEOUT
 from .ownership import check_writable, orphan_summary
 from .ranker import DEFAULT_OVERFETCH, Hit, Ranker
-from .reranker import Reranker
+from .reranker import Reranker, rerank_stage
 from .vector_index import INDEX_KINDS
 
 lock_timeout_option = click.option(
@@ -260,12 +261,19 @@ def search(
         raise click.UsageError("--rerank and --no-rerank contradict each other; pass one of them")
     ranker = Ranker.load(index, device=device)
     stage = False if no_rerank else (Reranker.load(rerank, device=device) if rerank is not None else None)
-    results = ranker.search_batch(questions, k, rerank=stage, depth=rerank_depth)
+    chosen = rerank_stage(ranker.reranker, stage, rerank_depth, k, None)
+    step = questions_per_call(ranker, k if chosen is None else chosen.depth)  # chunks within the memory budget
+    for start in range(0, len(questions), step):
+        part = questions[start : start + step]
+        _print_hits(part, ranker.search_batch(part, k, rerank=stage, depth=rerank_depth), as_json, len(questions))
+
+
+def _print_hits(questions: list[str], results: list[list[Hit]], as_json: bool, total: int) -> None:
     for q, hits in zip(questions, results, strict=True):
         if as_json:
             click.echo(json.dumps({"question": q, "hits": [h.to_json() for h in hits]}, ensure_ascii=False))
         else:
-            if len(questions) > 1:
+            if total > 1:
                 click.echo(f"Q: {q}")
             click.echo(_table(hits))
 

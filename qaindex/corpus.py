@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import fast_paths
+from .arguments import path_arg
 from .errors import CorpusError
 
 __all__ = ["BENCHMARK_KEYS", "Record", "read_corpus", "records_from_dicts"]
@@ -469,6 +470,7 @@ def read_corpus(path: str | os.PathLike[str], *, existing_ids: Iterable[str | in
     source = os.fspath(path)
     if not isinstance(source, str):
         raise CorpusError(f"read_corpus takes a file path as text, got {type(source).__name__}")
+    path_arg(source, "path", what="a corpus file path")
     if isinstance(existing_ids, str | bytes) or not isinstance(existing_ids, Iterable):
         raise CorpusError(f"existing_ids must be a list of ids, got {type(existing_ids).__name__}")
     collector = _Collector(source, existing_ids=existing_ids)

@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .arguments import path_arg
 from .corpus import benchmark_row, check_json_values, read_corpus, read_json_lines
 from .errors import CorpusError
 
@@ -72,7 +73,7 @@ def read_labelled(path: str | os.PathLike[str]) -> list[QuestionGroup]:
     >>> read_labelled(p)[0].candidates[0].label
     1
     """
-    source = os.fspath(path)
+    source = os.fspath(path_arg(path, "path", what="a data file path"))
     first = next(iter(read_json_lines(path)), (0, None))[1]
     if isinstance(first, dict) and "qid" in first and "label" in first:
         return _read_benchmark(Path(path))

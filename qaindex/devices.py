@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from .arguments import shown
 from .errors import DeviceError, MissingDependencyError
 
 __all__ = [
@@ -55,8 +56,8 @@ def check_device(device: str) -> str:
     >>> check_device("auto")
     'auto'
     """
-    if device not in DEVICES:
-        raise DeviceError(f"unknown device {device!r}; choose one of: {', '.join(DEVICES)}")
+    if not isinstance(device, str) or device not in DEVICES:
+        raise DeviceError(f"unknown device {shown(device)}; choose one of: {', '.join(DEVICES)}")
     return device
 
 

@@ -22,14 +22,14 @@ with its text, so an ``aid`` reused with a different text counts as a different 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from .arguments import positive_int, text_list
+from .arguments import positive_int, shown, text_list
 from .corpus import Record
 from .datasets import QuestionGroup
 from .errors import CorpusError, ModelFormatError, QueryError
@@ -298,6 +298,25 @@ def evaluate_via_index(
     return _finish(plan, scores, model)
 
 
+def _sequence(values: Any, name: str) -> list[Any]:
+    if isinstance(values, str | bytes | bytearray | Mapping) or not isinstance(values, Iterable):
+        raise QueryError(f"{name} must be a list of lists of answer rows, got {type(values).__name__}")
+    if isinstance(values, np.ndarray) and values.ndim == 0:
+        raise QueryError(f"{name} must be a list of lists of answer rows, got an array of shape ()")
+    return list(values)
+
+
+def _row_list(values: Any, name: str) -> list[int]:
+    """Answer rows (ints) from a list or an integer array; anything else is a QueryError."""
+    items = _sequence(values, name)
+    out = []
+    for i, r in enumerate(items):
+        if isinstance(r, bool | np.bool_) or not isinstance(r, int | np.integer):
+            raise QueryError(f"{name}[{i}] must be an integer answer row, got {type(r).__name__} {shown(r)}")
+        out.append(int(r))
+    return out
+
+
 def pooled_metrics(
     rankings: Sequence[Sequence[int]] | Sequence[npt.NDArray[np.int64]] | npt.NDArray[np.int64],
     relevant: Sequence[Sequence[int]] | Sequence[npt.NDArray[np.int64]],
@@ -326,14 +345,19 @@ def pooled_metrics(
     >>> pooled_metrics([[3, 1, 2], [0, 2, 1]], [[1], [1, 2]], k=2)
     {'mrr@2': 0.5, 'recall@2': 0.75, 'p@1': 0.0, 'questions': 2, 'k': 2}
     """
-    if len(rankings) != len(relevant):
-        raise ValueError(f"{len(rankings)} rankings for {len(relevant)} questions")
+    k = positive_int(k, "k")
+    ranked_rows = [_row_list(r, f"rankings[{i}]") for i, r in enumerate(_sequence(rankings, "rankings"))]
+    relevant_rows = [_row_list(r, f"relevant[{i}]") for i, r in enumerate(_sequence(relevant, "relevant"))]
+    if len(ranked_rows) != len(relevant_rows):
+        raise QueryError(
+            f"{len(ranked_rows)} rankings for {len(relevant_rows)} questions; give one ranking per question"
+        )
     rr, recall, first = [], [], []
-    for ranked, rel in zip(rankings, relevant, strict=True):
-        good = {int(r) for r in rel}
+    for ranked, rel in zip(ranked_rows, relevant_rows, strict=True):
+        good = set(rel)
         if not good:
-            raise ValueError("every question needs at least one correct answer")
-        top = [int(r) for r in ranked if int(r) >= 0][:k]
+            raise QueryError("every question needs at least one correct answer (relevant rows)")
+        top = [r for r in ranked if r >= 0][:k]
         hits = [i for i, r in enumerate(top) if r in good]
         rr.append(1.0 / (hits[0] + 1) if hits else 0.0)
         recall.append(len(hits) / len(good))
@@ -392,9 +416,8 @@ def evaluate_pooled(
     from .ranker import Ranker
 
     batch_size = _check_batch_size(batch_size)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
-    plan = _plan(groups)
+    k = positive_int(k, "k")
+    plan = _plan(_check_groups(model, groups))
     if not plan.groups:
         out = {f"mrr@{k}": math.nan, f"recall@{k}": math.nan, "p@1": math.nan, "questions": 0, "k": k}
         return {**out, "skipped": plan.skipped, "answers": len(plan.keys)}

@@ -35,8 +35,17 @@ import numpy as np
 
 from . import chunking as chunking_format
 from . import fast_paths, hyperbolic
-from .arguments import finite_vectors, optional_callable, positive_int, text_list
-from .devices import SessionPair, open_sessions
+from .arguments import (
+    finite_vectors,
+    flag,
+    optional_callable,
+    path_arg,
+    positive_int,
+    shown,
+    text_list,
+    threads_arg,
+)
+from .devices import SessionPair, check_device, open_sessions
 from .errors import ModelFormatError, QueryError
 from .model_format import (
     GEOMETRIES,
@@ -73,7 +82,7 @@ def resolve_model_path(model: str | os.PathLike[str] | None) -> Path:
     'dir'
     """
     if model is not None:
-        return Path(model)
+        return path_arg(model, "model", what="a model directory")
     if not (DEFAULT_MODEL_DIR / "manifest.json").is_file():
         raise ModelFormatError(
             "no built-in default model ships with this install of qaindex; pass --model DIR "
@@ -135,7 +144,7 @@ class Model:
 
         Same as :func:`qaindex.model_format.read_model_manifest`.
         """
-        return read_model_manifest(path, verify=verify)
+        return read_model_manifest(path_arg(path, "path", what="a model directory"), verify=flag(verify, "verify"))
 
     @classmethod
     def load(
@@ -164,7 +173,9 @@ class Model:
         Model
         """
         directory = resolve_model_path(path)
-        manifest = cls.read_manifest(directory, verify=verify)
+        check_device(device)
+        threads = threads_arg(threads)
+        manifest = cls.read_manifest(directory, verify=flag(verify, "verify"))
         try:
             tokenizer = Tokenizer.from_config(manifest["tokenizer"], directory)
         except TokenizerError as exc:
@@ -268,7 +279,7 @@ class Model:
         texts = text_list(texts, "texts")
         batch_size = positive_int(batch_size, "batch_size")
         optional_callable(progress, "progress")
-        return self._run_feeds(role, self._feeds(texts, role, batch_size), len(texts), progress)
+        return self._run_feeds(role, self._feeds(texts, role, batch_size), len(texts), progress, texts)
 
     def _feeds(
         self, texts: list[str], role: str, batch_size: int
@@ -291,8 +302,14 @@ class Model:
         batches: Iterable[tuple[np.ndarray, dict[str, np.ndarray]]],
         count: int,
         progress: Callable[[int], None] | None = None,
+        texts: Sequence[str] | None = None,
     ) -> np.ndarray:
-        """Run the encoder over :meth:`_feeds` output for ``count`` texts: their vectors."""
+        """Run the encoder over :meth:`_feeds` output for ``count`` texts: their vectors.
+
+        A vector with a NaN or infinite value is the model's fault, whatever the text: it is
+        a :class:`~qaindex.ModelFormatError` naming the model and the first such text
+        (``texts``, when given), never stored in an index nor passed on to a search.
+        """
         session = self._graphs.encoders[role].for_rows(count)
         out = np.empty((count, self.dimension), dtype=np.float32)
         for rows, feeds in batches:
@@ -302,6 +319,8 @@ class Model:
                     f"{self.directory}: the {role} encoder returned shape {vectors.shape}, "
                     f"the manifest says dimension {self.dimension}; re-export the model"
                 )
+            if not np.isfinite(vectors).all():
+                raise self._non_finite(role, rows, vectors, texts)
             out[rows] = vectors
             if progress is not None:
                 progress(len(rows))
@@ -312,6 +331,17 @@ class Model:
             if np.any(sq > self.max_norm * self.max_norm):
                 out = hyperbolic.project(out, max_norm=self.max_norm)
         return out
+
+    def _non_finite(
+        self, role: str, rows: np.ndarray, vectors: np.ndarray, texts: Sequence[str] | None
+    ) -> ModelFormatError:
+        bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
+        row = int(rows[bad[0]])
+        which = f"text {row} ({shown(texts[row])})" if texts is not None else f"{len(bad)} of {len(rows)} texts"
+        return ModelFormatError(
+            f"{self.directory}: the model's {role} encoder returned NaN or infinite values for {which}; "
+            "the model is broken, not the text: re-export or retrain it, or use another model"
+        )
 
     def _batches(
         self, texts: list[str], role: str, limit: int, batch_size: int

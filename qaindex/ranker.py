@@ -23,11 +23,24 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
-from . import fast_paths, hyperbolic
-from .arguments import MAX_INT64, finite_vectors, id_list, path_or_records, positive_int, text_list
+from . import budget, fast_paths, hyperbolic
+from .arguments import (
+    MAX_INT64,
+    choice,
+    finite_number,
+    finite_vectors,
+    flag,
+    id_list,
+    numeric_table,
+    path_arg,
+    path_or_records,
+    positive_int,
+    text_list,
+    threads_arg,
+)
 from .concurrency import ReadWriteLock
 from .corpus import Record, read_corpus, records_from_dicts
-from .devices import devices_info
+from .devices import check_device, devices_info
 from .diskspace import writing
 from .errors import IndexChangedError, IndexFormatError, ModelFormatError, QAIndexError, QueryError
 from .index_checks import check_geometry, check_records, check_vectors, stored_vectors_error
@@ -174,9 +187,7 @@ def _check_questions(questions: Any) -> list[str]:
 
 
 def _check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise QueryError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
-    return value
+    return choice(value, name, choices)
 
 
 def _check_hnsw(hnsw: Any) -> dict[str, int] | None:
@@ -203,9 +214,7 @@ def _check_hnsw(hnsw: Any) -> dict[str, int] | None:
 
 
 def _check_flag(value: Any, name: str) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise QueryError(f"{name} must be True or False, got {value!r}")
-    return bool(value)
+    return flag(value, name)
 
 
 class Ranker:
@@ -246,6 +255,8 @@ class Ranker:
         self._coarse = coarse
         self._coarse_stale = False
         self.overfetch = int(overfetch)
+        # bytes one request may use (qaindex.budget); None: $QAINDEX_MEMORY_BUDGET or 1 GiB
+        self.memory_budget: int | None = None
         self.kind_requested = kind_requested
         self.path = path
         self.created = created or _now()
@@ -325,6 +336,10 @@ class Ranker:
             recall = check_target(recall)
         if model is not None and not isinstance(model, str | os.PathLike | Model):
             raise QueryError(f"model must be a model directory, a Model or None, got {type(model).__name__}")
+        if isinstance(model, str | os.PathLike):
+            path_arg(model, "model", what="a model directory")
+        if reranker is not None and not isinstance(reranker, Reranker):
+            path_arg(reranker, "reranker", what="a reranker model directory")
         is_path = path_or_records(corpus, "corpus")
         # Encoding overlaps Python work (a file's next chunk, qaindex.building; the stored
         # records below), which takes one core: onnxruntime gets the other (with two threads
@@ -402,7 +417,10 @@ class Ranker:
             The index is missing, of an unknown version, corrupted, or names paths outside
             its directory; the message names the file and field.
         """
-        root = Path(path)
+        root = path_arg(path, "path", what="an index directory")
+        check_device(device)
+        threads = threads_arg(threads)
+        verify = flag(verify, "verify")
         for attempt in range(3):
             manifest = read_index_manifest(root)
             try:
@@ -502,7 +520,10 @@ class Ranker:
         True
         """
         lock_timeout = check_timeout(lock_timeout)  # before any work
-        root = Path(path)
+        root = path_arg(path, "path", what="an index directory")
+        check_device(device)
+        threads = threads_arg(threads)
+        verify = flag(verify, "verify")
         read_index_manifest(root)  # a clear error for a missing index, before any lock file
         with index_lock(root, timeout=lock_timeout):
             ranker = cls.load(root, device=device, threads=threads, verify=verify)
@@ -540,10 +561,12 @@ class Ranker:
         ef_search: int | None = None,
         nprobe: int | None = None,
         refine: int | None = None,
+        memory_budget: int | None = None,
     ) -> None:
         """Change the speed/recall trade-off of later searches (saved with the index).
 
         Each breadth applies to its own index kinds and is ignored by the others.
+        ``memory_budget`` is this Ranker's own (not saved).
 
         Parameters
         ----------
@@ -555,6 +578,10 @@ class Ranker:
             IVF lists scanned per question (at most ``nlist``).
         refine : int, optional
             PQ codes re-scored with the float vectors, per candidate.
+        memory_budget : int, optional
+            Bytes one request may use (at least 1 MiB; default ``$QAINDEX_MEMORY_BUDGET`` or
+            1 GiB): results over half of it are refused before any work, the rest bounds the
+            chunks of working memory (:mod:`qaindex.budget`).
 
         Example
         -------
@@ -570,8 +597,12 @@ class Ranker:
             for name, value in breadths.items()
             if value is not None
         }
+        if memory_budget is not None:
+            memory_budget = budget.check_budget_value(memory_budget)
         if overfetch is not None:
             self.overfetch = overfetch
+        if memory_budget is not None:
+            self.memory_budget = memory_budget
         for name, value in checked.items():
             if BREADTH_PARAM.get(self._coarse.kind) == name:
                 self._coarse.set_breadth(value)
@@ -673,35 +704,65 @@ class Ranker:
         qs = _check_questions(questions)
         k = _check_k(k)
         match = _matcher(where)
-        if min_score is not None and (
-            isinstance(min_score, bool) or not isinstance(min_score, int | float) or not np.isfinite(min_score)
-        ):
-            raise QueryError(f"min_score must be a finite number or None, got {min_score!r}")
+        if min_score is not None:
+            min_score = finite_number(min_score, "min_score", optional=True)
         stage = rerank_stage(self.reranker, rerank, depth, k, min_score)
         if stage is not None:  # the first stage finds `depth` candidates; the reranker orders and cuts them
             k, min_score = stage.depth, None
         if not qs:
             return []
-        qv = self.model.encode(qs, role="question")
         k = min(k, len(self))
+        limit = budget.request_budget(self.memory_budget)
+        budget.check_result(
+            len(qs) * k * self._hit_bytes(),
+            limit,
+            f"a search of {len(qs):,} question(s) for {k:,} hits each",
+            "ask fewer questions per call or a smaller k (or rerank depth)",
+        )
+        qv = self.model.encode(qs, role="question")
         if match is None:
             first = [_cut(row, k, min_score) for row in self.hits(*self.search_vectors(qv, k))]
             return stage.apply(qs, first) if stage is not None else first
-        out: list[list[Hit]] = [[] for _ in qs]
-        pending = list(range(len(qs)))
+        out = self._search_filtered(qv, k, match, min_score, limit)
+        return stage.apply(qs, out) if stage is not None else out
+
+    def _search_filtered(
+        self, qv: np.ndarray, k: int, match: Callable[[Record], bool], min_score: float | None, limit: int
+    ) -> list[list[Hit]]:
+        """Each question's ``k`` best hits that ``match``: the search widens (x4) until it has
+        them or has ranked every answer. Hits are made only for matching rows, and questions
+        are searched in chunks that keep the candidate arrays within the memory budget."""
+        out: list[list[Hit]] = [[] for _ in range(len(qv))]
+        pending = list(range(len(qv)))
         width = min(len(self), 4 * k)
         while pending:
-            rows_hits = self.hits(*self.search_vectors(qv[pending], width))
             still = []
-            for i, hits in zip(pending, rows_hits, strict=True):
-                kept = _cut([h for h in hits if match(self._records.get(h.row))], k, min_score)
-                out[i] = kept
-                below = min_score is not None and bool(hits) and hits[-1].score < min_score
-                if len(kept) < k and width < len(self) and not below:
-                    still.append(i)
+            step = budget.chunk(width * budget.ARRAY_ENTRY_BYTES * 2, limit, len(pending))
+            for start in range(0, len(pending), step):
+                part = pending[start : start + step]
+                for i, srow, drow, rrow in zip(part, *self.search_vectors(qv[part], width), strict=True):
+                    kept: list[Hit] = []
+                    last = None
+                    for score, dist, row in zip(srow.tolist(), drow.tolist(), rrow.tolist(), strict=True):
+                        if row < 0:
+                            continue
+                        last = score
+                        if len(kept) == k or (min_score is not None and score < min_score):
+                            continue
+                        rec = self._records.get(row)
+                        if match(rec):
+                            kept.append(Hit(rec.id, rec.answer, score + 0.0, dist + 0.0, dict(rec.metadata), row))
+                    out[i] = kept
+                    below = min_score is not None and last is not None and last < min_score
+                    if len(kept) < k and width < len(self) and not below:
+                        still.append(i)
             pending = still
             width = min(len(self), width * 4)
-        return stage.apply(qs, out) if stage is not None else out
+        return out
+
+    def _hit_bytes(self) -> int:
+        """About what one Hit costs in memory (:mod:`qaindex.budget`)."""
+        return budget.HIT_OVERHEAD + int(self._records.offsets[-1]) // max(1, len(self))
 
     @_reading
     def hits(self, scores: Any, distances: Any, rows: Any) -> list[list[Hit]]:
@@ -725,15 +786,21 @@ class Ranker:
         ...     h.id for h in ranker.search("refund?", k=2)]
         True
         """
-        s = np.asarray(scores)
-        d = np.asarray(distances)
-        r = np.asarray(rows)
+        s = numeric_table(scores, "scores")
+        d = numeric_table(distances, "distances")
+        r = numeric_table(rows, "rows", integer=True)
         if s.ndim != 2 or s.shape != d.shape or s.shape != r.shape:
             raise QueryError(
                 f"scores, distances and rows must be 2-D arrays of one shape, got {s.shape}, {d.shape}, {r.shape}"
             )
         if r.size and (not np.issubdtype(r.dtype, np.integer) or r.max() >= len(self) or r.min() < -1):
             raise QueryError(f"rows must be integers in [-1, {len(self) - 1}] (from search_vectors of this index)")
+        budget.check_result(
+            r.size * self._hit_bytes(),
+            budget.request_budget(self.memory_budget),
+            f"hits for {r.shape[0]:,} x {r.shape[1]:,} rows",
+            "pass fewer rows per call",
+        )
         out: list[list[Hit]] = []
         for srow, drow, rrow in zip(s, d, r, strict=True):
             found = []
@@ -779,7 +846,22 @@ class Ranker:
         k = min(_check_k(k), len(self))
         _check_flag(use_coarse, "use_coarse")
         q = self._check_queries(queries)
-        parts = [self._search_chunk(q[s : s + _QUERY_CHUNK], k, use_coarse) for s in range(0, len(q), _QUERY_CHUNK)]
+        limit = budget.request_budget(self.memory_budget)
+        budget.check_result(
+            len(q) * k * budget.ARRAY_ENTRY_BYTES,
+            limit,
+            f"a search of {len(q):,} question vectors for {k:,} hits each",
+            "search fewer vectors per call or a smaller k",
+        )
+        m = min(len(self), k * self.overfetch)
+        budget.check_work(
+            m * budget.CANDIDATE_BYTES,
+            limit,
+            f"ranking {m:,} candidates (k={k:,} x overfetch {self.overfetch})",
+            "use a smaller k or overfetch",
+        )
+        step = budget.chunk(m * budget.CANDIDATE_BYTES, limit, _QUERY_CHUNK)
+        parts = [self._search_chunk(q[s : s + step], k, use_coarse, limit) for s in range(0, len(q), step)]
         if not parts:
             return (
                 np.zeros((0, k), np.float32),
@@ -816,7 +898,18 @@ class Ranker:
         m = min(positive_int(m, "m"), len(self))
         _check_flag(use_coarse, "use_coarse")
         queries = self._check_queries(queries)
-        return self._candidates(queries, m, use_coarse=use_coarse)
+        limit = budget.request_budget(self.memory_budget)
+        budget.check_result(
+            len(queries) * m * 8,
+            limit,
+            f"candidates of {len(queries):,} question vectors, {m:,} each",
+            "pass fewer vectors per call or a smaller m",
+        )
+        step = budget.chunk(m * budget.CANDIDATE_BYTES, limit, max(1, len(queries)))
+        if step >= len(queries):
+            return self._candidates(queries, m, use_coarse=use_coarse)
+        starts = range(0, len(queries), step)
+        return np.concatenate([self._candidates(queries[s : s + step], m, use_coarse=use_coarse) for s in starts])
 
     def _candidates(self, queries: np.ndarray, m: int, *, use_coarse: bool = False) -> np.ndarray:
         total = len(self)
@@ -826,15 +919,31 @@ class Ranker:
         # a plain ndarray view of the memory map: fancy indexing skips np.memmap's overhead
         return self._coarse.search(queries, m, vectors=np.asarray(self._vectors))
 
-    def _search_chunk(self, q: np.ndarray, k: int, use_coarse: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _search_chunk(
+        self, q: np.ndarray, k: int, use_coarse: bool, limit: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = len(q)
         m = min(len(self), k * self.overfetch)
         rows = self._candidates(q, m, use_coarse=use_coarse)
         valid = rows >= 0
         all_valid = bool(valid.all())
         safe_rows = rows if all_valid else np.where(valid, rows, 0)
-        gathered = np.asarray(np.asarray(self._vectors)[safe_rows.ravel()], dtype=np.float32)
-        score, dist = self.model.score_checked(q, gathered.reshape(n, rows.shape[1], self.dimension))
+        # the candidates' vectors are gathered and scored in column blocks within the budget
+        width = rows.shape[1]
+        block = budget.chunk(n * self.dimension * 4 * budget.SCORER_COPIES, limit, max(1, width))
+        vectors = np.asarray(self._vectors)
+        if block >= width:
+            gathered = np.asarray(vectors[safe_rows.ravel()], dtype=np.float32)
+            score, dist = self.model.score_checked(q, gathered.reshape(n, width, self.dimension))
+        else:
+            score = np.empty((n, width), np.float32)
+            dist = np.empty((n, width), np.float32)
+            for c in range(0, width, block):
+                cols = safe_rows[:, c : c + block]
+                gathered = np.asarray(vectors[cols.ravel()], dtype=np.float32)
+                score[:, c : c + block], dist[:, c : c + block] = self.model.score_checked(
+                    q, gathered.reshape(n, cols.shape[1], self.dimension)
+                )
         if not np.isfinite(score).all():  # queries are checked: a damaged vectors.npy loaded with verify=False
             raise stored_vectors_error(self._vectors_source(), safe_rows[~np.isfinite(score)])
         if not all_valid:
@@ -907,8 +1016,14 @@ class Ranker:
         qs = _check_questions(questions)
         if not qs:
             raise QueryError("no questions to measure recall with; give at least one question")
-        qv = self.model.encode(qs, role="question")
         kk = min(k, len(self))
+        budget.check_result(
+            len(qs) * (kk * budget.RECALL_PAIR_BYTES + min(len(self), kk * self.overfetch) * 8),
+            budget.request_budget(self.memory_budget),
+            f"recall@{kk:,} over {len(qs):,} questions",
+            "use a smaller k or sample",
+        )
+        qv = self.model.encode(qs, role="question")
         _, truth = exact_search(qv, self._vectors, kk, geometry=self.model.geometry, ranking=self.model.ranking)
         m = min(len(self), kk * self.overfetch)
         coarse_rows = self._candidates(qv, m)
@@ -1084,7 +1199,8 @@ class Ranker:
         PosixPath('qaindex-index')
         """
         lock_timeout = check_timeout(lock_timeout)  # before any work
-        root = Path(path)
+        root = path_arg(path, "path", what="an index directory")
+        overwrite = flag(overwrite, "overwrite")
         check_writable(root)  # before the lock file: a folder qaindex did not write is never touched
         self._refresh_coarse()
         created = missing_parents(root)

@@ -51,8 +51,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .arguments import positive_int, text_list
-from .devices import SessionPair, open_sessions
+from .arguments import flag, path_arg, positive_int, text_list, threads_arg
+from .devices import SessionPair, check_device, open_sessions
 from .errors import IndexFormatError, ModelFormatError, QueryError
 from .model_format import (
     copy_model_files,
@@ -192,8 +192,10 @@ class Reranker:
         """
         if not isinstance(path, str | os.PathLike):
             raise QueryError(f"a reranker must be a model directory path, got {type(path).__name__}")
-        directory = Path(path)
-        manifest = read_model_manifest(directory, verify=verify, expect="reranker")
+        directory = path_arg(path, "path", what="a reranker model directory")
+        check_device(device)
+        threads = threads_arg(threads)
+        manifest = read_model_manifest(directory, verify=flag(verify, "verify"), expect="reranker")
         try:
             tokenizer = Tokenizer.from_config(manifest["tokenizer"], directory)
         except TokenizerError as exc:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .arguments import shown
 from .errors import QueryError
 from .records import RecordStore
 from .vector_index import BREADTH_PARAM, HNSW_KINDS, CoarseIndex, exact_search
@@ -58,9 +59,16 @@ def check_target(target: Any) -> float:
     >>> check_target(0.99)
     0.99
     """
-    if isinstance(target, bool) or not isinstance(target, int | float) or not 0.0 < float(target) <= 1.0:
-        raise QueryError(f"recall must be a number above 0 and at most 1 (e.g. 0.99), got {target!r}")
-    return float(target)
+    message = f"recall must be a number above 0 and at most 1 (e.g. 0.99), got {shown(target)}"
+    if isinstance(target, bool) or not isinstance(target, int | float):
+        raise QueryError(message)
+    try:
+        value = float(target)
+    except OverflowError:
+        raise QueryError(message) from None
+    if not 0.0 < value <= 1.0:
+        raise QueryError(message)
+    return value
 
 
 def recall_at(found: np.ndarray, truth: np.ndarray) -> float:

@@ -223,3 +223,16 @@ def point_model(directory: Path, points: np.ndarray, **kwargs: object) -> tuple[
     emb = np.zeros((len(vocab), points.shape[1]), dtype=np.float32)
     emb[2:] = points
     return make_model(directory, vocab, emb, **kwargs), words  # type: ignore[arg-type]
+
+
+def broken_model(
+    directory: Path, words: Sequence[str], poison: Sequence[str], *, value: float = float("nan"), **kwargs: object
+) -> Path:
+    """A model whose encoder emits ``value`` (NaN by default, or ±inf) for any text holding a
+    ``poison`` word, and finite vectors for texts of the other ``words``: a broken model."""
+    vocab = Tokenizer.build_word_vocab([*words, *poison])
+    emb = np.random.default_rng(3).normal(scale=0.15, size=(len(vocab), 6)).astype(np.float32)
+    emb[0] = 0.0
+    for word in poison:
+        emb[vocab.index(word)] = value
+    return make_model(directory, vocab, emb, **kwargs)  # type: ignore[arg-type]

@@ -34,10 +34,57 @@ def world(fuzz: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Pat
 
 def test_api_fuzz_raises_only_qaindex_errors(fuzz: Any, world: tuple[Any, Path, Path, Path]) -> None:
     *w, tmp = world
-    report = fuzz.fuzz_api(tuple(w), 300, 0, tmp)
-    assert report["inputs"] >= 300
+    report = fuzz.fuzz_api(tuple(w), 900, 0, tmp)
+    assert report["inputs"] >= 900
     assert report["unclean_by_kind"] == {}, report["examples"]
     assert 0 < report["clean_errors"] < report["inputs"]  # both refused and accepted inputs were generated
+    calls = set(report["inputs_by_call"])
+    for entry in (
+        "Ranker.load", "Ranker.edit", "Ranker.save", "Ranker.hits", "Ranker.search(options)", "Model.load",
+        "Reranker.load", "evaluate_pooled", "pooled_metrics", "memory: search_batch", "Ranker.configure",
+    ):  # fmt: skip
+        assert entry in calls, entry
+
+
+def test_the_argument_groups_that_escaped_before(fuzz: Any, world: tuple[Any, Path, Path, Path]) -> None:
+    """The reproducers of the fuzz groups, through the fuzz's own tally."""
+    import numpy as np
+
+    from qaindex import Ranker
+
+    _, _, index, tmp = world
+    r = Ranker.load(index, device="cpu")
+    tally = fuzz.Tally()
+    for call in (
+        lambda: Ranker.load({}),
+        lambda: Ranker.load(b"idx"),
+        lambda: Ranker.edit(1000000000).__enter__(),
+        lambda: r.save(str(tmp / "d" / ("x" * 300))),
+        lambda: Ranker.load("x" * 300),
+        lambda: r.hits([[1.0], [2.0, 3.0]], [[1.0], [2.0, 3.0]], [[0], [1, 2]]),
+        lambda: r.search("reset", min_score=10**400),
+        lambda: Ranker.load(index, verify=np.array([1, 2])),
+        lambda: r.save("a\0b"),
+        lambda: r.add(np.array(0)),
+        lambda: Ranker.load(index, threads=-1),
+        lambda: Ranker.load(index, threads=10**9),
+    ):
+        tally.call("reproducer", call)
+    assert tally.report()["unclean_by_kind"] == {} and tally.clean_errors == 12
+
+
+def test_largest_requests_stay_bounded(fuzz: Any, world: tuple[Any, Path, Path, Path]) -> None:
+    """The resource run at small scale under an 8 MiB budget: over-budget results are refused
+    (exit 1), the rest run in chunks, and every process stays small."""
+    *_, tmp = world
+    result = fuzz.measure_resources(tmp, answers=1000, questions=20, cli_questions=20, budget="8MiB")
+    runs = list(result["requests"].values())
+    assert [r["exit_code"] for r in runs] == [1, 0, 0, 1, 0], runs
+    assert runs[0]["output"].startswith("QAIndexError: a search of 20 question(s) for 1,000 hits each needs about")
+    assert runs[1]["output"] == "(20, 1000) arrays"
+    assert runs[3]["output"].startswith("Error: recall@1,000 over 1,000 questions needs about")
+    assert runs[2]["stdout_mb"] > 1  # 20 questions x 1,000 hits printed, in chunks
+    assert result["max_peak_rss_mb"] < 2000
 
 
 def test_cli_fuzz_is_always_clean(fuzz: Any, world: tuple[Any, Path, Path, Path]) -> None:

@@ -459,3 +459,141 @@ def test_doctests_of_the_argument_checks() -> None:
     for module in (qaindex.arguments, qaindex.cli, qaindex.corpus):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert result.failed == 0 and result.attempted > 0, module.__name__
+
+
+def _boundary_cases(index: Path, faq_model: Path) -> dict[str, tuple[Callable[[Ranker], Any], str]]:
+    """The argument fuzz's reproducers: each was a TypeError, ValueError or OSError, or accepted."""
+    from qaindex import Model, Reranker
+    from qaindex.arguments import max_threads
+
+    cap = max_threads()
+    threads = f"threads must be None (every core) or an integer from 1 to {cap} (4 per core of this machine), got "
+    long_name = "x" * 300
+    return {
+        "load a dict": (
+            lambda r: Ranker.load({}),  # type: ignore[arg-type]
+            "path must be an index directory (str or pathlib.Path), got dict {}",
+        ),
+        "load bytes": (
+            lambda r: Ranker.load(b"idx"),  # type: ignore[arg-type]
+            "path must be an index directory as str or pathlib.Path, got bytes b'idx'; decode it",
+        ),
+        "edit an int": (
+            lambda r: Ranker.edit(1000000000).__enter__(),  # type: ignore[arg-type]
+            "path must be an index directory (str or pathlib.Path), got int 1000000000",
+        ),
+        "save a long name": (
+            lambda r: r.save("d/" + long_name),
+            f"path has a component of 300 bytes ('{'x' * 56}...); a file or folder name is at most 255 bytes",
+        ),
+        "load a long name": (
+            lambda r: Ranker.load(long_name),
+            f"path has a component of 300 bytes ('{'x' * 56}...); a file or folder name is at most 255 bytes",
+        ),
+        "load a long path": (
+            lambda r: Ranker.load("/".join(["y" * 200] * 25)),
+            f"path is 5,024 bytes long ('{'y' * 56}...); paths are at most 4,096 bytes",
+        ),
+        "save a NUL": (lambda r: r.save("a\0b"), "path contains a NUL character: 'a\\x00b'; a path cannot contain one"),
+        "save overwrite array": (
+            lambda r: r.save(index, overwrite=np.array([True, False])),  # type: ignore[arg-type]
+            "overwrite must be True or False, got ndarray array([ True, False])",
+        ),
+        "hits ragged": (
+            lambda r: r.hits([[1.0], [2.0, 3.0]], [[1.0], [2.0, 3.0]], [[0], [1, 0]]),
+            "scores must be a 2-D numeric array (rows of equal length), got a ragged list",
+        ),
+        "hits float rows": (
+            lambda r: r.hits([[1.0]], [[1.0]], [[0.5]]),
+            "rows must hold integers, got dtype float64",
+        ),
+        "min_score 10**400": (
+            lambda r: r.search("reset", min_score=10**400),
+            f"min_score must be a finite number or None, got {str(10**400)[:57]}...",
+        ),
+        "min_score a str": (lambda r: r.search("reset", min_score="1"), "min_score must be a finite number or None, got '1'"),
+        "verify an array": (
+            lambda r: Ranker.load(index, verify=np.array([1, 2])),  # type: ignore[arg-type]
+            "verify must be True or False, got ndarray array([1, 2])",
+        ),
+        "add a 0-d array": (
+            lambda r: r.add(np.array(0)),  # type: ignore[arg-type]
+            "records must be a corpus file path or a list of records (dicts with an 'answer'), got an array of shape ()",
+        ),
+        "threads=-1": (lambda r: Ranker.load(index, threads=-1), threads + "-1"),
+        "threads=0": (lambda r: Model.load(faq_model, threads=0), threads + "0"),
+        "threads=1000": (lambda r: Ranker.load(index, threads=1000), threads + "1000"),
+        "threads=10**9": (lambda r: Ranker.edit(index, threads=10**9).__enter__(), threads + "1000000000"),
+        "threads a float": (lambda r: Model.load(faq_model, threads=2.0), threads + "2.0"),  # type: ignore[arg-type]
+        "device a list": (
+            lambda r: Ranker.load(index, device=["cpu"]),  # type: ignore[arg-type]
+            "unknown device ['cpu']; choose one of: auto, cpu, cuda",
+        ),
+        "model path with NUL": (
+            lambda r: Ranker.build([{"answer": "a"}], model="m\0"),
+            "model contains a NUL character: 'm\\x00'; a path cannot contain one",
+        ),
+        "read_corpus a long name": (
+            lambda r: read_corpus(long_name),
+            f"path has a component of 300 bytes ('{'x' * 56}...); a file or folder name is at most 255 bytes",
+        ),
+        "reranker bytes path": (
+            lambda r: Reranker.load("r\0"),
+            "path contains a NUL character: 'r\\x00'; a path cannot contain one",
+        ),
+        "model read_manifest verify": (
+            lambda r: Model.read_manifest(faq_model, verify="yes"),  # type: ignore[arg-type]
+            "verify must be True or False, got str 'yes'",
+        ),
+        "build recall 10**400": (
+            lambda r: Ranker.build([{"answer": "a"}], model=faq_model, recall=10**400),
+            f"recall must be a number above 0 and at most 1 (e.g. 0.99), got {str(10**400)[:57]}...",
+        ),
+        "read_labelled a dict": (
+            lambda r: _read_labelled({}),
+            "path must be a data file path (str or pathlib.Path), got dict {}",
+        ),
+        "pooled k": (lambda r: _pooled([[0]], [[0]], k=0), "k must be a positive integer, got 0"),
+        "pooled row": (
+            lambda r: _pooled([["a"]], [[0]]),
+            "rankings[0][0] must be an integer answer row, got str 'a'",
+        ),
+        "pooled lengths": (
+            lambda r: _pooled([[0]], []),
+            "1 rankings for 0 questions; give one ranking per question",
+        ),
+    }
+
+
+def _read_labelled(path: Any) -> Any:
+    from qaindex.datasets import read_labelled
+
+    return read_labelled(path)
+
+
+def _pooled(*args: Any, **kwargs: Any) -> Any:
+    from qaindex.evaluate import pooled_metrics
+
+    return pooled_metrics(*args, **kwargs)
+
+
+def test_argument_boundary_refuses_with_a_qaindex_error(two: Ranker, two_dir: Path, faq_model: Path) -> None:
+    before = sorted(p.name for p in two_dir.iterdir())
+    for name, (call, message) in _boundary_cases(two_dir, faq_model).items():
+        with pytest.raises(QAIndexError) as info:
+            call(two)
+        assert str(info.value) == message, name
+    assert sorted(p.name for p in two_dir.iterdir()) == before  # nothing written by a refused save
+    assert len(two) == 2
+
+
+def test_accepted_edge_values(two: Ranker, two_dir: Path, faq_model: Path) -> None:
+    from qaindex import Model
+    from qaindex.arguments import max_threads
+
+    assert two.search("reset", min_score=10**100) == []  # a finite bound nothing reaches
+    assert two.search("reset", min_score=np.float32(-1e30)) == two.search("reset")
+    assert Ranker.load(two_dir, threads=max_threads(), verify=np.bool_(False)).search("reset") == two.search("reset")
+    assert Model.load(faq_model, threads=None).dimension == 6
+    hits = two.hits(np.zeros((1, 2)), np.zeros((1, 2)), np.array([[1, -1]], dtype=np.int32))
+    assert [h.row for h in hits[0]] == [1]

@@ -82,3 +82,32 @@ def test_import_qaindex_does_not_import_the_frameworks() -> None:
 def test_python_dash_m_runs_the_cli() -> None:
     out = subprocess.run([sys.executable, "-m", "qaindex", "--version"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == f"qaindex, version {qaindex.__version__}"
+
+
+@pytest.mark.parametrize("framework", ["langchain", "llamaindex"])
+def test_retriever_arguments_are_query_errors(ranker: Ranker, framework: str) -> None:
+    pytest.importorskip("langchain_core" if framework == "langchain" else "llama_index.core")
+    module = importlib.import_module(f"qaindex.integrations.{framework}")
+
+    def make(r: object, k: object, kwargs: object) -> object:
+        if framework == "langchain":
+            return module.QAIndexRetriever(ranker=r, k=k, search_kwargs=kwargs)
+        return module.QAIndexRetriever(r, k, **kwargs)  # type: ignore[arg-type]
+
+    cases = [
+        ((ranker, 0, {}), "k must be a positive integer, got 0"),
+        ((ranker, "3", {}), "k must be a positive integer, got '3'"),
+        ((None, 3, {}), "QAIndexRetriever needs a qaindex.Ranker, got NoneType"),
+        (
+            (ranker, 3, {"bogus": 1}),
+            "search_kwargs has unknown option 'bogus'; use where, min_score, rerank, depth "
+            "(the keyword options of Ranker.search)",
+        ),
+    ]
+    if framework == "langchain":
+        cases.append(((ranker, 3, [1]), "search_kwargs must be a dict of search options, got list"))
+    for args, message in cases:
+        with pytest.raises(QueryError) as info:
+            make(*args)
+        assert str(info.value) == message
+    assert len(make(ranker, 2, {"min_score": -100.0}).ranker.search(QUESTION, k=2)) == 2  # type: ignore[attr-defined]

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import MissingDependencyError
 from ..ranker import Ranker
-from . import hit_metadata
+from . import check_retriever, hit_metadata
 
 try:
     from langchain_core.callbacks import CallbackManagerForRetrieverRun
@@ -51,6 +51,11 @@ class QAIndexRetriever(BaseRetriever):
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    def __init__(self, **data: Any) -> None:
+        # checked here, so a bad argument is a QueryError naming it, not a pydantic ValidationError
+        ranker, k, kwargs = check_retriever(data.get("ranker"), data.get("k", 4), data.get("search_kwargs", {}))
+        super().__init__(**{**data, "ranker": ranker, "k": k, "search_kwargs": kwargs})
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         if not isinstance(self.ranker, Ranker):

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import MissingDependencyError, QueryError
+from ..errors import MissingDependencyError
 from ..ranker import Ranker
-from . import hit_metadata
+from . import check_retriever, hit_metadata
 
 try:
     from llama_index.core.retrievers import BaseRetriever
@@ -44,11 +44,7 @@ class QAIndexRetriever(BaseRetriever):
     """
 
     def __init__(self, ranker: Ranker, k: int = 4, **search_kwargs: Any) -> None:
-        if not isinstance(ranker, Ranker):
-            raise QueryError(f"QAIndexRetriever needs a qaindex.Ranker, got {type(ranker).__name__}")
-        self.ranker = ranker
-        self.k = k
-        self.search_kwargs = search_kwargs
+        self.ranker, self.k, self.search_kwargs = check_retriever(ranker, k, search_kwargs)
         super().__init__()
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
