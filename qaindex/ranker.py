@@ -24,7 +24,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
-from . import fast_paths, hyperbolic
+from . import fast_paths, filters, hyperbolic
 from .arguments import MAX_INT64, finite_vectors, id_list, path_or_records, positive_int, text_list
 from .concurrency import ReadWriteLock
 from .corpus import Record, read_corpus, records_from_dicts
@@ -82,32 +82,6 @@ def _writing(method: Callable[Concatenate[Ranker, _P], _T]) -> Callable[Concaten
     return wrapper
 
 
-def _matcher(where: Where | None) -> Callable[[Record], bool] | None:
-    """A record predicate from ``where``: a callable, or ``{field: value or list of values}``
-    matched against the record's metadata (``"id"`` matches the record's id)."""
-    if where is None or callable(where):
-        return where
-    if not isinstance(where, Mapping) or not all(isinstance(key, str) for key in where):
-        raise QueryError(
-            "where must be a mapping of metadata fields to values (or lists of values), or a function "
-            f"of a Record returning True or False; got {type(where).__name__}"
-        )
-    wanted: list[tuple[str, Any, bool]] = []
-    for key, value in where.items():
-        many = isinstance(value, list | tuple | set | frozenset)
-        wanted.append((key, list(value) if many else value, many))
-
-    def match(record: Record) -> bool:
-        for key, value, many in wanted:
-            got = record.id if key == "id" else record.metadata.get(key, _MISSING)
-            if got is _MISSING or not (got in value if many else got == value):
-                return False
-        return True
-
-    return match
-
-
-_MISSING = object()
 _QUERY_CHUNK = 256
 _MAX_SETTING = 1 << 20  # bound of overfetch, ef_search and HNSW parameters (FAISS takes C ints)
 
@@ -594,9 +568,10 @@ class Ranker:
             Only answers that match: ``{"category": "billing"}`` keeps answers whose metadata
             field equals the value, ``{"category": ["billing", "account"]}`` any of the values
             (``"id"`` matches the answer's id); every field must match. A function of a
-            :class:`~qaindex.Record` returning True or False works too. The search widens
-            until it has ``k`` matching answers or has ranked every answer, so a filter that
-            few answers pass costs up to a full exact search.
+            :class:`~qaindex.Record` returning True or False works too. A field that no
+            answer has is a :class:`~qaindex.QueryError` naming the fields that exist. When
+            few answers match, they are scored exactly (pre-filter), else the index is
+            searched wider and the matching hits kept (:mod:`qaindex.filters`).
         min_score : float, keyword-only, optional
             Drop hits whose score is below this (scores are the model's, higher is better).
         rerank : Reranker, path, False or None, keyword-only
@@ -656,7 +631,7 @@ class Ranker:
         """
         qs = _check_questions(questions)
         k = _check_k(k)
-        match = _matcher(where)
+        flt = filters.compile_where(where)
         if min_score is not None and (
             isinstance(min_score, bool) or not isinstance(min_score, int | float) or not np.isfinite(min_score)
         ):
@@ -668,23 +643,15 @@ class Ranker:
             return []
         qv = self.model.encode(qs, role="question")
         k = min(k, len(self))
-        if match is None:
+        if flt is None:
             first = [_cut(row, k, min_score) for row in self.hits(*self.search_vectors(qv, k))]
             return stage.apply(qs, first) if stage is not None else first
-        out: list[list[Hit]] = [[] for _ in qs]
-        pending = list(range(len(qs)))
-        width = min(len(self), 4 * k)
-        while pending:
-            rows_hits = self.hits(*self.search_vectors(qv[pending], width))
-            still = []
-            for i, hits in zip(pending, rows_hits, strict=True):
-                kept = _cut([h for h in hits if match(self._records.get(h.row))], k, min_score)
-                out[i] = kept
-                below = min_score is not None and bool(hits) and hits[-1].score < min_score
-                if len(kept) < k and width < len(self) and not below:
-                    still.append(i)
-            pending = still
-            width = min(len(self), width * 4)
+        # pre-filter (exact scoring of the matching answers) or post-filter: qaindex.filters
+        found = filters.plan(
+            self._records, self._vectors, qv, k, flt, ann=self.search_vectors, scorer=self.model.score_checked,
+            overfetch=self.overfetch,
+        )  # fmt: skip
+        out = [_cut(self.hits(s[None], d[None], r[None])[0], k, min_score) for s, d, r in found]
         return stage.apply(qs, out) if stage is not None else out
 
     @_reading
