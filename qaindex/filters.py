@@ -13,18 +13,20 @@ matching rows are known, and counted, before any search:
 - **pre-filter** when few answers match: their stored vectors are scored exactly with the
   model's scorer (the same ONNX graph and tie order as an unfiltered search), so the result
   is the exact top ``k`` of the matching answers whatever the index kind;
-- **post-filter** when many match: the ANN index is searched for about ``k / selectivity``
-  hits (×2 for safety) and those that match kept; a question left with fewer than ``k``
-  falls back to the exact pre-filter.
+- **post-filter** when many match: the ANN index recalls ``k · overfetch · N / matches``
+  candidates (so that about ``k · overfetch`` of them match, as many as an unfiltered search
+  reranks), and only the matching ones are scored exactly; a question left with fewer than
+  ``k`` matching candidates falls back to the exact pre-filter.
 
 The planner picks the pre-filter when ``matches ≤ max(PREFILTER_MIN, √(k · overfetch · N))``:
-the post-filter reranks about ``k · overfetch · N / matches`` candidates, the pre-filter scores
+the post-filter recalls ``k · overfetch · N / matches`` candidates, the pre-filter scores
 ``matches`` vectors, and the two are equal there (``benchmarks/filters.py`` measures both).
+An index of at most ``k · overfetch`` answers is searched whole and filtered.
 
 A field that no stored answer has is an error naming the fields that exist (a misspelt field
 would otherwise silently return nothing). A function is called on every stored record once
-per search (no index can be built for it), unless a first post-filter pass already finds
-``k`` matching answers among the best ``4 k``.
+per search (no index can be built for it), unless the ``k · overfetch`` candidates of an
+unfiltered search already hold ``k`` matching answers.
 """
 
 from __future__ import annotations
@@ -258,9 +260,12 @@ def matching_rows(store: RecordStore, flt: Filter) -> np.ndarray:
     return result if result is not None else np.arange(len(store), dtype=np.int64)
 
 
-# An ANN search: (question vectors, k) -> (scores, distances, rows), as Ranker.search_vectors.
+# An index search: (question vectors, k) -> (scores, distances, rows), as Ranker.search_vectors.
 Search = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
+# The coarse stage: (question vectors, m) -> candidate rows (n, m), -1 where missing.
+Candidates = Callable[[np.ndarray, int], np.ndarray]
 Scorer = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+Found = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def exact_among(
@@ -319,10 +324,11 @@ def plan(
     k: int,
     flt: Filter,
     *,
-    ann: Search,
+    search: Search,
+    candidates: Candidates,
     scorer: Scorer,
     overfetch: int,
-) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+) -> list[Found]:
     """Filtered search: per query, ``(scores, distances, rows)`` of its best matching answers.
 
     Parameters
@@ -335,12 +341,14 @@ def plan(
     k : int
         Hits per question (at most N).
     flt : Filter
-    ann : callable
-        ``ann(queries, width)``: the index's search (``Ranker.search_vectors``).
+    search : callable
+        ``search(queries, k)``: the index's whole search (``Ranker.search_vectors``).
+    candidates : callable
+        ``candidates(queries, m)``: the index's coarse stage (rows, ``-1`` where missing).
     scorer : callable
         The model's exact scorer (``Model.score_checked``).
     overfetch : int
-        The index's over-fetch (candidates per hit of the ANN stage).
+        The index's over-fetch (coarse candidates per hit).
 
     Returns
     -------
@@ -348,49 +356,106 @@ def plan(
         One triple of 1-D arrays per query, best first, at most ``k`` long.
     """
     total = len(store)
-    n = len(queries)
-    # An index of at most k * overfetch answers: an unfiltered search scores every answer, in
-    # row order; post-filtering that ranking keeps the same scores bit for bit (the scorer's
-    # float32 rounding can depend on a candidate's position in the batch).
-    small = total <= k * overfetch
-    if flt.predicate is not None:
-        # a first post-filter pass over the best 4k: enough when the predicate is not rare
-        width = total if small else min(total, 4 * k)
-        s, d, r = ann(queries, width)
-        out: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = []
-        for i in range(n):
-            keep = [j for j, row in enumerate(r[i].tolist()) if row >= 0 and flt.predicate(store.get(row))]
-            kept = keep[:k]
-            if len(kept) >= k or width >= total:
-                out.append((s[i, kept], d[i, kept], r[i, kept]))
-            else:
-                out.append(None)
-        missing = [i for i, o in enumerate(out) if o is None]
-        if missing:
-            rows = matching_rows(store, flt)
-            es, ed, er = exact_among(queries[missing], vectors, rows, k, scorer)
-            for j, i in enumerate(missing):
-                out[i] = (es[j], ed[j], er[j])
-        return [o for o in out if o is not None]
-    rows = matching_rows(store, flt)
-    count = len(rows)
-    if count == 0:
-        empty = (np.zeros(0, np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64))
-        return [empty for _ in range(n)]
-    if not small and (count <= prefilter_limit(k, overfetch, total) or count <= k):
-        es, ed, er = exact_among(queries, vectors, rows, k, scorer)
-        return [(es[i], ed[i], er[i]) for i in range(n)]
-    mask = np.zeros(total, dtype=bool)
-    mask[rows] = True
-    width = total if small else min(total, math.ceil(2 * k * total / count) + k)
-    s, d, r = ann(queries, width)
-    found: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = []
-    for i in range(n):
-        ok = np.flatnonzero((r[i] >= 0) & mask[np.maximum(r[i], 0)])[:k]
-        found.append((s[i, ok], d[i, ok], r[i, ok]) if len(ok) >= k or width >= total else None)
+    if total <= k * overfetch:
+        # An unfiltered search of so small an index scores every answer in row order; filtering
+        # that ranking keeps its scores bit for bit (the scorer's float32 rounding can depend
+        # on a candidate's position in the batch), and costs no more than scoring the matches.
+        s, d, r = search(queries, total)
+        out = []
+        for i in range(len(queries)):
+            valid = [j for j, row in enumerate(r[i].tolist()) if row >= 0]
+            keep = [j for j, ok in zip(valid, _passes(store, flt, r[i, valid]), strict=True) if ok][:k]
+            out.append((s[i, keep], d[i, keep], r[i, keep]))
+        return out
+    rows: np.ndarray | None = None
+    if flt.predicate is None:
+        rows = matching_rows(store, flt)
+        count = len(rows)
+        if count == 0:
+            empty = (np.zeros(0, np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64))
+            return [empty for _ in range(len(queries))]
+        if count <= k or count <= prefilter_limit(k, overfetch, total):
+            es, ed, er = exact_among(queries, vectors, rows, k, scorer)
+            return [(es[i], ed[i], er[i]) for i in range(len(queries))]
+        # post-filter: enough coarse candidates that about k * overfetch of them match
+        m = min(total, math.ceil(k * overfetch * total / count))
+        found = _post_filter(store, vectors, queries, k, flt, rows, m, candidates, scorer)
+    else:
+        found = [_predicate_search(store, vectors, q[None], k, flt, candidates, scorer, overfetch) for q in queries]
     short = [i for i, f in enumerate(found) if f is None]
-    if short:  # rare: the matching answers are not where the question's neighbours are
+    if short:  # the matching answers are not among the question's neighbours: score them all
+        rows = matching_rows(store, flt) if rows is None else rows
         es, ed, er = exact_among(queries[short], vectors, rows, k, scorer)
         for j, i in enumerate(short):
             found[i] = (es[j], ed[j], er[j])
     return [f for f in found if f is not None]
+
+
+def _passes(store: RecordStore, flt: Filter, rows: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """Whether each of ``rows`` passes ``flt`` (from ``mask`` of matching rows when given)."""
+    if mask is not None:
+        return mask[rows]
+    if flt.predicate is None:
+        mask = np.zeros(len(store), bool)
+        mask[matching_rows(store, flt)] = True
+        return mask[rows]
+    return np.asarray([flt.matches(store.get(int(row))) for row in rows.tolist()], dtype=bool)
+
+
+def _predicate_search(
+    store: RecordStore,
+    vectors: np.ndarray,
+    query: np.ndarray,
+    k: int,
+    flt: Filter,
+    candidates: Candidates,
+    scorer: Scorer,
+    overfetch: int,
+) -> Found | None:
+    """Post-filter for a predicate (selectivity unknown): widen the coarse stage until about
+    ``k * overfetch`` candidates match (the rerank margin of an unfiltered search), guessing the
+    selectivity from the previous pass; None when that would recall over half the answers."""
+    total = len(store)
+    want = k * overfetch
+    m = want
+    while True:
+        recalled = candidates(query, m)[0]
+        recalled = recalled[recalled >= 0]
+        keep = recalled[_passes(store, flt, recalled)]
+        if len(keep) >= want or m >= total:
+            es, ed, er = exact_among(query, vectors, keep, k, scorer)
+            return es[0], ed[0], er[0]
+        m = m * 8 if len(keep) == 0 else math.ceil(1.25 * m * want / len(keep))
+        if m > total // 2:
+            return None
+        m = min(m, total)
+
+
+def _post_filter(
+    store: RecordStore,
+    vectors: np.ndarray,
+    queries: np.ndarray,
+    k: int,
+    flt: Filter,
+    rows: np.ndarray | None,
+    m: int,
+    candidates: Candidates,
+    scorer: Scorer,
+) -> list[Found | None]:
+    """The coarse stage's ``m`` candidates, the matching ones scored exactly; None for a
+    question with fewer than ``k`` matching candidates (unless they are all the answers)."""
+    mask = None
+    if rows is not None:
+        mask = np.zeros(len(store), bool)
+        mask[rows] = True
+    cand = candidates(queries, m)
+    out: list[Found | None] = []
+    for i in range(len(queries)):
+        recalled = cand[i][cand[i] >= 0]
+        keep = recalled[_passes(store, flt, recalled, mask)]
+        if len(keep) < k and m < len(store):
+            out.append(None)
+            continue
+        es, ed, er = exact_among(queries[i : i + 1], vectors, keep, k, scorer)
+        out.append((es[0], ed[0], er[0]))
+    return out

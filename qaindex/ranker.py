@@ -648,8 +648,8 @@ class Ranker:
             return stage.apply(qs, first) if stage is not None else first
         # pre-filter (exact scoring of the matching answers) or post-filter: qaindex.filters
         found = filters.plan(
-            self._records, self._vectors, qv, k, flt, ann=self.search_vectors, scorer=self.model.score_checked,
-            overfetch=self.overfetch,
+            self._records, self._vectors, qv, k, flt, search=self.search_vectors, candidates=self._candidates,
+            scorer=self.model.score_checked, overfetch=self.overfetch,
         )  # fmt: skip
         out = [_cut(self.hits(s[None], d[None], r[None])[0], k, min_score) for s, d, r in found]
         return stage.apply(qs, out) if stage is not None else out
