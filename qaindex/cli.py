@@ -20,6 +20,7 @@ import click
 
 from . import __version__
 from .cli_eval import eval_command, inspect_command
+from .cli_export import export_model_command
 from .cli_options import batch_size_option, device_option, index_option
 from .cli_train import train
 from .devices import devices_line
@@ -380,6 +381,7 @@ def remove(ids: tuple[str, ...], index: Path, lock_timeout: float) -> None:
 main.add_command(eval_command)
 main.add_command(inspect_command)
 main.add_command(train)
+main.add_command(export_model_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -18,9 +18,10 @@ matching rows are known, and counted, before any search:
   reranks), and only the matching ones are scored exactly; a question left with fewer than
   ``k`` matching candidates falls back to the exact pre-filter.
 
-The planner picks the pre-filter when ``matches ≤ max(PREFILTER_MIN, √(k · overfetch · N))``:
-the post-filter recalls ``k · overfetch · N / matches`` candidates, the pre-filter scores
-``matches`` vectors, and the two are equal there (``benchmarks/filters.py`` measures both).
+The planner picks the pre-filter when ``matches ≤ max(PREFILTER_MIN, √(c · k · overfetch · N))``:
+the post-filter recalls ``k · overfetch · N / matches`` candidates at ``c`` times the cost of
+scoring one match (:data:`POST_FILTER_COST`), the pre-filter scores ``matches`` vectors, and
+the two cost the same there (``benchmarks/filters.py`` measures both).
 An index of at most ``k · overfetch`` answers is searched whole and filtered.
 
 A field that no stored answer has is an error naming the fields that exist (a misspelt field
@@ -46,10 +47,25 @@ from .corpus import Record
 from .errors import QueryError
 from .records import RecordStore
 
-__all__ = ["PREFILTER_MIN", "FieldIndex", "Filter", "compile_where", "field_index", "plan"]
+__all__ = [
+    "POST_FILTER_COST",
+    "PREFILTER_MIN",
+    "FieldIndex",
+    "Filter",
+    "compile_where",
+    "exact_among",
+    "field_index",
+    "matching_rows",
+    "plan",
+    "prefilter_limit",
+]
 
 #: Up to this many matching answers the pre-filter (exact scoring) is always used.
 PREFILTER_MIN = 2048
+#: Cost of one coarse candidate of the post-filter, in exact scorings of one match (measured by
+#: benchmarks/filters.py on a 50,000-answer pq index: 5,000 candidates of a 10 % filter cost
+#: about as much as scoring 70,000 matches).
+POST_FILTER_COST = 16
 _DECODE_BLOCK = 8192  # records decoded per json.loads call when building a field index
 _SCORE_BLOCK = 1 << 22  # floats of candidate vectors per scorer call (16 MiB)
 
@@ -312,9 +328,9 @@ def prefilter_limit(k: int, overfetch: int, total: int) -> int:
     Example
     -------
     >>> prefilter_limit(10, 10, 50_000)
-    2236
+    8944
     """
-    return max(PREFILTER_MIN, math.isqrt(k * overfetch * total))
+    return max(PREFILTER_MIN, math.isqrt(POST_FILTER_COST * k * overfetch * total))
 
 
 def plan(
@@ -394,11 +410,11 @@ def plan(
 def _passes(store: RecordStore, flt: Filter, rows: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     """Whether each of ``rows`` passes ``flt`` (from ``mask`` of matching rows when given)."""
     if mask is not None:
-        return mask[rows]
+        return np.asarray(mask[rows], dtype=bool)
     if flt.predicate is None:
         mask = np.zeros(len(store), bool)
         mask[matching_rows(store, flt)] = True
-        return mask[rows]
+        return np.asarray(mask[rows], dtype=bool)
     return np.asarray([flt.matches(store.get(int(row))) for row in rows.tolist()], dtype=bool)
 
 

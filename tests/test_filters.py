@@ -107,6 +107,7 @@ def test_both_plans_are_exercised(points_model: tuple[Path, list[str]], monkeypa
 
     monkeypatch.setattr(filters, "exact_among", spy)
     monkeypatch.setattr(filters, "PREFILTER_MIN", 0)
+    monkeypatch.setattr(filters, "POST_FILTER_COST", 1)
     ranker.search("p610", K, where={"pct": 3})
     assert calls == [6]  # every match scored
     ranker.search("p610", K, where={"half": 0})
