@@ -21,6 +21,7 @@ import click
 from . import __version__
 from .budget import questions_per_call
 from .cli_eval import eval_command, inspect_command
+from .cli_export import export_model_command
 from .cli_maintenance import gc_command, orphans_line
 from .cli_options import Timeout, batch_size_option, device_option, index_option
 from .cli_train import train
@@ -399,6 +400,7 @@ main.add_command(eval_command)
 main.add_command(gc_command)
 main.add_command(inspect_command)
 main.add_command(train)
+main.add_command(export_model_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -23,7 +23,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
-from . import budget, fast_paths, hyperbolic
+from . import budget, fast_paths, filters, hyperbolic
 from .arguments import (
     MAX_INT64,
     choice,
@@ -101,32 +101,6 @@ def _writing(method: Callable[Concatenate[Ranker, _P], _T]) -> Callable[Concaten
     return wrapper
 
 
-def _matcher(where: Where | None) -> Callable[[Record], bool] | None:
-    """A record predicate from ``where``: a callable, or ``{field: value or list of values}``
-    matched against the record's metadata (``"id"`` matches the record's id)."""
-    if where is None or callable(where):
-        return where
-    if not isinstance(where, Mapping) or not all(isinstance(key, str) for key in where):
-        raise QueryError(
-            "where must be a mapping of metadata fields to values (or lists of values), or a function "
-            f"of a Record returning True or False; got {type(where).__name__}"
-        )
-    wanted: list[tuple[str, Any, bool]] = []
-    for key, value in where.items():
-        many = isinstance(value, list | tuple | set | frozenset)
-        wanted.append((key, list(value) if many else value, many))
-
-    def match(record: Record) -> bool:
-        for key, value, many in wanted:
-            got = record.id if key == "id" else record.metadata.get(key, _MISSING)
-            if got is _MISSING or not (got in value if many else got == value):
-                return False
-        return True
-
-    return match
-
-
-_MISSING = object()
 _QUERY_CHUNK = 256
 _MAX_SETTING = 1 << 20  # bound of overfetch, ef_search and HNSW parameters (FAISS takes C ints)
 
@@ -641,9 +615,10 @@ class Ranker:
             Only answers that match: ``{"category": "billing"}`` keeps answers whose metadata
             field equals the value, ``{"category": ["billing", "account"]}`` any of the values
             (``"id"`` matches the answer's id); every field must match. A function of a
-            :class:`~qaindex.Record` returning True or False works too. The search widens
-            until it has ``k`` matching answers or has ranked every answer, so a filter that
-            few answers pass costs up to a full exact search.
+            :class:`~qaindex.Record` returning True or False works too. A field that no
+            answer has is a :class:`~qaindex.QueryError` naming the fields that exist. When
+            few answers match, they are scored exactly (pre-filter), else the index is
+            searched wider and the matching hits kept (:mod:`qaindex.filters`).
         min_score : float, keyword-only, optional
             Drop hits whose score is below this (scores are the model's, higher is better).
         rerank : Reranker, path, False or None, keyword-only
@@ -703,7 +678,7 @@ class Ranker:
         """
         qs = _check_questions(questions)
         k = _check_k(k)
-        match = _matcher(where)
+        flt = filters.compile_where(where)
         if min_score is not None:
             min_score = finite_number(min_score, "min_score", optional=True)
         stage = rerank_stage(self.reranker, rerank, depth, k, min_score)
@@ -720,45 +695,16 @@ class Ranker:
             "ask fewer questions per call or a smaller k (or rerank depth)",
         )
         qv = self.model.encode(qs, role="question")
-        if match is None:
+        if flt is None:
             first = [_cut(row, k, min_score) for row in self.hits(*self.search_vectors(qv, k))]
             return stage.apply(qs, first) if stage is not None else first
-        out = self._search_filtered(qv, k, match, min_score, limit)
+        # pre-filter (exact scoring of the matching answers) or post-filter: qaindex.filters
+        found = filters.plan(
+            self._records, self._vectors, qv, k, flt, search=self.search_vectors, candidates=self._candidates,
+            scorer=self.model.score_checked, overfetch=self.overfetch,
+        )  # fmt: skip
+        out = [_cut(self.hits(s[None], d[None], r[None])[0], k, min_score) for s, d, r in found]
         return stage.apply(qs, out) if stage is not None else out
-
-    def _search_filtered(
-        self, qv: np.ndarray, k: int, match: Callable[[Record], bool], min_score: float | None, limit: int
-    ) -> list[list[Hit]]:
-        """Each question's ``k`` best hits that ``match``: the search widens (x4) until it has
-        them or has ranked every answer. Hits are made only for matching rows, and questions
-        are searched in chunks that keep the candidate arrays within the memory budget."""
-        out: list[list[Hit]] = [[] for _ in range(len(qv))]
-        pending = list(range(len(qv)))
-        width = min(len(self), 4 * k)
-        while pending:
-            still = []
-            step = budget.chunk(width * budget.ARRAY_ENTRY_BYTES * 2, limit, len(pending))
-            for start in range(0, len(pending), step):
-                part = pending[start : start + step]
-                for i, srow, drow, rrow in zip(part, *self.search_vectors(qv[part], width), strict=True):
-                    kept: list[Hit] = []
-                    last = None
-                    for score, dist, row in zip(srow.tolist(), drow.tolist(), rrow.tolist(), strict=True):
-                        if row < 0:
-                            continue
-                        last = score
-                        if len(kept) == k or (min_score is not None and score < min_score):
-                            continue
-                        rec = self._records.get(row)
-                        if match(rec):
-                            kept.append(Hit(rec.id, rec.answer, score + 0.0, dist + 0.0, dict(rec.metadata), row))
-                    out[i] = kept
-                    below = min_score is not None and last is not None and last < min_score
-                    if len(kept) < k and width < len(self) and not below:
-                        still.append(i)
-            pending = still
-            width = min(len(self), width * 4)
-        return out
 
     def _hit_bytes(self) -> int:
         """About what one Hit costs in memory (:mod:`qaindex.budget`)."""

@@ -25,6 +25,11 @@ only for characters unassigned or newly assigned in recent Unicode versions.
 Special tokens written literally in the text (such as "[SEP]") are not
 recognised; they are tokenized like any other text.
 
+A tokenizer made with ``cls_token`` and ``sep_token`` (as exported sentence-transformers
+models are, :mod:`qaindex_export.sentence_transformer`) wraps every encoding in them, as
+HuggingFace's BERT tokenizers do for a single sequence: ``[CLS] tokens [SEP]``, truncated
+to ``max_tokens`` including both (the text's tokens are cut to ``max_tokens - 2``).
+
 Examples
 --------
 >>> tok = Tokenizer(["[PAD]", "[UNK]", "un", "##aff", "##able", ",", "!"])
@@ -368,6 +373,11 @@ class Tokenizer:
     max_chars_per_word : int, default 100
         For ``"wordpiece"``, words with more characters (code points) than this
         become ``unk_token``, as in BERT.  Not used by ``"word"``.
+    cls_token, sep_token : str or None, default None
+        When both are given, :meth:`encode`, :meth:`encode_many` and
+        :meth:`encode_batch` return ``[cls] ids [sep]`` (BERT's single-sequence
+        template), with ``max_tokens`` counting both.  :meth:`tokenize` never
+        adds them.
 
     Raises
     ------
@@ -406,6 +416,8 @@ class Tokenizer:
         unk_token: str = "[UNK]",
         pad_token: str = "[PAD]",
         max_chars_per_word: int = 100,
+        cls_token: str | None = None,
+        sep_token: str | None = None,
     ) -> None:
         if isinstance(vocab, (str, bytes)) or not isinstance(vocab, Sequence):
             raise TokenizerError(
@@ -434,6 +446,19 @@ class Tokenizer:
                 )
         self._unk_id = self._ids[unk_token]
         self._pad_id = self._ids[pad_token]
+        if (cls_token is None) != (sep_token is None):
+            raise TokenizerError("cls_token and sep_token go together: give both (e.g. '[CLS]' and '[SEP]') or neither")
+        self._cls_token = None if cls_token is None else _require_str("cls_token", cls_token)
+        self._sep_token = None if sep_token is None else _require_str("sep_token", sep_token)
+        self._wrap: tuple[int, int] | None = None
+        if self._cls_token is not None and self._sep_token is not None:
+            for name, token in (("cls_token", self._cls_token), ("sep_token", self._sep_token)):
+                if token not in self._ids:
+                    raise TokenizerError(
+                        f"{name} {token!r} is not in the vocabulary; add {token!r} to the "
+                        f"vocabulary or pass {name}= a token that is in it"
+                    )
+            self._wrap = (self._ids[self._cls_token], self._ids[self._sep_token])
         self._max_piece_chars = max(1, max(map(len, self._vocab)))
         self._setup_cache()
 
@@ -460,7 +485,9 @@ class Tokenizer:
             f"Tokenizer(kind={self._kind!r}, vocab_size={len(self._vocab)}, "
             f"lowercase={self._lowercase}, strip_accents={self._strip_accents}, "
             f"unk_token={self._unk_token!r}, pad_token={self._pad_token!r}, "
-            f"max_chars_per_word={self._max_chars})"
+            f"max_chars_per_word={self._max_chars}"
+            + ("" if self._wrap is None else f", cls_token={self._cls_token!r}, sep_token={self._sep_token!r}")
+            + ")"
         )
 
     # ------------------------------------------------------------------ properties
@@ -574,6 +601,37 @@ class Tokenizer:
         self, texts: Sequence[str], limit: int | None
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """Token ids of many texts as one flat array: ``(flat, starts, lengths)``.
+
+        Text ``i``'s ids are ``flat[starts[i] : starts[i] + lengths[i]]``, equal to
+        ``encode(texts[i], limit)`` (wrapped in ``cls_token``/``sep_token`` if set).
+        """
+        if self._wrap is None:
+            return self._encode_ragged_plain(texts, limit)
+        if limit is not None and limit < 2:
+            rows = [self._wrapped(self._encode(t, 0), limit) for t in texts]
+            lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+            flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+            return flat, np.cumsum(lengths) - lengths, lengths
+        flat, starts, lengths = self._encode_ragged_plain(texts, None if limit is None else limit - 2)
+        n = len(lengths)
+        out = np.empty(len(flat) + 2 * n, dtype=np.int64)
+        new_starts = starts + 2 * np.arange(n, dtype=np.int64)
+        out[new_starts] = self._wrap[0]
+        out[new_starts + lengths + 1] = self._wrap[1]
+        text_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        out[np.arange(len(flat), dtype=np.int64) + 2 * text_of + 1] = flat
+        return out, new_starts, lengths + 2
+
+    def _wrapped(self, ids: list[int], limit: int | None) -> list[int]:
+        """``[cls] ids [sep]`` cut to ``limit`` (``ids`` already cut to ``limit - 2``)."""
+        assert self._wrap is not None
+        out = [self._wrap[0], *ids, self._wrap[1]]
+        return out if limit is None else out[:limit]
+
+    def _encode_ragged_plain(
+        self, texts: Sequence[str], limit: int | None
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Token ids of many texts as one flat array, without special tokens.
 
         Text ``i``'s ids are ``flat[starts[i] : starts[i] + lengths[i]]`` (truncated to
         ``limit``), equal to ``encode(texts[i], limit)``.  Texts that qualify for the fast path
@@ -728,6 +786,8 @@ class Tokenizer:
         [2, 3]
         """
         limit = None if max_tokens is None else _check_limit("max_tokens", max_tokens)
+        if self._wrap is not None:
+            return self._wrapped(self._encode(text, None if limit is None else max(limit - 2, 0)), limit)
         return self._encode(text, limit)
 
     def encode_batch(
@@ -804,8 +864,11 @@ class Tokenizer:
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of str, not a single str")
         limit = None if max_tokens is None else _check_limit("max_tokens", max_tokens)
-        if limit == 0 or not fast_paths.enabled():
-            return [self._encode(text, limit) for text in texts]
+        if not fast_paths.enabled() or (limit == 0 and self._wrap is None):
+            if self._wrap is None:
+                return [self._encode(text, limit) for text in texts]
+            inner = None if limit is None else max(limit - 2, 0)
+            return [self._wrapped(self._encode(text, inner), limit) for text in texts]
         items = texts if isinstance(texts, Sequence) else list(texts)
         flat, starts, lengths = self._encode_ragged(items, limit)
         ids = flat.tolist()
@@ -888,7 +951,7 @@ class Tokenizer:
          'strip_accents': True, 'unk_token': '[UNK]', 'pad_token': '[PAD]',
          'max_chars_per_word': 100}
         """
-        return {
+        out: dict[str, object] = {
             "kind": self._kind,
             "vocab": vocab_file,
             "vocab_size": len(self._vocab),
@@ -898,6 +961,10 @@ class Tokenizer:
             "pad_token": self._pad_token,
             "max_chars_per_word": self._max_chars,
         }
+        if self._wrap is not None:  # only then: older readers keep reading every other model
+            out["cls_token"] = self._cls_token
+            out["sep_token"] = self._sep_token
+        return out
 
     def save_vocab(self, path: str | os.PathLike[str]) -> None:
         """Write the vocabulary to ``path``: UTF-8, one token per line, ``\\n`` endings.
@@ -982,6 +1049,11 @@ class Tokenizer:
         unk_token = _require_str("unk_token", config["unk_token"])
         pad_token = _require_str("pad_token", config["pad_token"])
         max_chars = _require_int("max_chars_per_word", config["max_chars_per_word"], 1)
+        cls_token = config.get("cls_token")
+        sep_token = config.get("sep_token")
+        for name, token in (("cls_token", cls_token), ("sep_token", sep_token)):
+            if token is not None:
+                _require_str(name, token)
 
         path = Path(directory) / vocab_name
         tokens = _read_vocab(path, vocab_name, directory)
@@ -1001,6 +1073,8 @@ class Tokenizer:
                 unk_token=unk_token,
                 pad_token=pad_token,
                 max_chars_per_word=max_chars,
+                cls_token=cls_token,  # type: ignore[arg-type]
+                sep_token=sep_token,  # type: ignore[arg-type]
             )
         except TokenizerError as exc:
             raise TokenizerError(f"vocabulary file {str(path)!r}: {exc}") from None

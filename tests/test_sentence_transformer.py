@@ -1,0 +1,227 @@
+"""Sentence-transformers models as qaindex models: the tokenizer's [CLS]/[SEP] template against
+HuggingFace's, the export of a tiny randomly initialised BERT sentence-transformer (built here,
+nothing downloaded) against sentence-transformers, refusals, and (QAINDEX_SLOW=1) the real
+all-MiniLM-L6-v2 of the offline package."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from qaindex.tokenizer import Tokenizer, TokenizerError
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+WORDS = [
+    "how", "do", "i", "reset", "my", "password", "refund", "##s", "are", "paid", "within", "days", "of", "a",
+    "cancel", "##led", "order", "the", "quick", "brown", "fox", "jump", "over", "lazy", "dog", "cafe", "naive",
+    "hello", "world", "straße", "ab", "##c", "##d", "1", "2", "3", "14", "中", "文", "!", ",", ".", "?", "'", "-",
+    "(", ")", ":", "$", "%", "@", "#", "&", "e", "g", "u", "s", "t", "don", "stop", "believ", "##ing",
+]  # fmt: skip
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+TEXTS = [
+    "How do I reset my password?",
+    "Refunds are paid within 14 days of a cancelled order.",
+    "Héllo naïve café — Straße!",
+    "中文 and emoji 🙂 abcd abd",
+    "tabs\tand\nnew lines, a control\x0bchar\x00",
+    "don't stop-believing: 3.14 (e.g. U.S.) #1 @home $5 50% a&b",
+    "",
+    "a",
+    " ".join(["the quick brown fox jumps over the lazy dog"] * 12),
+]
+
+
+def _hf_tokenizer(tmp: Path):  # type: ignore[no-untyped-def]
+    transformers = pytest.importorskip("transformers")
+    (tmp / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": True}
+    (tmp / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return transformers.AutoTokenizer.from_pretrained(str(tmp))
+
+
+def test_cls_sep_template_and_truncation_match_huggingface(tmp_path: Path) -> None:
+    hf = _hf_tokenizer(tmp_path)
+    tok = Tokenizer(VOCAB, cls_token="[CLS]", sep_token="[SEP]")
+    many = TEXTS * 3  # 16 texts or more take the ragged batch path
+    for limit in (None, 64, 7, 3, 2):
+        want = hf(many, truncation=limit is not None, max_length=limit)["input_ids"]
+        assert [tok.encode(t, limit) for t in many] == want, limit
+        assert tok.encode_many(many, limit) == want, limit
+        if limit is not None:
+            ids, mask = tok.encode_batch(many, limit)
+            assert [row[m == 1].tolist() for row, m in zip(ids, mask, strict=True)] == want
+    assert tok.tokenize("hello world") == ["hello", "world"]  # tokenize never adds them
+    assert tok.encode("hello world", 1) == [2]
+
+
+def test_cls_sep_config_round_trip_and_errors(tmp_path: Path) -> None:
+    tok = Tokenizer(VOCAB, cls_token="[CLS]", sep_token="[SEP]")
+    config = tok.config()
+    assert (config["cls_token"], config["sep_token"]) == ("[CLS]", "[SEP]")
+    tok.save_vocab(tmp_path / "vocab.txt")
+    again = Tokenizer.from_config(json.loads(json.dumps(config)), tmp_path)
+    assert again.encode("reset my password", 4) == tok.encode("reset my password", 4) == [2, 8, 9, 3]
+    assert "cls_token" not in Tokenizer(VOCAB).config()  # older readers still read every other model
+    with pytest.raises(TokenizerError, match="cls_token and sep_token go together"):
+        Tokenizer(VOCAB, cls_token="[CLS]")
+    with pytest.raises(TokenizerError, match=r"sep_token '\[EOS\]' is not in the vocabulary"):
+        Tokenizer(VOCAB, cls_token="[CLS]", sep_token="[EOS]")
+
+
+# ------------------------------------------------------------------------ export (torch)
+
+
+@pytest.fixture(scope="module")
+def tiny_st(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised 2-layer BERT with mean pooling and normalisation, saved by
+    sentence-transformers (no download)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    st_models = pytest.importorskip("sentence_transformers.models")
+    from sentence_transformers import SentenceTransformer
+
+    root = tmp_path_factory.mktemp("tiny-st")
+    hf_dir = root / "hf"
+    hf_dir.mkdir()
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=64,
+    )  # fmt: skip
+    transformers.BertModel(config).save_pretrained(hf_dir)
+    _hf_tokenizer(hf_dir).save_pretrained(hf_dir)
+    word = st_models.Transformer(str(hf_dir), max_seq_length=24)
+    model = SentenceTransformer(modules=[word, st_models.Pooling(32, "mean"), st_models.Normalize()], device="cpu")
+    model.save(str(root / "st"))
+    return root / "st"
+
+
+@pytest.mark.torch
+def test_tiny_sentence_transformer_exports_with_parity(tiny_st: Path, tmp_path: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    import qaindex.cli
+    from qaindex import Model, Ranker
+
+    result = CliRunner().invoke(qaindex.cli.main, ["export-model", str(tiny_st), "--out", str(tmp_path / "m")])
+    assert result.exit_code == 0, result.output
+    assert "parity with sentence-transformers: smallest cosine" in result.output
+    model = Model.load(tmp_path / "m", device="cpu")
+    manifest = model.manifest
+    assert manifest["geometry"] == {"name": "cosine"} and manifest["dimension"] == 32
+    assert manifest["max_tokens"] == {"question": 24, "answer": 24}
+    assert manifest["tokenizer"]["cls_token"] == "[CLS]"
+    assert manifest["metrics"]["parity"]["sentence_transformers_min_cosine"] > 1 - 1e-5
+
+    st = SentenceTransformer(str(tiny_st), device="cpu")
+    rng = np.random.default_rng(0)
+    answers = [" ".join(rng.choice(WORDS, size=rng.integers(1, 30))) for _ in range(120)]
+    questions = [" ".join(rng.choice(WORDS, size=rng.integers(1, 8))) for _ in range(20)]
+    want_a = st.encode(answers, normalize_embeddings=True)
+    want_q = st.encode(questions, normalize_embeddings=True)
+    got_a = model.encode(answers, role="answer")
+    np.testing.assert_allclose(got_a, want_a, atol=1e-5)
+    # the index's top 10 is sentence-transformers' exact cosine top 10, cosines within 1e-4
+    ranker = Ranker.build([{"id": i, "answer": a} for i, a in enumerate(answers)], model=model, device="cpu")
+    sims = want_q.astype(np.float64) @ want_a.T.astype(np.float64)
+    for i, q in enumerate(questions):
+        hits = ranker.search(q, 10)
+        want = np.argsort(-sims[i], kind="stable")[:10]
+        assert sorted(h.id for h in hits) == sorted(want.tolist())
+        np.testing.assert_allclose([h.score for h in hits], sims[i, [h.id for h in hits]], atol=1e-4)
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda d: (d / "modules.json").write_text(
+                json.dumps([*json.loads((d / "modules.json").read_text()),
+                            {"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"}])
+            ),
+            "modules.json: module(s) ['sentence_transformers.models.Dense'] are not supported; qaindex exports "
+            "Transformer, Pooling and optionally Normalize",
+        ),
+        (
+            lambda d: (d / "tokenizer_config.json").write_text(
+                json.dumps({**json.loads((d / "tokenizer_config.json").read_text()),
+                            "tokenizer_class": "XLMRobertaTokenizer"})
+            ),
+            "tokenizer_config.json: tokenizer_class is 'XLMRobertaTokenizer'; qaindex reproduces BERT's WordPiece "
+            "tokenizer (BertTokenizer or BertTokenizerFast) only, so this model cannot be exported",
+        ),
+        (
+            lambda d: (d / "tokenizer_config.json").write_text(
+                json.dumps({**json.loads((d / "tokenizer_config.json").read_text()), "do_lower_case": False})
+            ),
+            "tokenizer_config.json: do_lower_case is False; qaindex reproduces uncased BERT tokenizers only "
+            "(a cased vocabulary is not supported)",
+        ),
+    ],
+    ids=["dense-module", "other-tokenizer", "cased"],
+)  # fmt: skip
+def test_unsupported_sources_are_refused_by_name(tiny_st: Path, tmp_path: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
+    import qaindex.cli
+
+    src = _copy(tiny_st, tmp_path / "src")
+    edit(src)
+    result = CliRunner().invoke(qaindex.cli.main, ["export-model", str(src), "--out", str(tmp_path / "m")])
+    assert result.exit_code == 1
+    assert result.output == f"Error: {src}/{message}\n"
+    assert not (tmp_path / "m").exists()
+
+
+def test_cli_import_stays_light() -> None:
+    """``import qaindex.cli`` loads neither torch nor the exporter (the command imports them)."""
+    import subprocess
+    import sys
+
+    code = "import sys, qaindex.cli; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+    code += "('torch', 'sentence_transformers', 'transformers') or m == 'qaindex_export.sentence_transformer'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+# ------------------------------------------------------------------------ the real MiniLM (slow)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_minilm_exports_with_parity(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from qaindex_export.embeddings import minilm_dir
+    from sentence_transformers import SentenceTransformer
+
+    import qaindex.cli
+    from qaindex import Model, Ranker
+
+    result = CliRunner().invoke(qaindex.cli.main, ["export-model", "minilm", "--out", str(tmp_path / "minilm")])
+    assert result.exit_code == 0, result.output
+    model = Model.load(tmp_path / "minilm", device="cpu")
+    assert model.dimension == 384 and model.max_tokens == {"question": 256, "answer": 256}
+    faq = [json.loads(line) for line in (Path(__file__).parents[1] / "examples" / "faq.jsonl").open(encoding="utf-8")]
+    answers = [r["answer"] for r in faq]
+    questions = [q for r in faq for q in r.get("questions", [])][:60]
+    st = SentenceTransformer(os.fspath(minilm_dir()), device="cpu", local_files_only=True)
+    want_a = st.encode(answers, normalize_embeddings=True).astype(np.float64)
+    want_q = st.encode(questions, normalize_embeddings=True).astype(np.float64)
+    np.testing.assert_allclose(model.encode(answers, role="answer"), want_a, atol=1e-4)
+    ranker = Ranker.build([{"id": i, "answer": a} for i, a in enumerate(answers)], model=model, device="cpu")
+    sims = want_q @ want_a.T
+    for i, q in enumerate(questions):
+        hits = ranker.search(q, 10)
+        assert sorted(h.id for h in hits) == sorted(np.argsort(-sims[i], kind="stable")[:10].tolist())
+        np.testing.assert_allclose([h.score for h in hits], sims[i, [h.id for h in hits]], atol=1e-4)
