@@ -26,6 +26,7 @@ wrong. ``benchmarks/bench_load.py`` measures what the checks cost.
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -169,18 +170,44 @@ def check_records(path: Path, data: Any, offsets: np.ndarray) -> dict[str, int]:
             parsed = _DECODER.decode("[" + text[:-1].replace("\n", ",") + "]")
             if not isinstance(parsed, list) or len(parsed) != end - row:
                 raise ValueError("not one object per line")
-            keys = [_key(obj) for obj in parsed]  # None: a record to look at closely
-            if None in keys:
-                _check_fields(parsed[keys.index(None)])  # raises, saying what is wrong
+            keys = _block_keys(parsed)
             before = len(ids)
-            ids.update(zip(keys, range(row, end), strict=True))  # type: ignore[arg-type]
+            ids.update(zip(keys, range(row, end), strict=True))
             if len(ids) != before + end - row:
-                _duplicate(path, data, offsets, keys, row)
+                _duplicate(path, data, offsets)
         except (ValueError, RecursionError):
             _locate(path, data, offsets, row, end)  # raises, naming the line
             raise AssertionError("unreachable") from None
         row = end
     return ids
+
+
+def _block_keys(parsed: list[Any]) -> list[str]:
+    """``str(id)`` of every record of a block, its fields' types checked with C-level loops
+    (``map``, ``set``); any doubt and each record is checked on its own (which raises)."""
+    try:
+        idents = [obj["id"] for obj in parsed]
+        answers = [obj["answer"] for obj in parsed]
+        metadata = [obj.get("metadata", _EMPTY) for obj in parsed]
+        questions = [obj.get("questions", _NO_QUESTIONS) for obj in parsed]
+        ok = (
+            set(map(type, parsed)) <= {dict}
+            and set(map(type, idents)) <= {str, int}
+            and set(map(type, answers)) <= {str}
+            and set(map(type, metadata)) <= {dict}
+            and set(map(type, questions)) <= {list}
+            and set(map(type, itertools.chain.from_iterable(questions))) <= {str}
+        )
+    except (KeyError, TypeError, AttributeError):
+        ok = False
+    if not ok:
+        for obj in parsed:
+            if _key(obj) is None:
+                _check_fields(obj)  # raises, saying what is wrong
+    return list(map(str, idents))
+
+
+_NO_QUESTIONS: list[str] = []
 
 
 def _key(obj: Any) -> str | None:
@@ -202,8 +229,8 @@ def _key(obj: Any) -> str | None:
 _EMPTY: dict[str, Any] = {}
 
 
-def _duplicate(path: Path, data: Any, offsets: np.ndarray, keys: list[str | None], start: int) -> None:
-    """Raise for the first id of this block seen before (in it or in an earlier block)."""
+def _duplicate(path: Path, data: Any, offsets: np.ndarray) -> None:
+    """Raise for the first id seen twice (a rare path: every line is read again)."""
     seen: dict[str, int] = {}
     for row in range(len(offsets) - 1):  # rare path: find both lines from the start
         key = str(parse_record(bytes(data[int(offsets[row]) : int(offsets[row + 1])]))["id"])
