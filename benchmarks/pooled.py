@@ -30,9 +30,19 @@ each qaindex model (onnxruntime) and for MiniLM (torch).
 
 Writes ``benchmarks/results/pooled.json`` and ``docs/pooled-table.md``.
 
+With ``--corpora DIR`` it evaluates instead the corpora built by ``benchmarks/corpora.py``
+(product FAQ, StackFAQ paraphrases, SemEval forum QA, AWS documentation passages, the
+WikiQA/TrecQA test splits; see ``docs/user-corpora.md``): every answer of each corpus plus the
+junk indexed, for the built-in default and every ``--model`` through the Ranker, ``--own``
+(``qaindex train answers.jsonl --teacher minilm`` per corpus), bm25s with the English stemmer
+and stopwords, and MiniLM (vectors cached under ``benchmarks/.cache/``); ratios to bm25s and
+MiniLM, and the answers' mean pairwise cosine and norm mean/std per dense model. Writes
+``benchmarks/results/user_corpora.json`` and ``docs/user-corpora-table.md``.
+
 Usage::
 
     python benchmarks/pooled.py [--data ../shared/datasets] [--own] [--previous 8992d94]
+    python benchmarks/pooled.py --corpora DIR [--model [NAME=]DIR ...] [--own] [--only CORPUS ...]
 """
 
 from __future__ import annotations
