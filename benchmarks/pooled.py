@@ -30,9 +30,19 @@ each qaindex model (onnxruntime) and for MiniLM (torch).
 
 Writes ``benchmarks/results/pooled.json`` and ``docs/pooled-table.md``.
 
+With ``--corpora DIR`` it evaluates instead the corpora built by ``benchmarks/corpora.py``
+(product FAQ, StackFAQ paraphrases, SemEval forum QA, AWS documentation passages, the
+WikiQA/TrecQA test splits; see ``docs/user-corpora.md``): every answer of each corpus plus the
+junk indexed, for the built-in default and every ``--model`` through the Ranker, ``--own``
+(``qaindex train answers.jsonl --teacher minilm`` per corpus), bm25s with the English stemmer
+and stopwords, and MiniLM (vectors cached under ``benchmarks/.cache/``); ratios to bm25s and
+MiniLM, and the answers' mean pairwise cosine and norm mean/std per dense model. Writes
+``benchmarks/results/user_corpora.json`` and ``docs/user-corpora-table.md``.
+
 Usage::
 
     python benchmarks/pooled.py [--data ../shared/datasets] [--own] [--previous 8992d94]
+    python benchmarks/pooled.py --corpora DIR [--model [NAME=]DIR ...] [--own] [--only CORPUS ...]
 """
 
 from __future__ import annotations
@@ -160,7 +170,7 @@ def eval_qaindex_model(model: Model, groups: Sequence[QuestionGroup]) -> dict[st
         _, _, rows = ranker.search_vectors(qv[start : start + 256], depth)
         ranked.extend(np.asarray(r, dtype=np.int64) for r in rows)
     relevant = [rows[labels == 1] for rows, labels in zip(plan.rows, plan.labels, strict=True)]
-    skipped = plan.skipped - sum(1 for g in groups if g.qid == "junk" and not g.question)  # the junk group
+    skipped = plan.skipped - sum(1 for g in groups if not g.question)  # the junk group (and a corpus's pool group)
     return {**junk_metrics(ranked, relevant, junk_rows(groups)), "skipped": skipped, "answers": len(plan.keys)}
 
 
@@ -185,17 +195,25 @@ def eval_dense(encode: Callable[[list[str]], np.ndarray], pools: dict[str, list[
     return out
 
 
-def eval_bm25(pools: dict[str, list[QuestionGroup]]) -> dict[str, Any]:
-    """BM25 (bm25s defaults, English stopwords) over every answer."""
+def eval_bm25(pools: dict[str, list[QuestionGroup]], *, stem: bool = False) -> dict[str, Any]:
+    """BM25 (bm25s defaults, English stopwords) over every answer; ``stem=True`` adds the
+    PyStemmer English (Snowball) stemmer to both sides, as the bm25s README does."""
     import bm25s
 
+    stemmer = None
+    if stem:
+        import Stemmer
+
+        stemmer = Stemmer.Stemmer("english").stemWords
     out = {}
     for label, groups in pools.items():
         questions, relevant = _questions_and_relevant(groups)
         answers = pool_answers(groups)
         retriever = bm25s.BM25()
-        retriever.index(bm25s.tokenize(answers, stopwords="en", show_progress=False), show_progress=False)
-        tokens = bm25s.tokenize(questions, stopwords="en", show_progress=False)
+        retriever.index(
+            bm25s.tokenize(answers, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False
+        )
+        tokens = bm25s.tokenize(questions, stopwords="en", stemmer=stemmer, show_progress=False)
         docs, scores = retriever.retrieve(tokens, k=min(K, len(answers)), show_progress=False, n_threads=1)
         # a question with no known word scores 0 everywhere: no hit
         ranked = np.where(scores > 0, docs, -1)
@@ -348,6 +366,263 @@ def table_markdown(results: dict[str, dict[str, Any]], speed: dict[str, dict[str
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------ user-like corpora
+
+# Corpora written by benchmarks/corpora.py (``--corpora DIR``), in this order when present.
+CORPORA = ("product-faq", "stackfaq", "semeval-cqa", "aws-docs", "wikiqa", "trecqa-raw", "trecqa-clean")
+CORPORA_RESULTS = ROOT / "benchmarks" / "results" / "user_corpora.json"
+CORPORA_TABLE = ROOT / "docs" / "user-corpora-table.md"
+CACHE_DIR = ROOT / "benchmarks" / ".cache"  # git-ignored: MiniLM vectors per corpus
+BM25_STEMMED = "bm25s (English stemmer + stopwords)"
+MINILM = "MiniLM exact cosine"
+ISOTROPY_TARGETS = {"mean_pairwise_cosine_max": 0.3, "norm_std_min": 0.05}
+
+
+def corpus_groups(
+    answers: Sequence[tuple[str, str]], questions: Sequence[tuple[str, Sequence[str]]], *, junk: bool = True
+) -> list[QuestionGroup]:
+    """Question groups of a corpus (``benchmarks/corpora.py`` format) for the pooled evaluation.
+
+    The first group holds every answer (question-less, label 0) so that the pool is the
+    whole corpus in its own order; each question's group lists only its relevant answers
+    (label 1); the junk answers are added unless ``junk=False``.
+    """
+    texts = dict(answers)
+    groups = [QuestionGroup("pool", "", tuple(Candidate(aid, text, 0) for aid, text in answers))]
+    for i, (question, rel) in enumerate(questions):
+        missing = [a for a in rel if a not in texts]
+        if missing:
+            raise ValueError(f"question {i} ({question[:60]!r}) names unknown answer id {missing[0]!r}")
+        groups.append(QuestionGroup(f"q{i}", question, tuple(Candidate(a, texts[a], 1) for a in rel)))
+    return with_junk(groups) if junk else groups
+
+
+def load_corpora(folder: Path, names: Sequence[str] = (), *, junk: bool = True) -> dict[str, list[QuestionGroup]]:
+    """Question groups of every corpus folder under ``folder`` (``CORPORA`` order, then others
+    alphabetically; only ``names`` when given)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from corpora import read_corpus_dir
+
+    present = [p.name for p in sorted(folder.iterdir()) if (p / "answers.jsonl").is_file()] if folder.is_dir() else []
+    order = [n for n in CORPORA if n in present] + [n for n in present if n not in CORPORA]
+    if names:
+        unknown = [n for n in names if n not in present]
+        if unknown:
+            raise SystemExit(f"error: no corpus {unknown[0]!r} under {folder} (have: {', '.join(order) or 'none'})")
+        order = [n for n in order if n in names]
+    if not order:
+        raise SystemExit(f"error: no corpus under {folder}; build them with benchmarks/corpora.py --data {folder}")
+    pools = {}
+    for name in order:
+        corpus = read_corpus_dir(folder / name)
+        pools[name] = corpus_groups(corpus.answers, corpus.questions, junk=junk)
+    return pools
+
+
+def isotropy(vectors: np.ndarray) -> dict[str, float]:
+    """Mean pairwise cosine of the vectors (exact, over all pairs i != j) and their norms.
+
+    With unit vectors ``u_i``, ``sum_{i != j} u_i . u_j = |sum_i u_i|^2 - n``, so the mean is
+    ``(|sum u|^2 - n) / (n (n - 1))`` in O(n d).
+
+    >>> round(isotropy(np.array([[1.0, 0.0], [0.0, 2.0], [-1.0, 0.0]]))["mean_pairwise_cosine"], 6)
+    -0.333333
+    """
+    v = np.asarray(vectors, dtype=np.float64)
+    norms = np.linalg.norm(v, axis=1)
+    n = len(v)
+    unit = v / np.maximum(norms, 1e-12)[:, None]
+    total = unit.sum(axis=0)
+    mean_cos = float((total @ total - n) / (n * (n - 1))) if n > 1 else float("nan")
+    return {"mean_pairwise_cosine": mean_cos, "norm_mean": float(norms.mean()), "norm_std": float(norms.std())}
+
+
+def cached_encoder(
+    encode: Callable[[list[str]], np.ndarray], tag: str, cache: Path = CACHE_DIR
+) -> Callable[[list[str]], np.ndarray]:
+    """``encode`` with its outputs stored under ``cache/tag-<sha1 of the texts>.npy``."""
+    import hashlib
+
+    def cached(texts: list[str]) -> np.ndarray:
+        digest = hashlib.sha1("\x00".join(texts).encode("utf-8", "surrogatepass")).hexdigest()[:20]
+        path = cache / f"{tag}-{len(texts)}-{digest}.npy"
+        if path.is_file():
+            return np.asarray(np.load(path))
+        vectors = encode(texts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp.npy")
+        np.save(tmp, vectors)
+        tmp.replace(path)
+        return vectors
+
+    return cached
+
+
+def qaindex_isotropy(model_dir: Path, pools: dict[str, list[QuestionGroup]]) -> dict[str, dict[str, float]]:
+    """``isotropy`` of each corpus's real answers (no junk) as the model encodes them."""
+    model = Model.load(model_dir, threads=None)
+    return {label: isotropy(model.encode(real_answers(groups), role="answer")) for label, groups in pools.items()}
+
+
+def own_model(answers_file: Path, out: Path) -> tuple[Path, float]:
+    """``qaindex train ANSWERS --teacher minilm --out OUT`` (the CLI, default recipe); returns
+    (model directory, seconds)."""
+    command = [sys.executable, "-m", "qaindex", "train", os.fspath(answers_file), "--teacher", "minilm",
+               "--out", os.fspath(out)]  # fmt: skip
+    started = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    return out, time.perf_counter() - started
+
+
+def model_label(spec: str) -> tuple[str, Path]:
+    """``NAME=DIR`` or ``DIR`` (named by its manifest) for ``--model``."""
+    name, sep, path = spec.partition("=")
+    if not sep:
+        path = spec
+        try:
+            name = str(Model.read_manifest(Path(path)).get("name") or Path(path).name)
+        except Exception:  # noqa: BLE001 - any unreadable manifest: fall back to the folder name
+            name = Path(path).name
+    return name, Path(path)
+
+
+def with_ratios(results: dict[str, dict[str, Any]]) -> None:
+    """Add ``x_bm25`` and ``x_minilm`` (MRR@10 over bm25s-stemmed's and MiniLM's, same
+    corpus) to every system's per-corpus results, in place."""
+    for per_corpus in results.values():
+        for label, r in per_corpus.items():
+            for key, base in (("x_bm25", BM25_STEMMED), ("x_minilm", MINILM)):
+                ref = results.get(base, {}).get(label)
+                if ref is not None and ref["mrr@10"] > 0:
+                    r[key] = r["mrr@10"] / ref["mrr@10"]
+
+
+def corpora_markdown(out: dict[str, Any]) -> str:
+    """Tables of a ``--corpora`` run: MRR@10 with ratios, R@10 / P@1 / junk@10, isotropy."""
+    labels = list(out["corpora"])
+    results = out["results"]
+    head = "| system | " + " | ".join(labels) + " |"
+    rule = "|---|" + "---|" * len(labels)
+    mrr = [head, rule]
+    rest = [head, rule]
+    iso = [head, rule]
+    for system, per in results.items():
+        cells, more, geo = [], [], []
+        for lab in labels:
+            r = per[lab]
+            ratios = []
+            if "x_bm25" in r and system != BM25_STEMMED:
+                ratios.append(f"{r['x_bm25']:.2f}× bm25")
+            if "x_minilm" in r and system != MINILM:
+                ratios.append(f"{r['x_minilm']:.2f}× MiniLM")
+            cells.append(f"**{r['mrr@10']:.3f}**" + (f" ({', '.join(ratios)})" if ratios else ""))
+            more.append(f"{r['recall@10']:.3f} / {r['p@1']:.3f} / {r['junk@10']:.2f}")
+            geo.append(
+                f"{r['mean_pairwise_cosine']:.2f} / {r['norm_mean']:.3f} ± {r['norm_std']:.3f}"
+                if "mean_pairwise_cosine" in r else "-"
+            )  # fmt: skip
+        mrr.append(f"| {system} | " + " | ".join(cells) + " |")
+        rest.append(f"| {system} | " + " | ".join(more) + " |")
+        iso.append(f"| {system} | " + " | ".join(geo) + " |")
+    about = ["| corpus | kind | answers | questions | source | licence |", "|---|---|---|---|---|---|"]
+    for lab, c in out["corpora"].items():
+        src = c.get("source", {})
+        url = src.get("url", src.get("path", "-"))
+        commit = f" ({src['commit'][:7]})" if src.get("commit") else ""
+        about.append(
+            f"| {lab} | {src.get('kind', 'answer selection test split')} | {c['answers']:,} | {c['questions']} | "
+            f"{url}{commit} | {src.get('licence', '-')} |"
+        )
+    return (
+        "### Corpora\n\n" + "\n".join(about)
+        + "\n\n### MRR@10 (every answer of the corpus indexed; ratios to bm25s and MiniLM in the same run)\n\n"
+        + "\n".join(mrr)
+        + "\n\n### recall@10 / P@1 / junk@10\n\n" + "\n".join(rest)
+        + "\n\n### Answer vectors: mean pairwise cosine / norm mean ± std "
+        f"(targets: cosine ≤ {ISOTROPY_TARGETS['mean_pairwise_cosine_max']}, "
+        f"norm std ≥ {ISOTROPY_TARGETS['norm_std_min']})\n\n" + "\n".join(iso) + "\n"
+    )  # fmt: skip
+
+
+def run_corpora(args: argparse.Namespace) -> None:
+    """The ``--corpora`` run: every corpus, every system, one results file and one table."""
+    folder = Path(args.corpora)
+    pools = load_corpora(folder, args.only)
+    started = time.perf_counter()
+    results: dict[str, dict[str, Any]] = {}
+
+    def report(system: str, res: dict[str, Any]) -> None:
+        results[system] = res
+        cells = "  ".join(
+            f"{lab[:12]:>12} {r['mrr@10']:.3f}/{r['recall@10']:.3f}/{r['p@1']:.3f}" for lab, r in res.items()
+        )
+        print(f"{system[:44]:44} {cells}", flush=True)
+
+    def with_geometry(res: dict[str, Any], geo: dict[str, dict[str, float]]) -> dict[str, Any]:
+        return {lab: {**r, **geo[lab]} for lab, r in res.items()}
+
+    models = {f"qaindex default ({Model.read_manifest(DEFAULT_MODEL_DIR)['name']})": DEFAULT_MODEL_DIR}
+    models.update(model_label(spec) for spec in args.model)
+    for system, path in models.items():
+        report(system, with_geometry(eval_qaindex(path, pools), qaindex_isotropy(path, pools)))
+    own_seconds: dict[str, float] = {}
+    if args.own:
+        with tempfile.TemporaryDirectory() as tmpdir:
+            own: dict[str, Any] = {}
+            own_geo: dict[str, dict[str, float]] = {}
+            for label, groups in pools.items():
+                d, own_seconds[label] = own_model(folder / label / "answers.jsonl", Path(tmpdir) / label)
+                own[label] = eval_qaindex_model(Model.load(d, threads=None), groups)
+                own_geo.update(qaindex_isotropy(d, {label: groups}))
+            report("qaindex train --teacher minilm (own answers)", with_geometry(own, own_geo))
+    report(BM25_STEMMED, eval_bm25(pools, stem=True))
+    encode = minilm_encoder()
+    minilm_res: dict[str, Any] = {}
+    minilm_geo: dict[str, dict[str, float]] = {}
+    for label, groups in pools.items():
+        cached = cached_encoder(encode, f"minilm-{label}")
+        minilm_res.update(eval_dense(cached, {label: groups}))
+        # the pool's vectors again (from the cache), without the junk rows
+        minilm_geo[label] = isotropy(np.delete(cached(pool_answers(groups)), junk_rows(groups), axis=0))
+    report(MINILM, with_geometry(minilm_res, minilm_geo))
+    with_ratios(results)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from corpora import read_corpus_dir
+
+    corpora_info = {}
+    for label in pools:
+        meta = read_corpus_dir(folder / label).meta
+        r = results[BM25_STEMMED][label]
+        corpora_info[label] = {"answers": r["answers"] - len(JUNK_ANSWERS), "questions": r["questions"],
+                               "junk_answers": len(JUNK_ANSWERS), "source": meta.get("source", {})}  # fmt: skip
+    command = "python benchmarks/pooled.py --corpora DIR" + "".join(f" --model {s}" for s in args.model)
+    command += " --own" if args.own else ""
+    out = {
+        "k": K,
+        "corpora": corpora_info,
+        "results": results,
+        "isotropy_targets": ISOTROPY_TARGETS,
+        "own_training_seconds": own_seconds,
+        "seconds": time.perf_counter() - started,
+        "command": command,
+    }
+    target = Path(args.out) if args.out else CORPORA_RESULTS
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(out, indent=2) + "\n")
+    if target.resolve() == CORPORA_RESULTS.resolve():
+        CORPORA_TABLE.write_text(
+            "# Retrieval on corpora that look like users' corpora\n\n"
+            "<!-- generated by benchmarks/pooled.py --corpora; do not edit by hand -->\n\n"
+            "Every question searched against every answer of its corpus plus "
+            f"{len(JUNK_ANSWERS)} junk answers (never relevant; junk@10 = share of questions with junk in "
+            "their top 10). qaindex models go through the real Ranker (FAISS + exact rerank); "
+            "bm25s uses the PyStemmer English stemmer and English stopwords; MiniLM is "
+            "all-MiniLM-L6-v2 with exact cosine. See [user-corpora.md](user-corpora.md) for how "
+            "each corpus is built.\n\n" + corpora_markdown(out) + f"\nGenerated by `{command}`.\n"
+        )
+    print(f"wrote {target} in {out['seconds']:.0f}s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "datasets"), help="datasets folder")
@@ -356,9 +631,20 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=10, help="epochs of unlabelled fine-tuning")
     parser.add_argument("--geometry", default="poincare", choices=["poincare", "cosine"], help="distilled models")
     parser.add_argument("--ranking", default="relative", help="manifest geometry 'ranking' field for distilled models")
-    parser.add_argument("--model", action="append", default=[], metavar="NAME=DIR", help="extra qaindex models")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pooled.json"))
+    parser.add_argument(
+        "--model", action="append", default=[], metavar="[NAME=]DIR", help="extra qaindex model directory (repeatable)"
+    )
+    parser.add_argument(
+        "--corpora", default=None, metavar="DIR",
+        help="evaluate the corpora built by benchmarks/corpora.py under DIR instead (writes user_corpora.json)",
+    )  # fmt: skip
+    parser.add_argument("--only", action="append", default=[], help="with --corpora: only these corpora (repeatable)")
+    parser.add_argument("--out", default=None, help="results file (default: pooled.json, or user_corpora.json)")
     args = parser.parse_args()
+    if args.corpora:
+        run_corpora(args)
+        return
+    args.out = args.out or str(ROOT / "benchmarks" / "results" / "pooled.json")
     data = Path(args.data)
     pools = load_pools(data)
     results: dict[str, dict[str, Any]] = {}
@@ -385,9 +671,7 @@ def main() -> None:
             models[f"distilled {dim}-d {weighting} (no training)"] = distilled_model(
                 dim, weighting, tmp / f"d{dim}{weighting}", geometry=args.geometry, ranking=args.ranking
             )
-        for spec in args.model:
-            name, _, path = spec.partition("=")
-            models[name] = Path(path)
+        models.update(model_label(spec) for spec in args.model)
         for system, path in models.items():
             report(system, eval_qaindex(path, pools))
             speed[system] = speed_qaindex(path, sample)
