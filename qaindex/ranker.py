@@ -1241,10 +1241,14 @@ def _build_from_file(
         return build_from_file(corpus, model, index_kind=index_kind, hnsw=hnsw, device=device, batch_size=batch_size)
     from tqdm import tqdm
 
-    with tqdm(desc="encoding answers", unit="answer", disable=None) as bar:
-        return build_from_file(
+    from .building import count_lines
+
+    with tqdm(total=count_lines(corpus), desc="encoding answers", unit="answer", disable=None) as bar:
+        built = build_from_file(
             corpus, model, index_kind=index_kind, hnsw=hnsw, device=device, batch_size=batch_size, progress=bar.update
         )
+        bar.total = bar.n  # lines counted blank lines and repeated benchmark answers too: end at 100%
+        return built
 
 
 def _now() -> str:
