@@ -506,7 +506,24 @@ class Ranker:
         return self._coarse.kind
 
     def get(self, id: str | int) -> Record:
-        """The stored record with this id (KeyError-like :class:`QueryError` if absent)."""
+        """The stored record with this id (KeyError-like :class:`QueryError` if absent).
+
+        Parameters
+        ----------
+        id : str or int
+            An answer's id (as in the corpus, or as given to an id-less answer).
+
+        Returns
+        -------
+        Record
+            Its ``id``, ``answer``, ``questions`` and ``metadata``.
+
+        Example
+        -------
+        >>> record = ranker.get("account-reset-password")
+        >>> record.id, record.metadata["category"]
+        ('account-reset-password', 'account')
+        """
         if isinstance(id, bool) or not isinstance(id, str | int | np.integer):
             raise QueryError(f"id must be a str or int, got {type(id).__name__} {id!r}")
         if isinstance(id, np.integer):
