@@ -1141,6 +1141,7 @@ def train_unlabelled(
             },
             diagnostics=extra,
             device=device.type,
+            dev_groups=groups,
         )
     finally:
         torch.set_num_threads(old_threads)
