@@ -386,17 +386,56 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise QAIndexError(f"{source}: not valid {kind} ({exc})") from None
     if not isinstance(values, dict):
         raise QAIndexError(f"{source}: expected a table of settings, got {type(values).__name__}")
-    names = {f.name for f in fields(TrainConfig)}
+    types = {f.name: str(f.type) for f in fields(TrainConfig)}
     out: dict[str, Any] = {}
     for key, value in values.items():
         name = str(key).replace("-", "_")
-        if name not in names:
+        if name not in types:
             raise QAIndexError(
                 f"{source}: unknown setting {key!r}; settings are the options of `qaindex train --help` "
-                f"without the leading dashes ({', '.join(sorted(names))})"
+                f"without the leading dashes ({', '.join(sorted(types))})"
             )
+        problem = setting_type_problem(value, types[name])
+        if problem is not None:
+            raise QAIndexError(f"{source}: setting {key!r} must be {problem}, got {_shown(value)}")
         out[name] = value
     return out
+
+
+_TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string", "None": None}
+
+
+def setting_type_problem(value: Any, annotation: str) -> str | None:
+    """What a setting's value should be when it does not match ``annotation``; None when it does.
+
+    ``annotation`` is a :class:`TrainConfig` field's type as written (``"int"``,
+    ``"float | None"``); an integer is a valid ``float``, a boolean is never a number.
+
+    Example
+    -------
+    >>> setting_type_problem("three", "int"), setting_type_problem(3, "float"), setting_type_problem(None, "int | None")
+    ('an integer', None, None)
+    """
+    allowed = [part.strip() for part in annotation.split("|")]
+    if "None" in allowed and value is None:
+        return None
+    is_number = isinstance(value, int | float) and not isinstance(value, bool)
+    checks = {
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": is_number,
+        "bool": isinstance(value, bool),
+        "str": isinstance(value, str),
+    }
+    if any(checks.get(part, part not in _TYPE_WORDS) for part in allowed):
+        return None
+    words = [_TYPE_WORDS[part] or "absent" for part in allowed if part in _TYPE_WORDS and part != "None"]
+    return " or ".join(words)
+
+
+def _shown(value: Any) -> str:
+    kind = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(type(value))
+    text = json.dumps(value, ensure_ascii=False) if kind is not None else type(value).__name__
+    return f"{text} ({kind})" if kind is not None else f"a {text}"
 
 
 def _toml(text: str) -> Any:

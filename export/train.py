@@ -117,6 +117,9 @@ class TrainResult:
     selection: dict[str, Any] | None = None
     diagnostics: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"
+    # The dev questions held out of the training data when no dev file was given (not saved in
+    # checkpoints): the exporter evaluates the ONNX model on them too (``metrics.dev_onnx``).
+    dev_groups: list[QuestionGroup] | None = None
 
     def provenance(self, **extra: Any) -> dict[str, Any]:
         """The manifest's ``training`` record: config, data, embeddings, epochs, then ``extra``."""
@@ -681,6 +684,8 @@ def train(
         scores = ", ".join(f"{b} {runs[b].dev['map']:.4f}" for b in balls)
         say(f"ball map by dev MAP: {best_ball} ({scores})")
     result.data = {"train": train_info, "dev": dev_info}
+    if dev_data is None:
+        result.dev_groups = dev_groups
     result.embeddings = emb_info
     result.seconds = time.perf_counter() - started
     return result
@@ -1136,6 +1141,7 @@ def train_unlabelled(
             },
             diagnostics=extra,
             device=device.type,
+            dev_groups=groups,
         )
     finally:
         torch.set_num_threads(old_threads)

@@ -381,6 +381,31 @@ class _EncodePipeline:
                 self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+def count_lines(path: str | os.PathLike[str], *, block: int = 1 << 20) -> int | None:
+    """The number of lines of a file (the last one need not end with a newline), or None if unreadable.
+
+    The progress bar's total for a file build: counting newlines reads the file once at
+    disk speed, far faster than validating and encoding it.
+
+    Example
+    -------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "c.jsonl"
+    >>> _ = p.write_bytes(b'{"answer": "a"}\\n{"answer": "b"}')
+    >>> count_lines(p), count_lines(p.parent / "missing.jsonl")
+    (2, None)
+    """
+    lines, last = 0, b"\n"
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(block):
+                lines += chunk.count(b"\n")
+                last = chunk[-1:]
+    except OSError:
+        return None
+    return lines + (last != b"\n")
+
+
 def build_from_file(
     path: str | os.PathLike[str],
     model: Model,

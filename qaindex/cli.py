@@ -23,11 +23,12 @@ from .budget import questions_per_call
 from .cli_eval import eval_command, inspect_command
 from .cli_export import export_model_command
 from .cli_maintenance import gc_command, orphans_line
-from .cli_options import Timeout, batch_size_option, device_option, index_option
+from .cli_options import Timeout, batch_size_option, device_option, index_option, refuse_existing_index
 from .cli_train import train
 from .devices import devices_line
 from .errors import QAIndexError
 from .locking import DEFAULT_LOCK_TIMEOUT
+from .model import DEFAULT_MODEL_DIR
 from .ownership import check_writable, orphan_summary
 from .ranker import DEFAULT_OVERFETCH, Hit, Ranker
 from .reranker import Reranker, rerank_stage
@@ -98,7 +99,12 @@ def _one_line(message: str) -> str:
     return " ".join(message.split()) if "\n" in message or "\r" in message else message
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=_Group,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=f"The built-in model (used when no --model is given; `default` in eval and inspect) is installed in "
+    f"{DEFAULT_MODEL_DIR}.",
+)
 @click.version_option(__version__, prog_name="qaindex")
 @click.option("-v", "--verbose", is_flag=True, help="Log what qaindex does (loads, saves, timings) on stderr.")
 def main(verbose: bool) -> None:
@@ -118,9 +124,9 @@ def main(verbose: bool) -> None:
 @click.argument("corpus", type=click.Path(path_type=Path, dir_okay=False))
 @click.option(
     "--model",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=click.Path(file_okay=False),
     default=None,
-    help="Model directory (default: the built-in default model).",
+    help="Model directory (default: the built-in model; the word `default` names it too).",
 )
 @index_option
 @device_option()
@@ -166,9 +172,10 @@ def main(verbose: bool) -> None:
     help="Reranker model directory (qaindex train --model ap-cnn) stored in the index: searches rerank "
     "the first stage's candidates with it unless told otherwise.",
 )
+@click.option("--force", is_flag=True, help="Replace the index already at --index (without it, build refuses).")
 def build(
     corpus: Path,
-    model: Path | None,
+    model: str | None,
     index: Path,
     device: str,
     index_kind: str,
@@ -178,12 +185,16 @@ def build(
     lock_timeout: float,
     ray_address: str | None,
     reranker: Path | None,
+    force: bool,
 ) -> None:
     """Encode the answers of CORPUS (JSONL) and save an index.
 
     The corpus is read a chunk at a time (memory grows with the vectors and the index, not
-    with the text). An existing index at --index is replaced only once the new one is complete.
+    with the text). An index already at --index is replaced only with --force, and only once
+    the new one is complete.
     """
+    if not force:
+        refuse_existing_index(index)
     start = time.perf_counter()
     check_writable(index)  # before the build: a folder qaindex did not write is refused at once
     options: dict[str, Any] = {
@@ -260,13 +271,15 @@ def search(
         questions = [question]
     if rerank is not None and no_rerank:
         raise click.UsageError("--rerank and --no-rerank contradict each other; pass one of them")
-    ranker = Ranker.load(index, device=device)
+    ranker = _load_logged(index, device)
     stage = False if no_rerank else (Reranker.load(rerank, device=device) if rerank is not None else None)
     chosen = rerank_stage(ranker.reranker, stage, rerank_depth, k, None)
     step = questions_per_call(ranker, k if chosen is None else chosen.depth)  # chunks within the memory budget
+    started = time.perf_counter()
     for start in range(0, len(questions), step):
         part = questions[start : start + step]
         _print_hits(part, ranker.search_batch(part, k, rerank=stage, depth=rerank_depth), as_json, len(questions))
+    _log.info("searched %d question(s), k=%d, in %.2f ms", len(questions), k, (time.perf_counter() - started) * 1000)
 
 
 def _print_hits(questions: list[str], results: list[list[Hit]], as_json: bool, total: int) -> None:
@@ -279,10 +292,24 @@ def _print_hits(questions: list[str], results: list[list[Hit]], as_json: bool, t
             click.echo(_table(hits))
 
 
+_log = logging.getLogger("qaindex.cli")
+
+
+def _load_logged(index: Path, device: str) -> Ranker:
+    """:meth:`Ranker.load`, logging what was loaded and how long it took (shown by ``qaindex -v``)."""
+    started = time.perf_counter()
+    ranker = Ranker.load(index, device=device)
+    _log.info(
+        "loaded %s (%d answers, model %s) in %.1f ms",
+        index, len(ranker), ranker.model.name, (time.perf_counter() - started) * 1000,
+    )  # fmt: skip
+    return ranker
+
+
 def _table(hits: list[Hit]) -> str:
     width = max(60, min(160, shutil.get_terminal_size((100, 20)).columns))
     ids = [str(h.id) for h in hits]
-    id_w = min(28, max([2, *map(len, ids)]))
+    id_w = max([2, *map(len, ids)])  # ids are never cut: they must paste into `qaindex remove`
     head = f"{'#':>2}  {'score':>8}  {'dist':>7}  {'id':<{id_w}}  answer"
     lines = [head]
     room = max(20, width - len(head) + len("answer"))
@@ -290,7 +317,7 @@ def _table(hits: list[Hit]) -> str:
         text = " ".join(h.answer.split())
         if len(text) > room:
             text = text[: room - 1] + "…"
-        lines.append(f"{rank:>2}  {h.score:>8.4f}  {h.distance:>7.4f}  {ident[:id_w]:<{id_w}}  {text}")
+        lines.append(f"{rank:>2}  {h.score:>8.4f}  {h.distance:>7.4f}  {ident:<{id_w}}  {text}")
     return "\n".join(lines)
 
 
@@ -328,7 +355,7 @@ def _devices_line(info: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the information as one JSON object.")
 def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bool, as_json: bool) -> None:
     """Describe an index: model, counts, index kind, devices actually used."""
-    ranker = Ranker.load(index, device=device)
+    ranker = _load_logged(index, device)
     if verify:
         ranker.verify()
     data = ranker.info()

@@ -17,15 +17,17 @@ import click
 from .cli_options import batch_size_option, device_option
 from .datasets import QuestionGroup, read_labelled
 from .errors import CorpusError
+from .model import DEFAULT_MODEL_DIR
 from .vector_index import INDEX_KINDS
 
 __all__ = ["eval_command", "inspect_command"]
 
-_MODEL_DIR = click.Path(path_type=Path)
+_MODEL_DIR = click.Path()  # kept as typed: the word "default" names the built-in model, "./default" a directory
+_BUILT_IN = f"MODEL_DIR may be the word `default`: the built-in model, installed in {DEFAULT_MODEL_DIR}."
 _DATA_FILE = click.Path(path_type=Path, dir_okay=False)
 
 
-def _load_model(model_dir: Path, device: str) -> Any:
+def _load_model(model_dir: str, device: str) -> Any:
     from .model import Model
 
     return Model.load(model_dir, device=device, threads=None)
@@ -40,7 +42,7 @@ def _read_data(data: Path) -> list[QuestionGroup]:
     return groups
 
 
-@click.command("eval")
+@click.command("eval", epilog=_BUILT_IN)
 @click.argument("model_dir", type=_MODEL_DIR)
 @click.argument("data", type=_DATA_FILE)
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
@@ -74,7 +76,7 @@ def _read_data(data: Path) -> list[QuestionGroup]:
 @device_option()
 @batch_size_option("Texts per encoder call (and questions per scorer call).")
 def eval_command(
-    model_dir: Path,
+    model_dir: str,
     data: Path,
     as_json: bool,
     via_index: bool,
@@ -167,7 +169,7 @@ def _echo_pooled(
     click.echo("\n".join(lines))
 
 
-@click.command("inspect")
+@click.command("inspect", epilog=_BUILT_IN)
 @click.argument("model_dir", type=_MODEL_DIR)
 @click.argument("data", type=_DATA_FILE, required=False)
 @click.option(
@@ -185,7 +187,7 @@ def _echo_pooled(
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
 @device_option()
 def inspect_command(
-    model_dir: Path,
+    model_dir: str,
     data: Path | None,
     plot_path: Path | None,
     levels: int,

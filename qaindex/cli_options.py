@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -65,3 +66,21 @@ class Timeout(click.ParamType):  # type: ignore[type-arg]
             return check_timeout(number)
         except QAIndexError:
             self.fail(f"{value!r} is not a non-negative number of seconds (or inf to wait forever)", param, ctx)
+
+
+def refuse_existing_index(index: Path) -> None:
+    """Refuse to build over an index that is already there (``qaindex build`` without ``--force``).
+
+    Raises :class:`click.ClickException` (exit 1) naming the index, its size and the way out.
+    """
+    manifest = index / "manifest.json"
+    if not manifest.exists():
+        return
+    try:
+        count = json.loads(manifest.read_text(encoding="utf-8")).get("count")
+    except (OSError, ValueError, AttributeError):
+        count = None
+    held = f"an index of {count} answers" if isinstance(count, int) and not isinstance(count, bool) else "an index"
+    raise click.ClickException(
+        f"{index} already holds {held}; pass --force to replace it, or add answers to it with `qaindex add`"
+    )

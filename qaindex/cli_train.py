@@ -36,11 +36,21 @@ def _require_torch() -> None:
         raise MissingDependencyError(TORCH_HINT) from None
 
 
-def _answers_without_questions(train_file: Path) -> list[str] | None:
-    """The answers of a corpus that has no question at all (None when it has questions)."""
-    from .corpus import read_corpus
+def _answers_without_questions(train_file: Path, *, strict: bool = True) -> list[str] | None:
+    """The answers of a corpus that has no question at all (None when it has questions).
 
-    records = read_corpus(train_file)
+    Not ``strict``: None too when the file is not a valid corpus (training's own reader then
+    says what is wrong with it).
+    """
+    from .corpus import read_corpus
+    from .errors import CorpusError
+
+    try:
+        records = read_corpus(train_file)
+    except CorpusError:
+        if strict:
+            raise
+        return None
     if any(r.questions for r in records):
         return None
     return [r.answer for r in records]
@@ -174,7 +184,13 @@ def train(
         values.update({key: value for key, value in settings.items() if value is not None})
         if "embeddings" not in values:
             values["embeddings"] = "distilled" if teacher is not None else "minilm"
-        answers = _answers_without_questions(train_file) if teacher is not None else None
+        answers = _answers_without_questions(train_file, strict=teacher is not None)
+        if answers is not None and teacher is None:
+            raise QAIndexError(
+                f"{train_file}: no questions found, so there are no labels to train on; train without labels "
+                f"against the MiniLM teacher: qaindex train {train_file} --teacher minilm --out {out} "
+                '(or give the answers "question"/"questions" fields)'
+            )
         if answers is not None:  # the recipe the built-in default was trained with
             values = {**UNLABELLED_DEFAULTS, **values}
         try:
@@ -190,7 +206,8 @@ def train(
             result = run_training(config, train_file, dev_file, log=log)
         if checkpoint is not None:
             save_checkpoint(result, checkpoint)
-        path = export_model(result, out, name=name, table_dtype=table_dtype, dev_data=dev_file)
+        dev_data = dev_file if dev_file is not None else result.dev_groups  # the held-out split, if any
+        path = export_model(result, out, name=name, table_dtype=table_dtype, dev_data=dev_data)
     except QAIndexError as exc:
         raise click.ClickException(str(exc)) from None
     except ValueError as exc:  # invalid settings

@@ -3,7 +3,9 @@
 A corpus is a UTF-8 JSONL file, one JSON object per line:
 
 - ``answer`` (required): non-empty answer text;
-- ``id`` (optional): a string or integer, unique in the corpus; defaults to the line number;
+- ``id`` (optional): a string or integer, unique in the corpus; defaults to the line number
+  (when adding to an index: the largest integer id already there plus the line number, so
+  id-less answers of two files never collide);
 - ``question`` (string) or ``questions`` (list of strings), optional: questions this answer
   answers; used by training and kept by ``build``;
 - any other key is kept as metadata and returned with search hits.
@@ -473,11 +475,37 @@ def read_corpus(path: str | os.PathLike[str], *, existing_ids: Iterable[str | in
     path_arg(source, "path", what="a corpus file path")
     if isinstance(existing_ids, str | bytes) or not isinstance(existing_ids, Iterable):
         raise CorpusError(f"existing_ids must be a list of ids, got {type(existing_ids).__name__}")
+    existing_ids = list(existing_ids)
+    base = id_base(existing_ids)
     collector = _Collector(source, existing_ids=existing_ids)
     for number, obj in read_json_lines(path):
-        if not collector.add_plain(obj, f"{source}:{number}", number):
-            collector.add(obj, number, number)
+        if not collector.add_plain(obj, f"{source}:{number}", base + number):
+            collector.add(obj, number, base + number)
     return collector.finish()
+
+
+def id_base(existing_ids: Iterable[str | int]) -> int:
+    """What an id-less answer's default id starts after: the largest integer id in use, or 0.
+
+    An answer without an ``id`` gets ``id_base(existing) + its line number`` (or position),
+    so the id-less answers of a file added to an index never collide with the ids already
+    there, integer ids or strings of digits alike.
+
+    Example
+    -------
+    >>> id_base([]), id_base([1, 2, "7", "faq-9", -3])
+    (0, 7)
+    """
+    base = 0
+    for ident in existing_ids:
+        if isinstance(ident, int) and not isinstance(ident, bool):
+            base = max(base, ident)
+        elif isinstance(ident, str) and _INT_ID.fullmatch(ident):
+            base = max(base, int(ident))
+    return base
+
+
+_INT_ID = re.compile(r"-?[0-9]{1,19}")
 
 
 def read_json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
@@ -578,7 +606,7 @@ def _parse_line(source: str, number: int, line_bytes: bytes) -> Iterator[tuple[i
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise CorpusError(
-            f"{source}:{number}: not valid JSON ({exc.msg} at column {exc.colno}); each line must be one JSON object"
+            f"{source}:{number}: not valid JSON ({_json_problem(exc)}); each line must be one JSON object"
         ) from None
     except RecursionError:
         raise CorpusError(
@@ -587,6 +615,21 @@ def _parse_line(source: str, number: int, line_bytes: bytes) -> Iterator[tuple[i
     except ValueError as exc:  # e.g. an integer literal beyond Python's digit limit
         raise CorpusError(f"{source}:{number}: not valid JSON ({exc}); store huge numbers as strings") from None
     yield number, obj
+
+
+def _json_problem(exc: json.JSONDecodeError) -> str:
+    """What :mod:`json` found wrong, and where: ``Unterminated string starting at column 21``.
+
+    Example
+    -------
+    >>> try:
+    ...     json.loads('{"a": "b')
+    ... except json.JSONDecodeError as exc:
+    ...     _json_problem(exc)
+    'Unterminated string starting at column 7'
+    """
+    message = exc.msg.rstrip()
+    return f"{message} column {exc.colno}" if message.endswith(" at") else f"{message} at column {exc.colno}"
 
 
 def records_from_dicts(
@@ -598,7 +641,8 @@ def records_from_dicts(
     """Validate in-memory records (dicts in the corpus format, or :class:`Record`).
 
     Positions are 1-based in messages (``records[3]``); a missing id defaults to the
-    position. Raises :class:`CorpusError` like :func:`read_corpus`.
+    position (after the largest integer id of ``existing_ids``, see :func:`id_base`).
+    Raises :class:`CorpusError` like :func:`read_corpus`.
 
     Example
     -------
@@ -609,6 +653,8 @@ def records_from_dicts(
         raise CorpusError(f"{source}: expected a list of records (dicts with an 'answer'), got {type(items).__name__}")
     if isinstance(existing_ids, str | bytes) or not isinstance(existing_ids, Iterable):
         raise CorpusError(f"existing_ids must be a list of ids, got {type(existing_ids).__name__}")
+    existing_ids = list(existing_ids)
+    base = id_base(existing_ids)
     collector = _Collector(source, existing_ids=existing_ids)
     for position, item in enumerate(items, start=1):
         obj: Any = item
@@ -617,12 +663,12 @@ def records_from_dicts(
             obj.update(item.metadata)
         at = f"{source}[{position}]"
         # Plain records are copied by the fast path itself (fresh dict, immutable values).
-        if collector.add_plain(obj, at, position):
+        if collector.add_plain(obj, at, base + position):
             continue
         collector.source = at
         if isinstance(obj, dict):
             obj = _plain_json(obj, collector.source)
-        collector.add(obj, None, position)
+        collector.add(obj, None, base + position)
         collector.source = source
     collector.source = source
     return collector.finish()

@@ -29,9 +29,13 @@ any Ray Data read of local files, and qaindex must be installed there.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
+import logging
 import os
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -254,7 +258,11 @@ def build_on_ray(
     store = spool.store()
     started = _connect(ray, address)
     try:
-        vectors = _encode_on_ray(ray, source, loaded, record_lines, device, batch_size, chunk_size, workers)
+        with _quiet_ray_data():
+            vectors = _encode_on_ray(
+                ray, source, loaded, record_lines, device, batch_size, chunk_size, workers,
+                restart_actors=not (started and address == "local"),
+            )  # fmt: skip
     finally:
         if started:
             ray.shutdown()
@@ -268,6 +276,35 @@ def build_on_ray(
     return Ranker(loaded, store, vectors, coarse, overfetch=overfetch, kind_requested=index_kind, reranker=reranker)
 
 
+@contextlib.contextmanager
+def _quiet_ray_data() -> Iterator[None]:
+    """Ray Data's INFO lines and notices (execution plans, "progress bars disabled", actor
+    pool sizes) off for a build that succeeds; its errors still show."""
+    logger = logging.getLogger("ray.data")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"The minimum number of concurrent actors", category=UserWarning)
+            # Ray 2.60 deprecates ray_remote_args_fn without another way to set max_restarts
+            warnings.filterwarnings("ignore", message=r"`ray_remote_args_fn` is deprecated")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _no_restarts() -> dict[str, Any]:
+    """Remote arguments of encoder actors that are not restarted (merged over Ray Data's defaults)."""
+    return {"max_restarts": 0, "max_task_retries": 0}
+
+
+def _restart_options(dataset: Any, restart_actors: bool) -> dict[str, Any]:
+    """``map_batches`` arguments that turn actor restarts off, where this Ray version takes them."""
+    if restart_actors or "ray_remote_args_fn" not in inspect.signature(dataset.map_batches).parameters:
+        return {}
+    return {"ray_remote_args_fn": _no_restarts}
+
+
 def _encode_on_ray(
     ray: Any,
     source: str,
@@ -277,10 +314,21 @@ def _encode_on_ray(
     batch_size: int,
     chunk_size: int,
     workers: int | None,
+    *,
+    restart_actors: bool = True,
 ) -> np.ndarray:
+    """The answers' vectors, in order, encoded by Ray Data actors.
+
+    ``restart_actors`` False (a Ray instance this build started on this machine) turns off
+    Ray Data's actor restarts (``max_restarts=0``): an encoder that dies fails the build,
+    which the user reruns, and Ray does not print its warning about restarting actors whose
+    constructor arguments live in the object store on every successful build. On a cluster
+    restarts stay on, so a lost node does not fail the build.
+    """
     context = ray.data.DataContext.get_current()
     context.execution_options.preserve_order = True
     context.enable_progress_bars = False
+    context.print_on_execution_start = False
     if workers is None:
         workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
     model_dir = str(Path(resolve_model_path(model.directory)).resolve())
@@ -296,6 +344,7 @@ def _encode_on_ray(
         batch_format="numpy",
         compute=ray.data.ActorPoolStrategy(size=workers),
         num_cpus=1,
+        **_restart_options(dataset, restart_actors),
     )
     out = VectorSpool(model.dimension)
     for batch in encoded.iter_batches(batch_size=None, batch_format="numpy"):

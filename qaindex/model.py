@@ -25,7 +25,9 @@ refuses a ``kind`` it does not know with a message that says so.
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +63,7 @@ from .tokenizer import Tokenizer, TokenizerError
 
 __all__ = [
     "DEFAULT_MODEL_DIR",
+    "DEFAULT_MODEL_NAME",
     "GEOMETRIES",
     "MODEL_FORMAT",
     "MODEL_FORMAT_VERSION",
@@ -71,17 +74,26 @@ __all__ = [
 ]
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
+_log = logging.getLogger(__name__)
+
+
+DEFAULT_MODEL_NAME = "default"  # names the built-in model wherever a model directory is expected
 
 
 def resolve_model_path(model: str | os.PathLike[str] | None) -> Path:
-    """The model directory to use: ``model``, or the built-in default when None.
+    """The model directory to use: ``model``, or the built-in default when None or ``"default"``.
+
+    The string ``"default"`` names the built-in model (installed in ``qaindex/models/default``
+    inside the package); a directory that happens to be called ``default`` is ``"./default"``.
 
     Example
     -------
     >>> resolve_model_path("some/dir").name
     'dir'
+    >>> resolve_model_path("default") == resolve_model_path(None) == DEFAULT_MODEL_DIR
+    True
     """
-    if model is not None:
+    if model is not None and not (isinstance(model, str) and model == DEFAULT_MODEL_NAME):
         return path_arg(model, "model", what="a model directory")
     if not (DEFAULT_MODEL_DIR / "manifest.json").is_file():
         raise ModelFormatError(
@@ -279,7 +291,12 @@ class Model:
         texts = text_list(texts, "texts")
         batch_size = positive_int(batch_size, "batch_size")
         optional_callable(progress, "progress")
-        return self._run_feeds(role, self._feeds(texts, role, batch_size), len(texts), progress, texts)
+        if role != "question" or not _log.isEnabledFor(logging.INFO):
+            return self._run_feeds(role, self._feeds(texts, role, batch_size), len(texts), progress, texts)
+        started = time.perf_counter()  # questions are encoded at search time: `qaindex -v search` shows it
+        out = self._run_feeds(role, self._feeds(texts, role, batch_size), len(texts), progress, texts)
+        _log.info("encoded %d question(s) in %.2f ms", len(texts), (time.perf_counter() - started) * 1000)
+        return out
 
     def _feeds(
         self, texts: list[str], role: str, batch_size: int

@@ -517,7 +517,24 @@ class Ranker:
         return self._coarse.kind
 
     def get(self, id: str | int) -> Record:
-        """The stored record with this id (KeyError-like :class:`QueryError` if absent)."""
+        """The stored record with this id (KeyError-like :class:`QueryError` if absent).
+
+        Parameters
+        ----------
+        id : str or int
+            An answer's id (as in the corpus, or as given to an id-less answer).
+
+        Returns
+        -------
+        Record
+            Its ``id``, ``answer``, ``questions`` and ``metadata``.
+
+        Example
+        -------
+        >>> record = ranker.get("account-reset-password")
+        >>> record.id, record.metadata["category"]
+        ('account-reset-password', 'account')
+        """
         if isinstance(id, bool) or not isinstance(id, str | int | np.integer):
             raise QueryError(f"id must be a str or int, got {type(id).__name__} {id!r}")
         if isinstance(id, np.integer):
@@ -1351,10 +1368,14 @@ def _build_from_file(
         return build_from_file(corpus, model, index_kind=index_kind, hnsw=hnsw, device=device, batch_size=batch_size)
     from tqdm import tqdm
 
-    with tqdm(desc="encoding answers", unit="answer", disable=None) as bar:
-        return build_from_file(
+    from .building import count_lines
+
+    with tqdm(total=count_lines(corpus), desc="encoding answers", unit="answer", disable=None) as bar:
+        built = build_from_file(
             corpus, model, index_kind=index_kind, hnsw=hnsw, device=device, batch_size=batch_size, progress=bar.update
         )
+        bar.total = bar.n  # lines counted blank lines and repeated benchmark answers too: end at 100%
+        return built
 
 
 def _now() -> str:

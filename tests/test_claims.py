@@ -1,4 +1,4 @@
-"""Claims are checked: every generated README section equals what its results file renders today."""
+"""Claims are checked: every generated section of README.md and docs/*.md equals what its results file renders today."""
 
 from __future__ import annotations
 
@@ -14,20 +14,25 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import readme_markers  # noqa: E402
 
-SECTIONS = readme_markers.sections()
+SECTIONS = readme_markers.all_sections()
 
 
 def test_every_generated_section_has_a_generator() -> None:
-    assert SECTIONS, "the README has no generated sections"
-    unknown = sorted(set(SECTIONS) - set(readme_markers.GENERATORS))
-    assert not unknown, f"README sections without a generating script: {unknown}"
+    assert SECTIONS, "the documentation has no generated sections"
+    unknown = sorted(key for key in SECTIONS if key[1] not in readme_markers.GENERATORS)
+    assert not unknown, f"generated sections without a generating script: {unknown}"
 
 
-@pytest.mark.parametrize("name", sorted(SECTIONS))
-def test_readme_section_equals_its_results_file(name: str) -> None:
+def test_every_generator_has_one_section() -> None:
+    names = [name for _, name in SECTIONS]
+    assert sorted(names) == sorted(readme_markers.GENERATORS), "each section must appear exactly once"
+
+
+@pytest.mark.parametrize(("path", "name"), sorted(SECTIONS), ids=[f"{p}:{n}" for p, n in sorted(SECTIONS)])
+def test_section_equals_its_results_file(path: str, name: str) -> None:
     module = importlib.import_module(readme_markers.GENERATORS[name])
     results = json.loads(Path(module.RESULTS).read_text(encoding="utf-8"))
-    assert SECTIONS[name] == module.readme_body(results).rstrip("\n") + "\n"
+    assert SECTIONS[(path, name)] == module.readme_body(results).rstrip("\n") + "\n"
 
 
 def test_sections_reads_what_replace_section_wrote(tmp_path: Path) -> None:
@@ -36,3 +41,12 @@ def test_sections_reads_what_replace_section_wrote(tmp_path: Path) -> None:
     assert readme_markers.replace_section("x", "new | 1\n", readme)
     assert readme_markers.sections(readme) == {"x": "new | 1\n"}
     assert readme.read_text(encoding="utf-8") == "a\n<!-- x:start -->\nnew | 1\n<!-- x:end -->\nb\n"
+
+
+def test_sections_are_found_in_docs_pages(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("no sections\n", encoding="utf-8")
+    page = tmp_path / "docs" / "performance.md"
+    page.write_text("# P\n<!-- y:start -->\n| 1 |\n<!-- y:end -->\n", encoding="utf-8")
+    assert readme_markers.all_sections(tmp_path) == {("docs/performance.md", "y"): "| 1 |\n"}
+    assert readme_markers.documents(tmp_path) == [tmp_path / "README.md", page]

@@ -116,7 +116,7 @@ def test_build_errors_keep_existing_index(
     before = (index / "manifest.json").read_bytes()
     bad = tmp_path / "bad.jsonl"
     bad.write_text(content, encoding="utf-8")
-    res = runner.invoke(main, ["build", str(bad), "--model", str(faq_model), "--index", str(index)])
+    res = runner.invoke(main, ["build", str(bad), "--model", str(faq_model), "--index", str(index), "--force"])
     assert res.exit_code == 1
     assert res.stderr == "Error: " + message.replace("{p}", str(bad)) + "\n"
     assert "Traceback" not in res.output

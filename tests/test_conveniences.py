@@ -120,7 +120,7 @@ def test_cli_verbose_logs_on_stderr(faq_model: Path, faq_file: Path, tmp_path: P
     index = str(tmp_path / "ix")
     args = ["build", str(faq_file), "--model", str(faq_model), "--device", "cpu", "--index", index]
     quiet = CliRunner().invoke(qaindex.cli.main, args)
-    loud = CliRunner().invoke(qaindex.cli.main, ["-v", *args])
+    loud = CliRunner().invoke(qaindex.cli.main, ["-v", *args, "--force"])
     assert quiet.exit_code == 0 and loud.exit_code == 0
     assert "qaindex: encoded 5 answers with " not in quiet.stderr
     assert "qaindex: encoded 5 answers with " in loud.stderr

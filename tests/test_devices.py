@@ -103,7 +103,7 @@ def test_auto_uses_the_gpu_when_it_works(
         "onnxruntime on CPUExecutionProvider (CUDAExecutionProvider for calls of 64+ rows), faiss on cuda"
         in auto.stdout
     )
-    cpu = runner.invoke(main, [*base, "--device", "cpu"])
+    cpu = runner.invoke(main, [*base, "--device", "cpu", "--force"])
     assert cpu.exit_code == 0, cpu.output
     assert "onnxruntime on CPUExecutionProvider, faiss on cpu" in cpu.stdout
     info = runner.invoke(main, ["info", "--index", index, "--json"])

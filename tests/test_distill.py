@@ -236,6 +236,8 @@ def test_cli_train_with_teacher_on_answers_only(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     assert summary["parameters"]["exported_table"]["dim"] == 16
+    # the ONNX model is evaluated on the held-out pseudo-questions too
+    assert summary["dev_onnx"]["map"] == pytest.approx(summary["dev"]["map"], abs=1e-4)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["training"]["config"]["embeddings"] == f"distilled:{table_path}"
     assert manifest["training"]["data"]["train"]["labels"] is None

@@ -56,6 +56,33 @@ def local_ray() -> Iterator[None]:
 
 
 @needs_ray
+def test_a_successful_local_ray_build_prints_no_ray_noise(faq_model: Path, faq_file: Path, tmp_path: Path) -> None:
+    # a process of its own: Ray's core worker writes to the process's stderr, past Python
+    index = tmp_path / "ix"
+    args = ["build", str(faq_file), "--model", str(faq_model), "--index", str(index), "--device", "cpu", "--ray"]
+    done = subprocess.run([sys.executable, "-m", "qaindex", *args], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"indexed 5 answers into {index}")
+    for noise in ("max_restarts", "core_worker", "Starting execution", "Progress bars", "concurrent actors", "Warning"):
+        assert noise not in done.stderr, done.stderr
+
+
+def test_only_a_local_ray_build_turns_actor_restarts_off() -> None:
+    from qaindex.distributed import _no_restarts, _restart_options
+
+    class Dataset:
+        def map_batches(self, fn: object, *, ray_remote_args_fn: object = None) -> None: ...
+
+    class OldDataset:
+        def map_batches(self, fn: object) -> None: ...
+
+    assert _restart_options(Dataset(), restart_actors=True) == {}
+    assert _restart_options(Dataset(), restart_actors=False) == {"ray_remote_args_fn": _no_restarts}
+    assert _restart_options(OldDataset(), restart_actors=False) == {}
+    assert _no_restarts() == {"max_restarts": 0, "max_task_retries": 0}
+
+
+@needs_ray
 def test_ray_build_equals_local_build(local_ray: None, faq_model: Path, tmp_path: Path) -> None:
     path = _corpus(tmp_path / "c.jsonl")
     local = Ranker.build(path, model=faq_model, device="cpu")

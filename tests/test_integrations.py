@@ -45,12 +45,57 @@ def test_llamaindex_retriever_returns_the_hits_as_scored_nodes(ranker: Ranker) -
         assert node.node.metadata == {**hit.metadata, "id": hit.id, "score": hit.score, "distance": hit.distance}
 
 
-def test_llamaindex_retriever_refuses_a_non_ranker() -> None:
+def test_llamaindex_retriever_refuses_a_non_ranker(tmp_path: Path) -> None:
     pytest.importorskip("llama_index.core")
     from qaindex.integrations.llamaindex import QAIndexRetriever
 
-    with pytest.raises(QueryError, match=r"^QAIndexRetriever needs a qaindex\.Ranker, got str$"):
-        QAIndexRetriever("index-path")  # type: ignore[arg-type]
+    with pytest.raises(QueryError, match=r"^QAIndexRetriever needs a qaindex\.Ranker or an index directory, got int$"):
+        QAIndexRetriever(3)  # type: ignore[arg-type]
+    with pytest.raises(qaindex.IndexFormatError, match=r"no index here"):
+        QAIndexRetriever(tmp_path / "missing")  # a path is loaded, so checked, at construction
+
+
+@pytest.mark.parametrize("framework", ["langchain", "llamaindex"])
+def test_retrievers_filter_with_where_and_load_a_path(ranker: Ranker, framework: str, tmp_path: Path) -> None:
+    pytest.importorskip("langchain_core" if framework == "langchain" else "llama_index.core")
+    index = ranker.save(tmp_path / "ix")
+    where = {"category": ["billing", "data"]}
+    hits = ranker.search(QUESTION, k=3, where=where)
+    assert {h.metadata["category"] for h in hits} == {"billing", "data"}
+    if framework == "langchain":
+        from qaindex.integrations.langchain import QAIndexRetriever as LangChainRetriever
+
+        ids = [d.id for d in LangChainRetriever(ranker=ranker, k=3, where=where).invoke(QUESTION)]
+        assert ids == [d.id for d in LangChainRetriever(ranker=str(index), k=3, where=where).invoke(QUESTION)]
+        kept = LangChainRetriever(ranker=ranker, k=3, min_score=hits[0].score).invoke(QUESTION)
+        assert all(d.metadata["score"] >= hits[0].score for d in kept)
+    else:
+        from qaindex.integrations.llamaindex import QAIndexRetriever as LlamaRetriever
+
+        ids = [n.node.id_ for n in LlamaRetriever(index, k=3, where=where).retrieve(QUESTION)]
+    assert ids == [str(h.id) for h in hits]
+
+
+def test_langchain_retriever_refuses_unknown_arguments_and_bad_paths(ranker: Ranker, tmp_path: Path) -> None:
+    pytest.importorskip("langchain_core")
+    from qaindex.integrations.langchain import QAIndexRetriever
+
+    with pytest.raises(QueryError, match=r"^QAIndexRetriever got unknown argument\(s\) 'wherex'; it takes ranker, k, where"):
+        QAIndexRetriever(ranker=ranker, wherex=1)
+    with pytest.raises(QueryError, match=r"^search_kwargs: unknown Ranker\.search argument\(s\) 'k'; it takes "):
+        QAIndexRetriever(ranker=ranker, search_kwargs={"k": 3})
+    with pytest.raises(qaindex.IndexFormatError, match=r"no index here"):
+        QAIndexRetriever(ranker=tmp_path / "missing")
+    with pytest.raises(QueryError, match=r"^QAIndexRetriever needs a qaindex\.Ranker or an index directory, got int$"):
+        QAIndexRetriever(ranker=3)
+
+
+def test_llamaindex_retriever_refuses_unknown_search_arguments(ranker: Ranker) -> None:
+    pytest.importorskip("llama_index.core")
+    from qaindex.integrations.llamaindex import QAIndexRetriever
+
+    with pytest.raises(QueryError, match=r"^QAIndexRetriever: unknown Ranker\.search argument\(s\) 'wherex'; it takes "):
+        QAIndexRetriever(ranker, wherex=1)
 
 
 @pytest.mark.parametrize(

@@ -117,7 +117,7 @@ def test_cli_error_in_a_late_line_leaves_the_index_untouched(faq_model: Path, fa
     before = (index / "manifest.json").read_bytes()
     bad = tmp_path / "bad.jsonl"
     bad.write_text("".join(json.dumps({"answer": f"x {i}"}) + "\n" for i in range(20000)) + "[1]\n", encoding="utf-8")
-    result = runner.invoke(main, ["build", str(bad), *base])
+    result = runner.invoke(main, ["build", str(bad), *base, "--force"])
     assert result.exit_code == 1
     assert result.stderr == (
         f'Error: {bad}:20001: expected a JSON object, got list; write one object per line, e.g. {{"answer": "..."}}\n'

@@ -12,41 +12,15 @@ Each module imports its framework when imported, and raises
 
 from __future__ import annotations
 
+import inspect
+import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..arguments import positive_int, shown
 from ..errors import QueryError
 from ..ranker import Hit, Ranker
 
-__all__ = ["SEARCH_OPTIONS", "check_retriever", "hit_metadata"]
-
-SEARCH_OPTIONS = ("where", "min_score", "rerank", "depth")
-
-
-def check_retriever(ranker: Any, k: Any, search_kwargs: Any) -> tuple[Ranker, int, dict[str, Any]]:
-    """The arguments of a retriever's constructor, checked: a Ranker, a positive ``k`` and
-    ``search_kwargs`` naming only options of :meth:`qaindex.Ranker.search`.
-
-    Example
-    -------
-    >>> check_retriever(None, 3, {})
-    Traceback (most recent call last):
-    ...
-    qaindex.errors.QueryError: QAIndexRetriever needs a qaindex.Ranker, got NoneType
-    """
-    if not isinstance(ranker, Ranker):
-        raise QueryError(f"QAIndexRetriever needs a qaindex.Ranker, got {type(ranker).__name__}")
-    k = positive_int(k, "k")
-    if not isinstance(search_kwargs, Mapping):
-        raise QueryError(f"search_kwargs must be a dict of search options, got {type(search_kwargs).__name__}")
-    unknown = [key for key in search_kwargs if key not in SEARCH_OPTIONS]
-    if unknown:
-        raise QueryError(
-            f"search_kwargs has unknown option {shown(unknown[0])}; use {', '.join(SEARCH_OPTIONS)} "
-            "(the keyword options of Ranker.search)"
-        )
-    return ranker, k, dict(search_kwargs)
+__all__ = ["check_search_kwargs", "hit_metadata", "ranker_from"]
 
 
 def hit_metadata(hit: Hit) -> dict[str, Any]:
@@ -60,3 +34,48 @@ def hit_metadata(hit: Hit) -> dict[str, Any]:
     {'category': 'account', 'id': 'reset', 'score': 1.5, 'distance': 0.25}
     """
     return {**hit.metadata, "id": hit.id, "score": hit.score, "distance": hit.distance}
+
+
+def ranker_from(ranker: Any) -> Ranker:
+    """A :class:`~qaindex.Ranker`: ``ranker`` itself, or the index loaded from a directory path.
+
+    Loading here (when a retriever is built) means a wrong path fails at once, not at the
+    first query.
+
+    Example
+    -------
+    >>> ranker_from(3)
+    Traceback (most recent call last):
+    ...
+    qaindex.errors.QueryError: QAIndexRetriever needs a qaindex.Ranker or an index directory, got int
+    """
+    if isinstance(ranker, Ranker):
+        return ranker
+    if isinstance(ranker, str | os.PathLike):
+        return Ranker.load(ranker)
+    raise QueryError(f"QAIndexRetriever needs a qaindex.Ranker or an index directory, got {type(ranker).__name__}")
+
+
+def check_search_kwargs(options: Any, name: str) -> dict[str, Any]:
+    """``options`` if every key names a keyword argument of :meth:`qaindex.Ranker.search`.
+
+    Example
+    -------
+    >>> check_search_kwargs({"min_score": 0.5}, "search_kwargs")
+    {'min_score': 0.5}
+    >>> try:
+    ...     check_search_kwargs({"wherex": 1}, "search_kwargs")
+    ... except QueryError as exc:
+    ...     print(str(exc).split(";")[0])
+    search_kwargs: unknown Ranker.search argument(s) 'wherex'
+    """
+    if not isinstance(options, Mapping):
+        raise QueryError(f"{name} must be a dict of Ranker.search arguments, got {type(options).__name__}")
+    taken = sorted(p for p in inspect.signature(Ranker.search).parameters if p not in ("self", "question", "k"))
+    unknown = sorted(set(options) - set(taken))
+    if unknown:
+        raise QueryError(
+            f"{name}: unknown Ranker.search argument(s) {', '.join(map(repr, unknown))}; it takes "
+            f"{', '.join(taken)} (k is the retriever's own argument)"
+        )
+    return dict(options)

@@ -5,19 +5,21 @@ Example
 >>> import qaindex
 >>> from qaindex.integrations.langchain import QAIndexRetriever
 >>> ranker = qaindex.Ranker.build("examples/faq.jsonl")
->>> retriever = QAIndexRetriever(ranker=ranker, k=3)
+>>> retriever = QAIndexRetriever(ranker=ranker, k=3, where={"category": "account"})
 >>> docs = retriever.invoke("How do I reset my password?")
->>> len(docs), sorted(docs[0].metadata)[:3]
-(3, ['category', 'distance', 'id'])
+>>> len(docs), {d.metadata["category"] for d in docs}
+(3, {'account'})
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from ..arguments import positive_int
 from ..errors import MissingDependencyError
 from ..ranker import Ranker
-from . import check_retriever, hit_metadata
+from . import check_search_kwargs, hit_metadata, ranker_from
 
 try:
     from langchain_core.callbacks import CallbackManagerForRetrieverRun
@@ -38,29 +40,46 @@ class QAIndexRetriever(BaseRetriever):
 
     Parameters
     ----------
-    ranker : qaindex.Ranker
-        A built or loaded index.
+    ranker : qaindex.Ranker or path
+        A built or loaded index, or an index directory (loaded, and so checked, here).
     k : int
         Number of documents per query.
+    where : mapping or callable, optional
+        Metadata filter, as :meth:`qaindex.Ranker.search`'s ``where``.
+    min_score : float, optional
+        Drop hits scoring below this, as :meth:`qaindex.Ranker.search`'s ``min_score``.
     search_kwargs : dict
-        Extra keyword arguments for :meth:`qaindex.Ranker.search` (e.g. ``min_score``).
+        Any other keyword argument of :meth:`qaindex.Ranker.search` (e.g. ``rerank``);
+        an unknown name is refused here, not at the first query.
+
+    Any other keyword is refused (``QueryError``) rather than silently ignored, apart from
+    LangChain's own ``tags`` and ``metadata``.
     """
 
     ranker: Any
     k: int = 4
+    where: Any = None
+    min_score: float | None = None
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
-    def __init__(self, **data: Any) -> None:
-        # checked here, so a bad argument is a QueryError naming it, not a pydantic ValidationError
-        ranker, k, kwargs = check_retriever(data.get("ranker"), data.get("k", 4), data.get("search_kwargs", {}))
-        super().__init__(**{**data, "ranker": ranker, "k": k, "search_kwargs": kwargs})
-
-    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        if not isinstance(self.ranker, Ranker):
+    def __init__(self, ranker: Ranker | str | os.PathLike[str], **kwargs: Any) -> None:
+        unknown = sorted(set(kwargs) - set(type(self).model_fields))
+        if unknown:
             from ..errors import QueryError
 
-            raise QueryError(f"QAIndexRetriever.ranker must be a qaindex.Ranker, got {type(self.ranker).__name__}")
-        hits = self.ranker.search(query, k=self.k, **self.search_kwargs)
+            raise QueryError(
+                f"QAIndexRetriever got unknown argument(s) {', '.join(map(repr, unknown))}; it takes ranker, k, "
+                "where, min_score and search_kwargs (any other Ranker.search argument), plus LangChain's tags "
+                "and metadata"
+            )
+        check_search_kwargs(kwargs.get("search_kwargs") or {}, "search_kwargs")
+        if "k" in kwargs:  # a QueryError naming it, not a pydantic ValidationError
+            kwargs["k"] = positive_int(kwargs["k"], "k")
+        super().__init__(ranker=ranker_from(ranker), **kwargs)  # type: ignore[call-arg]
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        options = {"where": self.where, "min_score": self.min_score, **self.search_kwargs}
+        hits = self.ranker.search(query, k=self.k, **options)
         return [Document(page_content=h.answer, metadata=hit_metadata(h), id=str(h.id)) for h in hits]

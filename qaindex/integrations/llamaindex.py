@@ -12,11 +12,13 @@ Example
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from ..arguments import positive_int
 from ..errors import MissingDependencyError
 from ..ranker import Ranker
-from . import check_retriever, hit_metadata
+from . import check_search_kwargs, hit_metadata, ranker_from
 
 try:
     from llama_index.core.retrievers import BaseRetriever
@@ -35,16 +37,19 @@ class QAIndexRetriever(BaseRetriever):
 
     Parameters
     ----------
-    ranker : qaindex.Ranker
-        A built or loaded index.
+    ranker : qaindex.Ranker or path
+        A built or loaded index, or an index directory (loaded, and so checked, here).
     k : int
         Number of nodes per query.
     **search_kwargs
-        Extra keyword arguments for :meth:`qaindex.Ranker.search` (e.g. ``min_score``).
+        Keyword arguments of :meth:`qaindex.Ranker.search`: ``where``, ``min_score``,
+        ``rerank``, ``depth``; an unknown name is refused here, not at the first query.
     """
 
-    def __init__(self, ranker: Ranker, k: int = 4, **search_kwargs: Any) -> None:
-        self.ranker, self.k, self.search_kwargs = check_retriever(ranker, k, search_kwargs)
+    def __init__(self, ranker: Ranker | str | os.PathLike[str], k: int = 4, **search_kwargs: Any) -> None:
+        self.ranker = ranker_from(ranker)
+        self.k = positive_int(k, "k")
+        self.search_kwargs = check_search_kwargs(search_kwargs, "QAIndexRetriever")
         super().__init__()
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
