@@ -48,7 +48,7 @@ MODEL_KINDS = (
 RECURRENT_KINDS = ("rde", "rde-ltc", "hrde", "hrde-ltc")
 LOSSES = ("hinge", "cross-entropy")
 CHUNKINGS = ("sentences", "length")
-BALL_MAPS = ("clip", "expmap", "radius", "weighted")
+BALL_MAPS = ("clip", "expmap", "radius", "weighted", "lognorm")
 BALL_CHOICES = (*BALL_MAPS, "auto")
 OPTIMIZERS = ("adagrad", "adam", "sgd")
 SAMPLINGS = ("random", "mix")
@@ -144,7 +144,8 @@ class TrainConfig:
         "auto",
         "How sums enter the Poincaré ball: clip (the paper: onto the sphere of radius 0.999), "
         "radius (the sum's direction at a learned radius), expmap (tanh(α|y|)·y/|y|), weighted "
-        "(norm from learned per-token depth), or auto (train clip and radius, keep the better by "
+        "(norm from learned per-token depth), lognorm (max_norm·sigmoid(a·log|y| + b)·y/|y|: radius from the "
+        "log of the sum's length), or auto (train clip and radius, keep the better by "
         "dev MAP; with --teacher on answers only: weighted).",
         choices=BALL_CHOICES,
     )

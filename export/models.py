@@ -357,6 +357,10 @@ class BallMap(nn.Module):
         direction at a learned, direction-dependent radius;
         ``weighted``: input ``(y, w)`` (the sum and the summed per-token depth weights, see
         :class:`BagOfWords` ``depth``) → ``max_norm · tanh(s w) · ŷ``, ``s`` learned;
+        ``lognorm``: input ``(y, w)`` as for ``weighted`` → ``max_norm · sigmoid(a log w + b) · ŷ``
+        with ``a = exp(log_a)`` and ``b`` (:func:`qaindex.hyperbolic.lognorm_map`): the radius
+        grows with the log of the summed per-token evidence, so texts without evidence sit
+        at the centre;
         ``none``: identity (CosineQA).
     max_norm : float
         Radius below 1.
@@ -385,6 +389,7 @@ class BallMap(nn.Module):
         learn_alpha: bool = True,
         dim: int = 1,
         init_norm: float = 0.9,
+        lognorm: tuple[float, float] = (1.0, 0.0),
     ) -> None:
         super().__init__()
         if kind not in (*BALL_MAPS, "none"):
@@ -405,6 +410,11 @@ class BallMap(nn.Module):
             p = init_norm / max_norm
             self.radius_w = nn.Parameter(torch.zeros(dim))
             self.radius_b = nn.Parameter(torch.tensor(math.log(p / (1.0 - p))))
+        if kind == "lognorm":
+            if not lognorm[0] > 0.0:
+                raise ValueError(f"the lognorm slope a must be positive, got {lognorm[0]}")
+            self.log_a = nn.Parameter(torch.tensor(math.log(lognorm[0])))
+            self.lognorm_b = nn.Parameter(torch.tensor(float(lognorm[1])))
 
     @property
     def alpha(self) -> Tensor:
@@ -429,6 +439,9 @@ class BallMap(nn.Module):
             norm = hyperbolic.sqnorm(v).clamp(min=float(np.finfo(np.float32).tiny)).sqrt()
             depth = torch.tanh(self.log_scale.exp().to(y.dtype) * w)
             y = v / norm * (self.max_norm * depth)
+        elif self.kind == "lognorm":
+            a, b = self.log_a.exp().to(y.dtype), self.lognorm_b.to(y.dtype)
+            y = hyperbolic.lognorm_map(y[..., :-1], y[..., -1:], a, b, max_norm=self.max_norm)
         return hyperbolic.project(y, max_norm=self.max_norm)
 
     def describe(self) -> dict[str, Any]:
@@ -447,6 +460,10 @@ class BallMap(nn.Module):
             out["formula"] = "max_norm * sigmoid(w_r . y/|y| + b_r) * y/|y|"
             out["radius_b"] = self.radius_b.item()
             out["radius_w_norm"] = self.radius_w.detach().norm().item()
+        elif self.kind == "lognorm":
+            out["formula"] = "max_norm * sigmoid(a * log(w) + b) * y/|y| (w: sum of the table's last column)"
+            out["a"] = self.log_a.exp().item()
+            out["b"] = self.lognorm_b.item()
         else:
             out["formula"] = "project(y, max_norm) = y * min(1, max_norm/|y|)"
         return out
@@ -617,7 +634,7 @@ def build_model(
             kind, vocab_size, dim=dim, embeddings=embeddings, train_embeddings=train_embeddings,
             embed_dim=embed_dim, window=window,
         )  # fmt: skip
-    depth = kind == "hyperqa" and ball == "weighted"
+    depth = kind == "hyperqa" and ball in ("weighted", "lognorm")
     encoder = BagOfWords(
         vocab_size, dim, embeddings=embeddings, train_embeddings=train_embeddings, embed_dim=embed_dim, depth=depth
     )

@@ -32,6 +32,7 @@ __all__ = [
     "distance",
     "lift",
     "lift_query",
+    "lognorm_map",
     "max_norm_for",
     "near_centre",
     "one_minus_sqnorm",
@@ -92,6 +93,16 @@ def _sqrt(x: Array) -> Array:
 
 def _log1p(x: Array) -> Array:
     return x.log1p() if _is_torch(x) else np.log1p(x)
+
+
+def _log(x: Array) -> Array:
+    return x.log() if _is_torch(x) else np.log(x)
+
+
+def _sigmoid(x: Array) -> Array:
+    if _is_torch(x):
+        return x.sigmoid()
+    return (0.5 * (1.0 + np.tanh(0.5 * x))).astype(x.dtype, copy=False)
 
 
 def _norm(x: Array) -> Array:
@@ -178,6 +189,46 @@ def project(x: Array, *, max_norm: float | None = None) -> Array:
         raise ValueError(f"max_norm must be in (0, 1), got {radius}")
     n = _sqrt(_clamp_min(sqnorm(x), _tiny(x)))
     return x * _clamp_max(radius / n, 1.0)
+
+
+def lognorm_map(v: Array, w: Array, a: float | Array, b: float | Array, *, max_norm: float) -> Array:
+    """The ``lognorm`` ball map: a direction ``v`` at a radius set by the log of the evidence ``w``.
+
+    ``x = max_norm * sigmoid(a * log(w) + b) * v / |v|``
+
+    ``w >= 0`` is the text's summed per-token evidence (the last column of the token table:
+    0 for tokens that carry none, such as single characters and unknown tokens). The radius
+    is a logistic function of ``log w`` (``a > 0``): multiplying the evidence by ``k`` adds
+    ``a log k`` to the logit, so informative texts sit close to the boundary without every
+    long text saturating, texts with little evidence sit near the centre, and a text without
+    any (empty, punctuation, unknown scripts) sits at the origin. ``|v|`` and ``w`` are
+    clamped below at the dtype's tiny value, so the map and its gradient stay finite.
+
+    Parameters
+    ----------
+    v : array (..., dim)
+        Bag-of-words sums (the direction).
+    w : array (..., 1)
+        Summed evidence, non-negative.
+    a, b : float or scalar array
+        Slope (positive) and offset of the logit.
+    max_norm : float, keyword-only
+        Radius of the ball (below 1).
+
+    Returns
+    -------
+    array (..., dim)
+        Ball points of norm ``< max_norm``.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> x = lognorm_map(np.array([[3.0, 4.0], [1.0, 0.0]]), np.array([[np.e], [0.0]]), 1.0, 0.0, max_norm=0.99)
+    >>> np.round(np.linalg.norm(x, axis=-1), 4).tolist()   # 0.99 * sigmoid(1), and the origin
+    [0.7237, 0.0]
+    """
+    n = _norm(v)
+    return v / n * (max_norm * _sigmoid(a * _log(_clamp_min(w, _tiny(w))) + b))
 
 
 def arcosh1p(z: Array) -> Array:

@@ -180,12 +180,13 @@ def test_cosineqa_float16_export(data: dict, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("ranking", ["relative", "distance"])
-@pytest.mark.parametrize("ball", ["clip", "expmap", "weighted"])
+@pytest.mark.parametrize("ball", ["clip", "expmap", "weighted", "lognorm"])
 def test_other_ball_maps_export(ball: str, ranking: str) -> None:
     torch.manual_seed(0)
-    model = HyperQA(BagOfWords(30, 8, embed_dim=5, depth=ball == "weighted"), BallMap(ball, alpha=0.3), ranking=ranking)
+    depth = ball in ("weighted", "lognorm")
+    model = HyperQA(BagOfWords(30, 8, embed_dim=5, depth=depth), BallMap(ball, alpha=0.3), ranking=ranking)
     encoder = folded_encoder(model)
-    assert tuple(encoder.table.shape) == (30, 9 if ball == "weighted" else 8)  # weighted: + depth column
+    assert tuple(encoder.table.shape) == (30, 9 if depth else 8)  # weighted, lognorm: + depth column
     graph = export_encoder(encoder)
     scorer = scorer_module(model)
     assert scorer.ranking == ranking
