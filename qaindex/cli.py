@@ -193,10 +193,10 @@ def build(
     with the text). An index already at --index is replaced only with --force, and only once
     the new one is complete.
     """
+    check_writable(index)  # before the build: a folder qaindex did not write is refused at once
     if not force:
         refuse_existing_index(index)
     start = time.perf_counter()
-    check_writable(index)  # before the build: a folder qaindex did not write is refused at once
     options: dict[str, Any] = {
         "model": model,
         "device": device,

@@ -184,7 +184,7 @@ def test_cli_lock_timeout_inf_and_bad_values(faq_model: Path, faq_file: Path, tm
     target = tmp_path / "ix"
     for value in ("inf", "1e308", "none"):
         res = runner.invoke(
-            main, ["build", str(faq_file), "--model", str(faq_model), "--index", str(target), "--lock-timeout", value]
+            main, ["build", str(faq_file), "--model", str(faq_model), "--index", str(target), "--lock-timeout", value, "--force"]
         )
         assert res.exit_code == 0, res.output
     res = runner.invoke(main, ["add", str(faq_file), "--index", str(target), "--lock-timeout", "nan"])
@@ -268,7 +268,7 @@ def test_disk_full_names_the_destination_not_the_source(
     assert str(faq_model) not in message
     assert isinstance(err.value, QAIndexError) and isinstance(err.value, OSError)
     assert _tree(index) == before  # the previous index is untouched, no debris
-    res = CliRunner().invoke(main, ["build", str(faq_file), "--model", str(faq_model), "--index", str(index)])
+    res = CliRunner().invoke(main, ["build", str(faq_file), "--model", str(faq_model), "--index", str(index), "--force"])
     assert res.exit_code == 1 and res.output.count("\n") == 1
     assert res.output.startswith(f"Error: {index}: no space left on the device while writing model")
 
