@@ -105,6 +105,34 @@ def test_load_start_reads_an_exported_model_back(start_dir: Path) -> None:
     assert start.model.w_f.item() == pytest.approx(float(torch.nn.functional.softplus(torch.tensor(2.0))), rel=1e-5)
 
 
+def test_load_start_reads_an_old_format_directory(tmp_path: Path) -> None:
+    """A directory exported before the ranking rule existed (clip ball map, no ``geometry.ranking``:
+    the plain distance) is read back with the rule it was served with, and scores as the runtime does."""
+    old = write_start(tmp_path / "new", topic_table(), ball="clip")
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["geometry"]["ranking"]
+    manifest["score"]["formula"] = "-(w_f * d + b_f)"
+    from qaindex_export.models import PoincareScorer
+    from qaindex_export.onnx_export import export_scorer
+
+    params = manifest["score"]["parameters"]
+    graph = export_scorer(PoincareScorer(params["w_f"], params["b_f"], "distance"), manifest["dimension"])
+    (old / manifest["graphs"]["scorer"]).write_bytes(graph)
+    from qaindex.storage import file_entry
+
+    manifest["files"][manifest["graphs"]["scorer"]] = file_entry(old / manifest["graphs"]["scorer"])
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    start = load_start(old)
+    assert start.config.ranking == "distance" and start.model.ball.kind == "clip"
+    runtime = Model.load(old)
+    texts = ["t1 f0", "t2 t3", "f1 f2 f3", "t9"]
+    v = runtime.encode(texts, role="answer")
+    want, _ = runtime.score(v[:1], v[None, :, :])
+    with torch.no_grad():
+        got, _ = start.model.score(torch.from_numpy(v[:1])[:, None, :], torch.from_numpy(v)[None])
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
 def test_load_start_refuses_what_it_cannot_adapt(tmp_path: Path, start_dir: Path) -> None:
     with pytest.raises(StartError, match=r"no per-token table .* train with --from-scratch"):
         import shutil
