@@ -580,7 +580,7 @@ def _fit(
             "final_median": norms["ball"]["median"] if norms else None,
         },
     }
-    dev = {**final, "map": final["mrr@10"], "mrr": final["mrr@10"]}
+    dev = dict(final)  # held-out MRR@10, recall@10, P@1 of the kept epoch
     return TrainResult(
         model=model,
         tokenizer=start.tokenizer,

@@ -312,7 +312,8 @@ def _echo_summary(path: Any, result: Any, mode: str) -> None:
         "mode": mode,
     }
     adaptation = _adaptation_summary(result)
-    if adaptation is not None:
+    if adaptation is not None:  # held-out metrics of the kept epoch: MRR@10, not MAP
+        summary["dev"] = {k: manifest["metrics"]["dev"].get(k) for k in ("mrr@10", "recall@10", "p@1", "questions")}
         summary["adaptation"] = adaptation
     click.echo(json.dumps(summary, indent=2))
     sys.stdout.flush()
