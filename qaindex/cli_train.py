@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from qaindex_export.adapt_config import ADAPT_DEFAULTS, AdaptConfig
 from qaindex_export.config import TrainConfig, read_config_file
 
 from .errors import MissingDependencyError, QAIndexError
@@ -69,6 +70,76 @@ def _train_with_teacher(config: Any, answers: list[str], device: str, log: Any) 
     return train_unlabelled(config, answers, minilm_sentence_teacher(device=teacher_device), log=log)
 
 
+# TrainConfig fields adaptation uses; any other one shapes a new model (so it implies --from-scratch).
+ADAPT_USES = frozenset({"lr", "optimizer", "batch_size", "negatives", "epochs", "seed", "device", "threads"})
+
+
+def _adapting(values: dict[str, Any], adapt: dict[str, Any]) -> tuple[bool, str]:
+    """Whether this run adapts a start model, and why (or why not)."""
+    shaping = sorted(k for k in values if k not in ADAPT_USES)
+    if adapt.get("from_scratch"):
+        if adapt.get("start") is not None:
+            raise click.UsageError("--start and --from-scratch exclude each other: adapt a model or train a new one")
+        return False, "--from-scratch"
+    if shaping:
+        flags = ", ".join("--" + k.replace("_", "-") for k in shaping)
+        if adapt.get("start") is not None:
+            raise click.UsageError(
+                f"{flags}: the start model fixes its form; drop {flags}, or train a new model with --from-scratch "
+                "instead of --start"
+            )
+        return False, f"{flags} shape a new model (implies --from-scratch)"
+    return True, f"adapting {adapt.get('start') or 'the built-in model'}"
+
+
+def _adapt(
+    train_file: Path,
+    dev_file: Path | None,
+    teacher: str | None,
+    values: dict[str, Any],
+    adapt: dict[str, Any],
+    log: Any,
+) -> Any:
+    """Adaptation of the start model (qaindex_export.adapt): label-free on a corpus without questions."""
+    from qaindex_export.adapt import adapt_supervised, adapt_unlabelled
+
+    config = TrainConfig(**{**ADAPT_DEFAULTS, **values}).validate()
+    settings = AdaptConfig(**adapt).validate()
+    answers = _answers_without_questions(train_file) if teacher is not None else None
+    sentence_teacher = _sentence_teacher(config.device) if teacher is not None else None
+    if answers is not None:
+        assert sentence_teacher is not None
+        return adapt_unlabelled(config, settings, answers, sentence_teacher, log=log)
+    return adapt_supervised(config, settings, train_file, dev_file, teacher=sentence_teacher, log=log)
+
+
+def _sentence_teacher(device: str) -> Any:
+    from qaindex_export.distill import minilm_sentence_teacher
+
+    teacher_device = "cuda" if device == "cuda" else None
+    if device == "auto":
+        import torch
+
+        teacher_device = "cuda" if torch.cuda.is_available() else None
+    return minilm_sentence_teacher(device=teacher_device)
+
+
+def _adaptation_summary(result: Any) -> dict[str, Any] | None:
+    report = (result.diagnostics or {}).get("adaptation")
+    if report is None:
+        return None
+    return {
+        "start": report["start"]["name"],
+        "held_out": report["held_out"],
+        "start_mrr@10": report["start_metrics"]["mrr@10"],
+        "final_mrr@10": report["final_metrics"]["mrr@10"],
+        "kept_epoch": report["kept_epoch"],
+        "why": report["why"],
+        "stopping": report["stopping"],
+        "answer_norm_std": {"start": report["answer_norms"]["start_std"], "final": report["answer_norms"]["final_std"]},
+    }
+
+
 def _option_for(setting: Field[Any]) -> Callable[[F], F]:
     """The click option of one :class:`TrainConfig` field: ``--batch-size`` for ``batch_size``.
 
@@ -82,9 +153,7 @@ def _option_for(setting: Field[Any]) -> Callable[[F], F]:
         no = "--freeze-embeddings" if setting.name == "train_embeddings" else f"--no-{flag[2:]}"
         return click.option(f"{flag}/{no}", setting.name, default=None, help=help_text)
     choices = setting.metadata.get("choices")
-    param: Any = (
-        click.Choice(choices) if choices else {"int": int, "float": float}.get(kind.split("|")[0], str)
-    )
+    param: Any = click.Choice(choices) if choices else {"int": int, "float": float}.get(kind.split("|")[0], str)
     return click.option(flag, setting.name, type=param, default=None, help=help_text)
 
 
@@ -97,6 +166,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _config_options(f: F) -> F:
     for setting in reversed(fields(TrainConfig)):
+        f = _option_for(setting)(f)
+    return f
+
+
+def _adapt_options(f: F) -> F:
+    for setting in reversed(fields(AdaptConfig)):
         f = _option_for(setting)(f)
     return f
 
@@ -131,8 +206,10 @@ def _config_options(f: F) -> F:
     default=None,
     help="Train against a sentence-transformer teacher (all-MiniLM-L6-v2, offline). A corpus without any "
     "question trains without labels: pseudo-questions are cut from the answers and the teacher decides which "
-    "answers they match. With questions, the usual hinge training runs on the distilled table.",
+    "answers they match. With questions, adaptation mixes the teacher's soft targets into the labels' loss "
+    "(--teacher-weight); from scratch, the usual hinge training runs on the distilled table.",
 )
+@_adapt_options
 @_config_options
 @click.option(
     "--table-dtype",
@@ -159,9 +236,15 @@ def train(
     name: str | None,
     checkpoint: Path | None,
     quiet: bool,
-    **settings: Any,
+    **options: Any,
 ) -> None:
     """Train a model on TRAIN.jsonl and export it to --out as a qaindex model directory.
+
+    By default training adapts a start model (the built-in one, or --start DIR) to the data and
+    never ends worse than it on held-out questions of the same data: part of the questions (or,
+    without labels, of the answers' pseudo-questions) is held out, the start model is evaluated
+    on it as epoch 0, and the best epoch, epoch 0 included, is kept. --from-scratch (or any option
+    that shapes a new model, such as --model, --embeddings or --dim) trains a new model instead.
 
     TRAIN.jsonl (and --dev) are benchmark-format lines {"qid", "question", "aid", "answer",
     "label"} or a corpus with "question"/"questions" fields (negatives then come from the
@@ -169,8 +252,9 @@ def train(
 
     With --teacher minilm, TRAIN.jsonl may be a plain corpus of answers with no questions at
     all: the model is then fine-tuned against the teacher's sentence embeddings of the
-    answers and of pseudo-questions cut from them (no labels needed), by default with the
-    recipe of the built-in model (Adam, lr 0.02, batch 64, 20 epochs).
+    answers and of pseudo-questions cut from them (no labels needed). Adaptation defaults to
+    Adam, lr 0.005, batch 64, 12 epochs; from scratch, to the recipe of the built-in model
+    (Adam, lr 0.02, batch 64, 20 epochs).
     """
     try:
         _require_torch()
@@ -180,8 +264,23 @@ def train(
             from qaindex_export.train import train as run_training
         except ImportError as exc:
             raise MissingDependencyError(f"{TORCH_HINT} ({exc})") from None
+        adapt_names = {f.name for f in fields(AdaptConfig)}
+        adapt = {k: v for k, v in options.items() if k in adapt_names and v is not None}
+        settings = {k: v for k, v in options.items() if k not in adapt_names}
         values = read_config_file(config_file) if config_file is not None else {}
         values.update({key: value for key, value in settings.items() if value is not None})
+        adapting, mode = _adapting(values, adapt)
+        log = None if quiet else (lambda message: click.echo(message, err=True))
+        if adapting:
+            if checkpoint is not None:
+                raise click.UsageError("--checkpoint saves models trained from scratch; add --from-scratch")
+            try:
+                result = _adapt(train_file, dev_file, teacher, values, adapt, log)
+            except TypeError as exc:  # a wrongly typed value from a config file
+                raise QAIndexError(f"{config_file}: invalid settings ({exc})") from None
+            path = export_model(result, out, name=name, table_dtype=table_dtype, dev_data=None)
+            _echo_summary(path, result, mode)
+            return
         if "embeddings" not in values:
             values["embeddings"] = "distilled" if teacher is not None else "minilm"
         answers = _answers_without_questions(train_file, strict=teacher is not None)
@@ -198,7 +297,6 @@ def train(
         except TypeError as exc:  # a wrongly typed value from a config file
             raise QAIndexError(f"{config_file}: invalid settings ({exc})") from None
         device = config.device
-        log = None if quiet else (lambda message: click.echo(message, err=True))
         if answers is not None:
             result = _train_with_teacher(config, answers, device, log)
             dev_file = None  # selection used the teacher's pseudo-questions
@@ -212,6 +310,10 @@ def train(
         raise click.ClickException(str(exc)) from None
     except ValueError as exc:  # invalid settings
         raise click.ClickException(str(exc)) from None
+    _echo_summary(path, result, mode)
+
+
+def _echo_summary(path: Any, result: Any, mode: str) -> None:
     manifest = json.loads((Path(path) / "manifest.json").read_text(encoding="utf-8"))
     size = sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
     summary = {
@@ -224,6 +326,11 @@ def train(
         "parameters": manifest["parameters"],
         "bytes": size,
         "seconds": round(result.seconds, 2),
+        "mode": mode,
     }
+    adaptation = _adaptation_summary(result)
+    if adaptation is not None:  # held-out metrics of the kept epoch: MRR@10, not MAP
+        summary["dev"] = {k: manifest["metrics"]["dev"].get(k) for k in ("mrr@10", "recall@10", "p@1", "questions")}
+        summary["adaptation"] = adaptation
     click.echo(json.dumps(summary, indent=2))
     sys.stdout.flush()

@@ -1,0 +1,92 @@
+"""Settings of adaptation (:mod:`qaindex_export.adapt`): training that starts from a model directory.
+
+Torch-free, like :mod:`qaindex_export.config`, so ``qaindex train`` builds its options from the
+fields (``metadata["help"]``) without importing torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["ADAPT_DEFAULTS", "AdaptConfig"]
+
+# TrainConfig values adaptation uses unless the user gives them (optimizer, step size, batch, epochs).
+ADAPT_DEFAULTS: dict[str, Any] = {"optimizer": "adam", "lr": 0.005, "batch_size": 64, "epochs": 12, "negatives": 32}
+
+
+def _setting(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class AdaptConfig:
+    """How a start model is adapted to a corpus; stored in the adapted model's manifest.
+
+    Example
+    -------
+    >>> AdaptConfig(holdout=0.3).validate().holdout
+    0.3
+    """
+
+    start: str | None = _setting(
+        None,
+        "Model directory training starts from (default: the built-in model). Training keeps the start model "
+        "when no epoch beats it on held-out questions.",
+    )
+    from_scratch: bool = _setting(
+        False,
+        "Train a new model from the embeddings instead of adapting --start (the behaviour before adaptation; "
+        "not protected against ending worse than the built-in model).",
+    )
+    holdout: float = _setting(
+        0.2,
+        "Share of the labelled questions (or, without labels, of the answers whose pseudo-questions are the "
+        "held-out split) kept out of training to choose the epoch; epoch 0 is the start model.",
+    )
+    anchor: float = _setting(
+        0.001,
+        "Weight of the L2 pull of every adapted weight towards its value in the start model.",
+    )
+    teacher_weight: float = _setting(
+        0.5,
+        "Share of the distillation loss in supervised adaptation (the rest is the labels' cross-entropy); the "
+        "teacher is --teacher's model, else the start model itself.",
+    )
+    norm_spread: float = _setting(
+        0.08,
+        "Poincaré models: the norm term penalises a spread (standard deviation) of a step's answer norms below "
+        "this, and asks the norms to follow the teacher's specificity of each answer (generic answers nearer "
+        "the centre, specific ones outwards). 0: no norm term.",
+    )
+    norm_weight: float = _setting(
+        1.0,
+        "Weight of the norm term.",
+    )
+    adapt_patience: int = _setting(
+        3,
+        "Stop after this many epochs without a better held-out MRR@10.",
+    )
+
+    def validate(self) -> AdaptConfig:
+        """Raise :class:`ValueError` naming the first bad setting; returns self."""
+        if not 0.0 < self.holdout < 1.0:
+            raise ValueError(f"holdout must be in (0, 1), got {self.holdout}")
+        if not 0.0 <= self.teacher_weight <= 1.0:
+            raise ValueError(f"teacher_weight must be in [0, 1], got {self.teacher_weight}")
+        for name in ("anchor", "norm_spread", "norm_weight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
+        if self.adapt_patience < 1:
+            raise ValueError(f"adapt_patience must be at least 1, got {self.adapt_patience}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable settings.
+
+        Example
+        -------
+        >>> AdaptConfig().to_dict()["anchor"]
+        0.001
+        """
+        return asdict(self)

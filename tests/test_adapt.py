@@ -1,0 +1,307 @@
+"""Adaptation from a start model directory: reading it back, epoch 0, never ending worse than
+the start on held-out questions (planted tasks where training hurts), norms after label-free
+adaptation, and `qaindex train --start`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from click.testing import CliRunner  # noqa: E402
+from qaindex_export.adapt import AdaptedTable, StartError, adapt_supervised, adapt_unlabelled, load_start  # noqa: E402
+from qaindex_export.adapt_config import AdaptConfig  # noqa: E402
+from qaindex_export.models import build_model  # noqa: E402
+from qaindex_export.onnx_export import export_model  # noqa: E402
+from qaindex_export.train import TrainConfig, TrainResult  # noqa: E402
+
+from qaindex.cli import main  # noqa: E402
+from qaindex.datasets import Candidate, QuestionGroup  # noqa: E402
+from qaindex.model import Model  # noqa: E402
+from qaindex.tokenizer import Tokenizer  # noqa: E402
+
+TOPICS = [f"t{i}" for i in range(30)]
+FILLER = [f"f{i}" for i in range(6)]
+VOCAB = ["[PAD]", "[UNK]", *FILLER, *TOPICS]
+FAST = {"epochs": 4, "batch_size": 16, "lr": 0.01, "optimizer": "adam", "negatives": 8, "seed": 0, "threads": 1,
+        "device": "cpu"}  # fmt: skip
+
+
+def write_start(directory: Path, table: np.ndarray, *, ball: str = "radius") -> Path:
+    """A model directory as today's exporter writes it: HyperQA, table → ReLU(I z) → sum → ball map."""
+    width = table.shape[1]
+    model = build_model("hyperqa", len(VOCAB), dim=width, embeddings=table, ball=ball, init_norm=0.8)
+    with torch.no_grad():
+        model.encoder.proj.weight.copy_(torch.eye(width))
+        model.encoder.proj.bias.zero_()
+        if ball == "radius":
+            model.ball.radius_w.copy_(torch.from_numpy(np.linspace(-1, 1, width).astype(np.float32)))
+        model.w_raw.fill_(2.0)
+    tok = Tokenizer(VOCAB, kind="word")
+    config = TrainConfig(model="hyperqa", embeddings="none", dim=width, ball=ball)
+    result = TrainResult(model.eval(), tok, config, 0, {"map": 0.0}, [], None, {}, {}, 0.0)
+    return Path(export_model(result, directory, name="start"))
+
+
+def topic_table() -> np.ndarray:
+    """A start model that already ranks the planted task well: each topic word its own axis."""
+    rng = np.random.default_rng(0)
+    table = np.zeros((len(VOCAB), len(TOPICS) + 2), np.float32)
+    for i, _ in enumerate(TOPICS):
+        table[VOCAB.index(TOPICS[i]), i] = 3.0
+    table[2 : 2 + len(FILLER), -2:] = rng.uniform(0.1, 0.3, size=(len(FILLER), 2))
+    return table
+
+
+def answers_and_questions(rng: np.random.Generator) -> tuple[list[str], list[tuple[str, int]]]:
+    answers = [" ".join([t, *rng.choice(FILLER, 4).tolist()]) for t in TOPICS]
+    questions = [
+        (" ".join([TOPICS[i], *rng.choice(FILLER, 2).tolist()]), i) for i in range(len(TOPICS)) for _ in (0, 1)
+    ]
+    return answers, questions
+
+
+def groups(answers: list[str], questions: list[tuple[str, int]], tag: str) -> list[QuestionGroup]:
+    out = []
+    for j, (q, right) in enumerate(questions):
+        cands = tuple(Candidate(f"a{i}", a, int(i == right)) for i, a in enumerate(answers))
+        out.append(QuestionGroup(f"{tag}{j}", q, cands))
+    return out
+
+
+@pytest.fixture(scope="module")
+def start_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_start(tmp_path_factory.mktemp("start") / "model", topic_table())
+
+
+def brute_force_mrr10(model_dir: Path, answers: list[str], questions: list[tuple[str, int]]) -> float:
+    """MRR@10 of ``questions`` over ``answers`` with the ONNX model (independent of the trainer)."""
+    model = Model.load(model_dir)
+    av = model.encode(answers, role="answer")
+    qv = model.encode([q for q, _ in questions], role="question")
+    scores, _ = model.score(qv, np.broadcast_to(av, (len(qv), *av.shape)))
+    rr = []
+    for row, (_, right) in zip(scores, questions, strict=True):
+        rank = int((row > row[right]).sum())  # the correct answer's 0-based rank
+        rr.append(1.0 / (rank + 1) if rank < 10 else 0.0)
+    return float(np.mean(rr))
+
+
+# -- the start point --------------------------------------------------------------------------------------------
+
+
+def test_load_start_reads_an_exported_model_back(start_dir: Path) -> None:
+    start = load_start(start_dir)
+    texts = ["t3 f1 f2", "t7", "f0 f0 t12 t13", "unknownword"]
+    ids, mask = start.tokenizer.encode_batch(texts, 16)
+    with torch.no_grad():
+        mine = start.model(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
+    np.testing.assert_allclose(mine, Model.load(start_dir).encode(texts, role="answer"), atol=1e-5)
+    assert start.model.ball.kind == "radius" and start.config.dim == len(TOPICS) + 2
+    assert start.model.w_f.item() == pytest.approx(float(torch.nn.functional.softplus(torch.tensor(2.0))), rel=1e-5)
+
+
+def test_load_start_reads_an_old_format_directory(tmp_path: Path) -> None:
+    """A directory exported before the ranking rule existed (clip ball map, no ``geometry.ranking``:
+    the plain distance) is read back with the rule it was served with, and scores as the runtime does."""
+    old = write_start(tmp_path / "new", topic_table(), ball="clip")
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["geometry"]["ranking"]
+    manifest["score"]["formula"] = "-(w_f * d + b_f)"
+    from qaindex_export.models import PoincareScorer
+    from qaindex_export.onnx_export import export_scorer
+
+    params = manifest["score"]["parameters"]
+    graph = export_scorer(PoincareScorer(params["w_f"], params["b_f"], "distance"), manifest["dimension"])
+    (old / manifest["graphs"]["scorer"]).write_bytes(graph)
+    from qaindex.storage import file_entry
+
+    manifest["files"][manifest["graphs"]["scorer"]] = file_entry(old / manifest["graphs"]["scorer"])
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    start = load_start(old)
+    assert start.config.ranking == "distance" and start.model.ball.kind == "clip"
+    runtime = Model.load(old)
+    texts = ["t1 f0", "t2 t3", "f1 f2 f3", "t9"]
+    v = runtime.encode(texts, role="answer")
+    want, _ = runtime.score(v[:1], v[None, :, :])
+    with torch.no_grad():
+        got, _ = start.model.score(torch.from_numpy(v[:1])[:, None, :], torch.from_numpy(v)[None])
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_load_start_refuses_what_it_cannot_adapt(tmp_path: Path, start_dir: Path) -> None:
+    with pytest.raises(StartError, match=r"no per-token table .* train with --from-scratch"):
+        import shutil
+
+        broken = tmp_path / "broken"
+        shutil.copytree(start_dir, broken)
+        graph = Model.read_manifest(broken)["graphs"]["answer_encoder"]
+        import onnx
+
+        proto = onnx.load(str(broken / graph))
+        for init in proto.graph.initializer:
+            if init.name == "table":
+                init.name = "something_else"
+                for node in proto.graph.node:
+                    node.input[:] = ["something_else" if i == "table" else i for i in node.input]
+        onnx.save(proto, str(broken / graph))
+        manifest = json.loads((broken / "manifest.json").read_text())
+        from qaindex.storage import file_entry
+
+        manifest["files"][graph] = file_entry(broken / graph)
+        (broken / "manifest.json").write_text(json.dumps(manifest))
+        load_start(broken)
+
+
+def test_adapted_table_is_the_start_until_trained_and_folds_exactly() -> None:
+    base = torch.from_numpy(np.random.default_rng(1).normal(size=(6, 3)).astype(np.float32))
+    enc = AdaptedTable(base, np.array([2, 4]), depth=False)
+    ids, mask = torch.tensor([[2, 3, 0], [4, 1, 5]]), torch.tensor([[1, 1, 0], [1, 1, 1]])
+    want = (base[ids] * mask[..., None]).sum(1)
+    torch.testing.assert_close(enc(ids, mask), want)
+    with torch.no_grad():
+        enc.delta.add_(1.0)
+        enc.mix.copy_(torch.eye(3) * 0.5)
+    folded = enc.folded_table()
+    expected = base.clone()
+    expected[[2, 4]] += 1.0
+    torch.testing.assert_close(folded, expected * 1.5)  # (I + M)(T + Δ), rows without Δ unchanged but mixed
+    torch.testing.assert_close(enc(ids, mask), (folded[ids] * mask[..., None]).sum(1))
+
+
+# -- never worse than the start ---------------------------------------------------------------------------------
+
+
+def test_mislabelled_supervision_keeps_the_start_model(start_dir: Path) -> None:
+    """Every training label points at the wrong answer: training can only hurt, so epoch 0 (the
+    start model) must be kept and the result equals the start on the held-out questions."""
+    rng = np.random.default_rng(5)
+    answers, questions = answers_and_questions(rng)
+    wrong = [(q, (i + 7) % len(answers)) for q, i in questions]
+    dev = [(" ".join([TOPICS[i], "f3"]), i) for i in range(0, len(TOPICS), 2)]
+    result = adapt_supervised(
+        TrainConfig(**{**FAST, "lr": 0.05, "epochs": 6}), AdaptConfig(teacher_weight=0.0, anchor=0.0, adapt_patience=6),
+        groups(answers, wrong, "w"),
+        groups(answers, dev, "d"), start=start_dir,
+    )  # fmt: skip
+    report = result.diagnostics["adaptation"]
+    start_mrr = brute_force_mrr10(start_dir, answers, dev)
+    # epoch 0 is the start model, measured on the held-out split (independently recomputed here)
+    assert result.history[0]["epoch"] == 0 and result.history[0]["loss"] is None
+    assert result.history[0]["held_out"]["mrr@10"] == pytest.approx(start_mrr, abs=1e-6)
+    # training on the wrong labels does hurt ...
+    assert min(h["held_out"]["mrr@10"] for h in result.history[1:]) < start_mrr
+    # ... so the start model is kept, unchanged
+    assert result.best_epoch == 0 and report["kept_epoch"] == 0
+    assert (
+        report["final_metrics"]["mrr@10"]
+        == report["start_metrics"]["mrr@10"]
+        == result.history[0]["held_out"]["mrr@10"]
+    )
+    assert "no epoch beat the start model" in report["why"]
+    start = load_start(start_dir)
+    for name, value in start.model.state_dict().items():
+        if name in ("encoder.delta", "encoder.slot"):  # row changes: checked below
+            continue
+        torch.testing.assert_close(result.model.state_dict()[name], value)
+    assert float(result.model.encoder.delta.detach().abs().max()) == 0.0
+
+
+def test_tiny_noisy_supervision_never_ends_below_the_start(start_dir: Path, tmp_path: Path) -> None:
+    """Four labelled questions, half of them wrong, held-out split chosen by the trainer: whatever
+    epoch is kept, its held-out MRR@10 is at least the start model's, and so is the exported model's."""
+    rng = np.random.default_rng(9)
+    answers, questions = answers_and_questions(rng)
+    labelled = [(q, i if k % 2 else (i + 3) % len(answers)) for k, (q, i) in enumerate(questions[:12])]
+    result = adapt_supervised(
+        TrainConfig(**FAST), AdaptConfig(holdout=0.5), groups(answers, labelled, "n"), start=start_dir
+    )
+    report = result.diagnostics["adaptation"]
+    assert report["final_metrics"]["mrr@10"] >= report["start_metrics"]["mrr@10"]
+    assert report["final_metrics"] == result.history[result.best_epoch]["held_out"]
+    assert max(h["held_out"]["mrr@10"] for h in result.history) == report["final_metrics"]["mrr@10"]
+    assert report["teacher"] == "the start model's own softmax(score)"
+
+
+# -- label-free adaptation: helps a weak start, keeps norms informative -------------------------------------------
+
+
+def planted_teacher() -> tuple[np.ndarray, list[str], object]:
+    """A weak start (a random table dominated by filler words) and a teacher that only sees topics."""
+    rng = np.random.default_rng(3)
+    table = rng.normal(size=(len(VOCAB), 24)).astype(np.float32)
+    table[0] = 0.0
+    table[2 : 2 + len(FILLER)] *= 5.0
+    hidden = {w: rng.normal(size=8) for w in TOPICS}
+    answers = [
+        " ".join(rng.permutation([*rng.choice(TOPICS, 3, replace=False), *rng.choice(FILLER, 6)]).tolist())
+        for _ in range(80)
+    ]
+
+    def teacher(texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), 8))
+        for i, t in enumerate(texts):
+            for w in t.split():
+                out[i] += hidden.get(w, 0.0)
+        return out.astype(np.float32)
+
+    return np.abs(table), answers, teacher
+
+
+def test_label_free_adaptation_improves_a_weak_start_and_spreads_norms(tmp_path: Path) -> None:
+    table, answers, teacher = planted_teacher()
+    start = write_start(tmp_path / "weak", table)
+    config = TrainConfig(**{**FAST, "epochs": 10, "lr": 0.02})
+    result = adapt_unlabelled(config, AdaptConfig(), answers, teacher, start=start)
+    report = result.diagnostics["adaptation"]
+    assert result.history[0]["epoch"] == 0 and report["kept_epoch"] > 0
+    assert report["final_metrics"]["mrr@10"] > report["start_metrics"]["mrr@10"] + 0.1
+    # the norms neither saturate at the clip nor collapse: std >= 0.05, none at the boundary
+    assert report["answer_norms"]["final_std"] >= 0.05, report["answer_norms"]
+    assert result.norms is not None and result.norms["at_clip"] == 0.0
+    # the export is the adapted model (parity is checked on export) and loads
+    out = export_model(result, tmp_path / "adapted")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["metrics"]["adaptation"]["kept_epoch"] == report["kept_epoch"]
+    vectors = Model.load(out).encode(answers, role="answer")
+    assert float(np.linalg.norm(vectors, axis=1).std()) >= 0.05
+
+
+# -- the CLI ------------------------------------------------------------------------------------------------------
+
+
+def test_cli_train_starts_from_an_exported_model_directory(start_dir: Path, tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    answers, questions = answers_and_questions(rng)
+    corpus = tmp_path / "faq.jsonl"
+    rows = [
+        {"id": f"a{i}", "answer": a, "questions": [q for q, j in questions if j == i]} for i, a in enumerate(answers)
+    ]
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "adapted"
+    runner = CliRunner()
+    res = runner.invoke(
+        main,
+        ["train", str(corpus), "--start", str(start_dir), "--out", str(out), "--epochs", "2", "--threads", "1",
+         "--device", "cpu", "--quiet"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    adaptation = summary["adaptation"]
+    assert summary["mode"] == f"adapting {start_dir}"
+    assert adaptation["final_mrr@10"] >= adaptation["start_mrr@10"]
+    assert adaptation["kept_epoch"] in (0, 1, 2) and adaptation["why"]
+    assert Model.load(out).dimension == len(TOPICS) + 2
+    # options that shape a new model cannot be combined with --start ...
+    res = runner.invoke(main, ["train", str(corpus), "--start", str(start_dir), "--out", str(out), "--dim", "8"])
+    assert res.exit_code == 2
+    assert "--dim: the start model fixes its form; drop --dim, or train a new model with --from-scratch" in res.output
+    res = runner.invoke(main, ["train", str(corpus), "--start", str(start_dir), "--from-scratch", "--out", str(out)])
+    assert res.exit_code == 2 and "--start and --from-scratch exclude each other" in res.output
+    # ... and a start directory that is not a model is a clear error
+    res = runner.invoke(main, ["train", str(corpus), "--start", str(tmp_path / "nothing"), "--out", str(out)])
+    assert res.exit_code == 1 and str(tmp_path / "nothing") in res.output
