@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from . import __version__
+from .cli_calibrate import calibrate_command, calibration_line, hybrid_line
 from .cli_eval import eval_command, inspect_command
 from .cli_options import batch_size_option, device_option, index_option
 from .cli_train import train
@@ -158,6 +159,12 @@ def main(verbose: bool) -> None:
     help="Reranker model directory (qaindex train --model ap-cnn) stored in the index: searches rerank "
     "the first stage's candidates with it unless told otherwise.",
 )
+@click.option(
+    "--hybrid",
+    is_flag=True,
+    help="Also build a BM25 index of the answers (pip install 'qaindex[hybrid]'): searches then fuse "
+    "the dense and lexical rankings (docs/hybrid.md).",
+)
 def build(
     corpus: Path,
     model: Path | None,
@@ -170,6 +177,7 @@ def build(
     lock_timeout: float,
     ray_address: str | None,
     reranker: Path | None,
+    hybrid: bool,
 ) -> None:
     """Encode the answers of CORPUS (JSONL) and save an index.
 
@@ -184,6 +192,7 @@ def build(
         "overfetch": overfetch,
         "recall": recall_target,
         "reranker": reranker,
+        "hybrid": hybrid,
     }
     if ray_address is not None:
         from .distributed import build_on_ray
@@ -203,6 +212,8 @@ def build(
         click.echo(_near_centre_line(info["near_centre"]))
     if "tuning" in info["index"]:
         click.echo(_tuning_line(info["index"]["tuning"]))
+    if info["hybrid"] is not None:
+        click.echo(f"hybrid:     {hybrid_line(info['hybrid'])}")
 
 
 @main.command()
@@ -225,6 +236,18 @@ def build(
     help="First-stage candidates to rerank (default 50, at least -k).",
 )
 @click.option("--no-rerank", is_flag=True, help="Ignore the index's stored reranker: first stage only.")
+@click.option(
+    "--hybrid/--no-hybrid",
+    default=None,
+    help="Fuse dense and BM25 rankings (the index must be built with --hybrid), or search dense only "
+    "(default: hybrid when the index has a lexical index).",
+)
+@click.option(
+    "--min-score",
+    type=click.FloatRange(min=0.0, max=1.0),
+    default=None,
+    help="Drop answers whose score (estimated probability of relevance, docs/scores.md) is below this.",
+)
 def search(
     question: str,
     index: Path,
@@ -234,6 +257,8 @@ def search(
     rerank: Path | None,
     rerank_depth: int | None,
     no_rerank: bool,
+    hybrid: bool | None,
+    min_score: float | None,
 ) -> None:
     """Show the best answers for QUESTION ('-' reads one question per line from stdin)."""
     if question == "-":
@@ -253,7 +278,9 @@ def search(
         raise click.UsageError("--rerank and --no-rerank contradict each other; pass one of them")
     ranker = Ranker.load(index, device=device)
     stage = False if no_rerank else (Reranker.load(rerank, device=device) if rerank is not None else None)
-    results = ranker.search_batch(questions, k, rerank=stage, depth=rerank_depth)
+    results = ranker.search_batch(
+        questions, k, rerank=stage, depth=rerank_depth, hybrid=hybrid, min_score=min_score
+    )
     for q, hits in zip(questions, results, strict=True):
         if as_json:
             click.echo(json.dumps({"question": q, "hits": [h.to_json() for h in hits]}, ensure_ascii=False))
@@ -343,6 +370,8 @@ def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bo
         lines.append(f"centre:     {_near_centre_line(data['near_centre'])}")
     if "tuning" in data["index"]:
         lines.append(f"tuning:     {_tuning_line(data['index']['tuning'])}")
+    lines.append(f"hybrid:     {hybrid_line(data['hybrid'])}")
+    lines.append(f"scores:     {calibration_line(data['calibration'])}")
     if verify:
         lines.append("verified:   every file matches its checksum")
     if recall:
@@ -380,6 +409,7 @@ def remove(ids: tuple[str, ...], index: Path, lock_timeout: float) -> None:
 main.add_command(eval_command)
 main.add_command(inspect_command)
 main.add_command(train)
+main.add_command(calibrate_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -36,6 +36,7 @@ import numpy as np
 from . import chunking as chunking_format
 from . import fast_paths, hyperbolic
 from .arguments import finite_vectors, optional_callable, positive_int, text_list
+from .calibration import Calibration
 from .devices import SessionPair, open_sessions
 from .errors import ModelFormatError, QueryError
 from .model_format import (
@@ -123,6 +124,8 @@ class Model:
         self.max_tokens: dict[str, int] = dict(manifest["max_tokens"])
         # bilinear models (RDE family): score σ(q·c + b), ranked by the inner product q·c
         self.bias: float = float(manifest["geometry"].get("bias", 0.0))
+        # raw score -> P(relevant) (qaindex.calibration); sigmoid(raw) for models without one
+        self.calibration = Calibration.from_manifest(manifest.get("calibration"), directory / "manifest.json")
         # roles whose encoder reads (batch, chunks, tokens): hierarchical encoders (HRDE)
         self.chunking: dict[str, chunking_format.Chunking] = {
             role: chunking_format.from_manifest(spec, tokenizer) for role, spec in manifest.get("chunking", {}).items()

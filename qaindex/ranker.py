@@ -11,6 +11,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import os
 import shutil
 import threading
@@ -30,6 +31,7 @@ from .concurrency import ReadWriteLock
 from .corpus import Record, read_corpus, records_from_dicts
 from .devices import devices_info
 from .errors import IndexChangedError, IndexFormatError, ModelFormatError, QAIndexError, QueryError
+from .fusion import Fusion, fusion_from, hybrid_arrays
 from .index_format import (
     INDEX_FORMAT,
     INDEX_FORMAT_VERSION,
@@ -43,6 +45,9 @@ from .index_format import (
     remove_old_snapshots,
     write_snapshot,
 )
+from .lexical import DIRECTORY as LEXICAL_DIRECTORY
+from .lexical import LexicalIndex
+from .lexical import check_entry as check_lexical_entry
 from .locking import DEFAULT_LOCK_TIMEOUT, index_lock
 from .model import Model
 from .records import RecordStore
@@ -123,7 +128,9 @@ class Hit:
     answer : str
         The answer text.
     score : float
-        The model's score, higher is better.
+        The estimated probability, in [0, 1], that the answer is relevant: the model's
+        calibration (:mod:`qaindex.calibration`) of ``raw_score``; ``sigmoid(raw_score)`` for a
+        model without one (``info`` says ``uncalibrated``). ``min_score`` filters on it.
     distance : float
         Poincaré distance between question and answer (1 - cosine for cosine models).
     metadata : dict
@@ -131,6 +138,9 @@ class Hit:
     row : int
         The answer's row in the index (as in :meth:`Ranker.search_vectors`), valid until the
         next ``add`` or ``remove``; -1 for a Hit made by hand. Not part of equality or JSON.
+    raw_score : float
+        The model's own score, higher is better, unbounded (the reranker's with a reranker);
+        NaN for a Hit made by hand without one.
     """
 
     id: str | int
@@ -139,13 +149,15 @@ class Hit:
     distance: float
     metadata: dict[str, Any] = field(default_factory=dict)
     row: int = field(default=-1, compare=False)
+    raw_score: float = math.nan
 
     def to_json(self) -> dict[str, Any]:
-        """``{"id", "answer", "score", "distance", "metadata"}``."""
+        """``{"id", "answer", "score", "raw_score", "distance", "metadata"}`` (NaN raw_score: null)."""
         return {
             "id": self.id,
             "answer": self.answer,
             "score": self.score,
+            "raw_score": None if math.isnan(self.raw_score) else self.raw_score,
             "distance": self.distance,
             "metadata": self.metadata,
         }
@@ -230,8 +242,11 @@ class Ranker:
         created: str | None = None,
         snapshot: str | None = None,
         reranker: Reranker | None = None,
+        lexical: LexicalIndex | None = None,
     ) -> None:
         self.model = model
+        # the BM25 index of hybrid search (qaindex.lexical), saved with the index; None: dense only
+        self._lexical = lexical
         # the reranking stage searches use by default (saved with the index); None: first stage only
         self.reranker = reranker
         self._reranker_source: tuple[Reranker, Path] | None = None  # its copy in the last saved snapshot
@@ -269,6 +284,7 @@ class Ranker:
         progress: bool = False,
         recall: float | None = None,
         reranker: str | os.PathLike[str] | Reranker | None = None,
+        hybrid: bool = False,
     ) -> Ranker:
         """Encode a corpus and index it.
 
@@ -302,6 +318,9 @@ class Ranker:
         reranker : path, Reranker or None, keyword-only
             A reranker model directory (:mod:`qaindex.reranker`, e.g. AP-CNN) stored with the
             index: searches then rerank the first stage's candidates with it by default.
+        hybrid : bool, keyword-only
+            Also build a BM25 index of the answers (:meth:`enable_hybrid`; needs
+            ``pip install 'qaindex[hybrid]'``): searches then fuse both rankings by default.
 
         Returns
         -------
@@ -310,6 +329,10 @@ class Ranker:
         overfetch = positive_int(overfetch, "overfetch", maximum=_MAX_SETTING)
         batch_size = positive_int(batch_size, "batch_size")
         _check_flag(progress, "progress")
+        if _check_flag(hybrid, "hybrid"):
+            from .lexical import tokenizer_available
+
+            tokenizer_available(strict=True)  # a missing extra fails before any encoding
         _check_choice(device, "device", ("auto", "cpu", "cuda"))
         _check_choice(index_kind, "index_kind", INDEX_KINDS)
         hnsw = _check_hnsw(hnsw)
@@ -332,9 +355,10 @@ class Ranker:
             _log.info("encoded %d answers with %s in %.2f s", len(store), loaded.name, time.perf_counter() - started)
             if recall is not None and coarse.kind != "flat":  # flat is exact: nothing to tune
                 tune_for_corpus(coarse, loaded, store, matrix, target=recall, overfetch=overfetch)
-            return cls(
+            built = cls(
                 loaded, store, matrix, coarse, overfetch=overfetch, kind_requested=index_kind, reranker=reranker
             )
+            return built.enable_hybrid() if hybrid else built
         records = records_from_dicts(corpus)  # type: ignore[arg-type]
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qaindex-records") as pool:
@@ -350,7 +374,7 @@ class Ranker:
         coarse.add(vectors)
         if recall is not None and kind != "flat":  # flat is exact: nothing to tune
             tune_for_corpus(coarse, loaded, records, vectors, target=recall, overfetch=overfetch)
-        return cls(
+        built = cls(
             loaded,
             store,
             vectors,
@@ -359,6 +383,7 @@ class Ranker:
             kind_requested=index_kind,
             reranker=reranker,
         )
+        return built.enable_hybrid() if hybrid else built
 
     @classmethod
     def load(
@@ -449,6 +474,7 @@ class Ranker:
             created=manifest.get("created"),
             snapshot=manifest["snapshot"],
             reranker=stored_reranker(snap, manifest, device=device, threads=threads),
+            lexical=_stored_lexical(snap, manifest, mpath),
         )
 
     @classmethod
@@ -560,6 +586,45 @@ class Ranker:
             if BREADTH_PARAM.get(self._coarse.kind) == name:
                 self._coarse.set_breadth(value)
 
+    @_writing
+    def enable_hybrid(self) -> Ranker:
+        """Build the BM25 index of hybrid search from the stored answers (replacing any).
+
+        Saved with the index; searches then fuse dense and BM25 rankings unless told
+        ``hybrid=False``. Needs ``pip install 'qaindex[hybrid]'``.
+
+        Returns
+        -------
+        Ranker
+            This ranker.
+
+        Example
+        -------
+        >>> ranker.enable_hybrid().info()["hybrid"]["kind"]
+        'bm25'
+        """
+        self._lexical = LexicalIndex.from_texts([self._records.get(row).answer for row in range(len(self))])
+        return self
+
+    @property
+    def has_hybrid(self) -> bool:
+        """Whether the index has a lexical (BM25) index for hybrid search."""
+        return self._lexical is not None
+
+    def _hybrid_setting(self, hybrid: Any, fusion: Any) -> Fusion | None:
+        """The fusion a search uses, or None for a dense search."""
+        if hybrid is not None:
+            _check_flag(hybrid, "hybrid")
+        chosen = fusion_from(fusion)
+        if hybrid is False or (hybrid is None and self._lexical is None):
+            return None
+        if self._lexical is None:
+            raise QueryError(
+                "this index has no lexical index, so it cannot search with hybrid=True; build it with "
+                "`qaindex build CORPUS --hybrid` (Python: Ranker.build(..., hybrid=True) or ranker.enable_hybrid())"
+            )
+        return chosen
+
     def records(self) -> Iterator[Record]:
         """Every stored record, in row order.
 
@@ -580,6 +645,8 @@ class Ranker:
         min_score: float | None = None,
         rerank: Reranker | str | os.PathLike[str] | bool | None = None,
         depth: int | None = None,
+        hybrid: bool | None = None,
+        fusion: Fusion | Mapping[str, Any] | None = None,
     ) -> list[Hit]:
         """The ``k`` best answers for one question, best first.
 
@@ -598,7 +665,8 @@ class Ranker:
             until it has ``k`` matching answers or has ranked every answer, so a filter that
             few answers pass costs up to a full exact search.
         min_score : float, keyword-only, optional
-            Drop hits whose score is below this (scores are the model's, higher is better).
+            Drop hits whose ``score`` (the calibrated probability of relevance, in [0, 1]) is
+            below this, e.g. 0.5.
         rerank : Reranker, path, False or None, keyword-only
             Reranking stage: the first stage's best ``depth`` answers (those that pass
             ``where``) are reordered by this reranker (:mod:`qaindex.reranker`), which then
@@ -607,6 +675,13 @@ class Ranker:
             False searches without one.
         depth : int, keyword-only, optional
             First-stage candidates to rerank (default 50, at least ``k``).
+        hybrid : bool or None, keyword-only
+            Fuse the dense ranking with the index's BM25 ranking (:mod:`qaindex.fusion`): the
+            candidates are the dense stage's ``k × overfetch`` best and BM25's ``k × overfetch``
+            best. None (default): hybrid when the index has a lexical index (built with
+            ``hybrid=True`` or :meth:`enable_hybrid`); True requires one; False: dense only.
+        fusion : Fusion or mapping, keyword-only, optional
+            The fusion rule (default :data:`qaindex.fusion.DEFAULT_FUSION`).
 
         Returns
         -------
@@ -621,7 +696,9 @@ class Ranker:
         """
         if not isinstance(question, str):
             raise QueryError(f"the question must be text, got {type(question).__name__}")
-        return self.search_batch([question], k, where=where, min_score=min_score, rerank=rerank, depth=depth)[0]
+        return self.search_batch(
+            [question], k, where=where, min_score=min_score, rerank=rerank, depth=depth, hybrid=hybrid, fusion=fusion
+        )[0]
 
     @_reading
     def search_batch(
@@ -633,6 +710,8 @@ class Ranker:
         min_score: float | None = None,
         rerank: Reranker | str | os.PathLike[str] | bool | None = None,
         depth: int | None = None,
+        hybrid: bool | None = None,
+        fusion: Fusion | Mapping[str, Any] | None = None,
     ) -> list[list[Hit]]:
         """:meth:`search` for many questions at once (one list of hits per question).
 
@@ -642,7 +721,7 @@ class Ranker:
             Non-empty texts (a single string is refused: use :meth:`search`).
         k : int
             Hits per question; each list has ``min(k, len(self))`` hits or fewer.
-        where, min_score, rerank, depth : keyword-only, optional
+        where, min_score, rerank, depth, hybrid, fusion : keyword-only, optional
             As for :meth:`search`.
 
         Returns
@@ -662,25 +741,37 @@ class Ranker:
         ):
             raise QueryError(f"min_score must be a finite number or None, got {min_score!r}")
         stage = rerank_stage(self.reranker, rerank, depth, k, min_score)
+        fused = self._hybrid_setting(hybrid, fusion)
         if stage is not None:  # the first stage finds `depth` candidates; the reranker orders and cuts them
             k, min_score = stage.depth, None
         if not qs:
             return []
         qv = self.model.encode(qs, role="question")
         k = min(k, len(self))
+
+        def first_stage(pick: list[int], width: int) -> list[list[Hit]]:
+            if fused is None:
+                return self.hits(*self.search_vectors(qv[pick], width))
+            m = min(len(self), width * self.overfetch)
+            rows = self._candidates(qv[pick], m)
+            picked = [qs[i] for i in pick]
+            arrays = hybrid_arrays(self.model, self._vectors, self._lexical, picked, qv[pick], rows, width, fused)
+            return self.hits(*arrays)
+
         if match is None:
-            first = [_cut(row, k, min_score) for row in self.hits(*self.search_vectors(qv, k))]
+            first = [_cut(row, k, min_score) for row in first_stage(list(range(len(qs))), k)]
             return stage.apply(qs, first) if stage is not None else first
         out: list[list[Hit]] = [[] for _ in qs]
         pending = list(range(len(qs)))
         width = min(len(self), 4 * k)
         while pending:
-            rows_hits = self.hits(*self.search_vectors(qv[pending], width))
+            rows_hits = first_stage(pending, width)
             still = []
             for i, hits in zip(pending, rows_hits, strict=True):
                 kept = _cut([h for h in hits if match(self._records.get(h.row))], k, min_score)
                 out[i] = kept
-                below = min_score is not None and bool(hits) and hits[-1].score < min_score
+                # scores fall with rank in a dense search (not in a fused one): nothing below is kept
+                below = fused is None and min_score is not None and bool(hits) and hits[-1].score < min_score
                 if len(kept) < k and width < len(self) and not below:
                     still.append(i)
             pending = still
@@ -719,13 +810,14 @@ class Ranker:
         if r.size and (not np.issubdtype(r.dtype, np.integer) or r.max() >= len(self) or r.min() < -1):
             raise QueryError(f"rows must be integers in [-1, {len(self) - 1}] (from search_vectors of this index)")
         out: list[list[Hit]] = []
-        for srow, drow, rrow in zip(s, d, r, strict=True):
+        probs = self.model.calibration(s)  # raw score -> P(relevant), qaindex.calibration
+        for srow, prow, drow, rrow in zip(s, probs, d, r, strict=True):
             found = []
-            for score, dist, row in zip(srow.tolist(), drow.tolist(), rrow.tolist(), strict=True):
+            for score, prob, dist, row in zip(srow.tolist(), prow.tolist(), drow.tolist(), rrow.tolist(), strict=True):
                 if row < 0:
                     continue
                 rec = self._records.get(row)
-                found.append(Hit(rec.id, rec.answer, score + 0.0, dist + 0.0, dict(rec.metadata), row))
+                found.append(Hit(rec.id, rec.answer, prob, dist + 0.0, dict(rec.metadata), row, score + 0.0))
             out.append(found)
         return out
 
@@ -941,8 +1033,11 @@ class Ranker:
         else:
             new = records_from_dicts(records, existing_ids=existing)  # type: ignore[arg-type]
         vectors = _encode_answers(self.model, [r.answer for r in new], batch_size, False)
+        lexical = None if self._lexical is None else self._lexical.appended([r.answer for r in new])
         self._records = self._records.append(new)
         self._vectors = np.concatenate([np.asarray(self._vectors), vectors])
+        if lexical is not None:
+            self._lexical = lexical
         if not self._coarse_stale:
             self._coarse.add(vectors)
         _log.info("added %d answers; %d in all", len(new), len(self))
@@ -980,6 +1075,8 @@ class Ranker:
         keep = np.array([r for r in range(len(self)) if r not in drop], dtype=np.int64)
         self._records = self._records.keep(keep)
         self._vectors = np.ascontiguousarray(np.asarray(self._vectors)[keep])
+        if self._lexical is not None:
+            self._lexical = self._lexical.kept(keep)
         self._coarse_stale = True
         _log.info("removed %d answers; %d left", len(drop), len(self))
         return len(drop)
@@ -1117,7 +1214,7 @@ class Ranker:
             rr_source = (saved[1] if saved is not None and fresh else rr.directory, rr.manifest)
         snap_name, files = write_snapshot(
             root, self._records, self._vectors, self._coarse, self.model, model_source=self._model_source,
-            reranker=rr_source,
+            reranker=rr_source, lexical=self._lexical,
         )  # fmt: skip
         from . import __version__
 
@@ -1147,6 +1244,8 @@ class Ranker:
         }
         if rr is not None:
             manifest["reranker"] = index_entry(rr, files)
+        if self._lexical is not None:
+            manifest["lexical"] = {"kind": "bm25", "directory": LEXICAL_DIRECTORY}
         manifest["checksum"] = manifest_checksum(manifest)
         try:
             check_model_copy(root / snap_name / "model" / "manifest.json", files, self.model.manifest)
@@ -1197,6 +1296,8 @@ class Ranker:
             },
             "devices": devices_info(self.model, self._coarse.device, self._coarse.kind),
             "reranker": None if self.reranker is None else {"name": self.reranker.name, **self.reranker.providers},
+            "hybrid": None if self._lexical is None else self._lexical.describe(),
+            "calibration": self.model.calibration.describe(),
             "created": self.created,
             "near_centre": _near_centre(self.model, self._vectors),
         }
@@ -1207,6 +1308,15 @@ def _cut(hits: list[Hit], k: int, min_score: float | None) -> list[Hit]:
     if min_score is not None:
         hits = [h for h in hits if h.score >= min_score]
     return hits[:k]
+
+
+def _stored_lexical(snap: Path, manifest: Mapping[str, Any], mpath: Path) -> LexicalIndex | None:
+    """The lexical index a snapshot stores (``manifest["lexical"]``), or None."""
+    entry = manifest.get("lexical")
+    if entry is None:
+        return None
+    check_lexical_entry(entry, manifest["files"], mpath)
+    return LexicalIndex.load(snap / LEXICAL_DIRECTORY, manifest["count"])
 
 
 def _near_centre(model: Model, vectors: np.ndarray) -> dict[str, Any] | None:

@@ -103,7 +103,7 @@ def test_hits_turns_search_vectors_rows_into_hits(ranker: Ranker) -> None:
 
 def test_hits_are_json_without_the_row(ranker: Ranker) -> None:
     hit = ranker.search("refund", k=1)[0]
-    assert set(hit.to_json()) == {"id", "answer", "score", "distance", "metadata"}
+    assert set(hit.to_json()) == {"id", "answer", "score", "raw_score", "distance", "metadata"}
     assert hit.row >= 0 and ranker.records().__next__() is not None
 
 
