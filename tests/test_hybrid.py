@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FAQ_PATH = ROOT / "examples" / "faq.jsonl"
 RECORDS = [json.loads(line) for line in FAQ_PATH.read_text(encoding="utf-8").splitlines() if line.strip()]
 ANSWERS = [r["answer"] for r in RECORDS]
-QUESTIONS = [q for r in RECORDS for q in r.get("questions", [])][::25] + [
+QUESTIONS = [
+    *[q for r in RECORDS for q in r.get("questions", [])][::25],
     "refund refund", "xylophone", "how long does shipping take to canada?",
 ]  # fmt: skip
 
@@ -237,7 +238,7 @@ def test_a_missing_lexical_file_or_entry_is_detected(saved: Path, tmp_path: Path
     copy = tmp_path / "copy"
     shutil.copytree(saved, copy)
     (copy / _manifest(copy)["snapshot"] / "lexical" / "offsets.npy").unlink()
-    with pytest.raises(IndexFormatError, match="offsets.npy: missing"):
+    with pytest.raises(IndexFormatError, match=r"offsets\.npy: missing"):
         Ranker.load(copy)
     from qaindex.index_format import manifest_checksum
 
@@ -253,18 +254,18 @@ def test_unverified_load_still_validates_the_arrays(saved: Path) -> None:
     snap = saved / _manifest(saved)["snapshot"] / "lexical"
     offsets = np.load(snap / "offsets.npy")
     np.save(snap / "offsets.npy", offsets[:-1], allow_pickle=False)
-    with pytest.raises(IndexFormatError, match="offsets.npy: must hold 61 non-decreasing offsets"):
+    with pytest.raises(IndexFormatError, match=r"offsets\.npy: must hold 61 non-decreasing offsets"):
         Ranker.load(saved, verify=False)
     np.save(snap / "offsets.npy", offsets, allow_pickle=False)
     np.save(snap / "terms.npy", np.load(snap / "terms.npy").astype(np.float64), allow_pickle=False)
-    with pytest.raises(IndexFormatError, match="terms.npy: must be a 1-D int32 array"):
+    with pytest.raises(IndexFormatError, match=r"terms\.npy: must be a 1-D int32 array"):
         Ranker.load(saved, verify=False)
 
 
 def test_pickle_is_refused(saved: Path) -> None:
     snap = saved / _manifest(saved)["snapshot"] / "lexical"
     np.save(snap / "counts.npy", np.array([{"x": 1}], dtype=object), allow_pickle=True)
-    with pytest.raises(IndexFormatError, match="counts.npy: cannot be read"):
+    with pytest.raises(IndexFormatError, match=r"counts\.npy: cannot be read"):
         Ranker.load(saved, verify=False)
 
 
