@@ -160,10 +160,10 @@ def main(verbose: bool) -> None:
     "the first stage's candidates with it unless told otherwise.",
 )
 @click.option(
-    "--hybrid",
-    is_flag=True,
-    help="Also build a BM25 index of the answers (pip install 'qaindex[hybrid]'): searches then fuse "
-    "the dense and lexical rankings (docs/hybrid.md).",
+    "--hybrid/--no-hybrid",
+    default=None,
+    help="Also build a BM25 index of the answers, so that searches fuse the dense and lexical rankings "
+    "(docs/hybrid.md); default: when PyStemmer is installed (pip install 'qaindex[hybrid]').",
 )
 def build(
     corpus: Path,
@@ -177,7 +177,7 @@ def build(
     lock_timeout: float,
     ray_address: str | None,
     reranker: Path | None,
-    hybrid: bool,
+    hybrid: bool | None,
 ) -> None:
     """Encode the answers of CORPUS (JSONL) and save an index.
 

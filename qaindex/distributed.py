@@ -214,7 +214,7 @@ def build_on_ray(
     workers: int | None = None,
     recall: float | None = None,
     reranker: str | os.PathLike[str] | Reranker | None = None,
-    hybrid: bool = False,
+    hybrid: bool | None = None,
 ) -> Ranker:
     """Build an index of a corpus file with Ray Data encoding shards in parallel workers.
 
@@ -246,12 +246,10 @@ def build_on_ray(
         ranker = build_on_ray("/shared/faq.jsonl", address="ray://head:10001")
         ranker.save("qaindex-index")
     """
+    from .lexical import build_hybrid
     from .ranker import Ranker
 
-    if hybrid:
-        from .lexical import tokenizer_available
-
-        tokenizer_available(strict=True)
+    hybrid = build_hybrid(hybrid)
     ray = import_ray()
     source = os.fspath(corpus)
     loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=None)

@@ -73,7 +73,7 @@ class Fusion:
 
 
 # chosen by benchmarks/hybrid.py (see docs/hybrid.md)
-DEFAULT_FUSION = Fusion("rrf", c=60.0)
+DEFAULT_FUSION = Fusion("convex", weight=0.5)
 
 
 def fusion_from(value: Any) -> Fusion:
@@ -81,8 +81,8 @@ def fusion_from(value: Any) -> Fusion:
 
     Example
     -------
-    >>> fusion_from({"rule": "convex", "weight": 0.7})
-    Fusion(rule='convex', c=60.0, weight=0.7)
+    >>> fusion_from({"rule": "rrf", "c": 10})
+    Fusion(rule='rrf', c=10, weight=0.5)
     """
     if value is None:
         return DEFAULT_FUSION

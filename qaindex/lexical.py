@@ -1,10 +1,11 @@
 """The lexical (BM25) index of hybrid search, stored beside the vectors of an index snapshot.
 
 Answers are tokenized the way bm25s does by default (lower case, words of two or more word
-characters, English stopwords removed) and stemmed with PyStemmer's English (Snowball)
-stemmer. The index keeps, per answer, its distinct terms and their counts (a CSR matrix);
-the BM25 postings are derived from it when first needed, so ``add`` and ``remove`` are cheap
-and always give the same index as a fresh build of the same answers.
+characters, Lucene's 33 English stopwords removed: bm25s's ``STOPWORDS_EN``) and stemmed with
+PyStemmer's English (Snowball) stemmer: the scores equal bm25s's with that stemmer. The
+index keeps, per answer, its distinct terms and their counts (a CSR matrix); the BM25
+postings are derived from it when first needed, so ``add`` and ``remove`` are cheap and
+always give the same scores as a fresh build of the same answers.
 
 Scoring is BM25 in the Lucene variant (bm25s's default, ``k1`` = 1.5, ``b`` = 0.75)::
 
@@ -23,8 +24,8 @@ On disk (``SNAPSHOT/lexical/``), no pickle anywhere::
     offsets.npy    int64 (n + 1,) where each answer's terms start in terms.npy/counts.npy
     vocab.json     {"format", "format_version", "tokenizer", "k1", "b", "vocab": [stem, ...]}
 
-Tokenizing needs the ``hybrid`` extra (``pip install 'qaindex[hybrid]'``: bm25s for its
-stopword list, PyStemmer); loading and validating a stored index does not.
+Tokenizing needs PyStemmer (in the ``cpu`` and ``gpu`` extras, or ``pip install
+'qaindex[hybrid]'``); loading and validating a stored index does not.
 
 Example
 -------
@@ -45,9 +46,17 @@ from typing import Any
 
 import numpy as np
 
-from .errors import IndexFormatError, MissingDependencyError
+from .errors import IndexFormatError, MissingDependencyError, QueryError
 
-__all__ = ["DIRECTORY", "LEXICAL_FORMAT", "LexicalIndex", "check_entry", "tokenizer_available", "top_rows"]
+__all__ = [
+    "DIRECTORY",
+    "LEXICAL_FORMAT",
+    "LexicalIndex",
+    "build_hybrid",
+    "check_entry",
+    "tokenizer_available",
+    "top_rows",
+]
 
 LEXICAL_FORMAT = "qaindex-lexical"
 LEXICAL_FORMAT_VERSION = 1
@@ -56,8 +65,13 @@ FILES = ("terms.npy", "counts.npy", "offsets.npy", "vocab.json")
 K1 = 1.5
 B = 0.75
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"  # bm25s's default
-TOKENIZER = {"pattern": TOKEN_PATTERN, "lower": True, "stopwords": "en (bm25s)", "stemmer": "english (PyStemmer)"}
-INSTALL_HINT = "install the hybrid extra: pip install 'qaindex[hybrid]' (bm25s and PyStemmer)"
+# Lucene's English stopword set, as bm25s's STOPWORDS_EN
+STOPWORDS_EN = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the their then there these "
+    "they this to was will with".split()
+)
+TOKENIZER = {"pattern": TOKEN_PATTERN, "lower": True, "stopwords": "en (Lucene)", "stemmer": "english (PyStemmer)"}
+INSTALL_HINT = "install PyStemmer: pip install 'qaindex[hybrid]' (the cpu and gpu extras include it)"
 
 
 class _Tokenizer:
@@ -66,12 +80,12 @@ class _Tokenizer:
     def __init__(self) -> None:
         try:
             import Stemmer
-            from bm25s.stopwords import STOPWORDS_EN
-        except ImportError as exc:
-            raise MissingDependencyError(f"hybrid search needs bm25s and PyStemmer ({exc.name} is missing); "
-                                         f"{INSTALL_HINT}") from None
+        except ImportError:
+            raise MissingDependencyError(
+                f"hybrid search needs PyStemmer, which is not installed; {INSTALL_HINT}"
+            ) from None
         self._stem = Stemmer.Stemmer("english").stemWords
-        self._stop = frozenset(STOPWORDS_EN)
+        self._stop = STOPWORDS_EN
         self._pattern = re.compile(TOKEN_PATTERN)
 
     def __call__(self, text: str) -> list[str]:
@@ -90,7 +104,7 @@ def _tokenizer() -> _Tokenizer:
 
 
 def tokenizer_available(strict: bool = False) -> bool:
-    """Whether the ``hybrid`` extra (bm25s, PyStemmer) is installed (``strict``: raise
+    """Whether PyStemmer (the ``hybrid`` extra) is installed (``strict``: raise
     :class:`~qaindex.MissingDependencyError` saying what to install when it is not).
 
     Example
@@ -105,6 +119,22 @@ def tokenizer_available(strict: bool = False) -> bool:
             raise
         return False
     return True
+
+
+def build_hybrid(hybrid: object) -> bool:
+    """Whether a build makes a lexical index: ``None`` when PyStemmer is installed, True (it
+    must be: :class:`~qaindex.MissingDependencyError` otherwise) or False.
+
+    Example
+    -------
+    >>> build_hybrid(False)
+    False
+    """
+    if hybrid is None:
+        return tokenizer_available()
+    if not isinstance(hybrid, bool | np.bool_):
+        raise QueryError(f"hybrid must be True, False or None, got {hybrid!r}")
+    return tokenizer_available(strict=True) if hybrid else False
 
 
 def tokenize(text: str) -> list[str]:
@@ -140,7 +170,7 @@ class LexicalIndex:
     # -- construction ---------------------------------------------------------------------
     @classmethod
     def from_texts(cls, texts: Sequence[str]) -> LexicalIndex:
-        """Tokenize and index ``texts`` (needs the ``hybrid`` extra)."""
+        """Tokenize and index ``texts`` (needs PyStemmer)."""
         empty = cls(np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(1, np.int64), [])
         return empty.appended(texts)
 
@@ -210,7 +240,7 @@ class LexicalIndex:
 
         Example
         -------
-        >>> LexicalIndex.from_texts(["cats purr", "dogs bark"]).scores("do cats purr?").round(3).tolist()
+        >>> [round(float(s), 3) for s in LexicalIndex.from_texts(["cats purr", "dogs bark"]).scores("cats purr?")]
         [0.555, 0.0]
         """
         indptr, docs, weights = self._build_postings()

@@ -46,7 +46,7 @@ from .index_format import (
     write_snapshot,
 )
 from .lexical import DIRECTORY as LEXICAL_DIRECTORY
-from .lexical import LexicalIndex
+from .lexical import LexicalIndex, build_hybrid
 from .lexical import check_entry as check_lexical_entry
 from .locking import DEFAULT_LOCK_TIMEOUT, index_lock
 from .model import Model
@@ -284,7 +284,7 @@ class Ranker:
         progress: bool = False,
         recall: float | None = None,
         reranker: str | os.PathLike[str] | Reranker | None = None,
-        hybrid: bool = False,
+        hybrid: bool | None = None,
     ) -> Ranker:
         """Encode a corpus and index it.
 
@@ -318,9 +318,11 @@ class Ranker:
         reranker : path, Reranker or None, keyword-only
             A reranker model directory (:mod:`qaindex.reranker`, e.g. AP-CNN) stored with the
             index: searches then rerank the first stage's candidates with it by default.
-        hybrid : bool, keyword-only
-            Also build a BM25 index of the answers (:meth:`enable_hybrid`; needs
-            ``pip install 'qaindex[hybrid]'``): searches then fuse both rankings by default.
+        hybrid : bool or None, keyword-only
+            Also build a BM25 index of the answers (:meth:`enable_hybrid`), saved with the
+            index: searches then fuse both rankings by default (:mod:`qaindex.fusion`). None
+            (default): when PyStemmer is installed (the ``cpu``/``gpu``/``hybrid`` extras);
+            True: required (an error names the extra); False: dense only.
 
         Returns
         -------
@@ -329,10 +331,7 @@ class Ranker:
         overfetch = positive_int(overfetch, "overfetch", maximum=_MAX_SETTING)
         batch_size = positive_int(batch_size, "batch_size")
         _check_flag(progress, "progress")
-        if _check_flag(hybrid, "hybrid"):
-            from .lexical import tokenizer_available
-
-            tokenizer_available(strict=True)  # a missing extra fails before any encoding
+        hybrid = build_hybrid(hybrid)  # a missing extra fails before any encoding
         _check_choice(device, "device", ("auto", "cpu", "cuda"))
         _check_choice(index_kind, "index_kind", INDEX_KINDS)
         hnsw = _check_hnsw(hnsw)
@@ -591,7 +590,7 @@ class Ranker:
         """Build the BM25 index of hybrid search from the stored answers (replacing any).
 
         Saved with the index; searches then fuse dense and BM25 rankings unless told
-        ``hybrid=False``. Needs ``pip install 'qaindex[hybrid]'``.
+        ``hybrid=False``. Needs PyStemmer (``pip install 'qaindex[hybrid]'``).
 
         Returns
         -------

@@ -26,7 +26,7 @@ def ranker(faq_model: Path) -> Ranker:
         {"id": f"x{i}", "answer": f"{w} notes refund password sync", "category": ["account", "billing", "data"][i % 3]}
         for i, w in enumerate(["open", "close", "print", "share", "copy", "move", "tag", "pin", "lock", "star"])
     ]
-    return Ranker.build(FAQ + extra, model=faq_model, device="cpu")
+    return Ranker.build(FAQ + extra, model=faq_model, device="cpu", hybrid=False)  # dense: scores fall with rank
 
 
 def _brute_filtered(ranker: Ranker, question: str, k: int, keep) -> list[str | int]:  # type: ignore[no-untyped-def]

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from qaindex import IndexFormatError, MissingDependencyError, QueryError, Ranker
 from qaindex.cli import main
-from qaindex.fusion import Fusion, fuse
+from qaindex.fusion import DEFAULT_FUSION, Fusion, fuse
 from qaindex.lexical import LexicalIndex, top_rows
 
 bm25s = pytest.importorskip("bm25s")
@@ -142,7 +142,7 @@ def test_every_index_kind_fuses_its_own_candidates(kind: str) -> None:
     coarse = ranker.candidates(qv, m)
     for i, question in enumerate(QUESTIONS):
         dense_rows = {int(r) for r in coarse[i] if r >= 0}
-        expected = _brute_force(ranker, question, k, m, Fusion(), lexical[i], dense_rows)
+        expected = _brute_force(ranker, question, k, m, DEFAULT_FUSION, lexical[i], dense_rows)
         assert [h.id for h in ranker.search(question, k=k)] == expected
 
 
@@ -160,8 +160,21 @@ def test_hybrid_with_a_filter(faq_hybrid: Ranker) -> None:
     assert hits and all(h.metadata["category"] == "account" for h in hits)
 
 
+def test_stopwords_are_bm25s_english_list() -> None:
+    from bm25s.stopwords import STOPWORDS_EN
+
+    from qaindex.lexical import STOPWORDS_EN as ours
+
+    assert ours == frozenset(STOPWORDS_EN)
+
+
+def test_hybrid_is_on_by_default_where_pystemmer_is_installed() -> None:
+    assert Ranker.build(RECORDS[:40]).has_hybrid
+    assert not Ranker.build(RECORDS[:40], hybrid=False).has_hybrid
+
+
 def test_hybrid_true_without_a_lexical_index_says_how_to_build_one() -> None:
-    ranker = Ranker.build(RECORDS[:40])
+    ranker = Ranker.build(RECORDS[:40], hybrid=False)
     assert ranker.info()["hybrid"] is None
     with pytest.raises(QueryError, match=r"no lexical index.*qaindex build CORPUS --hybrid"):
         ranker.search("refund", hybrid=True)
@@ -176,8 +189,9 @@ def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(lexical, "_TOKENIZER", None)
     monkeypatch.setitem(sys.modules, "Stemmer", None)
-    with pytest.raises(MissingDependencyError, match=r"pip install 'qaindex\[hybrid\]'"):
+    with pytest.raises(MissingDependencyError, match=r"needs PyStemmer.*pip install 'qaindex\[hybrid\]'"):
         Ranker.build(RECORDS[:20], hybrid=True)
+    assert not Ranker.build(RECORDS[:20]).has_hybrid  # the default: hybrid where PyStemmer is installed
     result = CliRunner().invoke(main, ["search", "x", "--hybrid", "--index", "nowhere"])
     assert result.exit_code == 1
 
@@ -210,7 +224,7 @@ def test_save_load_add_remove_round_trip(tmp_path: Path) -> None:
 
 
 def test_an_index_without_hybrid_loads_and_searches_dense(tmp_path: Path) -> None:
-    Ranker.build(RECORDS[:50]).save(tmp_path / "ix")
+    Ranker.build(RECORDS[:50], hybrid=False).save(tmp_path / "ix")
     ranker = Ranker.load(tmp_path / "ix")
     assert not ranker.has_hybrid and "lexical" not in _manifest(tmp_path / "ix")
     ranker.enable_hybrid().save(tmp_path / "ix")
@@ -285,6 +299,6 @@ def test_cli_build_search_info_with_hybrid(tmp_path: Path) -> None:
     assert len(hits) == 3 and all(0 <= h["score"] <= 1 and isinstance(h["raw_score"], float) for h in hits)
     dense = runner.invoke(main, ["search", "refund", "--index", index, "--json", "--no-hybrid", "--min-score", "0.99"])
     assert dense.exit_code == 0 and all(h["score"] >= 0.99 for h in json.loads(dense.output)["hits"])
-    Ranker.build(RECORDS[:30]).save(tmp_path / "plain")
+    Ranker.build(RECORDS[:30], hybrid=False).save(tmp_path / "plain")
     refused = runner.invoke(main, ["search", "refund", "--index", str(tmp_path / "plain"), "--hybrid"])
     assert refused.exit_code == 1 and "no lexical index" in refused.output
