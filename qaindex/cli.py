@@ -208,12 +208,12 @@ def build(
         f"{info['index']['kind']} index, model {info['model']['name']}, "
         f"{_devices_line(info)}, {seconds:.2f} s"
     )
+    if info["hybrid"] is not None:
+        click.echo(f"hybrid:     {hybrid_line(info['hybrid'])}")
     if info["near_centre"] is not None:
         click.echo(_near_centre_line(info["near_centre"]))
     if "tuning" in info["index"]:
         click.echo(_tuning_line(info["index"]["tuning"]))
-    if info["hybrid"] is not None:
-        click.echo(f"hybrid:     {hybrid_line(info['hybrid'])}")
 
 
 @main.command()

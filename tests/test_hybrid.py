@@ -278,7 +278,10 @@ def test_unverified_load_still_validates_the_arrays(saved: Path) -> None:
 
 def test_pickle_is_refused(saved: Path) -> None:
     snap = saved / _manifest(saved)["snapshot"] / "lexical"
-    np.save(snap / "counts.npy", np.array([{"x": 1}], dtype=object), allow_pickle=True)
+    # an object array (numpy writes it with pickle): its header says dtype |O
+    header = b"{'descr': '|O', 'fortran_order': False, 'shape': (1,), }"
+    header += b" " * (117 - len(header)) + b"\n"
+    (snap / "counts.npy").write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + b"\x80\x04N.")
     with pytest.raises(IndexFormatError, match=r"counts\.npy: cannot be read"):
         Ranker.load(saved, verify=False)
 
