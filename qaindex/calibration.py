@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -393,7 +394,7 @@ def measure(
 
 
 def calibrate_model(
-    model_dir: str | Path,
+    model_dir: str | os.PathLike[str],
     groups: Sequence[Any],
     *,
     method: str = "platt",

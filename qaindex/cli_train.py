@@ -59,6 +59,28 @@ def _train_with_teacher(config: Any, answers: list[str], device: str, log: Any) 
     return train_unlabelled(config, answers, minilm_sentence_teacher(device=teacher_device), log=log)
 
 
+def _calibrate(
+    path: Path, train_file: Path, dev_file: Path | None, answers: list[str] | None, config: Any, device: str
+) -> dict[str, Any]:
+    """Calibrate the exported model's scores on held-out data (:mod:`qaindex.calibration`);
+    a model that cannot be calibrated (e.g. no irrelevant hit) stays uncalibrated, said in the summary."""
+    from qaindex_export.calibrate import calibrate_trained
+
+    teacher = None
+    if answers is not None:
+        from qaindex_export.distill import minilm_sentence_teacher
+
+        teacher = minilm_sentence_teacher(device="cuda" if device == "cuda" else None)
+    try:
+        stored = calibrate_trained(
+            path, train_data=train_file, dev_data=dev_file, answers=answers, teacher=teacher,
+            seed=config.seed, dev_fraction=config.dev_fraction,
+        )  # fmt: skip
+    except QAIndexError as exc:
+        return {"calibrated": False, "why": str(exc)}
+    return {"calibrated": True, **{k: stored[k] for k in ("method", "data", "pairs", "ece")}}
+
+
 def _option_for(setting: Field[Any]) -> Callable[[F], F]:
     """The click option of one :class:`TrainConfig` field: ``--batch-size`` for ``batch_size``.
 
@@ -191,6 +213,7 @@ def train(
         if checkpoint is not None:
             save_checkpoint(result, checkpoint)
         path = export_model(result, out, name=name, table_dtype=table_dtype, dev_data=dev_file)
+        calibration = _calibrate(path, train_file, dev_file, answers, config, device)
     except QAIndexError as exc:
         raise click.ClickException(str(exc)) from None
     except ValueError as exc:  # invalid settings
@@ -207,6 +230,7 @@ def train(
         "parameters": manifest["parameters"],
         "bytes": size,
         "seconds": round(result.seconds, 2),
+        "calibration": calibration,
     }
     click.echo(json.dumps(summary, indent=2))
     sys.stdout.flush()
