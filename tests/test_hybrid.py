@@ -305,3 +305,25 @@ def test_cli_build_search_info_with_hybrid(tmp_path: Path) -> None:
     Ranker.build(RECORDS[:30], hybrid=False).save(tmp_path / "plain")
     refused = runner.invoke(main, ["search", "refund", "--index", str(tmp_path / "plain"), "--hybrid"])
     assert refused.exit_code == 1 and "no lexical index" in refused.output
+
+
+def test_ray_build_makes_the_lexical_index_on_the_driver(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Ray is not needed: only the encoding runs on Ray workers (replaced here by the local
+    encoder); the BM25 index comes from the records the driver validated."""
+    import qaindex.distributed as distributed
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in RECORDS[:90]), encoding="utf-8")
+    monkeypatch.setattr(distributed, "import_ray", lambda: None)
+    monkeypatch.setattr(distributed, "_connect", lambda ray, address: False)
+
+    def encode_locally(ray: Any, source: str, model: Any, record_lines: Any, *args: Any) -> np.ndarray:
+        return model.encode([r["answer"] for r in RECORDS[:90]], role="answer")  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(distributed, "_encode_on_ray", encode_locally)
+    on_ray = distributed.build_on_ray(corpus, hybrid=True)
+    local = Ranker.build(corpus, hybrid=True)
+    assert on_ray.has_hybrid
+    for q in QUESTIONS:
+        assert [h.id for h in on_ray.search(q, k=5)] == [h.id for h in local.search(q, k=5)]
+    assert not distributed.build_on_ray(corpus, hybrid=False).has_hybrid
