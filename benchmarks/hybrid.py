@@ -201,14 +201,14 @@ def calibration_report(model_dir: Path, pools: dict[str, Any], *, hybrid: bool =
     model = Model.load(model_dir)
     out: dict[str, Any] = {"calibration": model.calibration.describe()}
     for name, groups in pools.items():
-        raw, y = measure(model, groups, depth=K)
+        raw, best, y = measure(model, groups, depth=K)
         row = {
             "uncalibrated": summary(Calibration.uncalibrated()(raw), y),
-            "calibrated": summary(model.calibration(raw), y),
+            "calibrated": summary(model.calibration(raw, best), y),
         }
         if hybrid:
-            raw_h, y_h = measure(model, groups, depth=K, hybrid=True)
-            row["calibrated_hybrid"] = summary(model.calibration(raw_h), y_h)
+            raw_h, best_h, y_h = measure(model, groups, depth=K, hybrid=True)
+            row["calibrated_hybrid"] = summary(model.calibration(raw_h, best_h), y_h)
         out[name] = row
     return out
 

@@ -5,7 +5,11 @@ only within one model) is mapped through the model's *calibration*, stored in it
 under ``"calibration"`` and fitted on held-out data when the model is trained or exported,
 or later with ``qaindex calibrate MODEL_DIR DATA.jsonl`` (:func:`calibrate_model`):
 
-- ``platt`` (Platt, 1999): ``p = 1 / (1 + exp(-(a * raw + b)))``, ``a`` > 0;
+- ``platt`` (Platt, 1999), with the hit's distance below the best hit of its search as a
+  second feature: ``p = 1 / (1 + exp(-(a * raw + c * (raw - best) + b)))``, ``a``, ``c`` ≥ 0,
+  where ``best`` is the highest raw score among the hits the search ranked (a hit far below
+  the question's best match is less likely relevant than its raw score alone says; ``c`` = 0
+  is plain Platt scaling);
 - ``isotonic`` (Zadrozny & Elkan, 2002): a non-decreasing piecewise-linear map through the
   points ``(x_i, y_i)`` found by pool-adjacent-violators, constant beyond its ends.
 
@@ -69,8 +73,8 @@ class Calibration:
     ----------
     method : {"platt", "isotonic", "sigmoid"}
         ``sigmoid``: the uncalibrated fallback ``1 / (1 + exp(-raw))``.
-    a, b : float
-        Platt's slope and offset.
+    a, b, c : float
+        Platt's slope and offset, and the slope of ``raw - best``.
     x, y : tuple of float
         Isotonic points (x increasing, y non-decreasing in [0, 1]).
     info : dict
@@ -80,6 +84,7 @@ class Calibration:
     method: str
     a: float = 1.0
     b: float = 0.0
+    c: float = 0.0
     x: tuple[float, ...] = ()
     y: tuple[float, ...] = ()
     info: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -93,12 +98,21 @@ class Calibration:
     def calibrated(self) -> bool:
         return self.method != "sigmoid"
 
-    def __call__(self, raw: Any) -> np.ndarray:
-        """Probabilities (float64, in [0, 1]) of raw scores (any shape; ``-inf`` gives 0)."""
+    def __call__(self, raw: Any, best: Any = None) -> np.ndarray:
+        """Probabilities (float64, in [0, 1]) of raw scores (any shape; ``-inf`` gives 0).
+
+        ``best``: the best raw score of each hit's search (broadcast against ``raw``); None
+        treats every hit as the best of its search.
+        """
         r = np.asarray(raw, dtype=np.float64)
         if self.method == "isotonic":
             return np.interp(r, self.x, self.y)
-        z = self.a * r + self.b if self.method == "platt" else r
+        if self.method == "platt":
+            gap = 0.0 if best is None or self.c == 0 else np.minimum(r - np.asarray(best, dtype=np.float64), 0.0)
+            with np.errstate(invalid="ignore"):
+                z = self.a * r + self.c * np.nan_to_num(gap, nan=0.0, neginf=0.0) + self.b
+        else:
+            z = r
         with np.errstate(over="ignore", invalid="ignore"):
             out = 1.0 / (1.0 + np.exp(-z))
         return np.nan_to_num(out, nan=0.0)
@@ -107,7 +121,7 @@ class Calibration:
         """The manifest's ``calibration`` object."""
         out: dict[str, Any] = {"method": self.method}
         if self.method == "platt":
-            out.update(a=self.a, b=self.b)
+            out.update(a=self.a, b=self.b, c=self.c)
         elif self.method == "isotonic":
             out.update(x=list(self.x), y=list(self.y))
         out.update(self.info)
@@ -134,12 +148,17 @@ class Calibration:
         if not isinstance(entry, dict):
             raise bad(f"must be an object, got {entry!r}")
         method = entry.get("method")
-        info = {k: v for k, v in entry.items() if k not in ("method", "a", "b", "x", "y")}
+        info = {k: v for k, v in entry.items() if k not in ("method", "a", "b", "c", "x", "y")}
         if method == "platt":
-            a, b = entry.get("a"), entry.get("b")
-            if not (_finite(a) and _finite(b)) or float(a) <= 0:  # type: ignore[arg-type]
-                raise bad(f'needs finite "a" > 0 and "b" for platt, got a={a!r}, b={b!r}')
-            return cls("platt", a=float(a), b=float(b), info=info)  # type: ignore[arg-type]
+            a, b, c = entry.get("a"), entry.get("b"), entry.get("c", 0.0)
+            if (
+                not (_finite(a) and _finite(b) and _finite(c))
+                or float(a) < 0  # type: ignore[arg-type]
+                or float(c) < 0
+                or float(a) + float(c) <= 0  # type: ignore[arg-type]
+            ):
+                raise bad(f'needs finite "a", "c" >= 0 (not both 0) and "b" for platt, got a={a!r}, b={b!r}, c={c!r}')
+            return cls("platt", a=float(a), b=float(b), c=float(c), info=info)  # type: ignore[arg-type]
         if method == "isotonic":
             x, y = entry.get("x"), entry.get("y")
             if (
@@ -180,7 +199,13 @@ def _check_pairs(raw: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
     return r, y
 
 
-def fit(raw: Sequence[float] | np.ndarray, labels: Sequence[int] | np.ndarray, *, method: str = "platt") -> Calibration:
+def fit(
+    raw: Sequence[float] | np.ndarray,
+    labels: Sequence[int] | np.ndarray,
+    *,
+    method: str = "platt",
+    best: Sequence[float] | np.ndarray | None = None,
+) -> Calibration:
     """Fit a calibration of raw scores to 0/1 relevance labels.
 
     Parameters
@@ -190,6 +215,9 @@ def fit(raw: Sequence[float] | np.ndarray, labels: Sequence[int] | np.ndarray, *
     labels : array (n,)
         1 relevant, 0 not; both must occur.
     method : {"platt", "isotonic"}
+    best : array (n,), optional
+        The best raw score of each pair's search (Platt's second feature ``raw - best``);
+        None fits plain Platt scaling (``c`` = 0).
 
     Returns
     -------
@@ -211,33 +239,45 @@ def fit(raw: Sequence[float] | np.ndarray, labels: Sequence[int] | np.ndarray, *
         )
     if method == "isotonic":
         return _fit_isotonic(r, y)
-    return _fit_platt(r, y)
+    gap = None if best is None else np.minimum(r - np.asarray(best, dtype=np.float64).ravel(), 0.0)
+    if gap is not None and (gap.shape != r.shape or not np.isfinite(gap).all()):
+        raise QueryError("best must hold one finite score per pair")
+    return _fit_platt(r, y, gap)
 
 
-def _fit_platt(r: np.ndarray, y: np.ndarray) -> Calibration:
-    """Logistic regression of y on r (Newton's method), with Platt's smoothed targets."""
-    pos = y.sum()
-    neg = len(y) - pos
-    t = np.where(y > 0, (pos + 1) / (pos + 2), 1 / (neg + 2))
-    scale = float(r.std()) or 1.0
-    mean = float(r.mean())
-    z = (r - mean) / scale
-    w = np.zeros(2)
-    x = np.stack([z, np.ones_like(z)], axis=1)
+def _logistic(features: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Logistic regression weights (Newton's method) of targets ``t`` on standardised ``features``."""
+    mean = features.mean(axis=0)
+    scale = features.std(axis=0)
+    scale[scale == 0] = 1.0
+    x = np.concatenate([(features - mean) / scale, np.ones((len(t), 1))], axis=1)
+    w = np.zeros(x.shape[1])
     for _ in range(100):
         p = 1 / (1 + np.exp(-(x @ w)))
         grad = x.T @ (p - t)
-        hess = x.T @ (x * (p * (1 - p))[:, None]) + 1e-9 * np.eye(2)
+        hess = x.T @ (x * (p * (1 - p))[:, None]) + 1e-9 * np.eye(len(w))
         step = np.linalg.solve(hess, grad)
         w -= step
         if np.abs(step).max() < 1e-10:
             break
-    a = w[0] / scale
-    b = w[1] - w[0] * mean / scale
+    coef = w[:-1] / scale
+    return np.append(coef, w[-1] - float(coef @ mean))
+
+
+def _fit_platt(r: np.ndarray, y: np.ndarray, gap: np.ndarray | None) -> Calibration:
+    """Logistic regression of y on r (and ``raw - best``), with Platt's smoothed targets."""
+    pos = y.sum()
+    neg = len(y) - pos
+    t = np.where(y > 0, (pos + 1) / (pos + 2), 1 / (neg + 2))
+    a = c = -1.0
+    b = 0.0
+    if gap is not None and np.ptp(gap) > 0:
+        a, c, b = _logistic(np.stack([r, gap], axis=1), t)
+    if a < 0 or c < 0:  # no second feature, or one against the ranking: plain Platt scaling
+        (a, b), c = _logistic(r[:, None], t), 0.0
     if not a > 0:  # a score that does not rank relevant answers higher cannot be calibrated upwards
-        a = 1e-6
-        b = float(math.log(pos / neg))
-    return Calibration("platt", a=float(a), b=float(b))
+        a, c, b = 1e-6, 0.0, float(math.log(pos / neg))
+    return Calibration("platt", a=float(a), b=float(b), c=float(c))
 
 
 def _fit_isotonic(r: np.ndarray, y: np.ndarray) -> Calibration:
@@ -299,8 +339,9 @@ def expected_calibration_error(prob: Any, labels: Any, bins: int = ECE_BINS) -> 
 def calibration_pairs(
     ranker: Any, questions: Sequence[str], relevant: Sequence[set[int]], *, depth: int = DEFAULT_DEPTH,
     hybrid: bool = False,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """``(raw scores, labels)`` of the top ``depth`` hits of each question in an index.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """``(raw scores, best raw score of their search, labels)`` of the top ``depth`` hits of
+    each question in an index.
 
     Parameters
     ----------
@@ -315,13 +356,16 @@ def calibration_pairs(
         Search with hybrid fusion (the index must have a lexical index).
     """
     raw: list[float] = []
+    best: list[float] = []
     labels: list[int] = []
     results = ranker.search_batch(list(questions), depth, rerank=False, hybrid=hybrid)
     for hits, good in zip(results, relevant, strict=True):
+        top = max((h.raw_score for h in hits), default=0.0)
         for h in hits:
             raw.append(h.raw_score)
+            best.append(top)
             labels.append(int(h.row in good))
-    return np.asarray(raw, np.float64), np.asarray(labels, np.int64)
+    return np.asarray(raw, np.float64), np.asarray(best, np.float64), np.asarray(labels, np.int64)
 
 
 def labelled_pool(groups: Sequence[Any]) -> tuple[list[dict[str, Any]], list[str], list[set[int]]]:
@@ -372,9 +416,10 @@ def as_calibration(value: Mapping[str, Any] | Calibration) -> Calibration:
 
 def measure(
     model: Any, groups: Sequence[Any], *, depth: int = DEFAULT_DEPTH, hybrid: bool = False
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(raw scores, labels)`` of the top ``depth`` hits of labelled question groups: each question
-    searched against every distinct answer of the groups (an in-memory flat index).
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(raw scores, best raw score of their search, labels)`` of the top ``depth`` hits of
+    labelled question groups: each question searched against every distinct answer of the
+    groups (an in-memory flat index).
 
     Parameters
     ----------
@@ -432,21 +477,22 @@ def calibrate_model(
 
     directory = Path(model_dir)
     model = Model.load(directory)
-    raw, y = measure(model, groups, depth=depth)
-    fitted = fit(raw, y, method=method)
+    raw, best, y = measure(model, groups, depth=depth)
+    fitted = fit(raw, y, method=method, best=best)
     info = {
         "data": source,
         "labels": labels,
         "depth": depth,
         "pairs": len(y),
         "relevant": round(float(y.mean()), 6),
-        "ece_before": expected_calibration_error(model.calibration(raw), y),
-        "ece": expected_calibration_error(fitted(raw), y),
+        "ece_before": expected_calibration_error(model.calibration(raw, best), y),
+        "ece": expected_calibration_error(fitted(raw, best), y),
     }
-    stored = Calibration(fitted.method, a=fitted.a, b=fitted.b, x=fitted.x, y=fitted.y, info=info).to_json()
+    stored = Calibration(fitted.method, a=fitted.a, b=fitted.b, c=fitted.c, x=fitted.x, y=fitted.y, info=info)
+    stored_json = stored.to_json()
     if write:
         mpath = directory / "manifest.json"
         manifest = read_json_object(mpath, error=ModelFormatError, what="model directory")
-        manifest["calibration"] = stored
+        manifest["calibration"] = stored_json
         write_json_atomic(mpath, manifest)
-    return stored
+    return stored_json

@@ -113,10 +113,10 @@ def calibrate_command(
         fitted = Calibration.from_manifest(stored)
         report["checks"] = {}
         for path in checks:
-            raw, y = measure(model, read_labelled(path), depth=depth)
+            raw, best, y = measure(model, read_labelled(path), depth=depth)
             report["checks"][path.name] = {
                 "pairs": len(y),
                 "relevant": round(float(y.mean()), 4),
-                "ece": round(expected_calibration_error(fitted(raw), y), 4),
+                "ece": round(expected_calibration_error(fitted(raw, best), y), 4),
             }
     click.echo(json.dumps(report, indent=2))

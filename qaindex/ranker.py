@@ -809,7 +809,9 @@ class Ranker:
         if r.size and (not np.issubdtype(r.dtype, np.integer) or r.max() >= len(self) or r.min() < -1):
             raise QueryError(f"rows must be integers in [-1, {len(self) - 1}] (from search_vectors of this index)")
         out: list[list[Hit]] = []
-        probs = self.model.calibration(s)  # raw score -> P(relevant), qaindex.calibration
+        # raw score (and its distance below the best of its row) -> P(relevant), qaindex.calibration
+        best = np.where(r >= 0, s, -np.inf).max(axis=1, keepdims=True) if s.size else s
+        probs = self.model.calibration(s, best)
         for srow, prow, drow, rrow in zip(s, probs, d, r, strict=True):
             found = []
             for score, prob, dist, row in zip(srow.tolist(), prow.tolist(), drow.tolist(), rrow.tolist(), strict=True):

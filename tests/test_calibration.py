@@ -66,6 +66,21 @@ def test_platt_recovers_a_known_logistic_map() -> None:
     assert expected_calibration_error(Calibration.uncalibrated()(fresh), fresh_y) > 0.05
 
 
+def test_platt_with_the_gap_to_the_best_hit() -> None:
+    """Planted: relevance depends on the raw score and, more, on the distance below the best hit."""
+    rng = np.random.default_rng(3)
+    best = rng.normal(size=30_000) + 2
+    raw = best - rng.exponential(1.0, size=30_000)
+    y = (rng.random(30_000) < 1 / (1 + np.exp(-(0.5 * raw + 2.0 * (raw - best) - 0.5)))).astype(int)
+    cal = fit(raw, y, best=best)
+    assert cal.a == pytest.approx(0.5, abs=0.1) and cal.c == pytest.approx(2.0, rel=0.1)
+    assert expected_calibration_error(cal(raw, best), y) < 0.02
+    plain = fit(raw, y)
+    assert plain.c == 0.0 and expected_calibration_error(plain(raw, best), y) > expected_calibration_error(cal(raw, best), y)
+    # a hit at the top of its search: raw == best
+    assert cal(np.array([1.0]), np.array([1.0]))[0] == pytest.approx(1 / (1 + np.exp(-(cal.a + cal.b))))
+
+
 def test_isotonic_is_monotone_in_0_1_and_calibrated_in_sample() -> None:
     rng = np.random.default_rng(1)
     raw = rng.normal(size=5000)
@@ -104,8 +119,9 @@ def test_bad_fitting_data_is_refused(raw: list[float], labels: list[int], messag
     [
         ([1, 2], "must be an object"),
         ({"method": "magic"}, '"method" must be one of platt, isotonic'),
-        ({"method": "platt", "a": -1.0, "b": 0.0}, 'needs finite "a" > 0'),
-        ({"method": "platt", "a": 1.0}, 'needs finite "a" > 0 and "b"'),
+        ({"method": "platt", "a": -1.0, "b": 0.0}, 'needs finite "a", "c" >= 0'),
+        ({"method": "platt", "a": 1.0}, 'needs finite "a", "c" >= 0 \\(not both 0\\) and "b"'),
+        ({"method": "platt", "a": 0.0, "b": 1.0, "c": 0.0}, "not both 0"),
         ({"method": "isotonic", "x": [0.0, 0.0], "y": [0.1, 0.2]}, '"x" \\(increasing\\)'),
         ({"method": "isotonic", "x": [0.0, 1.0], "y": [0.5, 1.5]}, "in \\[0, 1\\]"),
     ],
@@ -137,15 +153,15 @@ def test_calibrate_model_on_a_planted_task(planted_model: Path, tmp_path: Path) 
 
     model_dir = tmp_path / "model"
     shutil.copytree(planted_model, model_dir)
-    before_raw, before_y = measure(Model.load(model_dir), _planted(150, seed=9), depth=5)
+    before_raw, _, before_y = measure(Model.load(model_dir), _planted(150, seed=9), depth=5)
     ece_before = expected_calibration_error(Calibration.uncalibrated()(before_raw), before_y)
     stored = calibrate_model(model_dir, _planted(300, seed=1), depth=5, source="planted")
     assert stored["method"] == "platt" and stored["pairs"] > 1000 and stored["ece"] < 0.05
     model = Model.load(model_dir)  # validated on load
     assert model.calibration.calibrated and model.calibration.a == pytest.approx(stored["a"])
     # held out: other questions of the task
-    raw, y = measure(model, _planted(150, seed=9), depth=5)
-    ece = expected_calibration_error(model.calibration(raw), y)
+    raw, best, y = measure(model, _planted(150, seed=9), depth=5)
+    ece = expected_calibration_error(model.calibration(raw, best), y)
     assert ece < 0.1 < ece_before
     # min_score filters on the calibrated score
     groups = _planted(20, seed=4)
@@ -155,7 +171,8 @@ def test_calibrate_model_on_a_planted_task(planted_model: Path, tmp_path: Path) 
         hits = ranker.search(g.question, k=10)
         kept = ranker.search(g.question, k=10, min_score=0.5)
         assert [h.id for h in kept] == [h.id for h in hits if h.score >= 0.5]
-        assert all(h.score == pytest.approx(float(model.calibration(h.raw_score))) for h in hits)
+        top = max(h.raw_score for h in hits)
+        assert all(h.score == pytest.approx(float(model.calibration(h.raw_score, top))) for h in hits)
 
 
 def test_cli_calibrate_writes_the_manifest_and_reports_ece(planted_model: Path, tmp_path: Path) -> None:
