@@ -1,13 +1,16 @@
 """A tiny support-desk app that embeds ``qaindex.Ranker``.
 
-It answers a customer's question from the FAQ, suggests related answers, and hands the
-question to a human when the best answer is not clearly better than the next one.
+It answers a customer's question from the FAQ, suggests related answers, says "I don't know"
+when even the best answer is unlikely to be relevant (its score, an estimated probability of
+relevance, is below ``--threshold``), and hands the question to a human when the best answer
+is not clearly better than the next one.
 
 Run it from the repository root::
 
     python examples/support_bot.py                   # interactive: type questions
     python examples/support_bot.py "can I get a refund?"
     python examples/support_bot.py --serve 8765      # JSON API on http://127.0.0.1:8765/ask?q=...
+    python examples/support_bot.py --threshold 0.7   # answer only when P(relevant) >= 0.7
 
 The index is built from ``examples/faq.jsonl`` on first use and saved to
 ``examples/.faq-index`` (pass ``--model DIR`` to use a model other than the built-in one).
@@ -32,13 +35,15 @@ INDEX = HERE / ".faq-index"
 
 @dataclass
 class Reply:
-    """What the bot says: an answer, related answer ids, or a hand-off to a human."""
+    """What the bot says: an answer, related answer ids, "I don't know", or a hand-off to a human."""
 
     question: str
     answer: str | None
     answer_id: str | int | None
     related: list[str | int]
     handoff: bool
+    unknown: bool = False  # no answer is likely enough to be relevant
+    score: float | None = None  # the best answer's estimated probability of relevance
 
     def to_json(self) -> dict[str, object]:
         return self.__dict__.copy()
@@ -53,11 +58,15 @@ class SupportBot:
         The FAQ index.
     margin : float
         Hand off to a human when the best score beats the runner-up by less than this.
+    threshold : float
+        Say "I don't know" when the best answer's score (the estimated probability that it is
+        relevant, in [0, 1]) is below this.
     """
 
-    def __init__(self, ranker: qaindex.Ranker, margin: float = 0.02) -> None:
+    def __init__(self, ranker: qaindex.Ranker, margin: float = 0.02, threshold: float = 0.5) -> None:
         self.ranker = ranker
         self.margin = margin
+        self.threshold = threshold
 
     @classmethod
     def open(cls, model: str | None = None) -> SupportBot:
@@ -71,6 +80,8 @@ class SupportBot:
     def ask(self, question: str) -> Reply:
         hits = self.ranker.search(question, k=4)
         best = hits[0]
+        if best.score < self.threshold:
+            return Reply(question, None, None, [h.id for h in hits], handoff=True, unknown=True, score=best.score)
         runner_up = hits[1].score if len(hits) > 1 else float("-inf")
         handoff = best.score - runner_up < self.margin
         return Reply(
@@ -79,11 +90,14 @@ class SupportBot:
             answer_id=None if handoff else best.id,
             related=[h.id for h in (hits if handoff else hits[1:])],
             handoff=handoff,
+            score=best.score,
         )
 
 
 def _print(reply: Reply) -> None:
-    if reply.handoff:
+    if reply.unknown:
+        print("I don't know; a colleague will follow up. Maybe related:", ", ".join(map(str, reply.related)))
+    elif reply.handoff:
         print("I'm not sure; a colleague will follow up. Maybe related:", ", ".join(map(str, reply.related)))
     else:
         print(reply.answer)
@@ -123,9 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("question", nargs="*", help="a question (interactive when omitted)")
     parser.add_argument("--model", help="model directory (default: the built-in model)")
     parser.add_argument("--serve", type=int, metavar="PORT", help="serve a JSON API on 127.0.0.1:PORT")
+    parser.add_argument(
+        "--threshold", type=float, default=0.5, help="say I don't know below this score (probability of relevance)"
+    )
     args = parser.parse_args(argv)
     try:
         bot = SupportBot.open(args.model)
+        bot.threshold = args.threshold
         if args.serve:
             serve(bot, args.serve)
         elif args.question:

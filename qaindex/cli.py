@@ -20,6 +20,7 @@ import click
 
 from . import __version__
 from .budget import questions_per_call
+from .cli_calibrate import calibrate_command, calibration_line, hybrid_line
 from .cli_eval import eval_command, inspect_command
 from .cli_export import export_model_command
 from .cli_maintenance import gc_command, orphans_line
@@ -173,6 +174,12 @@ def main(verbose: bool) -> None:
     "the first stage's candidates with it unless told otherwise.",
 )
 @click.option("--force", is_flag=True, help="Replace the index already at --index (without it, build refuses).")
+@click.option(
+    "--hybrid/--no-hybrid",
+    default=None,
+    help="Also build a BM25 index of the answers, so that searches fuse the dense and lexical rankings "
+    "(docs/hybrid.md); default: when PyStemmer is installed (pip install 'qaindex[hybrid]').",
+)
 def build(
     corpus: Path,
     model: str | None,
@@ -186,6 +193,7 @@ def build(
     ray_address: str | None,
     reranker: Path | None,
     force: bool,
+    hybrid: bool | None,
 ) -> None:
     """Encode the answers of CORPUS (JSONL) and save an index.
 
@@ -204,6 +212,7 @@ def build(
         "overfetch": overfetch,
         "recall": recall_target,
         "reranker": reranker,
+        "hybrid": hybrid,
     }
     if ray_address is not None:
         from .distributed import build_on_ray
@@ -219,6 +228,8 @@ def build(
         f"{info['index']['kind']} index, model {info['model']['name']}, "
         f"{_devices_line(info)}, {seconds:.2f} s"
     )
+    if info["hybrid"] is not None:
+        click.echo(f"hybrid:     {hybrid_line(info['hybrid'])}")
     if info["near_centre"] is not None:
         click.echo(_near_centre_line(info["near_centre"]))
     if "tuning" in info["index"]:
@@ -245,6 +256,18 @@ def build(
     help="First-stage candidates to rerank (default 50, at least -k).",
 )
 @click.option("--no-rerank", is_flag=True, help="Ignore the index's stored reranker: first stage only.")
+@click.option(
+    "--hybrid/--no-hybrid",
+    default=None,
+    help="Fuse dense and BM25 rankings (the index must be built with --hybrid), or search dense only "
+    "(default: hybrid when the index has a lexical index).",
+)
+@click.option(
+    "--min-score",
+    type=click.FloatRange(min=0.0, max=1.0),
+    default=None,
+    help="Drop answers whose score (estimated probability of relevance, docs/scores.md) is below this.",
+)
 def search(
     question: str,
     index: Path,
@@ -254,6 +277,8 @@ def search(
     rerank: Path | None,
     rerank_depth: int | None,
     no_rerank: bool,
+    hybrid: bool | None,
+    min_score: float | None,
 ) -> None:
     """Show the best answers for QUESTION ('-' reads one question per line from stdin)."""
     if question == "-":
@@ -278,7 +303,8 @@ def search(
     started = time.perf_counter()
     for start in range(0, len(questions), step):
         part = questions[start : start + step]
-        _print_hits(part, ranker.search_batch(part, k, rerank=stage, depth=rerank_depth), as_json, len(questions))
+        results = ranker.search_batch(part, k, rerank=stage, depth=rerank_depth, hybrid=hybrid, min_score=min_score)
+        _print_hits(part, results, as_json, len(questions))
     _log.info("searched %d question(s), k=%d, in %.2f ms", len(questions), k, (time.perf_counter() - started) * 1000)
 
 
@@ -389,6 +415,8 @@ def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bo
         lines.append(f"tuning:     {_tuning_line(data['index']['tuning'])}")
     if data["orphans"]["snapshots"]:
         lines.append(f"orphans:    {orphans_line(data['orphans'])}")
+    lines.append(f"hybrid:     {hybrid_line(data['hybrid'])}")
+    lines.append(f"scores:     {calibration_line(data['calibration'])}")
     if verify:
         lines.append("verified:   every file matches its checksum")
     if recall:
@@ -428,6 +456,7 @@ main.add_command(gc_command)
 main.add_command(inspect_command)
 main.add_command(train)
 main.add_command(export_model_command)
+main.add_command(calibrate_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

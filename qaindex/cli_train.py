@@ -140,6 +140,28 @@ def _adaptation_summary(result: Any) -> dict[str, Any] | None:
     }
 
 
+def _calibrate(
+    path: Path, train_file: Path, dev_file: Path | None, answers: list[str] | None, config: Any, device: str
+) -> dict[str, Any]:
+    """Calibrate the exported model's scores on held-out data (:mod:`qaindex.calibration`);
+    a model that cannot be calibrated (e.g. no irrelevant hit) stays uncalibrated, said in the summary."""
+    from qaindex_export.calibrate import calibrate_trained
+
+    teacher = None
+    if answers is not None:
+        from qaindex_export.distill import minilm_sentence_teacher
+
+        teacher = minilm_sentence_teacher(device="cuda" if device == "cuda" else None)
+    try:
+        stored = calibrate_trained(
+            path, train_data=train_file, dev_data=dev_file, answers=answers, teacher=teacher,
+            seed=config.seed, dev_fraction=config.dev_fraction,
+        )  # fmt: skip
+    except QAIndexError as exc:
+        return {"calibrated": False, "why": str(exc)}
+    return {"calibrated": True, **{k: stored[k] for k in ("method", "data", "pairs", "ece")}}
+
+
 def _option_for(setting: Field[Any]) -> Callable[[F], F]:
     """The click option of one :class:`TrainConfig` field: ``--batch-size`` for ``batch_size``.
 
@@ -279,7 +301,10 @@ def train(
             except TypeError as exc:  # a wrongly typed value from a config file
                 raise QAIndexError(f"{config_file}: invalid settings ({exc})") from None
             path = export_model(result, out, name=name, table_dtype=table_dtype, dev_data=None)
-            _echo_summary(path, result, mode)
+            config = TrainConfig(**{**ADAPT_DEFAULTS, **values}).validate()
+            answers = _answers_without_questions(train_file) if teacher is not None else None
+            calibration = _calibrate(path, train_file, dev_file, answers, config, config.device)
+            _echo_summary(path, result, mode, calibration)
             return
         if "embeddings" not in values:
             values["embeddings"] = "distilled" if teacher is not None else "minilm"
@@ -306,14 +331,15 @@ def train(
             save_checkpoint(result, checkpoint)
         dev_data = dev_file if dev_file is not None else result.dev_groups  # the held-out split, if any
         path = export_model(result, out, name=name, table_dtype=table_dtype, dev_data=dev_data)
+        calibration = _calibrate(path, train_file, dev_file, answers, config, device)
     except QAIndexError as exc:
         raise click.ClickException(str(exc)) from None
     except ValueError as exc:  # invalid settings
         raise click.ClickException(str(exc)) from None
-    _echo_summary(path, result, mode)
+    _echo_summary(path, result, mode, calibration)
 
 
-def _echo_summary(path: Any, result: Any, mode: str) -> None:
+def _echo_summary(path: Any, result: Any, mode: str, calibration: dict[str, Any]) -> None:
     manifest = json.loads((Path(path) / "manifest.json").read_text(encoding="utf-8"))
     size = sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
     summary = {
@@ -327,6 +353,7 @@ def _echo_summary(path: Any, result: Any, mode: str) -> None:
         "bytes": size,
         "seconds": round(result.seconds, 2),
         "mode": mode,
+        "calibration": calibration,
     }
     adaptation = _adaptation_summary(result)
     if adaptation is not None:  # held-out metrics of the kept epoch: MRR@10, not MAP

@@ -218,6 +218,7 @@ def build_on_ray(
     workers: int | None = None,
     recall: float | None = None,
     reranker: str | os.PathLike[str] | Reranker | None = None,
+    hybrid: bool | None = None,
 ) -> Ranker:
     """Build an index of a corpus file with Ray Data encoding shards in parallel workers.
 
@@ -228,8 +229,9 @@ def build_on_ray(
     address : str, keyword-only
         ``local``, ``auto`` or a Ray address such as ``ray://head:10001`` (see the module
         docstring); ignored when Ray is already initialised.
-    model, device, index_kind, hnsw, overfetch, batch_size, recall, reranker
-        As for :meth:`qaindex.Ranker.build`.
+    model, device, index_kind, hnsw, overfetch, batch_size, recall, reranker, hybrid
+        As for :meth:`qaindex.Ranker.build`; the BM25 index of ``hybrid`` is built on the
+        driver from the records it validated (tokenizing is cheap next to encoding).
     chunk_size : int, keyword-only
         Answers per ``map_batches`` call (and per chunk of the driver's validation).
     workers : int, optional
@@ -248,8 +250,10 @@ def build_on_ray(
         ranker = build_on_ray("/shared/faq.jsonl", address="ray://head:10001")
         ranker.save("qaindex-index")
     """
+    from .lexical import build_hybrid
     from .ranker import Ranker
 
+    hybrid = build_hybrid(hybrid)
     ray = import_ray()
     source = os.fspath(corpus)
     loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=None)
@@ -273,7 +277,8 @@ def build_on_ray(
         tune_for_corpus(coarse, loaded, store, vectors, target=check_target(recall), overfetch=overfetch)
     if reranker is not None and not isinstance(reranker, Reranker):
         reranker = Reranker.load(reranker, device=device)
-    return Ranker(loaded, store, vectors, coarse, overfetch=overfetch, kind_requested=index_kind, reranker=reranker)
+    ranker = Ranker(loaded, store, vectors, coarse, overfetch=overfetch, kind_requested=index_kind, reranker=reranker)
+    return ranker.enable_hybrid() if hybrid else ranker
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ Index directory layout::
         records.offsets.npy    int64 byte offsets of each line (n + 1), for random access
         vectors.npy            float32 (n, dim) answer vectors, for the exact rerank
         coarse.faiss           the FAISS index (faiss.write_index)
+        lexical/               the BM25 index of hybrid search, when built (qaindex.lexical)
         model/                 a copy of the model directory, so the index is self-contained
         .qaindex-snapshot      marker: this directory was written by qaindex (qaindex.ownership)
 
@@ -37,6 +38,8 @@ import numpy as np
 from .diskspace import writing
 from .errors import IndexFormatError
 from .index_checks import check_offsets, check_vectors
+from .lexical import DIRECTORY as LEXICAL_DIRECTORY
+from .lexical import LexicalIndex
 from .model import GEOMETRIES, Model
 from .model_format import copy_model_files
 from .ownership import INDEX_FORMAT, MARKER_NAME, SNAPSHOT_NAME, remove_snapshot_dir, write_marker
@@ -228,11 +231,13 @@ def write_snapshot(
     *,
     model_source: Path | None = None,
     reranker: tuple[Path, dict[str, Any]] | None = None,
+    lexical: LexicalIndex | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Write a complete new snapshot directory under ``root`` (not yet committed).
 
     The model's files are copied from ``model_source`` (default: the model's directory);
-    a ``reranker`` (its directory and manifest) is copied into ``reranker/``.
+    a ``reranker`` (its directory and manifest) is copied into ``reranker/``; a ``lexical``
+    index (:mod:`qaindex.lexical`) is written into ``lexical/``.
 
     Returns
     -------
@@ -276,6 +281,8 @@ def write_snapshot(
         if reranker is not None:
             with step("reranker"):
                 copy_model_files(reranker[0], reranker[1], snap / "reranker")
+        if lexical is not None:
+            lexical.save(snap / LEXICAL_DIRECTORY)
         files = {
             p.relative_to(snap).as_posix(): file_entry(p)
             for p in sorted(snap.rglob("*"))

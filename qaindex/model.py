@@ -47,6 +47,7 @@ from .arguments import (
     text_list,
     threads_arg,
 )
+from .calibration import Calibration
 from .devices import SessionPair, check_device, open_sessions
 from .errors import ModelFormatError, QueryError
 from .model_format import (
@@ -144,6 +145,8 @@ class Model:
         self.max_tokens: dict[str, int] = dict(manifest["max_tokens"])
         # bilinear models (RDE family): score σ(q·c + b), ranked by the inner product q·c
         self.bias: float = float(manifest["geometry"].get("bias", 0.0))
+        # raw score -> P(relevant) (qaindex.calibration); sigmoid(raw) for models without one
+        self.calibration = Calibration.from_manifest(manifest.get("calibration"), directory / "manifest.json")
         # roles whose encoder reads (batch, chunks, tokens): hierarchical encoders (HRDE)
         self.chunking: dict[str, chunking_format.Chunking] = {
             role: chunking_format.from_manifest(spec, tokenizer) for role, spec in manifest.get("chunking", {}).items()

@@ -169,6 +169,10 @@ def read_model_manifest(
             raise ModelFormatError(
                 f'{mpath}: field "{key}" must be an object, got {manifest[key]!r}; re-export the model'
             )
+    if "calibration" in manifest:
+        from .calibration import Calibration
+
+        Calibration.from_manifest(manifest["calibration"], mpath)
     if verify:
         verify_files(directory, files, error=ModelFormatError, what="model directory")
     return manifest

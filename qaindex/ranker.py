@@ -11,6 +11,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -43,6 +44,7 @@ from .corpus import Record, read_corpus, records_from_dicts
 from .devices import check_device, devices_info
 from .diskspace import writing
 from .errors import IndexChangedError, IndexFormatError, ModelFormatError, QAIndexError, QueryError
+from .fusion import Fusion, fusion_from, hybrid_arrays
 from .index_checks import check_geometry, check_records, check_vectors, stored_vectors_error
 from .index_format import (
     INDEX_FORMAT,
@@ -54,6 +56,9 @@ from .index_format import (
     read_index_manifest,
     write_snapshot,
 )
+from .lexical import DIRECTORY as LEXICAL_DIRECTORY
+from .lexical import LexicalIndex, build_hybrid
+from .lexical import check_entry as check_lexical_entry
 from .locking import DEFAULT_LOCK_TIMEOUT, check_timeout, index_lock
 from .model import Model
 from .ownership import (
@@ -116,7 +121,9 @@ class Hit:
     answer : str
         The answer text.
     score : float
-        The model's score, higher is better.
+        The estimated probability, in [0, 1], that the answer is relevant: the model's
+        calibration (:mod:`qaindex.calibration`) of ``raw_score``; ``sigmoid(raw_score)`` for a
+        model without one (``info`` says ``uncalibrated``). ``min_score`` filters on it.
     distance : float
         Poincaré distance between question and answer (1 - cosine for cosine models).
     metadata : dict
@@ -124,6 +131,9 @@ class Hit:
     row : int
         The answer's row in the index (as in :meth:`Ranker.search_vectors`), valid until the
         next ``add`` or ``remove``; -1 for a Hit made by hand. Not part of equality or JSON.
+    raw_score : float
+        The model's own score, higher is better, unbounded (the reranker's with a reranker);
+        NaN for a Hit made by hand without one.
     """
 
     id: str | int
@@ -132,13 +142,15 @@ class Hit:
     distance: float
     metadata: dict[str, Any] = field(default_factory=dict)
     row: int = field(default=-1, compare=False)
+    raw_score: float = math.nan
 
     def to_json(self) -> dict[str, Any]:
-        """``{"id", "answer", "score", "distance", "metadata"}``."""
+        """``{"id", "answer", "score", "raw_score", "distance", "metadata"}`` (NaN raw_score: null)."""
         return {
             "id": self.id,
             "answer": self.answer,
             "score": self.score,
+            "raw_score": None if math.isnan(self.raw_score) else self.raw_score,
             "distance": self.distance,
             "metadata": self.metadata,
         }
@@ -219,8 +231,11 @@ class Ranker:
         created: str | None = None,
         snapshot: str | None = None,
         reranker: Reranker | None = None,
+        lexical: LexicalIndex | None = None,
     ) -> None:
         self.model = model
+        # the BM25 index of hybrid search (qaindex.lexical), saved with the index; None: dense only
+        self._lexical = lexical
         # the reranking stage searches use by default (saved with the index); None: first stage only
         self.reranker = reranker
         self._reranker_source: tuple[Reranker, Path] | None = None  # its copy in the last saved snapshot
@@ -262,6 +277,7 @@ class Ranker:
         progress: bool = False,
         recall: float | None = None,
         reranker: str | os.PathLike[str] | Reranker | None = None,
+        hybrid: bool | None = None,
     ) -> Ranker:
         """Encode a corpus and index it.
 
@@ -295,6 +311,11 @@ class Ranker:
         reranker : path, Reranker or None, keyword-only
             A reranker model directory (:mod:`qaindex.reranker`, e.g. AP-CNN) stored with the
             index: searches then rerank the first stage's candidates with it by default.
+        hybrid : bool or None, keyword-only
+            Also build a BM25 index of the answers (:meth:`enable_hybrid`), saved with the
+            index: searches then fuse both rankings by default (:mod:`qaindex.fusion`). None
+            (default): when PyStemmer is installed (the ``cpu``/``gpu``/``hybrid`` extras);
+            True: required (an error names the extra); False: dense only.
 
         Returns
         -------
@@ -303,6 +324,7 @@ class Ranker:
         overfetch = positive_int(overfetch, "overfetch", maximum=_MAX_SETTING)
         batch_size = positive_int(batch_size, "batch_size")
         _check_flag(progress, "progress")
+        hybrid = build_hybrid(hybrid)  # a missing extra fails before any encoding
         _check_choice(device, "device", ("auto", "cpu", "cuda"))
         _check_choice(index_kind, "index_kind", INDEX_KINDS)
         hnsw = _check_hnsw(hnsw)
@@ -329,9 +351,10 @@ class Ranker:
             _log.info("encoded %d answers with %s in %.2f s", len(store), loaded.name, time.perf_counter() - started)
             if recall is not None and coarse.kind != "flat":  # flat is exact: nothing to tune
                 tune_for_corpus(coarse, loaded, store, matrix, target=recall, overfetch=overfetch)
-            return cls(
+            built = cls(
                 loaded, store, matrix, coarse, overfetch=overfetch, kind_requested=index_kind, reranker=reranker
             )
+            return built.enable_hybrid() if hybrid else built
         records = records_from_dicts(corpus)  # type: ignore[arg-type]
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qaindex-records") as pool:
@@ -347,7 +370,7 @@ class Ranker:
         coarse.add(vectors)
         if recall is not None and kind != "flat":  # flat is exact: nothing to tune
             tune_for_corpus(coarse, loaded, records, vectors, target=recall, overfetch=overfetch)
-        return cls(
+        built = cls(
             loaded,
             store,
             vectors,
@@ -356,6 +379,7 @@ class Ranker:
             kind_requested=index_kind,
             reranker=reranker,
         )
+        return built.enable_hybrid() if hybrid else built
 
     @classmethod
     def load(
@@ -453,6 +477,7 @@ class Ranker:
             created=manifest.get("created"),
             snapshot=manifest["snapshot"],
             reranker=stored_reranker(snap, manifest, device=device, threads=threads),
+            lexical=_stored_lexical(snap, manifest, mpath),
         )
         ranker._served = (manifest["snapshot"], manifest["files"])
         return ranker
@@ -598,6 +623,45 @@ class Ranker:
             if BREADTH_PARAM.get(self._coarse.kind) == name:
                 self._coarse.set_breadth(value)
 
+    @_writing
+    def enable_hybrid(self) -> Ranker:
+        """Build the BM25 index of hybrid search from the stored answers (replacing any).
+
+        Saved with the index; searches then fuse dense and BM25 rankings unless told
+        ``hybrid=False``. Needs PyStemmer (``pip install 'qaindex[hybrid]'``).
+
+        Returns
+        -------
+        Ranker
+            This ranker.
+
+        Example
+        -------
+        >>> ranker.enable_hybrid().info()["hybrid"]["kind"]
+        'bm25'
+        """
+        self._lexical = LexicalIndex.from_texts([self._records.get(row).answer for row in range(len(self))])
+        return self
+
+    @property
+    def has_hybrid(self) -> bool:
+        """Whether the index has a lexical (BM25) index for hybrid search."""
+        return self._lexical is not None
+
+    def _hybrid_setting(self, hybrid: Any, fusion: Any) -> Fusion | None:
+        """The fusion a search uses, or None for a dense search."""
+        if hybrid is not None:
+            _check_flag(hybrid, "hybrid")
+        chosen = fusion_from(fusion)
+        if hybrid is False or (hybrid is None and self._lexical is None):
+            return None
+        if self._lexical is None:
+            raise QueryError(
+                "this index has no lexical index, so it cannot search with hybrid=True; build it with "
+                "`qaindex build CORPUS --hybrid` (Python: Ranker.build(..., hybrid=True) or ranker.enable_hybrid())"
+            )
+        return chosen
+
     def records(self) -> Iterator[Record]:
         """Every stored record, in row order.
 
@@ -618,6 +682,8 @@ class Ranker:
         min_score: float | None = None,
         rerank: Reranker | str | os.PathLike[str] | bool | None = None,
         depth: int | None = None,
+        hybrid: bool | None = None,
+        fusion: Fusion | Mapping[str, Any] | None = None,
     ) -> list[Hit]:
         """The ``k`` best answers for one question, best first.
 
@@ -637,7 +703,8 @@ class Ranker:
             few answers match, they are scored exactly (pre-filter), else the index is
             searched wider and the matching hits kept (:mod:`qaindex.filters`).
         min_score : float, keyword-only, optional
-            Drop hits whose score is below this (scores are the model's, higher is better).
+            Drop hits whose ``score`` (the calibrated probability of relevance, in [0, 1]) is
+            below this, e.g. 0.5.
         rerank : Reranker, path, False or None, keyword-only
             Reranking stage: the first stage's best ``depth`` answers (those that pass
             ``where``) are reordered by this reranker (:mod:`qaindex.reranker`), which then
@@ -646,6 +713,13 @@ class Ranker:
             False searches without one.
         depth : int, keyword-only, optional
             First-stage candidates to rerank (default 50, at least ``k``).
+        hybrid : bool or None, keyword-only
+            Fuse the dense ranking with the index's BM25 ranking (:mod:`qaindex.fusion`): the
+            candidates are the dense stage's ``k × overfetch`` best and BM25's ``k × overfetch``
+            best. None (default): hybrid when the index has a lexical index (built with
+            ``hybrid=True`` or :meth:`enable_hybrid`); True requires one; False: dense only.
+        fusion : Fusion or mapping, keyword-only, optional
+            The fusion rule (default :data:`qaindex.fusion.DEFAULT_FUSION`).
 
         Returns
         -------
@@ -660,7 +734,9 @@ class Ranker:
         """
         if not isinstance(question, str):
             raise QueryError(f"the question must be text, got {type(question).__name__}")
-        return self.search_batch([question], k, where=where, min_score=min_score, rerank=rerank, depth=depth)[0]
+        return self.search_batch(
+            [question], k, where=where, min_score=min_score, rerank=rerank, depth=depth, hybrid=hybrid, fusion=fusion
+        )[0]
 
     @_reading
     def search_batch(
@@ -672,6 +748,8 @@ class Ranker:
         min_score: float | None = None,
         rerank: Reranker | str | os.PathLike[str] | bool | None = None,
         depth: int | None = None,
+        hybrid: bool | None = None,
+        fusion: Fusion | Mapping[str, Any] | None = None,
     ) -> list[list[Hit]]:
         """:meth:`search` for many questions at once (one list of hits per question).
 
@@ -681,7 +759,7 @@ class Ranker:
             Non-empty texts (a single string is refused: use :meth:`search`).
         k : int
             Hits per question; each list has ``min(k, len(self))`` hits or fewer.
-        where, min_score, rerank, depth : keyword-only, optional
+        where, min_score, rerank, depth, hybrid, fusion : keyword-only, optional
             As for :meth:`search`.
 
         Returns
@@ -699,6 +777,7 @@ class Ranker:
         if min_score is not None:
             min_score = finite_number(min_score, "min_score", optional=True)
         stage = rerank_stage(self.reranker, rerank, depth, k, min_score)
+        fused = self._hybrid_setting(hybrid, fusion)
         if stage is not None:  # the first stage finds `depth` candidates; the reranker orders and cuts them
             k, min_score = stage.depth, None
         if not qs:
@@ -712,15 +791,41 @@ class Ranker:
             "ask fewer questions per call or a smaller k (or rerank depth)",
         )
         qv = self.model.encode(qs, role="question")
+
+        def first_stage(pick: list[int], width: int) -> list[list[Hit]]:
+            if fused is None:
+                return self.hits(*self.search_vectors(qv[pick], width))
+            m = min(len(self), width * self.overfetch)
+            rows = self._candidates(qv[pick], m)
+            picked = [qs[i] for i in pick]
+            arrays = hybrid_arrays(self.model, self._vectors, self._lexical, picked, qv[pick], rows, width, fused)
+            return self.hits(*arrays)
+
         if flt is None:
-            first = [_cut(row, k, min_score) for row in self.hits(*self.search_vectors(qv, k))]
+            first = [_cut(row, k, min_score) for row in first_stage(list(range(len(qs))), k)]
             return stage.apply(qs, first) if stage is not None else first
-        # pre-filter (exact scoring of the matching answers) or post-filter: qaindex.filters
-        found = filters.plan(
-            self._records, self._vectors, qv, k, flt, search=self.search_vectors, candidates=self._candidates,
-            scorer=self.model.score_checked, overfetch=self.overfetch,
-        )  # fmt: skip
-        out = [_cut(self.hits(s[None], d[None], r[None])[0], k, min_score) for s, d, r in found]
+        out: list[list[Hit]]
+        if fused is None:
+            # pre-filter (exact scoring of the matching answers) or post-filter: qaindex.filters
+            found = filters.plan(
+                self._records, self._vectors, qv, k, flt, search=self.search_vectors, candidates=self._candidates,
+                scorer=self.model.score_checked, overfetch=self.overfetch,
+            )  # fmt: skip
+            out = [_cut(self.hits(s[None], d[None], r[None])[0], k, min_score) for s, d, r in found]
+        else:  # a fused search widens its first stage until each question has k matching hits
+            out = [[] for _ in qs]
+            pending = list(range(len(qs)))
+            width = min(len(self), 4 * k)
+            while pending:
+                rows_hits = first_stage(pending, width)
+                still = []
+                for i, hits in zip(pending, rows_hits, strict=True):
+                    kept = _cut([h for h in hits if flt.matches(self._records.get(h.row))], k, min_score)
+                    out[i] = kept
+                    if len(kept) < k and width < len(self):  # fused scores need not fall with rank: go on
+                        still.append(i)
+                pending = still
+                width = min(len(self), width * 4)
         return stage.apply(qs, out) if stage is not None else out
 
     def _hit_bytes(self) -> int:
@@ -765,13 +870,16 @@ class Ranker:
             "pass fewer rows per call",
         )
         out: list[list[Hit]] = []
-        for srow, drow, rrow in zip(s, d, r, strict=True):
+        # raw score (and its distance below the best of its row) -> P(relevant), qaindex.calibration
+        best = np.where(r >= 0, s, -np.inf).max(axis=1, keepdims=True) if s.size else s
+        probs = self.model.calibration(s, best)
+        for srow, prow, drow, rrow in zip(s, probs, d, r, strict=True):
             found = []
-            for score, dist, row in zip(srow.tolist(), drow.tolist(), rrow.tolist(), strict=True):
+            for score, prob, dist, row in zip(srow.tolist(), prow.tolist(), drow.tolist(), rrow.tolist(), strict=True):
                 if row < 0:
                     continue
                 rec = self._records.get(row)
-                found.append(Hit(rec.id, rec.answer, score + 0.0, dist + 0.0, dict(rec.metadata), row))
+                found.append(Hit(rec.id, rec.answer, prob, dist + 0.0, dict(rec.metadata), row, score + 0.0))
             out.append(found)
         return out
 
@@ -1037,8 +1145,11 @@ class Ranker:
         else:
             new = records_from_dicts(records, existing_ids=existing)  # type: ignore[arg-type]
         vectors = _encode_answers(self.model, [r.answer for r in new], batch_size, False)
+        lexical = None if self._lexical is None else self._lexical.appended([r.answer for r in new])
         self._records = self._records.append(new)
         self._vectors = np.concatenate([np.asarray(self._vectors), vectors])
+        if lexical is not None:
+            self._lexical = lexical
         if not self._coarse_stale:
             self._coarse.add(vectors)
         _log.info("added %d answers; %d in all", len(new), len(self))
@@ -1076,6 +1187,8 @@ class Ranker:
         keep = np.array([r for r in range(len(self)) if r not in drop], dtype=np.int64)
         self._records = self._records.keep(keep)
         self._vectors = np.ascontiguousarray(np.asarray(self._vectors)[keep])
+        if self._lexical is not None:
+            self._lexical = self._lexical.kept(keep)
         self._coarse_stale = True
         _log.info("removed %d answers; %d left", len(drop), len(self))
         return len(drop)
@@ -1219,7 +1332,7 @@ class Ranker:
             rr_source = (saved[1] if saved is not None and fresh else rr.directory, rr.manifest)
         snap_name, files = write_snapshot(
             root, self._records, self._vectors, self._coarse, self.model, model_source=self._model_source,
-            reranker=rr_source,
+            reranker=rr_source, lexical=self._lexical,
         )  # fmt: skip
         from . import __version__
 
@@ -1249,6 +1362,8 @@ class Ranker:
         }
         if rr is not None:
             manifest["reranker"] = index_entry(rr, files)
+        if self._lexical is not None:
+            manifest["lexical"] = {"kind": "bm25", "directory": LEXICAL_DIRECTORY}
         manifest["checksum"] = manifest_checksum(manifest)
         try:
             check_model_copy(root / snap_name / "model" / "manifest.json", files, self.model.manifest)
@@ -1324,6 +1439,8 @@ class Ranker:
             },
             "devices": devices_info(self.model, self._coarse.device, self._coarse.kind),
             "reranker": None if self.reranker is None else {"name": self.reranker.name, **self.reranker.providers},
+            "hybrid": None if self._lexical is None else self._lexical.describe(),
+            "calibration": self.model.calibration.describe(),
             "created": self.created,
             "near_centre": _near_centre(self.model, self._vectors),
         }
@@ -1334,6 +1451,15 @@ def _cut(hits: list[Hit], k: int, min_score: float | None) -> list[Hit]:
     if min_score is not None:
         hits = [h for h in hits if h.score >= min_score]
     return hits[:k]
+
+
+def _stored_lexical(snap: Path, manifest: Mapping[str, Any], mpath: Path) -> LexicalIndex | None:
+    """The lexical index a snapshot stores (``manifest["lexical"]``), or None."""
+    entry = manifest.get("lexical")
+    if entry is None:
+        return None
+    check_lexical_entry(entry, manifest["files"], mpath)
+    return LexicalIndex.load(snap / LEXICAL_DIRECTORY, manifest["count"])
 
 
 def _near_centre(model: Model, vectors: np.ndarray) -> dict[str, Any] | None:

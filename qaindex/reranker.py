@@ -22,7 +22,9 @@ In a search (:meth:`qaindex.Ranker.search` with ``rerank=``, ``qaindex search --
 or a reranker stored in the index by ``qaindex build --reranker DIR``), the first stage finds
 its best ``depth`` answers and the reranker reorders exactly those: the ids are the first
 stage's, the order and the reported ``score`` are the reranker's (``distance`` stays the first
-stage's). Ties keep the first stage's order.
+stage's): ``raw_score`` is the reranker's score and ``score`` its calibrated probability of
+relevance (``sigmoid(raw_score)`` for a reranker directory without a calibration). Ties keep
+the first stage's order.
 
 Example
 -------
@@ -52,6 +54,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .arguments import flag, path_arg, positive_int, text_list, threads_arg
+from .calibration import Calibration
 from .devices import SessionPair, check_device, open_sessions
 from .errors import IndexFormatError, ModelFormatError, QueryError
 from .model_format import (
@@ -161,6 +164,8 @@ class Reranker:
         self.name: str = manifest["name"]
         self.dimension: int = manifest["dimension"]
         self.max_tokens: dict[str, int] = dict(manifest["max_tokens"])
+        # its scores -> P(relevant) (qaindex.calibration); sigmoid for rerankers without one
+        self.calibration = Calibration.from_manifest(manifest.get("calibration"), directory / "manifest.json")
 
     @classmethod
     def load(
@@ -275,7 +280,8 @@ class RerankStage:
         for question, hits in zip(questions, first, strict=True):
             scores = self.reranker.score(question, [h.answer for h in hits])  # type: ignore[attr-defined]
             order = np.argsort(-scores.astype(np.float64), kind="stable")  # ties: first-stage order
-            ranked = [dataclasses.replace(hits[i], score=float(scores[i])) for i in order]
+            probs = self.reranker.calibration(scores, scores.max()) if len(scores) else scores
+            ranked = [dataclasses.replace(hits[i], score=float(probs[i]), raw_score=float(scores[i])) for i in order]
             if self.min_score is not None:
                 ranked = [h for h in ranked if h.score >= self.min_score]
             out.append(ranked[: self.k])

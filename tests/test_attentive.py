@@ -285,7 +285,9 @@ def test_reranking_changes_only_the_order(exported: Path, first_stage: Path, dat
         assert sorted(str(h.id) for h in reranked) == sorted(str(h.id) for h in first)  # same candidates
         want = reranker.score(group.question, [h.answer for h in first])
         by_id = {str(h.id): float(s) for h, s in zip(first, want, strict=True)}
-        assert [h.score for h in reranked] == [by_id[str(h.id)] for h in reranked]  # the reranker's scores
+        assert [h.raw_score for h in reranked] == [by_id[str(h.id)] for h in reranked]  # the reranker's scores
+        # its probabilities (a reranker exported without a calibration: sigmoid of its score)
+        assert [h.score for h in reranked] == pytest.approx([1 / (1 + np.exp(-h.raw_score)) for h in reranked])
         assert all(a.score >= b.score for a, b in itertools.pairwise(reranked))  # ordered by them
         first_distance = {str(h.id): h.distance for h in first}
         assert all(h.distance == first_distance[str(h.id)] for h in reranked)

@@ -37,7 +37,7 @@ GOLDEN_HITS = {
 
 @pytest.fixture(scope="module")
 def faq_ranker() -> Ranker:
-    return Ranker.build(ROOT / "examples" / "faq.jsonl")
+    return Ranker.build(ROOT / "examples" / "faq.jsonl", hybrid=False)  # the model's own ranking
 
 
 def test_default_model_is_small_permissive_and_documented() -> None:
@@ -69,6 +69,13 @@ def test_golden_vectors() -> None:
 def test_golden_top_hits(faq_ranker: Ranker) -> None:
     got = {q: [h.id for h in faq_ranker.search(q, k=3)] for q in GOLDEN_HITS}
     assert got == GOLDEN_HITS
+
+
+def test_default_model_is_calibrated_on_permissive_data_only() -> None:
+    calibration = Model.load().manifest["calibration"]
+    assert calibration["method"] == "platt" and calibration["labels"].startswith("teacher: all-MiniLM-L6-v2")
+    assert calibration["data"] == "faq.jsonl"  # the answers of examples/faq.jsonl, written for this project
+    assert Model.load().calibration.calibrated
 
 
 def test_quickstart_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

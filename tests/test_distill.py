@@ -244,6 +244,9 @@ def test_cli_train_with_teacher_on_answers_only(tmp_path: Path) -> None:
     config = manifest["training"]["config"]  # the default model's recipe, --epochs given wins
     assert (config["lr"], config["optimizer"], config["batch_size"], config["epochs"]) == (0.02, "adam", 64, 2)
     assert Model.load(out).encode(["reset my password"], role="question").shape == (1, 16)
+    # calibrated on the teacher's judgements of held-out pseudo-questions
+    calibration = json.loads((out / "manifest.json").read_text())["calibration"]
+    assert summary["calibration"]["calibrated"] and calibration["labels"].startswith("teacher: all-MiniLM-L6-v2")
     # without --teacher the same corpus cannot train: it has no question
     res = runner.invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m2"), "--quiet"])
     assert res.exit_code == 1 and "no questions found" in res.output

@@ -52,10 +52,22 @@ def faq_word_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_support_bot_answers_and_hands_off(faq_word_model: Path) -> None:
     bot_module = load_bot_module()
     ranker = Ranker.build(FAQ, model=faq_word_model)
-    bot = bot_module.SupportBot(ranker, margin=0.0)
+    bot = bot_module.SupportBot(ranker, margin=0.0, threshold=0.0)
     reply = bot.ask("How do I create a Lumen Notes account?")
     assert not reply.handoff and reply.answer is not None and len(reply.related) == 3
     assert reply.answer_id == ranker.search("How do I create a Lumen Notes account?", k=1)[0].id
-    cautious = bot_module.SupportBot(ranker, margin=1e9)
+    cautious = bot_module.SupportBot(ranker, margin=1e9, threshold=0.0)
     reply = cautious.ask("anything at all")
-    assert reply.handoff and reply.answer is None and len(reply.related) == 4
+    assert reply.handoff and reply.answer is None and len(reply.related) == 4 and not reply.unknown
+
+
+def test_support_bot_says_it_does_not_know_below_the_threshold(faq_word_model: Path) -> None:
+    bot_module = load_bot_module()
+    ranker = Ranker.build(FAQ, model=faq_word_model)
+    question = "How do I create a Lumen Notes account?"
+    best = ranker.search(question, k=1)[0].score
+    assert 0.0 < best < 1.0
+    sure = bot_module.SupportBot(ranker, margin=0.0, threshold=best).ask(question)
+    assert not sure.unknown and sure.answer is not None and sure.score == best
+    unsure = bot_module.SupportBot(ranker, margin=0.0, threshold=min(1.0, best + 1e-6)).ask(question)
+    assert unsure.unknown and unsure.handoff and unsure.answer is None and unsure.score == best

@@ -129,7 +129,7 @@ def test_ranker_search_matches_torch(exported: Path, trained, data: dict) -> Non
     groups = data["dev_groups"]
     answers = {c.aid: c.answer for g in groups for c in g.candidates}
     records = [{"id": aid, "answer": text} for aid, text in answers.items()]
-    ranker = Ranker.build(records, model=exported, device="cpu")
+    ranker = Ranker.build(records, model=exported, device="cpu", hybrid=False)  # the model's own ranking
     model = trained.model.cpu().eval()
     tok = trained.tokenizer
     a_ids, a_mask = tok.encode_batch(list(answers.values()), 128)
@@ -146,7 +146,7 @@ def test_ranker_search_matches_torch(exported: Path, trained, data: dict) -> Non
         order = np.argsort(-s, kind="stable")
         assert hits[0].id == keys[order[0]] or s[order[0]] - s[order[1]] < 1e-4
         for h in hits:
-            assert h.score == pytest.approx(s[keys.index(h.id)], abs=1e-4)
+            assert h.raw_score == pytest.approx(s[keys.index(h.id)], abs=1e-4)
         top = [keys[i] for i in order[:5]]
         clear = [i for i in range(4) if s[order[i]] - s[order[i + 1]] > 1e-4]
         assert all([h.id for h in hits][i] == top[i] for i in clear)

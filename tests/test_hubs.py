@@ -169,7 +169,7 @@ def _old_manifest_copy(tmp_path: Path, ranking: str | None) -> Path:
 def test_manifest_without_ranking_loads_as_distance(tmp_path: Path) -> None:
     model = Model.load(_old_manifest_copy(tmp_path, None))
     assert model.ranking == "distance"
-    ranker = Ranker.build([*faq_records(20), *junk_records()], model=model, index_kind="flat")
+    ranker = Ranker.build([*faq_records(20), *junk_records()], model=model, index_kind="flat", hybrid=False)
     assert ranker._coarse.stored_dimension == model.dimension + 2  # the old lifted index
     assert ranker.info()["near_centre"]["hub_risk"] is True
     assert ranker.recall(k=5)["recall"] == 1.0
@@ -238,7 +238,7 @@ def test_trained_model_junk_never_above_relevant_answer(tmp_path: Path, ranking:
     records = [{"id": c.aid, "answer": c.answer} for g in test_groups for c in g.candidates if c.label == 1]
     # junk: punctuation-only, one character and out-of-vocabulary answers (all [UNK] or empty)
     records += [{"id": f"junk{i}", "answer": t} for i, t in enumerate([".", "?", "!!", "zq", "unseenword", "ꙮ"])]
-    ranker = Ranker.build(records, model=model_dir, index_kind="flat")
+    ranker = Ranker.build(records, model=model_dir, index_kind="flat", hybrid=False)  # the model's own ranking
     questions = [(g.question, g.candidates[0].aid) for g in test_groups]
     served, by_distance = rankings(ranker, [q for q, _ in questions])
     bad = sum(1 for (_, rid), order in zip(questions, served, strict=True) if violations(order, {rid}))

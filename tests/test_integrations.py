@@ -31,7 +31,13 @@ def test_langchain_retriever_returns_the_hits_as_documents(ranker: Ranker) -> No
     assert [d.page_content for d in docs] == [h.answer for h in hits]
     assert [d.id for d in docs] == [str(h.id) for h in hits]
     for doc, hit in zip(docs, hits, strict=True):
-        assert doc.metadata == {**hit.metadata, "id": hit.id, "score": hit.score, "distance": hit.distance}
+        assert doc.metadata == {
+            **hit.metadata,
+            "id": hit.id,
+            "score": hit.score,
+            "raw_score": hit.raw_score,
+            "distance": hit.distance,
+        }
 
 
 def test_llamaindex_retriever_returns_the_hits_as_scored_nodes(ranker: Ranker) -> None:
@@ -42,7 +48,14 @@ def test_llamaindex_retriever_returns_the_hits_as_scored_nodes(ranker: Ranker) -
     nodes = QAIndexRetriever(ranker, k=4).retrieve(QUESTION)
     assert [(n.node.id_, n.node.text, n.score) for n in nodes] == [(str(h.id), h.answer, h.score) for h in hits]
     for node, hit in zip(nodes, hits, strict=True):
-        assert node.node.metadata == {**hit.metadata, "id": hit.id, "score": hit.score, "distance": hit.distance}
+        assert 0.0 <= node.score <= 1.0
+        assert node.node.metadata == {
+            **hit.metadata,
+            "id": hit.id,
+            "score": hit.score,
+            "raw_score": hit.raw_score,
+            "distance": hit.distance,
+        }
 
 
 def test_llamaindex_retriever_refuses_a_non_ranker(tmp_path: Path) -> None:

@@ -129,8 +129,10 @@ def test_hits_are_sorted_and_scores_match_model(faq_model: Path, faq_file: Path)
     qv = ranker.model.encode(["reset my password"], role="question")
     av = ranker.model.encode([h.answer for h in hits], role="answer")
     s, d = ranker.model.score(qv, av[None])
-    np.testing.assert_allclose(s[0], [h.score for h in hits], rtol=1e-5)
+    np.testing.assert_allclose(s[0], [h.raw_score for h in hits], rtol=1e-5)
     np.testing.assert_allclose(d[0], [h.distance for h in hits], rtol=1e-5)
+    # an uncalibrated model (no "calibration" in its manifest): score = sigmoid(raw_score)
+    np.testing.assert_allclose([h.score for h in hits], [1 / (1 + np.exp(-h.raw_score)) for h in hits], rtol=1e-12)
 
 
 def test_add_and_remove(faq_model: Path, faq_file: Path, tmp_path: Path) -> None:

@@ -238,8 +238,9 @@ def test_served_ranking_equals_torch_brute_force(exported: Path, trained, data: 
     answers = {c.aid: c.answer for g in data["dev_groups"] for c in g.candidates}
     keys = list(answers)
     ranker = Ranker.build(
-        [{"id": k, "answer": v} for k, v in answers.items()], model=exported, device="cpu", index_kind=kind
-    )
+        [{"id": k, "answer": v} for k, v in answers.items()], model=exported, device="cpu", index_kind=kind,
+        hybrid=False,
+    )  # fmt: skip
     model = trained.model.cpu().eval()
     tok = trained.tokenizer
     a_vec = torch.from_numpy(_torch_vectors(model, tok, list(answers.values()), "answer", 128))
@@ -250,8 +251,8 @@ def test_served_ranking_equals_torch_brute_force(exported: Path, trained, data: 
             logit = model.score(q_vec, a_vec)[0].numpy().astype(np.float64)
         order = np.argsort(-logit, kind="stable")
         assert [h.id for h in hits] == [keys[i] for i in order[:10]]
-        for h in hits:  # the served score is σ(q·Ma + b)
-            assert h.score == pytest.approx(1 / (1 + np.exp(-logit[keys.index(h.id)])), abs=1e-5)
+        for h in hits:  # the model's raw score is σ(q·Ma + b)
+            assert h.raw_score == pytest.approx(1 / (1 + np.exp(-logit[keys.index(h.id)])), abs=1e-5)
             assert h.distance == pytest.approx(-(logit[keys.index(h.id)] - model.bias), abs=1e-4)
 
 

@@ -349,6 +349,9 @@ def test_cli_train_writes_model(tmp_path: Path) -> None:
     assert manifest["training"]["config"]["epochs"] == 3
     assert manifest["training"]["data"]["train"]["sha256"] == sha256_file(train_file)
     assert manifest["score"]["higher_is_better"] is True
+    # calibrated on the held-out dev file (qaindex.calibration), reported in the summary
+    assert manifest["calibration"]["data"] == "dev.jsonl" and manifest["calibration"]["labels"] == "labelled"
+    assert summary["calibration"]["calibrated"] is True and summary["calibration"]["ece"] == manifest["calibration"]["ece"]
     assert "epoch 3/3" in res.stderr
     assert sorted(p.name for p in (tmp_path / "best.ckpt").iterdir()) == ["checkpoint.json", "weights.safetensors"]
     assert load_checkpoint(tmp_path / "best.ckpt").best_epoch == summary["best_epoch"]

@@ -25,15 +25,22 @@ __all__ = ["check_search_kwargs", "hit_metadata", "ranker_from"]
 
 def hit_metadata(hit: Hit) -> dict[str, Any]:
     """The metadata a framework document carries for a hit: the answer's own fields plus
-    ``id``, ``score`` and ``distance`` (the answer's fields never overwrite those three).
+    ``id``, ``score`` (in [0, 1]: the estimated probability of relevance), ``raw_score`` (the
+    model's own score) and ``distance`` (the answer's fields never overwrite those four).
 
     Example
     -------
     >>> from qaindex import Hit
-    >>> hit_metadata(Hit("reset", "Use the link.", 1.5, 0.25, {"category": "account"}))
-    {'category': 'account', 'id': 'reset', 'score': 1.5, 'distance': 0.25}
+    >>> hit_metadata(Hit("reset", "Use the link.", 0.75, 0.25, {"category": "account"}, raw_score=1.5))
+    {'category': 'account', 'id': 'reset', 'score': 0.75, 'raw_score': 1.5, 'distance': 0.25}
     """
-    return {**hit.metadata, "id": hit.id, "score": hit.score, "distance": hit.distance}
+    return {
+        **hit.metadata,
+        "id": hit.id,
+        "score": hit.score,
+        "raw_score": hit.raw_score,
+        "distance": hit.distance,
+    }
 
 
 def ranker_from(ranker: Any) -> Ranker:

@@ -36,7 +36,9 @@ __all__ = ["QAIndexRetriever"]
 
 class QAIndexRetriever(BaseRetriever):
     """LangChain retriever: each hit becomes a ``Document`` (answer text as ``page_content``;
-    the answer's metadata plus ``id``, ``score`` and ``distance`` as ``metadata``), best first.
+    the answer's metadata plus ``id``, ``score`` (in [0, 1]: the estimated probability of
+    relevance), ``raw_score`` and ``distance`` as ``metadata``), best first; pass
+    ``search_kwargs={"min_score": 0.5}`` to drop answers unlikely to be relevant.
 
     Parameters
     ----------

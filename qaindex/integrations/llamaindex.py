@@ -33,7 +33,9 @@ __all__ = ["QAIndexRetriever"]
 
 class QAIndexRetriever(BaseRetriever):
     """LlamaIndex retriever: each hit becomes a ``NodeWithScore`` whose ``TextNode`` has the
-    answer as text and its id as ``id_``; ``score`` is the model's score (higher is better).
+    answer as text and its id as ``id_``; ``score`` is the hit's calibrated score in [0, 1] (the
+    estimated probability that the answer is relevant), so LlamaIndex's
+    ``SimilarityPostprocessor(similarity_cutoff=0.5)`` works as a relevance threshold.
 
     Parameters
     ----------

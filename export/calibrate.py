@@ -1,0 +1,105 @@
+"""Label-free calibration data: the teacher's judgements on pseudo-questions cut from answers.
+
+``qaindex calibrate MODEL_DIR CORPUS.jsonl --teacher minilm`` calibrates a model without any
+labelled question: from each answer of the corpus a few pseudo-questions are cut
+(:func:`qaindex_export.train.pseudo_questions`, with a seed of its own so that they are not
+those a model trained by ``qaindex train --teacher`` saw), and the teacher (all-MiniLM-L6-v2)
+judges which answer is relevant: its top-1 answer by cosine for the pseudo-question.
+
+Example
+-------
+>>> fake = lambda texts: np.eye(3, dtype=np.float32)[[len(t) % 3 for t in texts]]
+>>> groups = teacher_groups(["one two three four", "five six seven eight"], fake, per_answer=1)
+>>> len(groups), sum(c.label for c in groups[0].candidates)
+(2, 1)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qaindex.calibration import calibrate_model
+from qaindex.datasets import Candidate, QuestionGroup, read_labelled
+
+from .train import pseudo_questions
+
+__all__ = ["CALIBRATION_SEED", "calibrate_trained", "held_out_groups", "teacher_groups"]
+
+CALIBRATION_SEED = 20_251_125  # not the training seeds: held-out pseudo-questions
+
+
+def teacher_groups(
+    answers: Sequence[str],
+    teacher: Callable[[Sequence[str]], np.ndarray],
+    *,
+    per_answer: int = 2,
+    seed: int = CALIBRATION_SEED,
+) -> list[QuestionGroup]:
+    """Question groups labelled by a teacher: every answer is a candidate of every pseudo-question,
+    the teacher's top-1 answer (highest cosine of L2-normalised embeddings) is the relevant one.
+
+    Parameters
+    ----------
+    answers : list of str
+    teacher : callable
+        Texts -> L2-normalised embeddings (n, d).
+    per_answer : int
+        Pseudo-questions cut from each answer.
+    seed : int
+    """
+    rng = np.random.default_rng(seed)
+    questions = [q for a in answers for q in pseudo_questions(a, rng, per_answer)]
+    a_vec = np.asarray(teacher(list(answers)), dtype=np.float32)
+    q_vec = np.asarray(teacher(questions), dtype=np.float32)
+    best = (q_vec @ a_vec.T).argmax(axis=1)
+    groups = []
+    for i, (question, top) in enumerate(zip(questions, best.tolist(), strict=True)):
+        cands = tuple(Candidate(f"a{j}", text, int(j == top)) for j, text in enumerate(answers))
+        groups.append(QuestionGroup(f"pseudo-{i}", question, cands))
+    return groups
+
+
+def held_out_groups(train_data: str | os.PathLike[str], seed: int, dev_fraction: float) -> list[QuestionGroup]:
+    """The questions :func:`qaindex_export.train.train` held out of ``train_data`` for model
+    selection when it had no dev file (the same draw: ``seed``, ``dev_fraction``)."""
+    groups = read_labelled(train_data)
+    rng = np.random.default_rng(seed)
+    with_pos = [i for i, g in enumerate(groups) if g.has_positive]
+    n_dev = max(1, round(len(with_pos) * dev_fraction))
+    if len(with_pos) < 2:
+        return []
+    held = set(rng.choice(with_pos, size=n_dev, replace=False).tolist())
+    return [g for i, g in enumerate(groups) if i in held]
+
+
+def calibrate_trained(
+    model_dir: str | os.PathLike[str],
+    *,
+    train_data: str | os.PathLike[str],
+    dev_data: str | os.PathLike[str] | None,
+    answers: Sequence[str] | None,
+    teacher: Callable[[Sequence[str]], np.ndarray] | None,
+    seed: int,
+    dev_fraction: float,
+) -> dict[str, Any]:
+    """Calibrate a model ``qaindex train`` just exported, on data it was not trained on.
+
+    - label-free training (``answers`` and ``teacher``): the teacher's judgements of
+      pseudo-questions cut with :data:`CALIBRATION_SEED` (not the training draw);
+    - with a dev file: its questions;
+    - otherwise: the questions training held out of ``train_data`` (:func:`held_out_groups`).
+    """
+    if answers is not None and teacher is not None:
+        groups = teacher_groups(answers, teacher)
+        source, labels = Path(train_data).name + " answers", "teacher: all-MiniLM-L6-v2 top-1 on pseudo-questions"
+    elif dev_data is not None:
+        groups, source, labels = read_labelled(dev_data), Path(dev_data).name, "labelled"
+    else:
+        groups = held_out_groups(train_data, seed, dev_fraction)
+        source, labels = Path(train_data).name + " (questions held out of training)", "labelled"
+    return calibrate_model(model_dir, groups, source=source, labels=labels)

@@ -1,0 +1,205 @@
+"""Calibrated scores: fitting (Platt, isotonic), ECE, the manifest field, the fallback of old models,
+``qaindex calibrate`` on a planted task, ``min_score`` on the calibrated score."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from onnx_models import make_model
+
+from qaindex import ModelFormatError, QueryError, Ranker
+from qaindex.calibration import (
+    Calibration,
+    calibrate_model,
+    expected_calibration_error,
+    fit,
+    measure,
+    reliability_bins,
+)
+from qaindex.cli import main
+from qaindex.datasets import Candidate, QuestionGroup
+from qaindex.model import Model
+
+
+def _planted(n: int, seed: int, topics: int = 30, candidates: int = 8) -> list[QuestionGroup]:
+    """Questions with a topic word; the relevant answer shares it, the others have other topics.
+    Some questions carry a second, misleading topic word, so the task is learnable but noisy."""
+    rng = np.random.default_rng(seed)
+    groups = []
+    for i in range(n):
+        topic = int(rng.integers(topics))
+        words = [f"topic{topic}", *(f"fill{int(f)}" for f in rng.integers(40, size=3))]
+        if rng.random() < 0.4:
+            words.append(f"topic{int(rng.integers(topics))}")
+        cands = [Candidate(f"a{topic}", f"topic{topic} fill{int(rng.integers(40))} fill{int(rng.integers(40))}", 1)]
+        for other in rng.choice([t for t in range(topics) if t != topic], size=candidates - 1, replace=False):
+            cands.append(Candidate(f"a{other}", f"topic{other} fill{int(rng.integers(40))} fill{int(rng.integers(40))}", 0))
+        groups.append(QuestionGroup(f"q{seed}-{i}", " ".join(words), tuple(cands)))
+    return groups
+
+
+@pytest.fixture(scope="module")
+def planted_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cosine bag-of-words model: topic words orthogonal-ish and strong, fillers weak noise."""
+    vocab = ["[PAD]", "[UNK]", *(f"topic{i}" for i in range(30)), *(f"fill{i}" for i in range(40))]
+    rng = np.random.default_rng(0)
+    emb = rng.normal(scale=0.35, size=(len(vocab), 32)).astype(np.float32)
+    emb[2:32] += 2.0 * rng.normal(size=(30, 32)).astype(np.float32) / np.sqrt(32) * 3
+    emb[0] = 0.0
+    return make_model(tmp_path_factory.mktemp("cal") / "planted", vocab, emb, geometry="cosine")
+
+
+# -- fitting ---------------------------------------------------------------------------------------
+def test_platt_recovers_a_known_logistic_map() -> None:
+    rng = np.random.default_rng(0)
+    raw = rng.normal(size=20_000) * 2
+    y = (rng.random(20_000) < 1 / (1 + np.exp(-(1.5 * raw - 0.5)))).astype(int)
+    cal = fit(raw, y, method="platt")
+    assert cal.a == pytest.approx(1.5, rel=0.05) and cal.b == pytest.approx(-0.5, abs=0.06)
+    fresh = rng.normal(size=20_000) * 2
+    fresh_y = (rng.random(20_000) < 1 / (1 + np.exp(-(1.5 * fresh - 0.5)))).astype(int)
+    assert expected_calibration_error(cal(fresh), fresh_y) < 0.02
+    assert expected_calibration_error(Calibration.uncalibrated()(fresh), fresh_y) > 0.05
+
+
+def test_platt_with_the_gap_to_the_best_hit() -> None:
+    """Planted: relevance depends on the raw score and, more, on the distance below the best hit."""
+    rng = np.random.default_rng(3)
+    best = rng.normal(size=30_000) + 2
+    raw = best - rng.exponential(1.0, size=30_000)
+    y = (rng.random(30_000) < 1 / (1 + np.exp(-(0.5 * raw + 2.0 * (raw - best) - 0.5)))).astype(int)
+    cal = fit(raw, y, best=best)
+    assert cal.a == pytest.approx(0.5, abs=0.1) and cal.c == pytest.approx(2.0, rel=0.1)
+    assert expected_calibration_error(cal(raw, best), y) < 0.02
+    plain = fit(raw, y)
+    assert plain.c == 0.0 and expected_calibration_error(plain(raw, best), y) > expected_calibration_error(cal(raw, best), y)
+    # a hit at the top of its search: raw == best
+    assert cal(np.array([1.0]), np.array([1.0]))[0] == pytest.approx(1 / (1 + np.exp(-(cal.a + cal.b))))
+
+
+def test_isotonic_is_monotone_in_0_1_and_calibrated_in_sample() -> None:
+    rng = np.random.default_rng(1)
+    raw = rng.normal(size=5000)
+    y = (rng.random(5000) < np.clip(raw**3 / 4 + 0.5, 0, 1)).astype(int)
+    cal = fit(raw, y, method="isotonic")
+    grid = np.linspace(-4, 4, 401)
+    p = cal(grid)
+    assert np.all(np.diff(p) >= 0) and p.min() >= 0 and p.max() <= 1
+    assert expected_calibration_error(cal(raw), y) < 0.02
+    assert Calibration.from_manifest(cal.to_json()) == cal
+
+
+def test_ece_by_hand() -> None:
+    # bin [0.8, 0.9): mean 0.85, 1 of 2 relevant -> |0.85 - 0.5| = 0.35, weight 1/2; bin [0.1, 0.2): exact
+    assert expected_calibration_error([0.8, 0.9 - 1e-9, 0.15, 0.15], [1, 0, 0, 0]) == pytest.approx(0.5 * 0.35 + 0.5 * 0.15)
+    assert [b["count"] for b in reliability_bins([0.0, 1.0, 0.55], [0, 1, 1])] == [1, 1, 1]
+
+
+@pytest.mark.parametrize(
+    ("raw", "labels", "message"),
+    [
+        ([1.0, 2.0], [1, 1], "calibration needs both relevant and irrelevant pairs; got 2 relevant of 2"),
+        ([1.0, 2.0], [1, 2], "calibration labels must be 0 or 1"),
+        ([1.0, np.nan], [1, 0], "calibration scores must be finite numbers"),
+        ([1.0], [1, 0], r"calibration needs as many labels as scores"),
+    ],
+)
+def test_bad_fitting_data_is_refused(raw: list[float], labels: list[int], message: str) -> None:
+    with pytest.raises(QueryError, match=message):
+        fit(raw, labels)
+
+
+# -- the manifest field ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ([1, 2], "must be an object"),
+        ({"method": "magic"}, '"method" must be one of platt, isotonic'),
+        ({"method": "platt", "a": -1.0, "b": 0.0}, 'needs finite "a", "c" >= 0'),
+        ({"method": "platt", "a": 1.0}, 'needs finite "a", "c" >= 0 \\(not both 0\\) and "b"'),
+        ({"method": "platt", "a": 0.0, "b": 1.0, "c": 0.0}, "not both 0"),
+        ({"method": "isotonic", "x": [0.0, 0.0], "y": [0.1, 0.2]}, '"x" \\(increasing\\)'),
+        ({"method": "isotonic", "x": [0.0, 1.0], "y": [0.5, 1.5]}, "in \\[0, 1\\]"),
+    ],
+)
+def test_a_bad_calibration_in_a_model_manifest_is_refused(
+    planted_model: Path, tmp_path: Path, entry: object, message: str
+) -> None:
+    import shutil
+
+    copy = tmp_path / "m"
+    shutil.copytree(planted_model, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["calibration"] = entry
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelFormatError, match=rf'manifest.json: field "calibration" .*{message}'):
+        Model.load(copy)
+
+
+def test_a_model_without_calibration_loads_with_the_documented_fallback(planted_model: Path) -> None:
+    ranker = Ranker.build([{"id": 1, "answer": "topic1 fill2"}, {"id": 2, "answer": "topic3 fill4"}], model=planted_model)
+    assert ranker.info()["calibration"]["calibrated"] is False
+    for h in ranker.search("topic1 fill9", k=2):
+        assert h.score == pytest.approx(1 / (1 + np.exp(-h.raw_score)))
+
+
+# -- calibrating a model on a planted task ------------------------------------------------------------
+def test_calibrate_model_on_a_planted_task(planted_model: Path, tmp_path: Path) -> None:
+    import shutil
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(planted_model, model_dir)
+    before_raw, _, before_y = measure(Model.load(model_dir), _planted(150, seed=9), depth=5)
+    ece_before = expected_calibration_error(Calibration.uncalibrated()(before_raw), before_y)
+    stored = calibrate_model(model_dir, _planted(300, seed=1), depth=5, source="planted")
+    assert stored["method"] == "platt" and stored["pairs"] > 1000 and stored["ece"] < 0.05
+    model = Model.load(model_dir)  # validated on load
+    assert model.calibration.calibrated and model.calibration.a == pytest.approx(stored["a"])
+    # held out: other questions of the task
+    raw, best, y = measure(model, _planted(150, seed=9), depth=5)
+    ece = expected_calibration_error(model.calibration(raw, best), y)
+    assert ece < 0.1 < ece_before
+    # min_score filters on the calibrated score
+    groups = _planted(20, seed=4)
+    answers = sorted({c.answer for g in groups for c in g.candidates})[:60]
+    ranker = Ranker.build([{"id": i, "answer": a} for i, a in enumerate(answers)], model=model_dir)
+    for g in groups[:5]:
+        hits = ranker.search(g.question, k=10)
+        kept = ranker.search(g.question, k=10, min_score=0.5)
+        assert [h.id for h in kept] == [h.id for h in hits if h.score >= 0.5]
+        top = max(h.raw_score for h in hits)
+        assert all(h.score == pytest.approx(float(model.calibration(h.raw_score, top))) for h in hits)
+
+
+def test_cli_calibrate_writes_the_manifest_and_reports_ece(planted_model: Path, tmp_path: Path) -> None:
+    import shutil
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(planted_model, model_dir)
+    data = tmp_path / "dev.jsonl"
+    check = tmp_path / "test.jsonl"
+    for path, groups in ((data, _planted(200, seed=2)), (check, _planted(100, seed=3))):
+        rows = [
+            {"qid": g.qid, "question": g.question, "aid": c.aid, "answer": c.answer, "label": c.label}
+            for g in groups
+            for c in g.candidates
+        ]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    dry = CliRunner().invoke(main, ["calibrate", str(model_dir), str(data), "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "calibration" not in json.loads((model_dir / "manifest.json").read_text())
+    res = CliRunner().invoke(main, ["calibrate", str(model_dir), str(data), "--check", str(check), "--method", "isotonic"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert report["calibration"]["method"] == "isotonic" and report["checks"]["test.jsonl"]["ece"] < 0.1
+    manifest = json.loads((model_dir / "manifest.json").read_text())
+    assert manifest["calibration"] == report["calibration"]
+    Ranker.build([{"id": 1, "answer": "topic1"}], model=model_dir).save(tmp_path / "ix")
+    info = CliRunner().invoke(main, ["info", "--index", str(tmp_path / "ix")])
+    assert "scores:     calibrated (isotonic on dev.jsonl, labelled" in info.output
+    missing = CliRunner().invoke(main, ["calibrate", str(model_dir), str(tmp_path / "nope.jsonl")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
