@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from . import __version__
+from . import __version__, filters
 from .cli_eval import eval_command, inspect_command
 from .cli_export import export_model_command
 from .cli_options import batch_size_option, device_option, index_option
@@ -226,6 +226,15 @@ def build(
     help="First-stage candidates to rerank (default 50, at least -k).",
 )
 @click.option("--no-rerank", is_flag=True, help="Ignore the index's stored reranker: first stage only.")
+@click.option(
+    "--where",
+    "where",
+    multiple=True,
+    metavar="FIELD=VALUE",
+    callback=lambda ctx, param, value: _where(value),
+    help="Only answers whose metadata FIELD (or id) equals VALUE (JSON or text); repeat for more fields "
+    "(all must match) or for alternatives of one field.",
+)
 def search(
     question: str,
     index: Path,
@@ -235,6 +244,7 @@ def search(
     rerank: Path | None,
     rerank_depth: int | None,
     no_rerank: bool,
+    where: dict[str, Any] | None,
 ) -> None:
     """Show the best answers for QUESTION ('-' reads one question per line from stdin)."""
     if question == "-":
@@ -254,7 +264,7 @@ def search(
         raise click.UsageError("--rerank and --no-rerank contradict each other; pass one of them")
     ranker = Ranker.load(index, device=device)
     stage = False if no_rerank else (Reranker.load(rerank, device=device) if rerank is not None else None)
-    results = ranker.search_batch(questions, k, rerank=stage, depth=rerank_depth)
+    results = ranker.search_batch(questions, k, rerank=stage, depth=rerank_depth, where=where)
     for q, hits in zip(questions, results, strict=True):
         if as_json:
             click.echo(json.dumps({"question": q, "hits": [h.to_json() for h in hits]}, ensure_ascii=False))
@@ -262,6 +272,14 @@ def search(
             if len(questions) > 1:
                 click.echo(f"Q: {q}")
             click.echo(_table(hits))
+
+
+def _where(items: tuple[str, ...]) -> dict[str, Any] | None:
+    """``--where`` options as a ``where`` mapping (a malformed one is a usage error)."""
+    try:
+        return filters.parse_where_options(items)
+    except QAIndexError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def _table(hits: list[Hit]) -> str:
