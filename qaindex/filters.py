@@ -25,9 +25,9 @@ the two cost the same there (``benchmarks/filters.py`` measures both).
 An index of at most ``k · overfetch`` answers is searched whole and filtered.
 
 A field that no stored answer has is an error naming the fields that exist (a misspelt field
-would otherwise silently return nothing). A function is called on every stored record once
-per search (no index can be built for it), unless the ``k · overfetch`` candidates of an
-unfiltered search already hold ``k`` matching answers.
+would otherwise silently return nothing). A function cannot be indexed: its search widens the
+coarse stage until about ``k · overfetch`` candidates pass, and past half the index calls it on
+every stored record.
 """
 
 from __future__ import annotations
