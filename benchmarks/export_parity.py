@@ -129,17 +129,17 @@ def main() -> None:
                 ordered = sorted(got, key=lambda r: -sims[i, r])
                 if all(abs(sims[i, a] - sims[i, b]) <= TIE for a, b in zip(got, ordered, strict=True) if a != b):
                     ties += 1
-            met += set(got) == set(want) and diff <= TOLERANCE
+            met += int(set(got) == set(want) and diff <= TOLERANCE)
         parity = {
             "questions": len(questions),
             "same_top10_in_order": same_order,
             "same_top10_as_sets": same_set,
             "order_differences_within_ties": ties,
-            "max_abs_cosine_diff": worst,
+            "max_abs_cosine_diff": float(worst),
             "meets_target": met,
             "target": f"same top {K} and cosine within {TOLERANCE:g} on every question",
         }
-        print(json.dumps(parity, indent=1))
+        print(json.dumps(parity, indent=1, default=lambda o: o.item()))
 
         # the trade: MiniLM through qaindex vs the built-in default, same pool and path
         systems: dict[str, Any] = {}
@@ -180,7 +180,7 @@ def main() -> None:
         "command": "python benchmarks/export_parity.py --data DATASETS",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    args.out.write_text(json.dumps(results, indent=2, default=lambda o: o.item()) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
 
 

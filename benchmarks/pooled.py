@@ -157,27 +157,37 @@ def junk_metrics(
     return {**out, "junk@10": in_top / n, "junk_above_relevant": above / n}
 
 
-def eval_qaindex_model(model: Model, groups: Sequence[QuestionGroup]) -> dict[str, Any]:
+def eval_qaindex_model(model: Model, groups: Sequence[QuestionGroup], *, hybrid: bool = False) -> dict[str, Any]:
     """Pooled metrics of one pool through the real Ranker path, as ``evaluate_pooled`` runs it
-    (same plan, ids, FAISS recall and exact rerank), plus the junk shares."""
+    (same plan, ids, FAISS recall and exact rerank), plus the junk shares. ``hybrid``: the
+    index also holds its BM25 index and questions go through ``search_batch`` with the
+    default fusion (what ``qaindex build`` + ``qaindex search`` do when PyStemmer is installed)."""
     plan = _plan(groups)
     records = [Record(ident, text) for ident, (_, text) in zip(_answer_ids(plan.keys), plan.keys, strict=True)]
-    ranker = Ranker.build(records, model=model, index_kind="auto", batch_size=256)
-    qv = _encode_questions(model, plan, 256)
+    ranker = Ranker.build(records, model=model, index_kind="auto", batch_size=256, hybrid=hybrid)
     depth = min(K, len(plan.keys))
     ranked: list[np.ndarray] = []
-    for start in range(0, len(qv), 256):
-        _, _, rows = ranker.search_vectors(qv[start : start + 256], depth)
-        ranked.extend(np.asarray(r, dtype=np.int64) for r in rows)
+    if hybrid:
+        questions = [g.question for g in plan.groups]
+        for start in range(0, len(questions), 256):
+            hits = ranker.search_batch(questions[start : start + 256], depth, hybrid=True)
+            ranked.extend(np.asarray([h.row for h in row], dtype=np.int64) for row in hits)
+    else:
+        qv = _encode_questions(model, plan, 256)
+        for start in range(0, len(qv), 256):
+            _, _, rows = ranker.search_vectors(qv[start : start + 256], depth)
+            ranked.extend(np.asarray(r, dtype=np.int64) for r in rows)
     relevant = [rows[labels == 1] for rows, labels in zip(plan.rows, plan.labels, strict=True)]
     skipped = plan.skipped - sum(1 for g in groups if not g.question)  # the junk group (and a corpus's pool group)
     return {**junk_metrics(ranked, relevant, junk_rows(groups)), "skipped": skipped, "answers": len(plan.keys)}
 
 
-def eval_qaindex(model_dir: Path, pools: dict[str, list[QuestionGroup]]) -> dict[str, dict[str, Any]]:
+def eval_qaindex(
+    model_dir: Path, pools: dict[str, list[QuestionGroup]], *, hybrid: bool = False
+) -> dict[str, dict[str, Any]]:
     """Pooled metrics (with junk shares) of a qaindex model directory through the Ranker."""
     model = Model.load(model_dir, threads=None)
-    return {label: eval_qaindex_model(model, groups) for label, groups in pools.items()}
+    return {label: eval_qaindex_model(model, groups, hybrid=hybrid) for label, groups in pools.items()}
 
 
 def eval_dense(encode: Callable[[list[str]], np.ndarray], pools: dict[str, list[QuestionGroup]]) -> dict[str, Any]:
@@ -375,6 +385,8 @@ CORPORA_TABLE = ROOT / "docs" / "user-corpora-table.md"
 CACHE_DIR = ROOT / "benchmarks" / ".cache"  # git-ignored: MiniLM vectors per corpus
 BM25_STEMMED = "bm25s (English stemmer + stopwords)"
 MINILM = "MiniLM exact cosine"
+HYBRID = "qaindex default + BM25 (hybrid, the default search)"
+ISOTROPY_KEYS = ("mean_pairwise_cosine", "norm_mean", "norm_std")
 ISOTROPY_TARGETS = {"mean_pairwise_cosine_max": 0.3, "norm_std_min": 0.05}
 
 
@@ -565,6 +577,11 @@ def run_corpora(args: argparse.Namespace) -> None:
     models.update(model_label(spec) for spec in args.model)
     for system, path in models.items():
         report(system, with_geometry(eval_qaindex(path, pools), qaindex_isotropy(path, pools)))
+    if args.hybrid:  # the built-in default as `qaindex build` + `search` run it: fused with BM25
+        default = next(iter(models))
+        report(HYBRID, with_geometry(eval_qaindex(DEFAULT_MODEL_DIR, pools, hybrid=True), {
+            lab: {k: v for k, v in r.items() if k in ISOTROPY_KEYS} for lab, r in results[default].items()
+        }))  # fmt: skip
     own_seconds: dict[str, float] = {}
     if args.own:
         with tempfile.TemporaryDirectory() as tmpdir:
@@ -597,6 +614,7 @@ def run_corpora(args: argparse.Namespace) -> None:
                                "junk_answers": len(JUNK_ANSWERS), "source": meta.get("source", {})}  # fmt: skip
     command = "python benchmarks/pooled.py --corpora DIR" + "".join(f" --model {s}" for s in args.model)
     command += " --own" if args.own else ""
+    command += " --hybrid" if args.hybrid else ""
     out = {
         "k": K,
         "corpora": corpora_info,
@@ -628,6 +646,9 @@ def main() -> None:
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "datasets"), help="datasets folder")
     parser.add_argument("--previous", default=PREVIOUS_DEFAULT_REV, help="git revision of the previous default")
     parser.add_argument("--own", action="store_true", help="also fine-tune on each pool's own answers")
+    parser.add_argument(
+        "--hybrid", action="store_true", help="with --corpora: also the default model fused with BM25 (hybrid search)"
+    )
     parser.add_argument("--epochs", type=int, default=10, help="epochs of unlabelled fine-tuning")
     parser.add_argument("--geometry", default="poincare", choices=["poincare", "cosine"], help="distilled models")
     parser.add_argument("--ranking", default="relative", help="manifest geometry 'ranking' field for distilled models")

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from . import __version__
+from . import __version__, filters
 from .budget import questions_per_call
 from .cli_calibrate import calibrate_command, calibration_line, hybrid_line
 from .cli_eval import eval_command, inspect_command
@@ -268,6 +268,15 @@ def build(
     default=None,
     help="Drop answers whose score (estimated probability of relevance, docs/scores.md) is below this.",
 )
+@click.option(
+    "--where",
+    "where",
+    multiple=True,
+    metavar="FIELD=VALUE",
+    callback=lambda ctx, param, value: _where(value),
+    help="Only answers whose metadata FIELD (or id) equals VALUE (JSON or text); repeat for more fields "
+    "(all must match) or for alternatives of one field.",
+)
 def search(
     question: str,
     index: Path,
@@ -279,6 +288,7 @@ def search(
     no_rerank: bool,
     hybrid: bool | None,
     min_score: float | None,
+    where: dict[str, Any] | None,
 ) -> None:
     """Show the best answers for QUESTION ('-' reads one question per line from stdin)."""
     if question == "-":
@@ -303,7 +313,15 @@ def search(
     started = time.perf_counter()
     for start in range(0, len(questions), step):
         part = questions[start : start + step]
-        results = ranker.search_batch(part, k, rerank=stage, depth=rerank_depth, hybrid=hybrid, min_score=min_score)
+        results = ranker.search_batch(
+            part,
+            k,
+            rerank=stage,
+            depth=rerank_depth,
+            hybrid=hybrid,
+            min_score=min_score,
+            where=where,
+        )
         _print_hits(part, results, as_json, len(questions))
     _log.info("searched %d question(s), k=%d, in %.2f ms", len(questions), k, (time.perf_counter() - started) * 1000)
 
@@ -330,6 +348,14 @@ def _load_logged(index: Path, device: str) -> Ranker:
         index, len(ranker), ranker.model.name, (time.perf_counter() - started) * 1000,
     )  # fmt: skip
     return ranker
+
+
+def _where(items: tuple[str, ...]) -> dict[str, Any] | None:
+    """``--where`` options as a ``where`` mapping (a malformed one is a usage error)."""
+    try:
+        return filters.parse_where_options(items)
+    except QAIndexError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def _table(hits: list[Hit]) -> str:

@@ -25,9 +25,9 @@ the two cost the same there (``benchmarks/filters.py`` measures both).
 An index of at most ``k · overfetch`` answers is searched whole and filtered.
 
 A field that no stored answer has is an error naming the fields that exist (a misspelt field
-would otherwise silently return nothing). A function is called on every stored record once
-per search (no index can be built for it), unless the ``k · overfetch`` candidates of an
-unfiltered search already hold ``k`` matching answers.
+would otherwise silently return nothing). A function cannot be indexed: its search widens the
+coarse stage until about ``k · overfetch`` candidates pass, and past half the index calls it on
+every stored record.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import math
 import numbers
 import threading
 import weakref
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +56,7 @@ __all__ = [
     "exact_among",
     "field_index",
     "matching_rows",
+    "parse_where_options",
     "plan",
     "prefilter_limit",
 ]
@@ -138,6 +139,34 @@ def compile_where(where: Where | None) -> Filter | None:
         many = isinstance(value, list | tuple | set | frozenset)
         conditions.append((key, tuple(value) if many else (value,)))
     return Filter(conditions=tuple(conditions))
+
+
+def parse_where_options(items: Sequence[str]) -> dict[str, Any] | None:
+    """``where`` from the CLI's ``--where FIELD=VALUE`` options (repeated: every field must
+    match; the same field twice: any of its values). A value is read as JSON when it is JSON
+    (``3``, ``true``, ``"007"``), else as text.
+
+    Raises
+    ------
+    QueryError
+        An option without ``=`` or with an empty field name.
+
+    Example
+    -------
+    >>> parse_where_options(["category=billing", "year=2024", "category=account"])
+    {'category': ['billing', 'account'], 'year': 2024}
+    """
+    values: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise QueryError(f"--where {item!r}: expected FIELD=VALUE, e.g. --where category=billing")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        values.setdefault(key, []).append(value)
+    return {key: vs[0] if len(vs) == 1 else vs for key, vs in values.items()} or None
 
 
 def _hashable(value: Any) -> bool:

@@ -154,3 +154,34 @@ def test_id_filters_compare_like_python_equality(points_model: tuple[Path, list[
     assert [h.id for h in ranker.search("p610", 3, where={"id": np.int64(5)})] == [5]
     assert [h.id for h in ranker.search("p610", 3, where={"id": "6"})] == ["6"]
     assert ranker.search("p610", 3, where={"id": ["5", 6, None, "y"]}) == []  # "5" is not 5, 6 is not "6"
+
+
+def test_cli_search_where(faq_file: Path, faq_model: Path, tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    import qaindex.cli
+
+    runner = CliRunner()
+    index = str(tmp_path / "index")
+    assert (
+        runner.invoke(qaindex.cli.main, ["build", str(faq_file), "--model", str(faq_model), "--index", index]).exit_code
+        == 0
+    )
+    args = ["search", "refund password", "--index", index, "--json", "-k", "5"]
+    out = runner.invoke(qaindex.cli.main, [*args, "--where", "category=account", "--where", "category=billing"])
+    assert out.exit_code == 0, out.output
+    ids = [h["id"] for h in json.loads(out.output)["hits"]]
+    assert sorted(ids) == ["refund", "reset"]
+    out = runner.invoke(qaindex.cli.main, [*args, "--where", "id=7"])  # JSON: the integer id 7
+    assert [h["id"] for h in json.loads(out.output)["hits"]] == [7]
+    out = runner.invoke(qaindex.cli.main, [*args, "--where", "categry=account"])
+    assert out.exit_code == 1
+    assert out.output == (
+        "Error: where: no answer has the field 'categry'; the fields are: id, category "
+        "(names are matched exactly, case included)\n"
+    )
+    out = runner.invoke(qaindex.cli.main, [*args, "--where", "category"])
+    assert out.exit_code == 2
+    assert "--where 'category': expected FIELD=VALUE, e.g. --where category=billing" in out.output

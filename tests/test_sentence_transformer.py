@@ -152,8 +152,8 @@ def _copy(src: Path, dst: Path) -> Path:
                 json.dumps([*json.loads((d / "modules.json").read_text()),
                             {"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"}])
             ),
-            "modules.json: module(s) ['sentence_transformers.models.Dense'] are not supported; qaindex exports "
-            "Transformer, Pooling and optionally Normalize",
+            "modules.json: modules are {types}; qaindex exports Transformer, Pooling and optionally Normalize "
+            "(in that order)",
         ),
         (
             lambda d: (d / "tokenizer_config.json").write_text(
@@ -180,7 +180,8 @@ def test_unsupported_sources_are_refused_by_name(tiny_st: Path, tmp_path: Path, 
     edit(src)
     result = CliRunner().invoke(qaindex.cli.main, ["export-model", str(src), "--out", str(tmp_path / "m")])
     assert result.exit_code == 1
-    assert result.output == f"Error: {src}/{message}\n"
+    types = [m["type"] for m in json.loads((src / "modules.json").read_text())]
+    assert result.output == f"Error: {src}/{message}\n".replace("{types}", str(types))
     assert not (tmp_path / "m").exists()
 
 
