@@ -26,7 +26,7 @@ process, with its peak resident memory (``ru_maxrss``) and outcome.
 
 Usage::
 
-    python benchmarks/fuzz.py [--quick] [--api N] [--cli N] [--subprocesses N] [--seed S] [--no-resources]
+    python benchmarks/fuzz.py [--quick] [--api N] [--cli N] [--subprocesses N] [--seed S] [--jobs J] [--no-resources]
 
 Prints the counts and writes ``benchmarks/results/fuzz.json`` (``--quick``: a small run,
 written to ``fuzz-quick.json`` unless ``--out`` is given).

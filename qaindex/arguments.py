@@ -310,7 +310,7 @@ def path_arg(value: Any, name: str, *, what: str = "a path") -> Path:
     """``value`` as a :class:`~pathlib.Path`, checked before any file is touched.
 
     A ``str`` or ``os.PathLike`` (returning ``str``) is accepted; ``bytes``, other types, an
-    empty string, a NUL character, text that cannot be encoded for the file system, a path
+    empty string, a NUL character, text that is not valid UTF-8 (lone surrogates), a path
     component longer than 255 bytes or a path longer than 4,096 bytes are refused.
 
     Example
@@ -337,17 +337,17 @@ def path_arg(value: Any, name: str, *, what: str = "a path") -> Path:
     if "\0" in text:
         raise QueryError(f"{name} contains a NUL character: {shown(text)}; a path cannot contain one")
     try:
-        raw = os.fsencode(text)
+        raw = text.encode("utf-8")  # FAISS and the manifests take UTF-8 paths: no lone surrogates
     except UnicodeError:
         raise QueryError(
-            f"{name} cannot be encoded for the file system ({shown(text)}); use a path of valid characters"
+            f"{name} is not valid UTF-8 text ({shown(text)}); use a path of valid characters"
         ) from None
     if len(raw) > PATH_MAX:
         raise QueryError(f"{name} is {len(raw):,} bytes long ({shown(text)}); paths are at most {PATH_MAX:,} bytes")
     for part in raw.split(b"/"):
         if len(part) > NAME_MAX:
             raise QueryError(
-                f"{name} has a component of {len(part):,} bytes ({shown(os.fsdecode(part))}); "
+                f"{name} has a component of {len(part):,} bytes ({shown(part.decode('utf-8'))}); "
                 f"a file or folder name is at most {NAME_MAX} bytes"
             )
     return Path(text)

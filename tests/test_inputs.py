@@ -494,6 +494,10 @@ def _boundary_cases(index: Path, faq_model: Path) -> dict[str, tuple[Callable[[R
             lambda r: Ranker.load("/".join(["y" * 200] * 25)),
             f"path is 5,024 bytes long ('{'y' * 56}...); paths are at most 4,096 bytes",
         ),
+        "save a lone surrogate": (
+            lambda r: r.save("ix-\udcff"),
+            "path is not valid UTF-8 text ('ix-\\udcff'); use a path of valid characters",
+        ),
         "save a NUL": (lambda r: r.save("a\0b"), "path contains a NUL character: 'a\\x00b'; a path cannot contain one"),
         "save overwrite array": (
             lambda r: r.save(index, overwrite=np.array([True, False])),  # type: ignore[arg-type]
