@@ -330,5 +330,10 @@ def main() -> None:
     print(f"wrote {args.out} in {out['seconds']:.0f}s")
 
 
+def readme_body(results: dict[str, Any]) -> str:
+    """The generated section of ``docs/adaptation.md`` (checked by ``tests/test_claims.py``)."""
+    return doc_body(results)
+
+
 if __name__ == "__main__":
     main()

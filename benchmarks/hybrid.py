@@ -286,6 +286,14 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+RESULTS = ROOT / "benchmarks" / "results" / "hybrid.json"
+
+
+def readme_body(results: dict[str, Any]) -> str:
+    """The generated section of ``docs/hybrid.md`` (checked by ``tests/test_claims.py``)."""
+    return table(results)
+
+
 START, END = "<!-- hybrid-table:start -->", "<!-- hybrid-table:end -->"
 
 

@@ -25,6 +25,8 @@ GENERATORS: dict[str, str] = {
     "pooled": "pooled",
     "scale": "bench_scale",
     "summary": "summary_table",
+    "adaptation": "adaptation",
+    "hybrid-table": "hybrid",
 }
 
 _MARKER = re.compile(r"<!-- ([a-z0-9-]+):start -->")

@@ -339,9 +339,7 @@ def path_arg(value: Any, name: str, *, what: str = "a path") -> Path:
     try:
         raw = text.encode("utf-8")  # FAISS and the manifests take UTF-8 paths: no lone surrogates
     except UnicodeError:
-        raise QueryError(
-            f"{name} is not valid UTF-8 text ({shown(text)}); use a path of valid characters"
-        ) from None
+        raise QueryError(f"{name} is not valid UTF-8 text ({shown(text)}); use a path of valid characters") from None
     if len(raw) > PATH_MAX:
         raise QueryError(f"{name} is {len(raw):,} bytes long ({shown(text)}); paths are at most {PATH_MAX:,} bytes")
     for part in raw.split(b"/"):

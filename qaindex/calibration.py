@@ -234,9 +234,7 @@ def fit(
         raise QueryError(f"calibration method must be one of {', '.join(CALIBRATION_METHODS)}; got {method!r}")
     positives = int(y.sum())
     if positives == 0 or positives == len(y):
-        raise QueryError(
-            f"calibration needs both relevant and irrelevant pairs; got {positives} relevant of {len(y)}"
-        )
+        raise QueryError(f"calibration needs both relevant and irrelevant pairs; got {positives} relevant of {len(y)}")
     if method == "isotonic":
         return _fit_isotonic(r, y)
     gap = None if best is None else np.minimum(r - np.asarray(best, dtype=np.float64).ravel(), 0.0)

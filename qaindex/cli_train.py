@@ -37,6 +37,15 @@ def _require_torch() -> None:
         raise MissingDependencyError(TORCH_HINT) from None
 
 
+def _no_labels(train_file: Path, out: Path) -> QAIndexError:
+    """The error for labelled training on a corpus without questions: it points at --teacher."""
+    return QAIndexError(
+        f"{train_file}: no questions found, so there are no labels to train on; train without labels "
+        f"against the MiniLM teacher: qaindex train {train_file} --teacher minilm --out {out} "
+        '(or give the answers "question"/"questions" fields)'
+    )
+
+
 def _answers_without_questions(train_file: Path, *, strict: bool = True) -> list[str] | None:
     """The answers of a corpus that has no question at all (None when it has questions).
 
@@ -294,6 +303,8 @@ def train(
         adapting, mode = _adapting(values, adapt)
         log = None if quiet else (lambda message: click.echo(message, err=True))
         if adapting:
+            if teacher is None and _answers_without_questions(train_file, strict=False) is not None:
+                raise _no_labels(train_file, out)
             if checkpoint is not None:
                 raise click.UsageError("--checkpoint saves models trained from scratch; add --from-scratch")
             try:
@@ -310,11 +321,7 @@ def train(
             values["embeddings"] = "distilled" if teacher is not None else "minilm"
         answers = _answers_without_questions(train_file, strict=teacher is not None)
         if answers is not None and teacher is None:
-            raise QAIndexError(
-                f"{train_file}: no questions found, so there are no labels to train on; train without labels "
-                f"against the MiniLM teacher: qaindex train {train_file} --teacher minilm --out {out} "
-                '(or give the answers "question"/"questions" fields)'
-            )
+            raise _no_labels(train_file, out)
         if answers is not None:  # the recipe the built-in default was trained with
             values = {**UNLABELLED_DEFAULTS, **values}
         try:

@@ -150,6 +150,7 @@ def hybrid_arrays(
     dense_rows: np.ndarray,
     k: int,
     fusion: Fusion = DEFAULT_FUSION,
+    allowed: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ``k`` best fused candidates of each question, as :meth:`qaindex.Ranker.search_vectors` arrays.
 
@@ -168,6 +169,9 @@ def hybrid_arrays(
         The dense stage's candidates (``-1``: none); BM25 adds its ``m`` best.
     k : int
     fusion : Fusion
+    allowed : bool array (N,), optional
+        Rows a filter lets through: BM25 adds only its best allowed rows (``dense_rows``
+        must hold allowed rows only).
 
     Returns
     -------
@@ -177,7 +181,11 @@ def hybrid_arrays(
     """
     n, m = dense_rows.shape
     lex_scores = [lexical.scores(q) for q in questions]
-    lex_rows = [top_rows(scores, m) for scores in lex_scores]
+    if allowed is None:
+        lex_rows = [top_rows(scores, m) for scores in lex_scores]
+    else:  # the best allowed rows: others ranked last, then dropped
+        ranked = [top_rows(np.where(allowed, scores, -np.inf), m) for scores in lex_scores]
+        lex_rows = [r[allowed[r]] for r in ranked]
     cand = union_candidates(dense_rows, lex_rows)
     width = cand.shape[1]
     valid = cand >= 0

@@ -74,6 +74,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 MAX_PARAM = 1 << 20
 MAXIMA = {"count": 1 << 40, "dimension": 1 << 16, "overfetch": MAX_PARAM}
 
+
 def manifest_checksum(manifest: dict[str, Any]) -> str:
     """SHA-256 of the manifest's canonical JSON, without its own ``checksum`` field.
 

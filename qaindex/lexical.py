@@ -350,7 +350,7 @@ def check_entry(entry: object, files: Mapping[str, Any], mpath: Path) -> None:
     if not isinstance(entry, dict) or entry.get("directory") != DIRECTORY or entry.get("kind") != "bm25" or missing:
         raise IndexFormatError(
             f'{mpath}: field "lexical" must be {{"kind": "bm25", "directory": "lexical"}} with every lexical file '
-            f"listed in \"files\" (missing: {', '.join(missing) or 'none'}), got {entry!r}; the index is corrupted, "
+            f'listed in "files" (missing: {", ".join(missing) or "none"}), got {entry!r}; the index is corrupted, '
             "rebuild it with --hybrid"
         )
 

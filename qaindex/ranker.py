@@ -799,6 +799,8 @@ class Ranker:
             rows = self._candidates(qv[pick], m)
             picked = [qs[i] for i in pick]
             arrays = hybrid_arrays(self.model, self._vectors, self._lexical, picked, qv[pick], rows, width, fused)
+            if np.isnan(arrays[0]).any():  # queries are checked: a damaged vectors.npy loaded with verify=False
+                raise stored_vectors_error(self._vectors_source(), arrays[2][np.isnan(arrays[0])])
             return self.hits(*arrays)
 
         if flt is None:
@@ -812,21 +814,38 @@ class Ranker:
                 scorer=self.model.score_checked, overfetch=self.overfetch,
             )  # fmt: skip
             out = [_cut(self.hits(s[None], d[None], r[None])[0], k, min_score) for s, d, r in found]
-        else:  # a fused search widens its first stage until each question has k matching hits
-            out = [[] for _ in qs]
-            pending = list(range(len(qs)))
-            width = min(len(self), 4 * k)
-            while pending:
-                rows_hits = first_stage(pending, width)
-                still = []
-                for i, hits in zip(pending, rows_hits, strict=True):
-                    kept = _cut([h for h in hits if flt.matches(self._records.get(h.row))], k, min_score)
-                    out[i] = kept
-                    if len(kept) < k and width < len(self):  # fused scores need not fall with rank: go on
-                        still.append(i)
-                pending = still
-                width = min(len(self), width * 4)
+        else:
+            rows = filters.matching_rows(self._records, flt) if flt.predicate is None else None
+            if rows is not None and len(rows) <= filters.prefilter_limit(k, self.overfetch, len(self)):
+                out = self._fused_among(qs, qv, rows, k, fused, min_score)
+            else:  # a fused search widens its first stage until each question has k matching hits
+                out = [[] for _ in qs]
+                pending = list(range(len(qs)))
+                width = min(len(self), 4 * k)
+                while pending:
+                    rows_hits = first_stage(pending, width)
+                    still = []
+                    for i, hits in zip(pending, rows_hits, strict=True):
+                        kept = _cut([h for h in hits if flt.matches(self._records.get(h.row))], k, min_score)
+                        out[i] = kept
+                        if len(kept) < k and width < len(self):  # fused scores need not fall with rank: go on
+                            still.append(i)
+                    pending = still
+                    width = min(len(self), width * 4)
         return stage.apply(qs, out) if stage is not None else out
+
+    def _fused_among(
+        self, qs: list[str], qv: np.ndarray, rows: np.ndarray, k: int, fused: Fusion, min_score: float | None
+    ) -> list[list[Hit]]:
+        """Hybrid search among ``rows`` (a filter's few matches): every one scored exactly and by
+        BM25, then fused, as an unfiltered hybrid search ranks its candidates."""
+        if len(rows) == 0:
+            return [[] for _ in qs]
+        allowed = np.zeros(len(self), dtype=bool)
+        allowed[rows] = True
+        dense = np.ascontiguousarray(np.broadcast_to(rows, (len(qs), len(rows))))
+        arrays = hybrid_arrays(self.model, self._vectors, self._lexical, qs, qv, dense, k, fused, allowed=allowed)
+        return [_cut(row, k, min_score) for row in self.hits(*arrays)]
 
     def _hit_bytes(self) -> int:
         """About what one Hit costs in memory (:mod:`qaindex.budget`)."""

@@ -281,9 +281,7 @@ def check_format(
     ...              what="index", remedy="rebuild it", error=QAIndexError)
     """
     if manifest.get("format") != name:
-        raise error(
-            f'{path}: not a qaindex {what} (field "format" is {manifest.get("format")!r}, expected {name!r})'
-        )
+        raise error(f'{path}: not a qaindex {what} (field "format" is {manifest.get("format")!r}, expected {name!r})')
     found = manifest.get("format_version")
     if found != version:
         raise error(

@@ -67,7 +67,9 @@ def _brute_force(
     if fusion.rule == "rrf":
         rank_d = {c: r + 1 for r, c in enumerate(sorted(range(len(cand)), key=lambda i: (-s[i], cand[i])))}
         rank_l = {c: r + 1 for r, c in enumerate(sorted(range(len(cand)), key=lambda i: (-lx[i], cand[i])))}
-        fused = [1 / (fusion.c + rank_d[i]) + (1 / (fusion.c + rank_l[i]) if lx[i] > 0 else 0) for i in range(len(cand))]
+        fused = [
+            1 / (fusion.c + rank_d[i]) + (1 / (fusion.c + rank_l[i]) if lx[i] > 0 else 0) for i in range(len(cand))
+        ]
     else:
         dn = (s - s.min()) / (s.max() - s.min())
         ln = lx / lx.max() if lx.max() > 0 else np.zeros_like(lx)
@@ -160,6 +162,22 @@ def test_hits_carry_calibrated_and_raw_scores(faq_hybrid: Ranker) -> None:
 def test_hybrid_with_a_filter(faq_hybrid: Ranker) -> None:
     hits = faq_hybrid.search("refund", k=3, where={"category": "account"})
     assert hits and all(h.metadata["category"] == "account" for h in hits)
+
+
+@pytest.mark.parametrize("category", ["account", "billing"])
+def test_a_rare_filter_fuses_every_matching_answer(faq_hybrid: Ranker, category: str) -> None:
+    """Few matches: every matching answer is scored exactly and by BM25 (the pre-filter), and the
+    fused order equals the brute-force fusion over exactly those answers."""
+    k = 5
+    match = {i for i, r in enumerate(RECORDS) if r.get("category") == category}
+    assert 0 < len(match) < len(RECORDS) // 2
+    lexical = _bm25s_scores(ANSWERS, QUESTIONS)
+    allowed = np.zeros(len(RECORDS), dtype=bool)
+    allowed[sorted(match)] = True
+    for question, lex in zip(QUESTIONS, lexical, strict=True):
+        masked = np.where(allowed, lex, 0.0)  # BM25 adds only matching answers
+        expected = _brute_force(faq_hybrid, question, k, len(match), DEFAULT_FUSION, masked, match)
+        assert [h.id for h in faq_hybrid.search(question, k=k, where={"category": category})] == expected, question
 
 
 def test_stopwords_are_bm25s_english_list() -> None:
@@ -319,7 +337,7 @@ def test_ray_build_makes_the_lexical_index_on_the_driver(monkeypatch: pytest.Mon
     monkeypatch.setattr(distributed, "import_ray", lambda: None)
     monkeypatch.setattr(distributed, "_connect", lambda ray, address: False)
 
-    def encode_locally(ray: Any, source: str, model: Any, record_lines: Any, *args: Any) -> np.ndarray:
+    def encode_locally(ray: Any, source: str, model: Any, record_lines: Any, *args: Any, **kwargs: Any) -> np.ndarray:
         return model.encode([r["answer"] for r in RECORDS[:90]], role="answer")  # type: ignore[no-any-return]
 
     monkeypatch.setattr(distributed, "_encode_on_ray", encode_locally)

@@ -129,13 +129,15 @@ def test_tiny_sentence_transformer_exports_with_parity(tiny_st: Path, tmp_path: 
     got_a = model.encode(answers, role="answer")
     np.testing.assert_allclose(got_a, want_a, atol=1e-5)
     # the index's top 10 is sentence-transformers' exact cosine top 10, cosines within 1e-4
-    ranker = Ranker.build([{"id": i, "answer": a} for i, a in enumerate(answers)], model=model, device="cpu")
+    ranker = Ranker.build(
+        [{"id": i, "answer": a} for i, a in enumerate(answers)], model=model, device="cpu", hybrid=False
+    )
     sims = want_q.astype(np.float64) @ want_a.T.astype(np.float64)
     for i, q in enumerate(questions):
         hits = ranker.search(q, 10)
         want = np.argsort(-sims[i], kind="stable")[:10]
         assert sorted(h.id for h in hits) == sorted(want.tolist())
-        np.testing.assert_allclose([h.score for h in hits], sims[i, [h.id for h in hits]], atol=1e-4)
+        np.testing.assert_allclose([h.raw_score for h in hits], sims[i, [h.id for h in hits]], atol=1e-4)
 
 
 def _copy(src: Path, dst: Path) -> Path:
@@ -220,9 +222,11 @@ def test_minilm_exports_with_parity(tmp_path: Path) -> None:
     want_a = st.encode(answers, normalize_embeddings=True).astype(np.float64)
     want_q = st.encode(questions, normalize_embeddings=True).astype(np.float64)
     np.testing.assert_allclose(model.encode(answers, role="answer"), want_a, atol=1e-4)
-    ranker = Ranker.build([{"id": i, "answer": a} for i, a in enumerate(answers)], model=model, device="cpu")
+    ranker = Ranker.build(
+        [{"id": i, "answer": a} for i, a in enumerate(answers)], model=model, device="cpu", hybrid=False
+    )
     sims = want_q @ want_a.T
     for i, q in enumerate(questions):
         hits = ranker.search(q, 10)
         assert sorted(h.id for h in hits) == sorted(np.argsort(-sims[i], kind="stable")[:10].tolist())
-        np.testing.assert_allclose([h.score for h in hits], sims[i, [h.id for h in hits]], atol=1e-4)
+        np.testing.assert_allclose([h.raw_score for h in hits], sims[i, [h.id for h in hits]], atol=1e-4)

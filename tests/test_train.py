@@ -428,7 +428,7 @@ def test_cli_train_config_file_and_options(tmp_path: Path) -> None:
         ("epochs = 2\nbogus = 1\n", "t.toml", "unknown setting 'bogus'; settings are the options of `qaindex train --help`"),
         ("epochs = [\n", "t.toml", "not valid TOML"),
         ('{"epochs": 0}', "t.json", "epochs must be at least 1, got 0"),
-        ('{"ball": "square"}', "t.json", "ball must be one of ('clip', 'expmap', 'radius', 'weighted', 'auto'), got 'square'"),
+        ('{"ball": "square"}', "t.json", "ball must be one of ('clip', 'expmap', 'radius', 'weighted', 'lognorm', 'auto'), got 'square'"),
     ],
 )
 def test_cli_train_config_file_errors(tmp_path: Path, text: str, name: str, message: str) -> None:
