@@ -63,7 +63,7 @@ class SupportBot:
         relevant, in [0, 1]) is below this.
     """
 
-    def __init__(self, ranker: qaindex.Ranker, margin: float = 0.02, threshold: float = 0.5) -> None:
+    def __init__(self, ranker: qaindex.Ranker, margin: float = 0.02, threshold: float = 0.35) -> None:
         self.ranker = ranker
         self.margin = margin
         self.threshold = threshold
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="model directory (default: the built-in model)")
     parser.add_argument("--serve", type=int, metavar="PORT", help="serve a JSON API on 127.0.0.1:PORT")
     parser.add_argument(
-        "--threshold", type=float, default=0.5, help="say I don't know below this score (probability of relevance)"
+        "--threshold", type=float, default=0.35, help="say I don't know below this score (probability of relevance)"
     )
     args = parser.parse_args(argv)
     try:

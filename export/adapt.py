@@ -270,12 +270,17 @@ def load_start(
             f"weights; {hint}"
         )
     kind = geo.get("ball_map", "clip") if geo["name"] == "poincare" else "none"
-    depth = kind == "weighted"
+    depth = kind in ("weighted", "lognorm")  # the table's last column is the per-token depth/evidence
     width = int(table.shape[1])
     ball = BallMap(kind, max_norm=float(geo.get("max_norm", 0.999)), dim=width - (1 if depth else 0))
+    # weights the exporter may fold into constants, and where the manifest records them
+    from_manifest = {("lognorm", "log_a"): ("a", math.log), ("lognorm", "lognorm_b"): ("b", float)}
     state = {}
     for name, value in ball.state_dict().items():
         found = weights.get(f"ball.{name}")
+        if found is None and (kind, name) in from_manifest and from_manifest[kind, name][0] in geo:
+            field, convert = from_manifest[kind, name]
+            found = np.asarray(convert(float(geo[field])), dtype=np.float32)
         if found is None or tuple(found.shape) != tuple(value.shape):
             raise StartError(f"{encoder_path}: the {kind} ball map's weight {name!r} is missing; {hint}")
         state[name] = torch.from_numpy(np.asarray(found, dtype=np.float32).copy())

@@ -363,7 +363,8 @@ def _echo_summary(path: Any, result: Any, mode: str, calibration: dict[str, Any]
         "calibration": calibration,
     }
     adaptation = _adaptation_summary(result)
-    if adaptation is not None:  # held-out metrics of the kept epoch: MRR@10, not MAP
+    if adaptation is not None:  # held-out metrics of the kept epoch: MRR@10, not MAP (no separate ONNX run)
+        del summary["dev_onnx"]
         summary["dev"] = {k: manifest["metrics"]["dev"].get(k) for k in ("mrr@10", "recall@10", "p@1", "questions")}
         summary["adaptation"] = adaptation
     click.echo(json.dumps(summary, indent=2))
