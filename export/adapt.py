@@ -274,7 +274,10 @@ def load_start(
     width = int(table.shape[1])
     ball = BallMap(kind, max_norm=float(geo.get("max_norm", 0.999)), dim=width - (1 if depth else 0))
     # weights the exporter may fold into constants, and where the manifest records them
-    from_manifest = {("lognorm", "log_a"): ("a", math.log), ("lognorm", "lognorm_b"): ("b", float)}
+    from_manifest: dict[tuple[str, str], tuple[str, Callable[[float], float]]] = {
+        ("lognorm", "log_a"): ("a", math.log),
+        ("lognorm", "lognorm_b"): ("b", float),
+    }
     state = {}
     for name, value in ball.state_dict().items():
         found = weights.get(f"ball.{name}")
