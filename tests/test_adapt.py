@@ -105,6 +105,20 @@ def test_load_start_reads_an_exported_model_back(start_dir: Path) -> None:
     assert start.model.w_f.item() == pytest.approx(float(torch.nn.functional.softplus(torch.tensor(2.0))), rel=1e-5)
 
 
+def test_load_start_reads_the_built_in_model() -> None:
+    """The shipped default (lognorm ball: per-token evidence column, weights partly folded into
+    constants by the exporter and read from the manifest) is what `qaindex train` adapts."""
+    from qaindex.model import DEFAULT_MODEL_DIR
+
+    start = load_start(DEFAULT_MODEL_DIR)  # checks torch against onnxruntime itself
+    texts = ["How do I reset my password?", "refund", "!!!", ""]
+    ids, mask = start.tokenizer.encode_batch(texts, 40)
+    with torch.no_grad():
+        mine = start.model(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
+    np.testing.assert_allclose(mine, Model.load(DEFAULT_MODEL_DIR).encode(texts, role="answer"), atol=1e-4)
+    assert start.model.ball.kind == "lognorm"
+
+
 def test_load_start_reads_an_old_format_directory(tmp_path: Path) -> None:
     """A directory exported before the ranking rule existed (clip ball map, no ``geometry.ranking``:
     the plain distance) is read back with the rule it was served with, and scores as the runtime does."""
