@@ -18,7 +18,7 @@ Systems, in the same run:
 - qaindex models through the real :class:`qaindex.Ranker` (the path of ``qaindex.evaluate.evaluate_pooled``):
   the previous built-in default (research-only, extracted from git at ``--previous``), the
   current built-in default (the distilled table + a head fine-tuned without labels on the FAQ
-  answers, see ``benchmarks/default_model.py``), the distilled tables without training
+  answers, see ``tools/build_default_model.py``), the distilled tables without training
   (PCA dimensions and token weightings), and
   (``--own``) distilled + unlabelled fine-tuning on each pool's own answers (no labels: what
   ``qaindex train CORPUS --teacher minilm`` does for a user);

@@ -23,7 +23,7 @@ from .errors import MissingDependencyError, QAIndexError
 __all__ = ["train"]
 
 # Training without labels (--teacher on a corpus without questions) starts from the settings
-# benchmarks/default_model.py built the shipped default with; options and --config override them.
+# the previous built-in default was trained with; options and --config override them.
 UNLABELLED_DEFAULTS = {"lr": 0.02, "optimizer": "adam", "batch_size": 64, "epochs": 20}
 
 TORCH_HINT = "training needs the train extra: pip install 'qaindex[train]' (and torch==2.13.0 for the CPU build)"
