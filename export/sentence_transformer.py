@@ -416,20 +416,20 @@ def export_sentence_transformer(
         "note": "exported, not trained by qaindex: see SOURCE_README.md for the model's own card and data",
         "torch_version": torch.__version__,
     }
+    common: dict[str, Any] = {
+        "name": label,
+        "geometry": geometry,
+        "dimension": src.dimension,
+        "tokenizer": src.tokenizer,
+        "max_tokens": {"question": src.max_seq_length, "answer": src.max_seq_length},
+        "encoder": encoder_graph,
+        "scorer": scorer_graph,
+        "score": score,
+        "training": training,
+        "parameters": parameters,
+    }
     with tempfile.TemporaryDirectory() as tmp:
-        trial = write_model(
-            Path(tmp) / "model",
-            name=label,
-            geometry=geometry,
-            dimension=src.dimension,
-            tokenizer=src.tokenizer,
-            max_tokens={"question": src.max_seq_length, "answer": src.max_seq_length},
-            encoder=encoder_graph,
-            scorer=scorer_graph,
-            score=score,
-            training=training,
-            parameters=parameters,
-        )
+        trial = write_model(Path(tmp) / "model", **common)
         worst_cos = _check_end_to_end(st, trial, texts, tolerance)
     metrics = {
         "parity": {
@@ -440,19 +440,7 @@ def export_sentence_transformer(
         }
     }
     return write_model(
-        directory,
-        name=label,
-        geometry=geometry,
-        dimension=src.dimension,
-        tokenizer=src.tokenizer,
-        max_tokens={"question": src.max_seq_length, "answer": src.max_seq_length},
-        encoder=encoder_graph,
-        scorer=scorer_graph,
-        score=score,
-        training=training,
-        metrics=metrics,
-        parameters=parameters,
-        extra_files={"SOURCE_README.md": card} if card.is_file() else None,
+        directory, **common, metrics=metrics, extra_files={"SOURCE_README.md": card} if card.is_file() else None
     )
 
 
