@@ -166,3 +166,20 @@ def test_retriever_arguments_are_query_errors(ranker: Ranker, framework: str) ->
             make(*args)
         assert str(info.value) == message or (message.endswith("it takes ") and str(info.value).startswith(message))
     assert len(make(ranker, 2, {"min_score": -100.0}).ranker.search(QUESTION, k=2)) == 2  # type: ignore[attr-defined]
+
+
+def test_langchain_retriever_wrong_field_types_are_query_errors(ranker: Ranker) -> None:
+    """Every constructor argument of the wrong type is a QueryError, not pydantic's ValidationError
+    (a falsy non-mapping search_kwargs, found by the fuzz, included)."""
+    pytest.importorskip("langchain_core")
+    from qaindex.integrations.langchain import QAIndexRetriever
+
+    cases = [
+        ({"search_kwargs": frozenset()}, "search_kwargs must be a dict of Ranker.search arguments, got frozenset"),
+        ({"min_score": "x"}, "min_score must be a finite number or None, got 'x'"),
+        ({"tags": 5}, "QAIndexRetriever: tags: Input should be a valid list"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(QueryError) as info:
+            QAIndexRetriever(ranker=ranker, **kwargs)
+        assert str(info.value) == message

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..arguments import positive_int
+from ..arguments import finite_number, positive_int
 from ..errors import MissingDependencyError
 from ..ranker import Ranker
 from . import check_search_kwargs, hit_metadata, ranker_from
@@ -25,7 +25,7 @@ try:
     from langchain_core.callbacks import CallbackManagerForRetrieverRun
     from langchain_core.documents import Document
     from langchain_core.retrievers import BaseRetriever
-    from pydantic import ConfigDict, Field
+    from pydantic import ConfigDict, Field, ValidationError
 except ImportError:  # pragma: no cover - exercised by a test that hides the package
     raise MissingDependencyError(
         "qaindex.integrations.langchain needs langchain-core: pip install 'qaindex[langchain]'"
@@ -76,10 +76,20 @@ class QAIndexRetriever(BaseRetriever):
                 "where, min_score and search_kwargs (any other Ranker.search argument), plus LangChain's tags "
                 "and metadata"
             )
-        check_search_kwargs(kwargs.get("search_kwargs") or {}, "search_kwargs")
+        if "search_kwargs" in kwargs:
+            kwargs["search_kwargs"] = check_search_kwargs(kwargs["search_kwargs"], "search_kwargs")
         if "k" in kwargs:  # a QueryError naming it, not a pydantic ValidationError
             kwargs["k"] = positive_int(kwargs["k"], "k")
-        super().__init__(ranker=ranker_from(ranker), **kwargs)  # type: ignore[call-arg]
+        if kwargs.get("min_score") is not None:
+            kwargs["min_score"] = finite_number(kwargs["min_score"], "min_score", optional=True)
+        loaded = ranker_from(ranker)
+        try:
+            super().__init__(ranker=loaded, **kwargs)  # type: ignore[call-arg]
+        except ValidationError as exc:  # LangChain's own fields (tags, metadata) of the wrong type
+            from ..errors import QueryError
+
+            first = exc.errors()[0]
+            raise QueryError(f"QAIndexRetriever: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         options = {"where": self.where, "min_score": self.min_score, **self.search_kwargs}
