@@ -183,3 +183,12 @@ def test_langchain_retriever_wrong_field_types_are_query_errors(ranker: Ranker) 
         with pytest.raises(QueryError) as info:
             QAIndexRetriever(ranker=ranker, **kwargs)
         assert str(info.value) == message
+
+
+def test_search_kwargs_with_keys_of_mixed_types_are_named() -> None:
+    """Unknown keys of any type are listed (sorting str and int keys together raised TypeError)."""
+    from qaindex.integrations import check_search_kwargs
+
+    with pytest.raises(QueryError) as info:
+        check_search_kwargs({"a": 1, 3: 2, "where": None}, "search_kwargs")
+    assert str(info.value).startswith("search_kwargs: unknown Ranker.search argument(s) 'a', 3; it takes ")

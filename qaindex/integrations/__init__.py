@@ -79,10 +79,10 @@ def check_search_kwargs(options: Any, name: str) -> dict[str, Any]:
     if not isinstance(options, Mapping):
         raise QueryError(f"{name} must be a dict of Ranker.search arguments, got {type(options).__name__}")
     taken = sorted(p for p in inspect.signature(Ranker.search).parameters if p not in ("self", "question", "k"))
-    unknown = sorted(set(options) - set(taken))
+    unknown = sorted(repr(key) for key in options if key not in taken)  # keys of any type (repr sorts)
     if unknown:
         raise QueryError(
-            f"{name}: unknown Ranker.search argument(s) {', '.join(map(repr, unknown))}; it takes "
+            f"{name}: unknown Ranker.search argument(s) {', '.join(unknown)}; it takes "
             f"{', '.join(taken)} (k is the retriever's own argument)"
         )
     return dict(options)
