@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -39,16 +40,8 @@ from qaindex.filters import compile_where, matching_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "filters.json"
-
-
-def synthetic(n: int, rng: np.random.Generator, words: list[str], lo: int, hi: int) -> list[str]:
-    lengths = rng.integers(lo, hi, size=n)
-    picks = rng.integers(0, len(words), size=int(lengths.sum()))
-    out, pos = [], 0
-    for length in lengths:
-        out.append(" ".join(words[i] for i in picks[pos : pos + length]))
-        pos += length
-    return out
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench_search import synthetic  # noqa: E402  (the same synthetic FAQ-like texts)
 
 
 def brute(ranker: Ranker, qv: np.ndarray, rows: np.ndarray, vectors: np.ndarray, k: int) -> list[Any]:

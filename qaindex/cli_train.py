@@ -105,16 +105,16 @@ def _adapt(
     train_file: Path,
     dev_file: Path | None,
     teacher: str | None,
-    values: dict[str, Any],
+    config: Any,
+    answers: list[str] | None,
     adapt: dict[str, Any],
     log: Any,
 ) -> Any:
-    """Adaptation of the start model (qaindex_export.adapt): label-free on a corpus without questions."""
+    """Adaptation of the start model (qaindex_export.adapt): label-free on ``answers`` (a corpus
+    without questions, with a teacher), else supervised on the corpus's questions."""
     from qaindex_export.adapt import adapt_supervised, adapt_unlabelled
 
-    config = TrainConfig(**{**ADAPT_DEFAULTS, **values}).validate()
     settings = AdaptConfig(**adapt).validate()
-    answers = _answers_without_questions(train_file) if teacher is not None else None
     sentence_teacher = _sentence_teacher(config.device) if teacher is not None else None
     if answers is not None:
         assert sentence_teacher is not None
@@ -303,17 +303,19 @@ def train(
         adapting, mode = _adapting(values, adapt)
         log = None if quiet else (lambda message: click.echo(message, err=True))
         if adapting:
-            if teacher is None and _answers_without_questions(train_file, strict=False) is not None:
+            # the corpus is read once: label-free answers with a teacher; without one, only to say
+            # that a corpus without questions needs --teacher
+            answers = _answers_without_questions(train_file, strict=teacher is not None)
+            if teacher is None and answers is not None:
                 raise _no_labels(train_file, out)
             if checkpoint is not None:
                 raise click.UsageError("--checkpoint saves models trained from scratch; add --from-scratch")
             try:
-                result = _adapt(train_file, dev_file, teacher, values, adapt, log)
+                config = TrainConfig(**{**ADAPT_DEFAULTS, **values}).validate()
+                result = _adapt(train_file, dev_file, teacher, config, answers, adapt, log)
             except TypeError as exc:  # a wrongly typed value from a config file
                 raise QAIndexError(f"{config_file}: invalid settings ({exc})") from None
             path = export_model(result, out, name=name, table_dtype=table_dtype, dev_data=None)
-            config = TrainConfig(**{**ADAPT_DEFAULTS, **values}).validate()
-            answers = _answers_without_questions(train_file) if teacher is not None else None
             calibration = _calibrate(path, train_file, dev_file, answers, config, config.device)
             _echo_summary(path, result, mode, calibration)
             return
