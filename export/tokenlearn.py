@@ -81,6 +81,7 @@ class TokenlearnConfig:
     lr: float = 3e-3
     temperature: float = 0.05  # InfoNCE
     pair_weight: float = 1.0
+    teacher_weight: float = 1.0  # weight of the cosine term towards the teacher's sentence vectors
     clusters: int = 64  # k-means clusters of the answers (pair batches drawn from one at a time)
     dev_pairs: int = 2000  # held-out pairs (never trained on): dev MRR and the ball fit
     max_tokens: int = 128
@@ -339,26 +340,31 @@ def train_tokenlearn(
             )
 
     evaluate(0, None)
-    steps = max(1, math.ceil(len(rows) / config.batch_size))
+    text_steps = max(1, math.ceil(len(rows) / config.batch_size))
     for epoch in range(1, config.epochs + 1):
         perm = rng.permutation(len(rows))
         pair_batches = (
             _cluster_batches(labels, config.pair_batch, rng) if len(train_pairs) and config.pair_weight > 0 else []
         )
+        # an epoch sees every teacher vector and every training pair at least once
+        steps = max(text_steps, len(pair_batches))
         total = 0.0
         for step in range(steps):
-            chosen = perm[step * config.batch_size : (step + 1) * config.batch_size]
-            if len(chosen) == 0:
-                continue
-            student = model(*texts.batch(rows[chosen]))
-            target = torch.from_numpy(target_all[chosen])
-            loss = (1.0 - F.cosine_similarity(student, target, dim=-1)).mean()
-            if pair_batches and config.pair_weight > 0:
+            first = (step % text_steps) * config.batch_size
+            chosen = perm[first : first + config.batch_size]
+            loss = torch.zeros(())
+            if len(chosen) and config.teacher_weight > 0:
+                student = model(*texts.batch(rows[chosen]))
+                target = torch.from_numpy(target_all[chosen])
+                loss = config.teacher_weight * (1.0 - F.cosine_similarity(student, target, dim=-1)).mean()
+            if pair_batches:  # the smaller of the two streams cycles
                 batch = train_pairs[pair_batches[step % len(pair_batches)]]
                 both = model(*texts.batch(np.concatenate([batch[:, 0], batch[:, 1]])))
                 q, a = both[: len(batch)], both[len(batch) :]
                 same = torch.from_numpy(batch[:, 1][:, None] == batch[:, 1][None, :])
                 loss = loss + config.pair_weight * info_nce(q, a, config.temperature, same)
+            if not loss.requires_grad:
+                continue
             for opt in opts:
                 opt.zero_grad(set_to_none=True)
             loss.backward()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -161,3 +162,34 @@ def test_old_model_directories_still_load(tmp_path: Path) -> None:
     model = Model.load(path)
     assert model.manifest["geometry"]["ball_map"] == "clip"
     assert np.linalg.norm(model.encode(["reset password"], role="answer")) == pytest.approx(0.999, abs=1e-4)
+
+
+def test_an_epoch_sees_every_training_pair_when_pairs_outnumber_teacher_texts() -> None:
+    # 8 texts with a teacher vector (one step of 8) but 40 pairs of distinct tokens (10 batches of 4):
+    # an epoch must take 10 steps, so every pair's tokens move, not only the first batch's
+    teacher_ids = [[1, 2]] * 8
+    pair_ids = [[10 + 2 * i] for i in range(40)] + [[11 + 2 * i] for i in range(40)]
+    tokens = TokenizedTexts.from_lists(teacher_ids + pair_ids)
+    teacher = np.random.default_rng(0).normal(size=(8, WIDTH)).astype(np.float32)
+    pairs = np.stack([8 + np.arange(40), 48 + np.arange(40)], axis=1)
+    vocab = 10 + 2 * 40
+    init = np.random.default_rng(1).normal(size=(vocab, WIDTH)).astype(np.float32)
+    config = TokenlearnConfig(dim=WIDTH, epochs=1, batch_size=8, pair_batch=4, clusters=1, dev_pairs=0, threads=1)
+    result = train_tokenlearn(config, tokens, teacher, init_table=init, teacher_rows=np.arange(8), pairs=pairs)
+    moved = np.abs(result.model.table.detach().numpy() - init).max(axis=1) > 0
+    assert moved[10:].all()
+
+
+def test_teacher_weight_zero_trains_on_the_pairs_alone() -> None:
+    tokens, teacher, _ = planted(texts=200)
+    pairs = np.stack([np.arange(0, 100), np.arange(100, 200)], axis=1)
+    init = np.random.default_rng(1).normal(size=(VOCAB, WIDTH)).astype(np.float32)
+    config = TokenlearnConfig(dim=WIDTH, epochs=2, batch_size=50, pair_batch=20, clusters=1, dev_pairs=0, threads=1)
+    with_teacher = train_tokenlearn(config, tokens, teacher, init_table=init, pairs=pairs).table
+    pairs_only = train_tokenlearn(
+        replace(config, teacher_weight=0.0), tokens, teacher * 0 + 1, init_table=init, pairs=pairs
+    ).table
+    # the teacher's vectors are ignored at weight 0: any teacher gives the same table
+    other = train_tokenlearn(replace(config, teacher_weight=0.0), tokens, -teacher, init_table=init, pairs=pairs).table
+    np.testing.assert_array_equal(pairs_only, other)
+    assert not np.array_equal(pairs_only, with_teacher)

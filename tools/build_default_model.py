@@ -91,19 +91,20 @@ def load_corpus(corpus: Path) -> tuple[list[str], list[str], np.ndarray]:
 
 
 def load_teacher(corpus: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(text rows, float32 teacher vectors) of every finished shard of ``tools/teacher_embeddings.py``."""
+    """(text rows, float32 teacher vectors) of every finished shard of ``tools/teacher_embeddings.py``
+    (``shards/`` and the ``shards-N/`` of an extended corpus)."""
     full = corpus / "teacher.npy"
     if full.is_file():
         vectors = np.load(full).astype(np.float32)
         return np.arange(len(vectors)), vectors
-    shards = corpus / "shards"
-    order = np.load(shards / "order.npy")
     rows, parts = [], []
-    for path in sorted(shards.glob("[0-9][0-9][0-9][0-9][0-9].npy")):
-        first = int(path.stem) * _shard_size(shards)
-        block = np.load(path).astype(np.float32)
-        rows.append(order[first : first + len(block)])
-        parts.append(block)
+    for shards in sorted(p for p in corpus.glob("shards*") if (p / "order.npy").is_file()):
+        order = np.load(shards / "order.npy")
+        for path in sorted(shards.glob("[0-9][0-9][0-9][0-9][0-9].npy")):
+            first = int(path.stem) * _shard_size(shards)
+            block = np.load(path).astype(np.float32)
+            rows.append(order[first : first + len(block)])
+            parts.append(block)
     return np.concatenate(rows), np.concatenate(parts)
 
 
@@ -191,6 +192,7 @@ def build_candidate(args: argparse.Namespace, out: Path, log: Any = print) -> di
 
     started = time.perf_counter()
     texts, sources, pairs = load_corpus(args.corpus)
+    pairs = cap_pairs(pairs, sources, args.max_pairs, seed=args.seed)
     rows, teacher = load_teacher(args.corpus)
     vocab = load_minilm().vocab
     tokenizer = Tokenizer(vocab, kind="wordpiece")
@@ -228,7 +230,7 @@ def build_candidate(args: argparse.Namespace, out: Path, log: Any = print) -> di
     recipe = {
         "config": asdict(config),
         "corpus": {"texts": len(texts), "teacher_vectors": len(rows), "teacher_vectors_by_source": counts,
-                   "pairs": len(pairs), "pairs_by_source": pair_counts,
+                   "pairs": len(pairs), "pairs_by_source": pair_counts, "max_pairs": args.max_pairs,
                    "sources": {k: {"what": v[0], "licence": v[1]} for k, v in SOURCES.items()}},
         "history": result.history,
         "table": "trained in this run" if args.table is None else "saved by an earlier run with these settings",
@@ -247,6 +249,30 @@ def build_candidate(args: argparse.Namespace, out: Path, log: Any = print) -> di
     )  # fmt: skip
     recipe["seconds"] = time.perf_counter() - started
     return recipe
+
+
+def cap_pairs(pairs: np.ndarray, sources: list[str], caps: list[str], *, seed: int = 0) -> np.ndarray:
+    """At most ``N`` pairs of each ``SOURCE=N`` in ``caps`` (a seeded sample; order kept).
+
+    Template questions (WordNet's "what does X mean?") are many and alike; capping them keeps
+    the pairs' InfoNCE term from learning their one pattern at the expense of natural questions.
+
+    Example
+    -------
+    >>> cap_pairs(np.array([[0, 1], [2, 3], [4, 5]]), ["a", "x", "a", "x", "b", "x"], ["a=1"]).shape
+    (2, 2)
+    """
+    keep = np.ones(len(pairs), dtype=bool)
+    source_of = np.asarray(sources)[pairs[:, 0]] if len(pairs) else np.zeros(0, dtype=str)
+    rng = np.random.default_rng(seed)
+    for cap in caps:
+        name, _, count = cap.partition("=")
+        rows = np.flatnonzero(source_of == name)
+        if not count.isdigit():
+            raise SystemExit(f"--max-pairs {cap!r}: expected SOURCE=N, e.g. wordnet=20000")
+        if len(rows) > int(count):
+            keep[rng.choice(rows, len(rows) - int(count), replace=False)] = False
+    return pairs[keep]
 
 
 def text_evidence(tokens: Any, rows: np.ndarray, evidence: np.ndarray) -> np.ndarray:
@@ -369,6 +395,8 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=256, help="table width")
     parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
     parser.add_argument("--pair-weight", type=float, default=1.0, help="weight of the pairs' InfoNCE term")
+    parser.add_argument("--max-pairs", action="append", default=[], metavar="SOURCE=N",
+                        help="use at most N question → answer pairs of SOURCE (repeatable)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="seed")
     parser.add_argument("--save-table", type=Path, default=None, help="also save the trained table (.npy)")
     parser.add_argument("--table", type=Path, default=None, help="skip training: use this saved table (.npy)")

@@ -6,9 +6,14 @@ batches (at most 128 tokens each); every
 so a killed run resumes at the first missing shard. When every shard exists they are
 assembled into ``OUT/teacher.npy`` (float16, one row per line of ``texts.jsonl``, in its order).
 
+``--first N`` encodes only the texts from line ``N`` on (a corpus extended with
+``tools/training_corpus.py --extend``: the earlier texts keep their lines and their shards), into
+``OUT/shards-N/``, in a seeded random order of those texts, so a partial run covers a random
+sample of every new source. ``tools/build_default_model.py`` reads every ``shards*`` folder.
+
 Usage::
 
-    python tools/teacher_embeddings.py --corpus /path/to/traindata [--shard 8192] [--threads 2]
+    python tools/teacher_embeddings.py --corpus /path/to/traindata [--shard 8192] [--threads 2] [--first N]
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ def main() -> None:
     parser.add_argument(
         "--limit", type=int, default=0, help="encode only the first N texts of the length order (0: all)"
     )
+    parser.add_argument("--first", type=int, default=0, help="encode only the texts from this line on")
     args = parser.parse_args()
 
     import torch
@@ -49,9 +55,20 @@ def main() -> None:
     # by length: a partial run has encoded a random sample of the corpus, with little padding
     lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
     part = args.shard * PART
-    order = np.concatenate([p + np.argsort(lengths[p : p + part], kind="stable") for p in range(0, len(texts), part)])
+    if args.first:
+        # the appended texts come source by source: shuffle them (seeded) before cutting parts
+        lines = args.first + np.random.default_rng(0).permutation(len(texts) - args.first)
+        order = np.concatenate(
+            [lines[p : p + part][np.argsort(lengths[lines[p : p + part]], kind="stable")]
+             for p in range(0, len(lines), part)]
+        )  # fmt: skip
+        shards = args.corpus / f"shards-{args.first}"
+    else:
+        order = np.concatenate(
+            [p + np.argsort(lengths[p : p + part], kind="stable") for p in range(0, len(texts), part)]
+        )
+        shards = args.corpus / "shards"
     total = len(order) if not args.limit else min(args.limit, len(order))
-    shards = args.corpus / "shards"
     shards.mkdir(exist_ok=True)
     np.save(shards / "order.npy", order)
     model = SentenceTransformer(os.fspath(minilm_dir()), device="cpu", local_files_only=True)
@@ -72,7 +89,7 @@ def main() -> None:
         rate = done / (time.perf_counter() - start)
         print(f"{path.name}: {first + len(chunk)}/{total} texts, {rate:.0f} texts/s this run, "
               f"mean chars {np.mean([len(t) for t in chunk]):.0f}", flush=True)  # fmt: skip
-    if total == len(order):
+    if total == len(order) and not args.first:
         out = np.zeros((len(texts), 384), dtype=np.float16)
         for k, first in enumerate(range(0, total, args.shard)):
             out[order[first : first + args.shard]] = np.load(shards / f"{k:05d}.npy")
