@@ -94,11 +94,14 @@ def load_teacher(corpus: Path) -> tuple[np.ndarray, np.ndarray]:
     """(text rows, float32 teacher vectors) of every finished shard of ``tools/teacher_embeddings.py``
     (``shards/`` and the ``shards-N/`` of an extended corpus)."""
     full = corpus / "teacher.npy"
-    if full.is_file():
-        vectors = np.load(full).astype(np.float32)
-        return np.arange(len(vectors)), vectors
     rows, parts = [], []
-    for shards in sorted(p for p in corpus.glob("shards*") if (p / "order.npy").is_file()):
+    folders = sorted(p for p in corpus.glob("shards*") if (p / "order.npy").is_file())
+    if full.is_file():  # every text of the corpus it was assembled for (the first lines of an extended one)
+        vectors = np.load(full).astype(np.float32)
+        rows.append(np.arange(len(vectors)))
+        parts.append(vectors)
+        folders = [p for p in folders if p.name != "shards"]
+    for shards in folders:
         order = np.load(shards / "order.npy")
         for path in sorted(shards.glob("[0-9][0-9][0-9][0-9][0-9].npy")):
             first = int(path.stem) * _shard_size(shards)
