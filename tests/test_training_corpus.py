@@ -268,3 +268,41 @@ def test_every_doc_repository_is_a_permissive_source() -> None:
     for key, (repo, _, _, licence, _) in DOC_REPOS.items():
         assert licence in permissive, key
         assert SOURCES[key][1] == licence and repo in SOURCES[key][0]
+
+
+def test_pairs_of_a_text_shared_by_many_are_dropped(tmp_path: Path) -> None:
+    boiler = "Describes an issue that occurs in the product and provides a resolution."
+    records = [(f"Error {n} when you open the app", boiler) for n in range(4)]
+    records += [("Install the agent", f"Download version {n} of the agent and run the installer.") for n in range(2)]
+    counts = assemble(tmp_path / "out", [("ms-support", records)], max_shared=3)
+    texts = [json.loads(line)["text"] for line in (tmp_path / "out" / "texts.jsonl").read_text().splitlines()]
+    pairs = np.load(tmp_path / "out" / "pairs.npy")
+    # four questions share the boilerplate answer: all four pairs go, the texts stay
+    assert {texts[a] for _, a in pairs} == {
+        f"Download version {n} of the agent and run the installer." for n in range(2)
+    }
+    assert boiler in texts and counts["pairs"] == 2 and counts["texts"] == 8
+
+
+def test_reference_pages_and_restated_titles_give_no_title_pair() -> None:
+    reference = (
+        "---\ntitle: Range.Copy method (Excel)\ndescription: Copies the range to the specified range or to the "
+        "Clipboard.\n---\n# Range.Copy method (Excel)\n\nCopies the range to the specified range.\n\n"
+        "## How do I copy only the values?\n\nUse PasteSpecial with xlPasteValues after the copy, on the target.\n"
+    )
+    assert list(markdown_records(reference)) == [
+        ("How do I copy only the values?", "Use PasteSpecial with xlPasteValues after the copy, on the target.")
+    ]
+    # a description that only restates the title falls back to the first paragraph; furniture is skipped
+    restated = (
+        "---\ntitle: Start a BizTalk application\ndescription: 'Learn more about: Start a BizTalk application'\n---\n"
+        "# Start a BizTalk application\n\n_Applies To: BizTalk Server 2020_\n\n"
+        "Open the Administration console, right-click the application and select Start.\n"
+    )
+    assert list(markdown_records(restated)) == [
+        (
+            "Start a BizTalk application",
+            "Open the Administration console, right-click the application and select Start.",
+        )
+    ]
+    assert user_question("IRP_MN_START_DEVICE") is None and user_question("Use ResampleMediaTask.SampleHeight") is None

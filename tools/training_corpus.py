@@ -30,6 +30,7 @@ import json
 import random
 import re
 import subprocess
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -142,6 +143,56 @@ DOC_REPOS: dict[str, tuple[str, str, str, str, str]] = {
     "ms-terminal": ("MicrosoftDocs/terminal", "", "Windows Terminal documentation", "CC-BY 4.0", "LICENSE"),
     "ms-wsl": ("MicrosoftDocs/WSL", "", "Windows Subsystem for Linux documentation", "CC-BY 4.0", "LICENSE"),
     "ms-live-share": ("MicrosoftDocs/live-share", "", "Visual Studio Live Share documentation", "CC-BY 4.0", "LICENSE"),
+    "ms-edge-enterprise": (
+        "MicrosoftDocs/Edge-Enterprise",
+        "",
+        "Microsoft Edge for business documentation",
+        "CC-BY 4.0",
+        "LICENSE",
+    ),
+    "ms-bot": ("MicrosoftDocs/bot-docs", "", "Bot Framework documentation", "CC-BY 4.0", "LICENSE"),
+    "ms-playfab": ("MicrosoftDocs/playfab-docs", "", "PlayFab documentation", "CC-BY 4.0", "LICENSE"),
+    "ms-msix": ("MicrosoftDocs/msix-docs", "", "MSIX packaging documentation", "CC-BY 4.0", "LICENSE"),
+    "ms-quantum": ("MicrosoftDocs/quantum-docs", "", "Azure Quantum documentation", "CC-BY 4.0", "LICENSE"),
+    "streamlit": ("streamlit/docs", "content/", "Streamlit documentation and knowledge base", "Apache-2.0", "LICENSE"),
+    "huggingface-hub": ("huggingface/hub-docs", "docs/", "Hugging Face Hub documentation", "Apache-2.0", "LICENSE"),
+    "cypress": ("cypress-io/cypress-documentation", "docs/", "Cypress documentation", "MIT", "LICENSE.md"),
+    "ms-business-central-dev": (
+        "MicrosoftDocs/dynamics365smb-devitpro-pb",
+        "",
+        "Business Central developer and IT-pro documentation",
+        "CC-BY 4.0",
+        "LICENSE",
+    ),
+    "ms-project-operations": (
+        "MicrosoftDocs/dynamics-365-project-operations",
+        "",
+        "Dynamics 365 Project Operations documentation",
+        "CC-BY 4.0",
+        "LICENSE",
+    ),
+    "ms-power-pages": ("MicrosoftDocs/power-pages-docs", "", "Power Pages documentation", "CC-BY 4.0", "LICENSE"),
+    "ms-dynamics-guidance": (
+        "MicrosoftDocs/dynamics365-guidance",
+        "",
+        "Dynamics 365 implementation guidance",
+        "MIT",
+        "LICENSE",
+    ),
+    "ms-contact-center": (
+        "MicrosoftDocs/dynamics-365-contact-center",
+        "",
+        "Dynamics 365 Contact Center documentation",
+        "CC-BY 4.0",
+        "LICENSE",
+    ),
+    "ms-fraud-protection": (
+        "MicrosoftDocs/dynamics-365-fraud-protection",
+        "",
+        "Dynamics 365 Fraud Protection documentation",
+        "CC-BY 4.0",
+        "LICENSE",
+    ),
     "prometheus": ("prometheus/docs", "", "Prometheus documentation", "Apache-2.0", "LICENSE"),
     "argo-cd": ("argoproj/argo-cd", "docs/", "Argo CD documentation", "Apache-2.0", "LICENSE"),
     "homebrew": ("Homebrew/brew", "docs/", "Homebrew documentation", "BSD-2-Clause", "LICENSE.txt"),
@@ -197,6 +248,11 @@ def clean(text: str) -> str:
     if len(text) > MAX_CHARS:
         text = text[:MAX_CHARS].rsplit(" ", 1)[0]
     return text
+
+
+def normalize(text: str) -> str:
+    """The key two texts are the same under: lower case, whitespace collapsed."""
+    return _SPACE.sub(" ", text).strip().lower()
 
 
 # ---------------------------------------------------------------- WordNet
@@ -437,6 +493,19 @@ _STEP_PREFIX = re.compile(
     r"^(?:step\s*\d+\s*[:.-]|\d+[.)]|option\s*\d+\s*[:.-]|method\s*\d+\s*[:.-]|scenario\s*\d+\s*[:.-])\s*", re.I
 )
 _TEMPLATE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}")
+_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!<>|])")
+# an API reference page's title ("Range.Copy method (Excel)", "GetBatchRequest Class"): not a user's question
+_API_TITLE = re.compile(
+    r"\b(propert(y|ies)|methods?|events?|class|fields?|enumerations?|enum|interfaces?|struct(ure)?|constructors?|"
+    r"namespaces?|members|operators?|delegates?|functions?|macros?|callbacks?|routines?|ioctl|objects?|"
+    r"collections?|keywords?|statements?|cmdlets?|attributes?|elements?|tables?|types?)\s*(\([^)]*\))?$",
+    re.I,
+)
+_IDENTIFIER = re.compile(r"\b[A-Za-z]\w*\.[A-Z][a-z]+|\w_\w|::|(?:[a-z][A-Z]\w*){3}|\w\(\)|\.chm\d")
+# paragraphs that are page furniture, not an answer
+_FURNITURE = re.compile(
+    r"^(_?applies to\b|namespace:|assembly:|learn more about:?|in this article\b|hi there! you have landed)", re.I
+)
 
 
 def strip_markdown(text: str) -> str:
@@ -462,6 +531,7 @@ def strip_markdown(text: str) -> str:
     out = _MD_REFLINK.sub(r"\1", out)
     out = _HTML_TAG.sub(" ", out)
     out = _TEMPLATE.sub(" ", out)
+    out = _ESCAPE.sub(r"\1", out)
     out = _EMPHASIS.sub("", out)
     return out
 
@@ -495,6 +565,8 @@ def answer_text(markdown: str, min_chars: int = 40) -> str | None:
     """The first paragraphs of a Markdown answer, joined up to ``MAX_CHARS``; None when too short."""
     parts: list[str] = []
     for para in paragraphs(markdown):
+        if _FURNITURE.match(para):
+            continue
         parts.append(para if para[-1:] in ".:!?;" else para + ".")
         if sum(len(p) + 1 for p in parts) >= MAX_CHARS:
             break
@@ -509,6 +581,12 @@ _FOREIGN_WORDS = frozenset(
     "der die das und ist nicht sie wie ein eine mit für le la les et est des une pour avec vous el los las y "
     "que del por para con una il di che per non da het een van ik je".split()
 )
+
+
+def restates(question: str, answer: str) -> bool:
+    """The answer is little more than the question again ("X" → "Learn more about: X.")."""
+    q, a = normalize(question).rstrip("?. "), normalize(answer)
+    return bool(q) and q in a and len(a) < len(q) + 40
 
 
 def is_english(text: str) -> bool:
@@ -577,7 +655,7 @@ def user_question(heading: str, title: str = "") -> str | None:
     words = text.split()
     if not 2 <= len(words) <= 25 or len(text) < 8 or not is_english(text):
         return None
-    if text.lower().rstrip("?") in _GENERIC_HEADINGS or "{" in text or "<" in text:
+    if text.lower().rstrip("?") in _GENERIC_HEADINGS or "{" in text or "<" in text or _IDENTIFIER.search(text):
         return None
     first = words[0].lower().strip("'\"")
     if not (
@@ -641,10 +719,14 @@ def markdown_records(markdown: str) -> Iterator[tuple[str, str | None]]:
     parts = sections(body)
     title = next((h for lv, h, _ in parts if lv == 1), None) or str(meta.get("title") or "")
     title = clean(strip_markdown(title))
+    if _API_TITLE.search(title) or _IDENTIFIER.search(title):
+        title = ""  # reference pages: their headings may still hold questions
     description = meta.get("description")
     intro = next((text for lv, _, text in parts if lv == 1), None) or parts[0][2]
-    answer = answer_text(description if isinstance(description, str) else intro)
-    if answer and is_english(answer) and len(title) >= 8 and is_english(title):
+    answer = answer_text(description) if isinstance(description, str) else None
+    if answer is None or restates(title, answer):
+        answer = answer_text(intro)
+    if answer and is_english(answer) and len(title) >= 8 and is_english(title) and not restates(title, answer):
         yield title, answer
     named = {clean(strip_markdown(h)).lower(): text for lv, h, text in parts if lv >= 2}
     fix = next((named[k] for k in ("resolution", "solution", "workaround", "cause") if k in named), None)
@@ -665,7 +747,7 @@ def markdown_records(markdown: str) -> Iterator[tuple[str, str | None]]:
         answer = answer_text(text)
         if answer is None and k + 1 < len(parts) and parts[k + 1][0] > level:
             answer = answer_text(parts[k + 1][2])
-        if answer and is_english(answer):
+        if answer and is_english(answer) and not restates(question, answer):
             yield question, answer
 
 
@@ -764,11 +846,6 @@ def docs_records(git_dir: Path, under: str = "") -> Iterator[tuple[str, str | No
 # ---------------------------------------------------------------- assemble
 
 
-def normalize(text: str) -> str:
-    """The key two texts are the same under: lower case, whitespace collapsed."""
-    return _SPACE.sub(" ", text).strip().lower()
-
-
 _ID_KEYS = frozenset({"id", "qid", "aid", "pid", "label", "answers_ids"})
 
 
@@ -815,6 +892,7 @@ def assemble(
     seed: int = 0,
     extend: Path | None = None,
     exclude: set[str] | frozenset[str] = frozenset(),
+    max_shared: int = 3,
 ) -> dict[str, int]:
     """Write ``texts.jsonl``, ``pairs.npy`` and ``counts.json`` under ``out`` from ``(source, records)`` feeds.
 
@@ -823,8 +901,10 @@ def assemble(
     ``extend`` (a folder this tool wrote), that corpus's texts come first, in their order and with
     their indices, its pairs first too; a new text equal to one of them (case and spacing aside)
     reuses its index. A new text in ``exclude`` (normalized, see :func:`eval_texts`) is dropped with
-    its pairs. Returns the counts written to ``counts.json``: texts per source, ``pairs``,
-    ``pairs_<source>`` per new source, ``texts``, and ``eval_overlap_dropped``.
+    its pairs. A new pair whose question has more than ``max_shared`` answers, or whose answer more
+    than ``max_shared`` questions, is dropped (its texts stay). Returns the counts written to
+    ``counts.json``: texts per source, ``pairs``, ``pairs_<source>`` per new source, ``texts``, and
+    ``eval_overlap_dropped``.
     """
     rng = random.Random(seed)
     old: list[tuple[str, str]] = []
@@ -837,7 +917,6 @@ def assemble(
     texts: list[tuple[str, str]] = []  # the new ones; index len(old) + position
     pairs: list[tuple[int, int]] = []
     seen_pairs: set[tuple[int, int]] = set()
-    pair_counts: dict[str, int] = {}
     dropped: set[str] = set()
 
     def add(text: str, source: str) -> int | None:
@@ -850,6 +929,7 @@ def assemble(
             texts.append((text, source))
         return index[key]
 
+    sources: list[str] = []
     for source, records in feeds:
         for text, partner in records:
             if len(text) < 3:
@@ -862,7 +942,14 @@ def assemble(
                 continue
             seen_pairs.add((i, j))
             pairs.append((i, j))
-            pair_counts[source] = pair_counts.get(source, 0) + 1
+            sources.append(source)
+    # a text paired with many others is boilerplate ("Describes an issue …") or a heading every page
+    # has ("Install the agent"): such pairs teach nothing about meaning
+    questions_of = Counter(j for _, j in pairs)
+    answers_of = Counter(i for i, _ in pairs)
+    keep = [k for k, (i, j) in enumerate(pairs) if questions_of[j] <= max_shared and answers_of[i] <= max_shared]
+    pairs = [pairs[k] for k in keep]
+    pair_counts = Counter(sources[k] for k in keep)
     order = list(range(len(texts)))
     rng.shuffle(order)
     where = np.arange(len(old) + len(texts), dtype=np.int64)
