@@ -184,6 +184,9 @@ def test_markdown_faq_headings_and_title_description() -> None:
     assert "Overview of settings" not in pairs and "Choose a location" in pairs
     assert not any("matters" in q for q in pairs)
     assert len(pairs) == 4
+    assert list(doc_file_records("docs/sync/faq.md", MARKDOWN_FAQ)) == list(markdown_records(MARKDOWN_FAQ))
+    for skipped in ("docs/blog/2020/sync.md", "docs/includes/sync.md", "docs/README.md"):
+        assert list(doc_file_records(skipped, MARKDOWN_FAQ)) == [], skipped
 
 
 def test_support_article_pairs_title_and_symptoms_with_resolution() -> None:

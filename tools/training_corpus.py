@@ -150,7 +150,6 @@ DOC_REPOS: dict[str, tuple[str, str, str, str, str]] = {
         "CC-BY 4.0",
         "LICENSE",
     ),
-    "ms-bot": ("MicrosoftDocs/bot-docs", "", "Bot Framework documentation", "CC-BY 4.0", "LICENSE"),
     "ms-playfab": ("MicrosoftDocs/playfab-docs", "", "PlayFab documentation", "CC-BY 4.0", "LICENSE"),
     "ms-msix": ("MicrosoftDocs/msix-docs", "", "MSIX packaging documentation", "CC-BY 4.0", "LICENSE"),
     "ms-quantum": ("MicrosoftDocs/quantum-docs", "", "Azure Quantum documentation", "CC-BY 4.0", "LICENSE"),
@@ -481,7 +480,10 @@ _TASK_VERBS = frozenset(
 )
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _MD_IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
-_MD_INCLUDE = re.compile(r"\[!(INCLUDE|div|VIDEO|NOTE|TIP|IMPORTANT|WARNING|CAUTION)[^\]]*\](\([^)]*\))?", re.I)
+_MD_INCLUDE = re.compile(
+    r"\[!INCLUDE\s*\[[^\]]*\]\([^)]*\)\]|\[!(INCLUDE|div|VIDEO|NOTE|TIP|IMPORTANT|WARNING|CAUTION)[^\]]*\](\([^)]*\))?",
+    re.I,
+)
 _MD_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 _MD_REFLINK = re.compile(r"\[([^\]]+)\]\[[^\]]*\]")
 _HTML_TAG = re.compile(r"<[^>]{1,300}>")
@@ -489,8 +491,9 @@ _HTML_COMMENT = re.compile(r"<!--.*?-->", re.S)
 _EMPHASIS = re.compile(r"(\*\*|__|\*|`)")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _LIST_MARK = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+_SCENARIO = re.compile(r"^consider the following scenarios?:\s*", re.I)
 _STEP_PREFIX = re.compile(
-    r"^(?:step\s*\d+\s*[:.-]|\d+[.)]|option\s*\d+\s*[:.-]|method\s*\d+\s*[:.-]|scenario\s*\d+\s*[:.-])\s*", re.I
+    r"^(?:step\s*\d+\s*[:.-]|\d+\s*[.)-]|option\s*\d+\s*[:.-]|method\s*\d+\s*[:.-]|scenario\s*\d+\s*[:.-])\s*", re.I
 )
 _TEMPLATE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}")
 _ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!<>|])")
@@ -736,6 +739,7 @@ def markdown_records(markdown: str) -> Iterator[tuple[str, str | None]]:
             if len(title) >= 8 and is_english(title):
                 yield title, answer
             symptom = answer_text(named.get("symptoms", named.get("symptom", "")))
+            symptom = _SCENARIO.sub("", symptom or "").strip() or None
             if symptom and is_english(symptom):
                 yield symptom, answer
     for k, (level, heading, text) in enumerate(parts):
@@ -781,7 +785,8 @@ def doc_file_records(path: str, text: str) -> Iterator[tuple[str, str | None]]:
             yield from faq_yaml_records(text)
     elif name.endswith((".md", ".mdx")):
         parts = name.split("/")
-        if any(p in ("includes", "snippets", "includes-generic", "changelog", "release-notes") for p in parts[:-1]):
+        skip = ("includes", "snippets", "includes-generic", "changelog", "release-notes", "releases", "blog", "news")
+        if any(p in skip for p in parts[:-1]):
             return
         if parts[-1] in (
             "readme.md",
