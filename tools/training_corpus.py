@@ -569,7 +569,7 @@ _API_TITLE = re.compile(
     r"collections?|keywords?|statements?|cmdlets?|attributes?|elements?|tables?|types?)\s*(\([^)]*\))?$",
     re.I,
 )
-_IDENTIFIER = re.compile(r"\b[A-Za-z]\w*\.[A-Z][a-z]+|\w_\w|::|(?:[a-z][A-Z]\w*){3}|\w\(\)|\.chm\d")
+_IDENTIFIER = re.compile(r"\b[A-Za-z]\w*\.[A-Z][a-z]+|\w_\w|::|[a-z][A-Z][a-z0-9]+[A-Z][a-z0-9]+[A-Z]|\w\(\)|\.chm\d")
 # paragraphs that are page furniture, not an answer
 _FURNITURE = re.compile(
     r"^(_?applies to\b|namespace:|assembly:|learn more about:?|in this article\b|hi there! you have landed)", re.I
