@@ -192,71 +192,6 @@ DOC_REPOS: dict[str, tuple[str, str, str, str, str]] = {
         "CC-BY 4.0",
         "LICENSE",
     ),
-    "ms-aks": ("MicrosoftDocs/azure-aks-docs", "", "Azure Kubernetes Service documentation", "CC-BY 4.0", "LICENSE"),
-    "ms-azure-security": (
-        "MicrosoftDocs/azure-security-docs",
-        "",
-        "Azure security documentation (Key Vault, Defender for Cloud, ...)",
-        "CC-BY 4.0",
-        "LICENSE",
-    ),
-    "ms-media-services": (
-        "MicrosoftDocs/azure-media-services",
-        "",
-        "Azure Media Services documentation",
-        "CC-BY 4.0",
-        "LICENSE",
-    ),
-    "ms-video-indexer": (
-        "MicrosoftDocs/azure-video-indexer",
-        "",
-        "Azure AI Video Indexer documentation",
-        "MIT",
-        "LICENSE",
-    ),
-    "ms-gaming": ("MicrosoftDocs/azure-gaming-docs", "", "Azure for gaming documentation", "CC-BY 4.0", "LICENSE"),
-    "ms-project-server": (
-        "MicrosoftDocs/OfficeDocs-ProjectServer",
-        "",
-        "Project Server documentation",
-        "CC-BY 4.0",
-        "LICENSE",
-    ),
-    "ms-search": (
-        "MicrosoftDocs/OfficeDocs-MicrosoftSearch",
-        "",
-        "Microsoft Search documentation",
-        "CC-BY 4.0",
-        "LICENSE",
-    ),
-    "ms-o365-itpro": (
-        "MicrosoftDocs/OfficeDocs-O365ITPro",
-        "",
-        "Microsoft 365 IT-pro documentation",
-        "CC-BY 4.0",
-        "LICENSE",
-    ),
-    "ms-connectivity": (
-        "MicrosoftDocs/OfficeDocs-ConnectivityAnalyzer",
-        "",
-        "Remote Connectivity Analyzer documentation",
-        "CC-BY 4.0",
-        "LICENSE",
-    ),
-    "ms-office-online-server": (
-        "MicrosoftDocs/OfficeDocs-OfficeOnlineServer",
-        "",
-        "Office Online Server documentation",
-        "CC-BY 4.0",
-        "LICENSE",
-    ),
-    "ms-powershell-dsc": (
-        "MicrosoftDocs/PowerShell-Docs-DSC",
-        "",
-        "PowerShell Desired State Configuration documentation",
-        "CC-BY 4.0",
-        "LICENSE",
-    ),
     "prometheus": ("prometheus/docs", "", "Prometheus documentation", "Apache-2.0", "LICENSE"),
     "argo-cd": ("argoproj/argo-cd", "docs/", "Argo CD documentation", "Apache-2.0", "LICENSE"),
     "homebrew": ("Homebrew/brew", "docs/", "Homebrew documentation", "BSD-2-Clause", "LICENSE.txt"),
@@ -569,7 +504,7 @@ _API_TITLE = re.compile(
     r"collections?|keywords?|statements?|cmdlets?|attributes?|elements?|tables?|types?)\s*(\([^)]*\))?$",
     re.I,
 )
-_IDENTIFIER = re.compile(r"\b[A-Za-z]\w*\.[A-Z][a-z]+|\w_\w|::|[a-z][A-Z][a-z0-9]+[A-Z][a-z0-9]+[A-Z]|\w\(\)|\.chm\d")
+_IDENTIFIER = re.compile(r"\b[A-Za-z]\w*\.[A-Z][a-z]+|\w_\w|::|[a-z][A-Z]\w*[a-z][A-Z]\w*[a-z][A-Z]|\w\(\)|\.chm\d")
 # paragraphs that are page furniture, not an answer
 _FURNITURE = re.compile(
     r"^(_?applies to\b|namespace:|assembly:|learn more about:?|in this article\b|hi there! you have landed)", re.I
