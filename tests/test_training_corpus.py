@@ -10,7 +10,20 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
-from training_corpus import build
+from training_corpus import (
+    DOC_REPOS,
+    SOURCES,
+    assemble,
+    build,
+    doc_file_records,
+    docs_records,
+    eval_texts,
+    faq_yaml_records,
+    markdown_records,
+    normalize,
+    strip_markdown,
+    user_question,
+)
 
 WORDNET_LINE = (
     "00001740 29 v 04 breathe 0 take_a_breath 0 respire 0 suspire 3 000 | draw air into, and expel out of, "
@@ -73,18 +86,6 @@ def test_corpus_from_every_source(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- documentation repositories
 
-from training_corpus import (  # noqa: E402
-    DOC_REPOS,
-    SOURCES,
-    assemble,
-    doc_file_records,
-    eval_texts,
-    faq_yaml_records,
-    markdown_records,
-    normalize,
-    strip_markdown,
-    user_question,
-)
 
 FAQ_YML = """### YamlMime:FAQ
 metadata:
@@ -309,3 +310,24 @@ def test_reference_pages_and_restated_titles_give_no_title_pair() -> None:
         )
     ]
     assert user_question("IRP_MN_START_DEVICE") is None and user_question("Use ResampleMediaTask.SampleHeight") is None
+
+
+def test_docs_records_read_a_bare_repository_under_its_folder(tmp_path: Path) -> None:
+    import subprocess
+
+    work = tmp_path / "work"
+    (work / "docs" / "sync").mkdir(parents=True)
+    (work / "docs" / "sync" / "faq.md").write_text(MARKDOWN_FAQ)
+    (work / "docs" / "storage-faq.yml").write_text(FAQ_YML)
+    (work / "site").mkdir()
+    (work / "site" / "other.md").write_text(SUPPORT_ARTICLE)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q", str(work)], check=True)
+    subprocess.run([*git, "-C", str(work), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(work), "commit", "-qm", "docs"], check=True)
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(tmp_path / "bare.git")], check=True)
+
+    pairs = list(docs_records(tmp_path / "bare.git", "docs/"))
+    # files in path order under docs/: the YAML FAQ, then the Markdown FAQ; site/ is not read
+    assert pairs == list(faq_yaml_records(FAQ_YML)) + list(markdown_records(MARKDOWN_FAQ))
+    assert len(list(docs_records(tmp_path / "bare.git"))) == len(pairs) + len(list(markdown_records(SUPPORT_ARTICLE)))
