@@ -562,9 +562,11 @@ Adam lr {config.get("lr")}, InfoNCE temperature {config.get("temperature")}, pai
 the ball's a, b chosen on {config.get("dev_pairs")} held-out pairs of the corpus
 (dev MRR@10 {recipe.get("ball", {}).get("dev_mrr@10", float("nan")):.3f}). The model can be shipped under Apache-2.0
 with the attributions above (WordNet licence notice; CC-BY 4.0 attribution to MedQuAD, Ben Abacha and
-Demner-Fushman 2019; PSF licence for the Python documentation).
+Demner-Fushman 2019; PSF licence for the Python documentation; for each documentation repository above,
+attribution to its authors under its licence, as listed in `docs/default-model.md`).
 
-**How to regenerate.** `python tools/training_corpus.py --out DIR --medquad MEDQUAD_CHECKOUT`, then
+**How to regenerate.** `python tools/training_corpus.py --out DIR --medquad MEDQUAD_CHECKOUT
+[--docs KEY=GIT_DIR ...]` (or `--extend` an earlier corpus; see `docs/default-model.md`), then
 `python tools/teacher_embeddings.py --corpus DIR`, then `python tools/build_default_model.py --corpus DIR`
 (it installs the model only if it beats the current default; see its docstring for the rule).
 
