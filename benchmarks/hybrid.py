@@ -1,44 +1,58 @@
-"""Hybrid lexical + dense search and calibrated scores: quality, added latency, calibration error.
+"""Hybrid lexical + dense search: the fusion rule fitted on held-out data, quality on every
+corpus, added latency at scale, calibration error of hybrid hits.
 
-1. **Fusion rule, chosen on held-out data.** Every corpus is pooled: each question with a
-   relevant answer is searched against every distinct answer of its split (the Ranker's real
-   search path, flat index, ``k`` = 10, over-fetch 10). Systems: dense (the model alone),
-   BM25 alone (``qaindex.lexical``, identical to bm25s with a stemmer and English stopwords),
-   and hybrid with reciprocal-rank fusion (c ∈ {10, 60}) and convex combinations of
-   normalised scores (w ∈ {0.3, 0.5, 0.7}). The rule is **chosen on the dev splits** (WikiQA
-   dev, TrecQA raw dev, TrecQA clean dev: highest mean MRR@10) and **reported on the other
-   corpora**: the test splits, the example FAQ (``examples/faq.jsonl``: its stored questions
-   against its 289 answers) and every corpus in ``--evaldata`` (``*.jsonl`` in the corpus or
-   benchmark format).
-2. **Added latency** at ``--latency-size`` answers (default 100,000: distinct WikiQA/TrecQA
-   answers, then sentences recombined from them), default index kind for that size: p50 of a
-   single-question ``search(k=10)`` dense and hybrid, interleaved, and the p50 of the
-   per-question difference.
-3. **Calibration.** Expected calibration error of the top-10 hits' ``score`` on held-out
-   labelled pools (WikiQA test, TrecQA raw/clean test; research data, measuring only) for the
-   built-in default model uncalibrated (sigmoid of the raw score) and calibrated the way it
-   ships (Platt on the teacher's judgements of pseudo-questions cut from the FAQ answers:
-   permissive text, no labels), and for ``--trained`` model directories (e.g. from
-   ``qaindex train``; calibrated on their own held-out data).
+1. **Fit** (``--fit``). The ``adaptive`` rule (``qaindex.fusion``: a convex combination of
+   min-max normalised model and BM25 scores whose dense weight is ``clip(a + b * rho, 0, 1)
+   * min(1, terms / n(q))``, ``rho`` the corpus's label-free dense/BM25 ratio measured at
+   build time, ``n(q)`` the question's BM25 terms) has three constants. They are chosen on
+   **half A** (a seeded half of the questions) of the *fit pools* only: the example FAQ
+   (``examples/faq.jsonl``), ``product-faq`` and ``aws-docs`` from ``--evaldata`` (permissive
+   licences) and held-out WordNet pairs of the training corpus (``--traindata``: pairs the
+   default model never trained on). Objective: the largest worst-case margin of the fused
+   MRR@10 over the better of its two parts across the fit pools, then the largest mean. The
+   constants are written to the model manifest (``"fusion"``), where searches read them.
+   Refit after replacing the model: ``python benchmarks/hybrid.py --fit --evaldata DIR
+   --traindata DIR``.
+2. **Quality.** Every corpus (the fit pools, every ``--evaldata`` corpus with the 50 junk
+   answers of ``benchmarks/pooled.py``, MedQuAD held-out pairs) is indexed whole (flat
+   index, ``k`` = 10, candidates: the model's and BM25's 100 best) and every question
+   searched: dense, BM25, and every rule tried: RRF (c = 10, 60), convex (w = 0.2, 0.5,
+   0.8), adaptive with the corpus ratio only (``terms`` = inf, refitted), the fitted
+   adaptive rule (the default; also through the real ``Ranker.search_batch`` path, which
+   must agree), the default with BM25 scored on the model's top 100 / 300 / 1,000 only (no
+   BM25 scan: the large-index path), and, for reference, the best convex weight per corpus
+   chosen with its labels (an upper bound, not a rule). Figures on the whole corpus and on
+   half B (never seen by the fit).
+3. **Added latency** at ``--latency-size`` answers (default 100,000: distinct WikiQA/TrecQA
+   answers, then sentences recombined from them), default index kind: p50 of a
+   single-question ``search(k=10)`` dense and hybrid, interleaved, and of the ranking stages
+   alone: hybrid without a BM25 scan (the default above ``LEXICAL_SCAN_LIMIT`` answers) and
+   with a full BM25 scan, and of the lexical work alone (p50 and p10: on a shared machine the
+   p10 is the least disturbed figure).
+4. **Calibration.** Expected calibration error of the top-10 hits' ``score`` on every
+   labelled corpus: dense search, hybrid hits scored by the model's calibration alone, and
+   hybrid hits as they ship (the hybrid score calibration, ``qaindex.fusion.hybrid_probability``,
+   fitted with ``--fit`` by logistic regression on the top-10 hybrid hits of half A of the
+   fit pools).
 
-Writes ``benchmarks/results/hybrid.json`` and the tables of ``docs/hybrid.md`` (between its
-``<!-- hybrid-table -->`` markers).
+Writes ``benchmarks/results/hybrid.json`` and the tables of ``docs/hybrid.md``.
 
 Usage::
 
-    python benchmarks/hybrid.py [--data ../shared/datasets] [--evaldata DIR] [--trained DIR ...]
+    python benchmarks/hybrid.py --evaldata DIR --traindata DIR [--fit] [--data ../shared/datasets]
+        [--skip quality latency calibration]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import os
-import shutil
-import statistics
 import sys
-import tempfile
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,71 +61,295 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pooled import JUNK_AID, JUNK_ANSWERS, load_corpora
+from readme_markers import replace_section
+
 from qaindex import Ranker
-from qaindex.calibration import Calibration, calibrate_model, labelled_pool, measure, summary
+from qaindex.calibration import _logistic, labelled_pool, summary
 from qaindex.corpus import read_corpus
 from qaindex.datasets import read_labelled
-from qaindex.fusion import DEFAULT_FUSION, Fusion, hybrid_arrays
+from qaindex.errors import ModelFormatError
+from qaindex.fusion import Fusion, dense_weight, fuse, fusion_from, hybrid_arrays
+from qaindex.lexical import top_rows
 from qaindex.model import DEFAULT_MODEL_DIR, Model
+from qaindex.storage import read_json_object, write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
-DEV = {
-    "WikiQA dev": "wikiqa/dev.filtered.jsonl",
-    "TrecQA raw dev": "trecqa_raw/dev.jsonl",
-    "TrecQA clean dev": "trecqa_clean/dev.jsonl",
-}
-TEST = {
-    "WikiQA test": "wikiqa/test.filtered.jsonl",
-    "TrecQA raw test": "trecqa_raw/test.jsonl",
-    "TrecQA clean test": "trecqa_clean/test.jsonl",
-}
-FAQ = "FAQ (examples/faq.jsonl)"
+RESULTS = ROOT / "benchmarks" / "results" / "hybrid.json"
 K = 10
-FUSIONS = {
+M = 100  # candidates per side (k x the default overfetch)
+FAQ = "faq (examples)"
+WORDNET = "wordnet held-out pairs"
+MEDQUAD = "medquad held-out pairs"
+FIT_EVALDATA = ("product-faq", "aws-docs")  # permissive licences (Apache-2.0; CC BY 4.0 questions)
+FIXED = {
     "rrf c=10": Fusion("rrf", c=10),
     "rrf c=60": Fusion("rrf", c=60),
-    "convex w=0.3": Fusion("convex", weight=0.3),
+    "convex w=0.2": Fusion("convex", weight=0.2),
     "convex w=0.5": Fusion("convex", weight=0.5),
-    "convex w=0.7": Fusion("convex", weight=0.7),
+    "convex w=0.8": Fusion("convex", weight=0.8),
 }
+GRID_A = [round(x, 2) for x in np.arange(-1.5, 0.51, 0.25)]
+GRID_B = [0.5, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0]
+GRID_TERMS = [6.0, 8.0, 10.0, 15.0, math.inf]
+CANDIDATE_ONLY = (100, 1000)
+NO_SCAN = "default, no BM25 scan"
+ORACLE_W = [round(w, 1) for w in np.arange(0.0, 1.01, 0.1)]
 
 
-def mrr_at_k(ranked: list[list[int]], relevant: list[set[int]], k: int = K) -> float:
-    total = 0.0
-    for rows, good in zip(ranked, relevant, strict=True):
-        for rank, row in enumerate(rows[:k], start=1):
-            if row in good:
-                total += 1.0 / rank
-                break
-    return total / len(ranked)
+# ------------------------------------------------------------------------------ pools
 
 
-def load_pool(path: Path) -> tuple[list[dict[str, Any]], list[str], list[set[int]]]:
-    """Records, questions and relevant rows of a labelled file (benchmark or corpus format)."""
-    return labelled_pool(read_labelled(path))
+@dataclass
+class Pool:
+    records: list[dict[str, Any]]
+    questions: list[str]
+    relevant: list[set[int]]
 
 
-def faq_pool() -> tuple[list[dict[str, Any]], list[str], list[set[int]]]:
+def with_junk(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return records + [{"id": f"{JUNK_AID}{i}", "answer": t} for i, t in enumerate(JUNK_ANSWERS)]
+
+
+def faq_pool() -> Pool:
     records = read_corpus(ROOT / "examples" / "faq.jsonl")
     recs = [{"id": r.id, "answer": r.answer} for r in records]
     questions = [q for r in records for q in r.questions]
     relevant = [{i} for i, r in enumerate(records) for _ in r.questions]
-    return recs, questions, relevant
+    return Pool(with_junk(recs), questions, relevant)
 
 
-def evaluate_corpus(model: Model, pool: tuple[list[dict[str, Any]], list[str], list[set[int]]]) -> dict[str, Any]:
-    records, questions, relevant = pool
-    ranker = Ranker.build(records, model=model, index_kind="flat", hybrid=True)
-    out: dict[str, Any] = {"answers": len(records), "questions": len(questions)}
-    dense = ranker.search_batch(questions, K, hybrid=False)
-    out["dense"] = mrr_at_k([[h.row for h in hits] for hits in dense], relevant)
+def traindata_pool(folder: Path, source: str, questions: int = 500, distractors: int = 3000) -> Pool:
+    """Held-out pairs of the training corpus (``texts.jsonl`` + ``pairs.npy``): the pairs
+    ``export/tokenlearn.py`` holds out (seed 0, first 2,000 of a permutation), those of one
+    source, searched among their answers and ``distractors`` other answers of that source."""
+    lines = (folder / "texts.jsonl").read_text(encoding="utf-8").splitlines()
+    rows = [json.loads(line) for line in lines]
+    pairs = np.load(folder / "pairs.npy").astype(np.int64)
+    dev = pairs[np.random.default_rng(0).permutation(len(pairs))[:2000]]
+    mine = dev[[rows[q]["source"] == source for q, _ in dev]][:questions]
+    others = np.unique(pairs[[rows[q]["source"] == source for q, _ in pairs]][:, 1])
+    others = np.setdiff1d(others, mine[:, 1])
+    extra = np.random.default_rng(1).choice(others, min(distractors, len(others)), replace=False)
+    answers = list(dict.fromkeys(mine[:, 1].tolist() + extra.tolist()))
+    where = {a: i for i, a in enumerate(answers)}
+    grouped: dict[str, set[int]] = {}
+    for q, a in mine:
+        grouped.setdefault(rows[q]["text"], set()).add(where[a])
+    records = [{"id": f"t{a}", "answer": rows[a]["text"]} for a in answers]
+    return Pool(with_junk(records), list(grouped), list(grouped.values()))
+
+
+def evaldata_pools(folder: Path) -> dict[str, Pool]:
+    out = {}
+    for name, groups in load_corpora(folder).items():
+        records, questions, relevant = labelled_pool(groups)
+        out[name] = Pool(records, questions, relevant)
+    return out
+
+
+def half_a(n: int) -> np.ndarray:
+    """The fit half of a pool's questions (seeded)."""
+    mask = np.zeros(n, dtype=bool)
+    mask[np.random.default_rng(0).permutation(n)[: n // 2]] = True
+    return mask
+
+
+# ------------------------------------------------------------------------------ candidates
+
+
+@dataclass
+class Collected:
+    """Everything a fusion rule needs, per question: candidates, both scores, question terms."""
+
+    ranker: Ranker
+    ratio: float | None
+    rows: list[np.ndarray]  # full path: dense top M | BM25 top M
+    dense: list[np.ndarray]
+    lexical: list[np.ndarray]
+    terms: list[int]
+    wide_rows: np.ndarray  # dense top max(CANDIDATE_ONLY), exact, best first
+    wide_dense: np.ndarray
+    wide_lexical: list[np.ndarray]
+    dense_top: list[list[int]]
+    bm25_top: list[list[int]]
+
+
+def collect(model: Model, pool: Pool) -> Collected:
+    ranker = Ranker.build(pool.records, model=model, index_kind="flat", hybrid=True)
     lexical = ranker._lexical
     assert lexical is not None
-    out["bm25"] = mrr_at_k([lexical.top(q, K)[0].tolist() for q in questions], relevant)
-    for name, fusion in FUSIONS.items():
-        hits = ranker.search_batch(questions, K, hybrid=True, fusion=fusion)
-        out[name] = mrr_at_k([[h.row for h in row] for row in hits], relevant)
+    qv = model.encode(pool.questions, role="question")
+    wide = min(len(ranker), max(CANDIDATE_ONLY))
+    w_scores, _, w_rows = ranker.search_vectors(qv, wide)
+    out = Collected(ranker, lexical.ratio, [], [], [], [], w_rows, w_scores, [], [], [])
+    vectors = np.asarray(ranker._vectors)
+    for i, question in enumerate(pool.questions):
+        terms, length = lexical.query(question)
+        full = lexical.scores_of_terms(terms)
+        bm25_rows, _ = lexical.top(question, M)
+        rows = np.union1d(w_rows[i, :M], bm25_rows)
+        s, _ = model.score_checked(qv[i : i + 1], vectors[rows][None].astype(np.float32))
+        out.rows.append(rows)
+        out.dense.append(s[0])
+        out.lexical.append(full[rows])
+        out.terms.append(length)
+        out.wide_lexical.append(full[w_rows[i]])
+        out.dense_top.append(w_rows[i, :K].tolist())
+        out.bm25_top.append(bm25_rows[:K].tolist())
     return out
+
+
+def _rr(ranked: list[int], good: set[int]) -> float:
+    for rank, row in enumerate(ranked[:K], start=1):
+        if row in good:
+            return 1.0 / rank
+    return 0.0
+
+
+def ranked_by(
+    fusion: Fusion, rows: np.ndarray, dense: np.ndarray, lexical: np.ndarray, ratio: Any, terms: int
+) -> list[int]:
+    """The runtime's order of one question's candidates (qaindex.fusion.hybrid_arrays)."""
+    rule = fusion
+    if fusion.rule == "adaptive":
+        rule = Fusion("convex", weight=dense_weight(fusion, ratio, terms))
+    fused = fuse(dense, lexical, rule)
+    return rows[np.lexsort((rows, -dense.astype(np.float64), -fused))][:K].tolist()
+
+
+def rr_of(c: Collected, pool: Pool, fusion: Fusion, only: int | None = None) -> np.ndarray:
+    """Reciprocal rank per question; ``only``: BM25 on the model's top ``only`` candidates only."""
+    out = np.empty(len(pool.questions))
+    for i, good in enumerate(pool.relevant):
+        if only is None:
+            ranked = ranked_by(fusion, c.rows[i], c.dense[i], c.lexical[i], c.ratio, c.terms[i])
+        else:
+            ranked = ranked_by(
+                fusion, c.wide_rows[i, :only], c.wide_dense[i, :only], c.wide_lexical[i][:only], c.ratio, c.terms[i]
+            )
+        out[i] = _rr(ranked, good)
+    return out
+
+
+def no_scan_rr(c: Collected, pool: Pool, fusion: Fusion) -> np.ndarray:
+    """Reciprocal ranks of the large-index path (``hybrid_arrays(..., scan=False)``): dense top
+    ``M`` plus BM25's best among the impact-ordered postings, BM25 scored on the candidates."""
+    model, lexical = c.ranker.model, c.ranker._lexical
+    out = np.empty(len(pool.questions))
+    for start in range(0, len(pool.questions), 64):
+        qs = pool.questions[start : start + 64]
+        qv = model.encode(qs, role="question")
+        _, _, rows, _ = hybrid_arrays(
+            model, c.ranker._vectors, lexical, qs, qv, c.wide_rows[start : start + 64, :M], K, fusion, scan=False
+        )
+        for i, ranked in enumerate(rows):
+            out[start + i] = _rr([int(r) for r in ranked if r >= 0], pool.relevant[start + i])
+    return out
+
+
+def parts(c: Collected, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
+    dense = np.array([_rr(r, g) for r, g in zip(c.dense_top, pool.relevant, strict=True)])
+    bm25 = np.array([_rr(r, g) for r, g in zip(c.bm25_top, pool.relevant, strict=True)])
+    return dense, bm25
+
+
+# ------------------------------------------------------------------------------ fit
+
+
+def fit(
+    collected: dict[str, Collected], pools: dict[str, Pool], terms_grid: list[float]
+) -> tuple[Fusion, dict[str, Any]]:
+    """The adaptive constants with the best worst-case margin over the fit pools' half A."""
+    halves = {n: half_a(len(pools[n].questions)) for n in collected}
+    best_part = {}
+    for n, c in collected.items():
+        d, b = parts(c, pools[n])
+        best_part[n] = max(d[halves[n]].mean(), b[halves[n]].mean())
+    best: tuple[tuple[float, float], Fusion] | None = None
+    for a, b, terms in itertools.product(GRID_A, GRID_B, terms_grid):
+        fusion = Fusion("adaptive", weight=0.5, a=a, b=b, terms=terms)
+        fused = {n: rr_of(c, pools[n], fusion)[halves[n]].mean() for n, c in collected.items()}
+        key = (round(min(fused[n] - best_part[n] for n in fused), 4), float(np.mean(list(fused.values()))))
+        if best is None or key > best[0]:
+            best = (key, fusion)
+    assert best is not None
+    return best[1], {"worst_margin_half_a": best[0][0], "mean_mrr_half_a": round(best[0][1], 4)}
+
+
+def hit_features(
+    c: Collected, pool: Pool, fusion: Fusion, model: Model, mask: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Features (the model's calibrated logit, BM25 over the best candidate's, fused value) and
+    labels of the top-``K`` hybrid hits of the questions in ``mask`` (as ``hybrid_arrays``)."""
+    feats: list[list[float]] = []
+    labels: list[int] = []
+    for i in np.flatnonzero(mask):
+        rows, s, lex = c.rows[i], c.dense[i], c.lexical[i]
+        fused = fuse(s, lex, Fusion("convex", weight=dense_weight(fusion, c.ratio, c.terms[i])))
+        order = np.lexsort((rows, -s.astype(np.float64), -fused))[:K]
+        p = np.clip(model.calibration(s[order], float(s[order].max())), 1e-6, 1 - 1e-6)
+        best = float(lex.max())
+        ln = lex[order] / best if best > 0 else np.zeros(len(order))
+        for j, row in enumerate(order):
+            feats.append([float(np.log(p[j] / (1 - p[j]))), float(ln[j]), float(fused[row])])
+            labels.append(int(rows[row] in pool.relevant[i]))
+    return np.asarray(feats), np.asarray(labels, np.float64)
+
+
+def fit_score(collected: dict[str, Collected], pools: dict[str, Pool], fusion: Fusion, model: Model) -> Fusion:
+    """``fusion`` with the calibration of its hits' ``score`` fitted (logistic regression) on
+    the top-``K`` hits of the fit pools' half A."""
+    parts_ = [hit_features(c, pools[n], fusion, model, half_a(len(pools[n].questions))) for n, c in collected.items()]
+    x = np.concatenate([p[0] for p in parts_])
+    y = np.concatenate([p[1] for p in parts_])
+    w = _logistic(x, y)
+    bias, w_dense, w_bm25, w_fused = (round(float(v), 6) for v in (w[3], w[0], w[1], w[2]))
+    return replace(fusion, score=(bias, w_dense, w_bm25, w_fused))
+
+
+def store_fusion(model_dir: Path, fusion: Fusion, info: dict[str, Any]) -> None:
+    """Write the fitted fusion (and its provenance ``info``) into the model manifest, atomically."""
+    path = model_dir / "manifest.json"
+    manifest = read_json_object(path, error=ModelFormatError, what="model directory")
+    manifest["fusion"] = {**fusion.to_json(), **info}
+    write_json_atomic(path, manifest)
+
+
+# ------------------------------------------------------------------------------ quality
+
+
+def quality_row(c: Collected, pool: Pool, rules: dict[str, Fusion]) -> dict[str, Any]:
+    a = half_a(len(pool.questions))
+    d, b = parts(c, pool)
+    row: dict[str, Any] = {"answers": len(pool.records), "questions": len(pool.questions), "ratio": c.ratio}
+
+    def put(name: str, rr: np.ndarray) -> None:
+        row[name] = round(float(rr.mean()), 4)
+        row[f"{name} (half B)"] = round(float(rr[~a].mean()), 4)
+
+    put("dense", d)
+    put("BM25", b)
+    for name, fusion in rules.items():
+        put(name, rr_of(c, pool, fusion))
+    default = rules["adaptive (default)"]
+    for n in CANDIDATE_ONLY:
+        put(f"default, BM25 on dense top {n}", rr_of(c, pool, default, only=n))
+    put(NO_SCAN, no_scan_rr(c, pool, default))
+    oracle = {w: float(rr_of(c, pool, Fusion("convex", weight=w)).mean()) for w in ORACLE_W}
+    w_best = max(oracle, key=lambda w: oracle[w])
+    row["best convex (labels)"] = round(oracle[w_best], 4)
+    row["best convex w"] = w_best
+    # the real search path must rank as the rule above
+    hits = c.ranker.search_batch(pool.questions, K)
+    real = np.array([_rr([h.row for h in hs], g) for hs, g in zip(hits, pool.relevant, strict=True)])
+    row["search_batch"] = round(float(real.mean()), 4)
+    return row
+
+
+# ------------------------------------------------------------------------------ latency
 
 
 def latency_texts(data: Path, size: int) -> list[str]:
@@ -131,7 +369,7 @@ def latency_texts(data: Path, size: int) -> list[str]:
 
 
 def measure_latency(
-    model: Model, data: Path, size: int, questions: list[str], repeats: int, saved: Path | None
+    model: Model, data: Path, size: int, questions: list[str], repeats: int, saved: Path | None = None
 ) -> dict[str, Any]:
     build_s = None
     if saved is not None and (saved / "manifest.json").is_file():
@@ -143,14 +381,15 @@ def measure_latency(
         build_s = round(time.perf_counter() - started, 1)
         if saved is not None:
             ranker.save(saved)
-    ranker.search(questions[0], k=K)  # postings, warm caches
-    dense_t: list[float] = []
-    hybrid_t: list[float] = []
-    dense_stage: list[float] = []
-    hybrid_stage: list[float] = []
     lexical = ranker._lexical
     assert lexical is not None
-    m = K * ranker.overfetch
+    model = ranker.model
+    fusion = fusion_from(None, model)
+    qv0 = model.encode(questions[:1], role="question")
+    ranker.search(questions[0], k=K)  # postings, impact order, warm caches
+    hybrid_arrays(model, ranker._vectors, lexical, questions[:1], qv0, ranker.candidates(qv0, M), K, fusion, scan=True)
+    names = ("dense", "hybrid", "dense_stage", "cand_stage", "scan_stage", "lex_noscan", "lex_scan")
+    t: dict[str, list[float]] = {k: [] for k in names}
     for _ in range(repeats):
         for q in questions:
             t0 = time.perf_counter()
@@ -158,135 +397,189 @@ def measure_latency(
             t1 = time.perf_counter()
             ranker.search(q, k=K, hybrid=True)
             t2 = time.perf_counter()
-            dense_t.append((t1 - t0) * 1e3)
-            hybrid_t.append((t2 - t1) * 1e3)
-            # the stages alone (no encoding, no Hit objects): coarse recall + exact scores, vs the same
-            # coarse recall + BM25 + exact scores of the union + fusion
-            qv = ranker.model.encode([q], role="question")
+            t["dense"].append((t1 - t0) * 1e3)
+            t["hybrid"].append((t2 - t1) * 1e3)
+            qv = model.encode([q], role="question")
             t3 = time.perf_counter()
             ranker.search_vectors(qv, K)
             t4 = time.perf_counter()
-            hybrid_arrays(ranker.model, ranker._vectors, lexical, [q], qv, ranker.candidates(qv, m), K, DEFAULT_FUSION)
+            hybrid_arrays(model, ranker._vectors, lexical, [q], qv, ranker.candidates(qv, M), K, fusion, scan=False)
             t5 = time.perf_counter()
-            dense_stage.append((t4 - t3) * 1e3)
-            hybrid_stage.append((t5 - t4) * 1e3)
-    lex = ranker._lexical
-    assert lex is not None
-    bm25_t = []
-    for q in questions:
-        t0 = time.perf_counter()
-        lex.top(q, K * ranker.overfetch)
-        bm25_t.append((time.perf_counter() - t0) * 1e3)
+            hybrid_arrays(model, ranker._vectors, lexical, [q], qv, ranker.candidates(qv, M), K, fusion, scan=True)
+            t6 = time.perf_counter()
+            # the lexical work alone: no scan (impact-ordered candidates, scored on rows) vs a scan
+            terms, _ = lexical.query(q)
+            extra = lexical.impact_rows(terms, M)
+            lexical.scores_of_rows(terms, extra[top_rows(lexical.scores_of_rows(terms, extra), M)])
+            t7 = time.perf_counter()
+            terms, _ = lexical.query(q)
+            top_rows(lexical.scores_of_terms(terms), M)
+            t8 = time.perf_counter()
+            for name, (a, b) in {"dense_stage": (t3, t4), "cand_stage": (t4, t5), "scan_stage": (t5, t6),
+                                 "lex_noscan": (t6, t7), "lex_scan": (t7, t8)}.items():  # fmt: skip
+                t[name].append((b - a) * 1e3)
+
+    def pct(xs: list[float], q: float = 50) -> float:
+        return round(float(np.percentile(xs, q)), 3)
+
+    def added(a: str, b: str, q: float = 50) -> float:
+        return pct([x - y for x, y in zip(t[a], t[b], strict=True)], q)
+
     return {
         "answers": len(ranker),
         "index_kind": ranker.index_kind,
         "build_seconds": build_s,
+        "dense_ratio": lexical.ratio,
         "load_average": round(os.getloadavg()[0], 1),
         "cpus": os.cpu_count(),
         "questions": len(questions) * repeats,
-        "dense_p50_ms": round(statistics.median(dense_t), 3),
-        "hybrid_p50_ms": round(statistics.median(hybrid_t), 3),
-        "added_p50_ms": round(statistics.median([h - d for h, d in zip(hybrid_t, dense_t, strict=True)]), 3),
-        "dense_stage_p50_ms": round(statistics.median(dense_stage), 3),
-        "hybrid_stage_p50_ms": round(statistics.median(hybrid_stage), 3),
-        "added_stage_p50_ms": round(
-            statistics.median([h - d for h, d in zip(hybrid_stage, dense_stage, strict=True)]), 3
-        ),
-        "bm25_top_p50_ms": round(statistics.median(bm25_t), 3),
+        "dense_p50_ms": pct(t["dense"]),
+        "hybrid_p50_ms": pct(t["hybrid"]),
+        "added_p50_ms": added("hybrid", "dense"),
+        "dense_stage_p50_ms": pct(t["dense_stage"]),
+        "candidates_only_stage_p50_ms": pct(t["cand_stage"]),
+        "added_candidates_only_p50_ms": added("cand_stage", "dense_stage"),
+        "scan_stage_p50_ms": pct(t["scan_stage"]),
+        "added_scan_p50_ms": added("scan_stage", "dense_stage"),
+        "lexical_no_scan_p50_ms": pct(t["lex_noscan"]),
+        "lexical_no_scan_p10_ms": pct(t["lex_noscan"], 10),
+        "lexical_scan_p50_ms": pct(t["lex_scan"]),
+        "lexical_scan_p10_ms": pct(t["lex_scan"], 10),
+        "dense_stage_p10_ms": pct(t["dense_stage"], 10),
+        "candidates_only_stage_p10_ms": pct(t["cand_stage"], 10),
+        "scan_stage_p10_ms": pct(t["scan_stage"], 10),
     }
 
 
-def calibration_report(model_dir: Path, pools: dict[str, Any], *, hybrid: bool = True) -> dict[str, Any]:
-    """ECE of the model's stored calibration and of the sigmoid fallback on each pool."""
-    model = Model.load(model_dir)
-    out: dict[str, Any] = {"calibration": model.calibration.describe()}
-    for name, groups in pools.items():
-        raw, best, y = measure(model, groups, depth=K)
-        row = {
-            "uncalibrated": summary(Calibration.uncalibrated()(raw), y),
-            "calibrated": summary(model.calibration(raw, best), y),
-        }
-        if hybrid:
-            raw_h, best_h, y_h = measure(model, groups, depth=K, hybrid=True)
-            row["calibrated_hybrid"] = summary(model.calibration(raw_h, best_h), y_h)
+# ------------------------------------------------------------------------------ calibration
+
+
+def calibration_rows(pools: dict[str, Pool], collected: dict[str, Collected]) -> dict[str, Any]:
+    """ECE of the top-``K`` hits' ``score`` (the real search path), dense and hybrid, per corpus
+    (all questions) and on half B of each."""
+    out = {}
+    for name, pool in pools.items():
+        ranker = collected[name].ranker
+        b = ~half_a(len(pool.questions))
+        row = {}
+        for label, hybrid in (("dense", False), ("hybrid", True)):
+            hits = ranker.search_batch(pool.questions, K, hybrid=hybrid)
+            prob = np.array([h.score for hs in hits for h in hs])
+            y = np.array([int(h.row in g) for hs, g in zip(hits, pool.relevant, strict=True) for h in hs])
+            in_b = np.array([bool(b[i]) for i, hs in enumerate(hits) for _ in hs])
+            row[label] = summary(prob, y)
+            row[f"{label} (half B)"] = summary(prob[in_b], y[in_b])
+            if hybrid:  # the same hits scored by the model's calibration alone
+                model_prob = np.concatenate([
+                    ranker.model.calibration(np.array([h.raw_score for h in hs]), max(h.raw_score for h in hs))
+                    for hs in hits if hs
+                ])  # fmt: skip
+                row["hybrid, model calibration"] = summary(model_prob, y)
         out[name] = row
     return out
 
 
-def default_calibrated(tmp: Path) -> Path:
-    """A copy of the default model calibrated the way it ships: teacher judgements on the FAQ answers."""
-    from qaindex_export.calibrate import teacher_groups
-    from qaindex_export.distill import minilm_sentence_teacher
+# ------------------------------------------------------------------------------ tables
 
-    target = tmp / "default"
-    shutil.copytree(DEFAULT_MODEL_DIR, target)
-    manifest = json.loads((target / "manifest.json").read_text(encoding="utf-8"))
-    manifest.pop("calibration", None)
-    (target / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
-    answers = [r.answer for r in read_corpus(ROOT / "examples" / "faq.jsonl")]
-    groups = teacher_groups(answers, minilm_sentence_teacher(), per_answer=2)
-    calibrate_model(target, groups, source="examples/faq.jsonl answers", labels="teacher")
-    return target
+
+def _cell(row: dict[str, Any], name: str) -> str:
+    value = row.get(name)
+    return "-" if value is None else f"{value:.3f}"
 
 
 def table(results: dict[str, Any]) -> str:
     lines = ["<!-- generated by benchmarks/hybrid.py; do not edit by hand -->"]
-    if "corpora" in results:
+    fitted = results.get("fitted")
+    corpora = results.get("corpora", {})
+    if corpora:
+        rules = results["rules"]
+        cols = ["dense", "BM25", *rules, *(f"default, BM25 on dense top {n}" for n in CANDIDATE_ONLY), NO_SCAN]
+        short = {f"default, BM25 on dense top {n}": f"default, BM25 on dense top {n} only" for n in CANDIDATE_ONLY}
+        short[NO_SCAN] = "default, no BM25 scan (large indexes)"
         lines += [
             "",
-            f"MRR@{K}, whole-pool search (every question against every answer of its split), built-in default "
-            f"model. Fusion chosen on the dev splits: **{results['chosen']}**.",
+            f"MRR@{K}, whole-corpus search (every answer indexed, {len(JUNK_ANSWERS)} junk answers added), "
+            f"built-in default model. The default rule is **adaptive** with a = {fitted['a']:g}, b = {fitted['b']:g}, "
+            f"terms = {fitted['terms']:g}, fitted on half A of the fit pools ({', '.join(results['fit_pools'])}): "
+            f"the other corpora are held out entirely. **Bold**: at least as good as both dense and BM25. "
+            f"ρ: the corpus's measured dense/BM25 ratio.",
             "",
-            "| corpus | answers | questions | dense | BM25 | " + " | ".join(FUSIONS) + " | chosen ≥ both |",
-            "|---|---|---|---|---|" + "---|" * len(FUSIONS) + "---|",
+            "| corpus | answers | questions | ρ | "
+            + " | ".join(short.get(c, c) for c in cols)
+            + " | best convex w (labels: upper bound) |",
+            "|---|---|---|---|" + "---|" * len(cols) + "---|",
         ]
-    for name, row in results.get("corpora", {}).items():
-        best = max(row["dense"], row["bm25"])
-        cells = " | ".join(f"{row[f]:.3f}" for f in FUSIONS)
-        ok = "yes" if row[results["chosen"]] >= best else "no"
-        split = " (dev: chooses)" if name in DEV else ""
-        lines.append(
-            f"| {name}{split} | {row['answers']} | {row['questions']} | {row['dense']:.3f} | {row['bm25']:.3f} | "
-            f"{cells} | {ok} |"
-        )
+        for name, row in corpora.items():
+            both = max(row["dense"], row["BM25"])
+            cells = []
+            for col in cols:
+                cell = _cell(row, col)
+                cells.append(f"**{cell}**" if col not in ("dense", "BM25") and row[col] >= both else cell)
+            fit = " (fit pool)" if name in results["fit_pools"] else ""
+            lines.append(
+                f"| {name}{fit} | {row['answers']} | {row['questions']} | {row['ratio']:.2f} | "
+                + " | ".join(cells)
+                + f" | {row['best convex (labels)']:.3f} (w = {row['best convex w']}) |"
+            )
+        held = [n for n in corpora if n not in results["fit_pools"]]
+        wins = [n for n in held if corpora[n]["adaptive (default)"] >= max(corpora[n]["dense"], corpora[n]["BM25"])]
+        lines += [
+            "",
+            f"The default is at least as good as both its parts on {len(wins)} of {len(held)} held-out corpora"
+            + (f" (not on: {', '.join(n for n in held if n not in wins)})" if len(wins) < len(held) else "")
+            + ". Half B of the fit pools (questions the fit never saw): "
+            + ", ".join(
+                f"{n} {corpora[n]['adaptive (default) (half B)']:.3f} vs dense {corpora[n]['dense (half B)']:.3f} / "
+                f"BM25 {corpora[n]['BM25 (half B)']:.3f}"
+                for n in results["fit_pools"]
+                if n in corpora
+            )
+            + ".",
+        ]
     lat = results.get("latency")
     if lat:
         lines += [
             "",
             f"Latency, {lat['answers']:,} answers ({lat['index_kind']} index), one question, k = {K}, "
-            f"{lat['questions']} searches interleaved (load average {lat.get('load_average')} on "
-            f"{lat.get('cpus')} CPUs): whole search dense p50 {lat['dense_p50_ms']:.2f} ms, hybrid p50 "
-            f"{lat['hybrid_p50_ms']:.2f} ms, added p50 {lat['added_p50_ms']:.2f} ms; the ranking stages alone "
-            f"(after encoding, before building hits) dense p50 {lat.get('dense_stage_p50_ms', float('nan')):.2f} ms, "
-            f"hybrid p50 {lat.get('hybrid_stage_p50_ms', float('nan')):.2f} ms, **added p50 "
-            f"{lat.get('added_stage_p50_ms', float('nan')):.2f} ms** (BM25 top-{K * 10} alone "
-            f"{lat['bm25_top_p50_ms']:.2f} ms).",
+            f"{lat['questions']} searches interleaved (load average {lat['load_average']} on {lat['cpus']} CPUs): "
+            f"whole search dense p50 {lat['dense_p50_ms']:.2f} ms, hybrid p50 {lat['hybrid_p50_ms']:.2f} ms, "
+            f"added p50 {lat['added_p50_ms']:.2f} ms. Ranking stages alone (after encoding, before building hits): "
+            f"dense {lat['dense_stage_p50_ms']:.2f} ms; hybrid without a BM25 scan (the default at this size) "
+            f"{lat['candidates_only_stage_p50_ms']:.2f} ms, **added "
+            f"{lat['added_candidates_only_p50_ms']:.2f} ms**; hybrid with a full BM25 scan "
+            f"{lat['scan_stage_p50_ms']:.2f} ms, added {lat['added_scan_p50_ms']:.2f} ms."
+            + (
+                f" The lexical work alone (question terms, BM25 candidates, their scores): without a scan p50 "
+                f"{lat['lexical_no_scan_p50_ms']:.2f} ms (p10 {lat['lexical_no_scan_p10_ms']:.2f} ms), with a scan "
+                f"p50 {lat['lexical_scan_p50_ms']:.2f} ms (p10 {lat['lexical_scan_p10_ms']:.2f} ms). p10 of the "
+                f"stages (the least disturbed by other work on the machine): dense {lat['dense_stage_p10_ms']:.2f} "
+                f"ms, hybrid without a scan {lat['candidates_only_stage_p10_ms']:.2f} ms, with a scan "
+                f"{lat['scan_stage_p10_ms']:.2f} ms."
+                if "lexical_no_scan_p50_ms" in lat
+                else f" (BM25 top-{M} alone {lat.get('bm25_top_p50_ms', float('nan')):.2f} ms.)"
+            ),
         ]
-    cal = results.get("calibration", {})
+    cal = results.get("calibration")
     if cal:
         lines += [
             "",
-            f"Expected calibration error (10 bins) of the top-{K} hits' score on held-out labelled pools:",
+            f"Expected calibration error (10 bins) of the top-{K} hits' `score`: dense search (the model's "
+            "calibration), hybrid search scored by the model's calibration alone, and hybrid search as it ships "
+            "(the hybrid score calibration fitted with the fusion, on half A of the fit pools):",
             "",
-            "| model | pool | pairs | relevant | ECE uncalibrated (sigmoid) | ECE calibrated | ECE calibrated, "
-            "hybrid |",
+            "| corpus | pairs | relevant (dense / hybrid) | ECE dense | ECE hybrid, model's calibration | "
+            "ECE hybrid | ECE hybrid, half B |",
             "|---|---|---|---|---|---|---|",
         ]
-        for model_name, report in cal.items():
-            for pool, row in report.items():
-                if pool == "calibration":
-                    continue
-                hyb = row.get("calibrated_hybrid", {}).get("ece")
-                lines.append(
-                    f"| {model_name} | {pool} | {row['calibrated']['pairs']} | {row['calibrated']['relevant']:.3f} | "
-                    f"{row['uncalibrated']['ece']:.3f} | {row['calibrated']['ece']:.3f} | "
-                    + (f"{hyb:.3f}" if hyb is not None else "-")
-                    + " |"
-                )
+        for name, row in cal.items():
+            model_only = row.get("hybrid, model calibration", {}).get("ece")
+            lines.append(
+                f"| {name} | {row['hybrid']['pairs']} | {row['dense']['relevant']:.3f} / "
+                f"{row['hybrid']['relevant']:.3f} | {row['dense']['ece']:.3f} | "
+                + ("-" if model_only is None else f"{model_only:.3f}")
+                + f" | {row['hybrid']['ece']:.3f} | {row['hybrid (half B)']['ece']:.3f} |"
+            )
     return "\n".join(lines) + "\n"
-
-
-RESULTS = ROOT / "benchmarks" / "results" / "hybrid.json"
 
 
 def readme_body(results: dict[str, Any]) -> str:
@@ -294,63 +587,85 @@ def readme_body(results: dict[str, Any]) -> str:
     return table(results)
 
 
-START, END = "<!-- hybrid-table:start -->", "<!-- hybrid-table:end -->"
-
-
-def write_between_markers(doc: Path, text: str) -> None:
-    """Replace what lies between the markers of ``doc`` (appended with them when absent)."""
-    old = doc.read_text(encoding="utf-8") if doc.exists() else ""
-    block = f"{START}\n{text}{END}"
-    if START in old and END in old:
-        new = old[: old.index(START)] + block + old[old.index(END) + len(END) :]
-    else:
-        new = old + ("\n" if old else "") + block + "\n"
-    doc.write_text(new, encoding="utf-8")
+# ------------------------------------------------------------------------------ main
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "datasets")
-    parser.add_argument("--evaldata", type=Path, default=None, help="More corpora (*.jsonl) to report on.")
-    parser.add_argument("--latency-size", type=int, default=100_000)
-    parser.add_argument("--latency-questions", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--evaldata", type=Path, required=True, help="Folder of corpora (benchmarks/corpora.py).")
+    parser.add_argument("--traindata", type=Path, required=True, help="Training corpus (texts.jsonl + pairs.npy).")
+    parser.add_argument(
+        "--data", type=Path, default=ROOT.parent / "shared" / "datasets", help="WikiQA/TrecQA (latency texts)."
+    )
+    parser.add_argument(
+        "--model", type=Path, default=DEFAULT_MODEL_DIR, help="Model directory (its manifest gets the fit)."
+    )
+    parser.add_argument(
+        "--fit", action="store_true", help="Fit the adaptive constants and store them in the model manifest."
+    )
+    parser.add_argument("--latency-size", type=int, default=100_000, help="Answers of the latency index.")
+    parser.add_argument("--latency-questions", type=int, default=200, help="Questions timed.")
+    parser.add_argument("--repeats", type=int, default=2, help="Passes over the timed questions.")
     parser.add_argument(
         "--latency-index", type=Path, default=None, help="Save the latency index here (reused when it exists)."
     )
-    parser.add_argument("--trained", type=Path, nargs="*", default=[], help="More model directories for ECE.")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["quality", "latency", "calibration"])
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "hybrid.json")
-    parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "hybrid.md")
+    parser.add_argument(
+        "--skip", nargs="*", default=[], choices=["quality", "latency", "calibration"], help="Parts to skip."
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS, help="Results file.")
     args = parser.parse_args(argv)
-    previous = json.loads(args.out.read_text()) if args.out.exists() else {}
-    results: dict[str, Any] = {"k": K, "fusions": {n: f.to_json() for n, f in FUSIONS.items()}}
-    model = Model.load(DEFAULT_MODEL_DIR)
-    if "quality" not in args.skip:
-        corpora: dict[str, Any] = {}
-        for name, rel in {**DEV, **TEST}.items():
-            corpora[name] = evaluate_corpus(model, load_pool(args.data / rel))
-            print(name, json.dumps(corpora[name]), flush=True)
-        corpora[FAQ] = evaluate_corpus(model, faq_pool())
-        print(FAQ, json.dumps(corpora[FAQ]), flush=True)
-        if args.evaldata is not None:
-            for path in sorted(args.evaldata.glob("*.jsonl")):
-                corpora[path.stem] = evaluate_corpus(model, load_pool(path))
-                print(path.stem, json.dumps(corpora[path.stem]), flush=True)
-        dev_mean = {f: float(np.mean([corpora[n][f] for n in DEV])) for f in FUSIONS}
-        results["dev_mean"] = dev_mean
-        results["chosen"] = max(FUSIONS, key=lambda f: dev_mean[f])
-        results["corpora"] = corpora
-        held_out = [n for n in corpora if n not in DEV]
-        results["chosen_wins_everywhere"] = all(
-            corpora[n][results["chosen"]] >= max(corpora[n]["dense"], corpora[n]["bm25"]) for n in held_out
+    previous = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() else {}
+    results: dict[str, Any] = {"k": K, "candidates": M}
+    model = Model.load(args.model)
+    pools: dict[str, Pool] = {FAQ: faq_pool()}
+    evalpools = evaldata_pools(args.evaldata)
+    for name in FIT_EVALDATA:
+        pools[name] = evalpools.pop(name)
+    pools[WORDNET] = traindata_pool(args.traindata, "wordnet")
+    fit_names = list(pools)
+    pools.update(evalpools)
+    pools[MEDQUAD] = traindata_pool(args.traindata, "medquad")
+    collected: dict[str, Collected] = {}
+    needed = args.fit or "quality" not in args.skip or "calibration" not in args.skip
+    for name, pool in pools.items() if needed else []:
+        collected[name] = collect(model, pool)
+        print(
+            f"{name}: {len(pool.records)} answers, {len(pool.questions)} questions, ratio {collected[name].ratio}",
+            flush=True,
         )
+    fit_set = {n: collected[n] for n in fit_names if n in collected}
+    if args.fit:
+        fitted, info = fit(fit_set, pools, GRID_TERMS)
+        fitted = fit_score(fit_set, pools, fitted, model)
+        entry = {**fitted.to_json(), "fitted_on": fit_names, "half": "A (seed 0)", **info}
+        store_fusion(args.model, fitted, entry)
+        model.manifest["fusion"] = entry  # the model every index above searches with
+        print("fitted", fitted, info, flush=True)
+    fusion = fusion_from(None, model)
+    results["fitted"] = fusion.to_json()
+    results["fit_pools"] = fit_names
+    if "quality" not in args.skip:
+        corpus_only, _ = fit(fit_set, pools, [math.inf])
+        rules = {**FIXED, "adaptive, corpus ratio only": corpus_only, "adaptive (default)": fusion}
+        results["rules"] = {n: f.to_json() for n, f in rules.items()}
+        results["corpora"] = {}
+        for name, pool in pools.items():
+            row = quality_row(collected[name], pool, rules)
+            if abs(row["search_batch"] - row["adaptive (default)"]) > 1e-9:
+                print(f"warning: {name}: search_batch {row['search_batch']} != rule {row['adaptive (default)']}")
+            results["corpora"][name] = row
+            print(name, json.dumps(row), flush=True)
     else:
-        for key in ("dev_mean", "chosen", "corpora", "chosen_wins_everywhere"):
+        for key in ("rules", "corpora"):
             if key in previous:
                 results[key] = previous[key]
+    if "calibration" not in args.skip:
+        results["calibration"] = calibration_rows(pools, collected)
+        print("calibration", json.dumps(results["calibration"]), flush=True)
+    elif "calibration" in previous:
+        results["calibration"] = previous["calibration"]
     if "latency" not in args.skip:
-        groups = read_labelled(args.data / TEST["WikiQA test"])
+        groups = read_labelled(args.data / "wikiqa" / "test.filtered.jsonl")
         questions = [g.question for g in groups][: args.latency_questions]
         results["latency"] = measure_latency(
             model, args.data, args.latency_size, questions, args.repeats, args.latency_index
@@ -358,19 +673,9 @@ def main(argv: list[str] | None = None) -> int:
         print("latency", json.dumps(results["latency"]), flush=True)
     elif "latency" in previous:
         results["latency"] = previous["latency"]
-    if "calibration" not in args.skip:
-        pools = {name: read_labelled(args.data / rel) for name, rel in TEST.items()}
-        with tempfile.TemporaryDirectory() as tmp:
-            calibrated = default_calibrated(Path(tmp))
-            results["calibration"] = {"built-in default": calibration_report(calibrated, pools)}
-            for path in args.trained:
-                results["calibration"][path.name] = calibration_report(path, pools)
-        print("calibration", json.dumps(results["calibration"]), flush=True)
-    elif "calibration" in previous:
-        results["calibration"] = previous["calibration"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    write_between_markers(args.doc, table(results))
+    replace_section("hybrid-table", readme_body(results))
     print(table(results))
     return 0
 

@@ -22,7 +22,8 @@ On disk (``SNAPSHOT/lexical/``), no pickle anywhere::
     terms.npy      int32 (nnz,)   term ids of each answer's distinct terms, answer after answer
     counts.npy     int32 (nnz,)   their counts in the answer
     offsets.npy    int64 (n + 1,) where each answer's terms start in terms.npy/counts.npy
-    vocab.json     {"format", "format_version", "tokenizer", "k1", "b", "vocab": [stem, ...]}
+    vocab.json     {"format", "format_version", "tokenizer", "k1", "b", "vocab": [stem, ...],
+                    "dense_ratio": {...} (optional: the corpus's dense/BM25 ratio, qaindex.fusion)}
 
 Tokenizing needs PyStemmer (in the ``cpu`` and ``gpu`` extras, or ``pip install
 'qaindex[hybrid]'``); loading and validating a stored index does not.
@@ -166,6 +167,22 @@ class LexicalIndex:
         self.k1 = float(k1)
         self.b = float(b)
         self._postings: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._forward: np.ndarray | None = None  # BM25 weight of each (answer, term) entry, CSR order
+        self._impact: np.ndarray | None = None  # each term's postings, highest weight first
+        # the corpus's label-free dense/BM25 ratio (qaindex.fusion.dense_ratio); None: not measured
+        self.ratio_info: dict[str, Any] | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        """The measured dense/BM25 ratio of the corpus (``adaptive`` fusion), or None."""
+        return None if self.ratio_info is None else float(self.ratio_info["ratio"])
+
+    def with_ratio(self, info: Mapping[str, Any] | None) -> LexicalIndex:
+        """This index (same arrays, shared) with a measured dense/BM25 ratio attached."""
+        out = LexicalIndex(self._terms, self._counts, self._offsets, self.vocab, k1=self.k1, b=self.b)
+        out._ids, out._postings, out._forward, out._impact = self._ids, self._postings, self._forward, self._impact
+        out.ratio_info = None if info is None else dict(info)
+        return out
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -227,13 +244,78 @@ class LexicalIndex:
             order = np.argsort(self._terms, kind="stable")
             indptr = np.zeros(len(self.vocab) + 1, np.int64)
             np.cumsum(df.astype(np.int64), out=indptr[1:])
-            self._postings = (indptr, rows[order], weight[order].astype(np.float32))
+            self._forward = weight.astype(np.float32)
+            self._postings = (indptr, rows[order], self._forward[order])
         return self._postings
 
     def query_terms(self, question: str) -> np.ndarray:
         """Term ids of a question's terms that occur in the index (repeats kept)."""
-        ids = [self._ids.get(term, -1) for term in _tokenizer()(question)]
-        return np.asarray([i for i in ids if i >= 0], dtype=np.int64)
+        return self.query(question)[0]
+
+    def query(self, question: str) -> tuple[np.ndarray, int]:
+        """A question's term ids that occur in the index (repeats kept) and its number of
+        terms (known or not): what :meth:`scores_of_terms` and the fusion need."""
+        tokens = _tokenizer()(question)
+        ids = [self._ids.get(term, -1) for term in tokens]
+        return np.asarray([i for i in ids if i >= 0], dtype=np.int64), len(tokens)
+
+    def scores_of_terms(self, terms: np.ndarray) -> np.ndarray:
+        """:meth:`scores` of a question given as its term ids (:meth:`query`)."""
+        indptr, docs, weights = self._build_postings()
+        n = len(self)
+        if not len(terms):
+            return np.zeros(n, np.float32)
+        take = _ranges(indptr[terms], indptr[terms + 1] - indptr[terms])
+        return np.bincount(docs[take], weights=weights[take], minlength=n).astype(np.float32)
+
+    def impact_rows(self, terms: np.ndarray, per_term: int) -> np.ndarray:
+        """The answers among the ``per_term`` highest-weighted postings of each of the
+        question's terms (impact-ordered postings), sorted: a candidate list for BM25's best
+        answers that costs ``per_term`` per term, not a scan of the postings. For a one-term
+        question its best ``per_term`` (by :meth:`scores_of_rows`) are BM25's best.
+
+        Example
+        -------
+        >>> lex = LexicalIndex.from_texts(["cats purr", "dogs bark", "cats cats cats"])
+        >>> lex.impact_rows(lex.query("cats")[0], 1).tolist()
+        [2]
+        """
+        indptr, docs, weights = self._build_postings()
+        if self._impact is None:
+            term_of = np.repeat(np.arange(len(self.vocab)), np.diff(indptr))
+            self._impact = docs[np.lexsort((docs, -weights, term_of))].astype(np.int32)
+        unique = np.unique(np.asarray(terms, dtype=np.int64))
+        starts = indptr[unique]
+        take = _ranges(starts, np.minimum(indptr[unique + 1] - starts, per_term))
+        return np.unique(self._impact[take]).astype(np.int64)
+
+    def scores_of_rows(self, terms: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """BM25 scores (float32) of the given rows only, for a question's term ids: equal to
+        ``scores_of_terms(terms)[rows]``, at a cost in the rows' lengths, not in ``N`` (the
+        lexical side of a hybrid search at scale).
+
+        Example
+        -------
+        >>> lex = LexicalIndex.from_texts(["cats purr", "dogs bark", "cats and dogs"])
+        >>> terms, _ = lex.query("cats?")
+        >>> bool(np.allclose(lex.scores_of_rows(terms, np.array([2, 0])), lex.scores_of_terms(terms)[[2, 0]]))
+        True
+        """
+        self._build_postings()
+        forward = self._forward
+        assert forward is not None
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(terms) or not len(rows):
+            return np.zeros(len(rows), np.float32)
+        unique, count = np.unique(terms, return_counts=True)
+        starts, lengths = self._offsets[rows], self._offsets[rows + 1] - self._offsets[rows]
+        take = _ranges(starts, lengths)
+        t = self._terms[take]
+        at = np.minimum(np.searchsorted(unique, t), len(unique) - 1)
+        hit = unique[at] == t
+        owner = np.repeat(np.arange(len(rows)), lengths)
+        weights = np.where(hit, forward[take].astype(np.float64) * count[at], 0.0)
+        return np.bincount(owner, weights=weights, minlength=len(rows)).astype(np.float32)
 
     def scores(self, question: str) -> np.ndarray:
         """BM25 score (float32) of every answer for a question (0 where no term matches).
@@ -243,13 +325,7 @@ class LexicalIndex:
         >>> [round(float(s), 3) for s in LexicalIndex.from_texts(["cats purr", "dogs bark"]).scores("cats purr?")]
         [0.555, 0.0]
         """
-        indptr, docs, weights = self._build_postings()
-        terms = self.query_terms(question)
-        n = len(self)
-        if not len(terms):
-            return np.zeros(n, np.float32)
-        take = _ranges(indptr[terms], indptr[terms + 1] - indptr[terms])
-        return np.bincount(docs[take], weights=weights[take], minlength=n).astype(np.float32)
+        return self.scores_of_terms(self.query_terms(question))
 
     def top(self, question: str, m: int) -> tuple[np.ndarray, np.ndarray]:
         """The ``m`` best rows by BM25 among the answers with a matching term (fewer when
@@ -275,6 +351,8 @@ class LexicalIndex:
             "b": self.b,
             "vocab": self.vocab,
         }
+        if self.ratio_info is not None:
+            meta["dense_ratio"] = self.ratio_info
         (directory / "vocab.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
 
     @classmethod
@@ -319,11 +397,21 @@ class LexicalIndex:
             raise bad("counts.npy", f"must hold {len(terms)} positive counts")
         if len(terms) and (terms.min() < 0 or terms.max() >= len(vocab)):
             raise bad("terms.npy", f"term ids must be in [0, {len(vocab) - 1}]")
-        return cls(terms, counts, offsets, vocab, k1=params["k1"], b=params["b"])
+        out = cls(terms, counts, offsets, vocab, k1=params["k1"], b=params["b"])
+        ratio = meta.get("dense_ratio")
+        if ratio is not None:
+            value = ratio.get("ratio") if isinstance(ratio, dict) else None
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise bad(
+                    "vocab.json", f'field "dense_ratio" must be an object with a non-negative "ratio", got {ratio!r}'
+                )
+            out.ratio_info = dict(ratio)
+        return out
 
     def describe(self) -> dict[str, Any]:
-        """What ``info`` shows: kind, terms, parameters."""
-        return {"kind": "bm25", "terms": len(self.vocab), "k1": self.k1, "b": self.b, "tokenizer": TOKENIZER}
+        """What ``info`` shows: kind, terms, parameters, the measured dense/BM25 ratio."""
+        return {"kind": "bm25", "terms": len(self.vocab), "k1": self.k1, "b": self.b, "tokenizer": TOKENIZER,
+                "dense_ratio": self.ratio}  # fmt: skip
 
 
 def top_rows(scores: np.ndarray, m: int) -> np.ndarray:

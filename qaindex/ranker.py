@@ -44,7 +44,7 @@ from .corpus import Record, read_corpus, records_from_dicts
 from .devices import check_device, devices_info
 from .diskspace import writing
 from .errors import IndexChangedError, IndexFormatError, ModelFormatError, QAIndexError, QueryError
-from .fusion import Fusion, fusion_from, hybrid_arrays
+from .fusion import Fusion, fusion_from, hybrid_arrays, with_dense_ratio
 from .index_checks import check_geometry, check_records, check_vectors, stored_vectors_error
 from .index_format import (
     INDEX_FORMAT,
@@ -640,8 +640,14 @@ class Ranker:
         >>> ranker.enable_hybrid().info()["hybrid"]["kind"]
         'bm25'
         """
-        self._lexical = LexicalIndex.from_texts([self._records.get(row).answer for row in range(len(self))])
+        self._lexical = self._measured(
+            LexicalIndex.from_texts([self._records.get(row).answer for row in range(len(self))])
+        )
         return self
+
+    def _measured(self, lexical: LexicalIndex, previous: Any = None) -> LexicalIndex:
+        """``lexical`` with the corpus's dense/BM25 ratio (adaptive fusion, qaindex.fusion)."""
+        return with_dense_ratio(self.model, self._vectors, lexical, lambda row: self._records.get(row).answer, previous)
 
     @property
     def has_hybrid(self) -> bool:
@@ -652,7 +658,7 @@ class Ranker:
         """The fusion a search uses, or None for a dense search."""
         if hybrid is not None:
             _check_flag(hybrid, "hybrid")
-        chosen = fusion_from(fusion)
+        chosen = fusion_from(fusion, self.model)
         if hybrid is False or (hybrid is None and self._lexical is None):
             return None
         if self._lexical is None:
@@ -852,7 +858,7 @@ class Ranker:
         return budget.HIT_OVERHEAD + int(self._records.offsets[-1]) // max(1, len(self))
 
     @_reading
-    def hits(self, scores: Any, distances: Any, rows: Any) -> list[list[Hit]]:
+    def hits(self, scores: Any, distances: Any, rows: Any, probabilities: Any = None) -> list[list[Hit]]:
         """Hits from the arrays of :meth:`search_vectors` (rows ``-1`` are skipped).
 
         Parameters
@@ -860,6 +866,9 @@ class Ranker:
         scores, distances : array (n, w)
         rows : int array (n, w)
             Row numbers of stored answers, ``-1`` where missing.
+        probabilities : array (n, w), optional
+            The hits' ``score`` (hybrid search's calibration, :mod:`qaindex.fusion`); None:
+            the model's calibration of ``scores``.
 
         Returns
         -------
@@ -891,7 +900,7 @@ class Ranker:
         out: list[list[Hit]] = []
         # raw score (and its distance below the best of its row) -> P(relevant), qaindex.calibration
         best = np.where(r >= 0, s, -np.inf).max(axis=1, keepdims=True) if s.size else s
-        probs = self.model.calibration(s, best)
+        probs = self.model.calibration(s, best) if probabilities is None else np.asarray(probabilities, np.float64)
         for srow, prow, drow, rrow in zip(s, probs, d, r, strict=True):
             found = []
             for score, prob, dist, row in zip(srow.tolist(), prow.tolist(), drow.tolist(), rrow.tolist(), strict=True):
@@ -1168,7 +1177,7 @@ class Ranker:
         self._records = self._records.append(new)
         self._vectors = np.concatenate([np.asarray(self._vectors), vectors])
         if lexical is not None:
-            self._lexical = lexical
+            self._lexical = self._measured(lexical, self._lexical.ratio_info if self._lexical else None)
         if not self._coarse_stale:
             self._coarse.add(vectors)
         _log.info("added %d answers; %d in all", len(new), len(self))
@@ -1207,7 +1216,7 @@ class Ranker:
         self._records = self._records.keep(keep)
         self._vectors = np.ascontiguousarray(np.asarray(self._vectors)[keep])
         if self._lexical is not None:
-            self._lexical = self._lexical.kept(keep)
+            self._lexical = self._measured(self._lexical.kept(keep), self._lexical.ratio_info)
         self._coarse_stale = True
         _log.info("removed %d answers; %d left", len(drop), len(self))
         return len(drop)

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from qaindex import IndexFormatError, MissingDependencyError, QueryError, Ranker
+from qaindex import IndexFormatError, MissingDependencyError, ModelFormatError, QueryError, Ranker
 from qaindex.cli import main
-from qaindex.fusion import DEFAULT_FUSION, Fusion, fuse
+from qaindex.fusion import DEFAULT_FUSION, Fusion, dense_weight, fuse, fusion_from, hybrid_arrays
 from qaindex.lexical import LexicalIndex, top_rows
 
 bm25s = pytest.importorskip("bm25s")
@@ -51,13 +51,22 @@ def _top(values: np.ndarray, m: int, rows: np.ndarray | None = None) -> set[int]
     return {int(idx[i]) for i in order[:m]}
 
 
+def _question_terms(question: str) -> int:
+    """The question's BM25 terms (known to the index or not), by bm25s's tokenizer."""
+    stemmer = Stemmer.Stemmer("english")
+    return len(bm25s.tokenize([question], stopwords="en", stemmer=stemmer, show_progress=False, return_ids=False)[0])
+
+
 def _brute_force(
-    ranker: Ranker, question: str, k: int, m: int, fusion: Fusion, lexical: np.ndarray, dense_rows: set[int]
-) -> list[str]:
-    """The fused top k, computed without qaindex.fusion: union, exact model scores, ranks, fusion."""
+    ranker: Ranker, question: str, k: int, m: int, fusion: Fusion, lexical: np.ndarray, dense_rows: set[int],
+    lexical_rows: set[int] | None = None,
+) -> list[str]:  # fmt: skip
+    """The fused top k, computed without qaindex.fusion: union, exact model scores, ranks, fusion.
+
+    ``lexical_rows``: BM25's candidates (default: its ``m`` best of all answers)."""
     answers = [r.answer for r in ranker.records()]
     ids = [r.id for r in ranker.records()]
-    cand = sorted(dense_rows | _top(lexical, m))
+    cand = sorted(dense_rows | (_top(lexical, m) if lexical_rows is None else lexical_rows))
     model = ranker.model
     qv = model.encode([question], role="question")
     av = model.encode([answers[i] for i in cand], role="answer")
@@ -71,9 +80,15 @@ def _brute_force(
             1 / (fusion.c + rank_d[i]) + (1 / (fusion.c + rank_l[i]) if lx[i] > 0 else 0) for i in range(len(cand))
         ]
     else:
+        weight = fusion.weight
+        if fusion.rule == "adaptive":  # clip(a + b * rho, 0, 1) * min(1, terms / n(q))
+            rho = ranker.info()["hybrid"]["dense_ratio"]
+            weight = min(1.0, max(0.0, fusion.a + fusion.b * rho)) * min(
+                1.0, fusion.terms / max(1, _question_terms(question))
+            )
         dn = (s - s.min()) / (s.max() - s.min())
         ln = lx / lx.max() if lx.max() > 0 else np.zeros_like(lx)
-        fused = list(fusion.weight * dn + (1 - fusion.weight) * ln)
+        fused = list(weight * dn + (1 - weight) * ln)
     order = sorted(range(len(cand)), key=lambda i: (-fused[i], -s[i], cand[i]))[:k]
     return [ids[cand[i]] for i in order]
 
@@ -115,7 +130,12 @@ def test_rrf_and_convex_by_hand() -> None:
     np.testing.assert_allclose(convex, [0.25, 0.75, 0.25 * 0.5 + 0.75 * 0.5])
 
 
-@pytest.mark.parametrize("fusion", [Fusion("rrf", c=60), Fusion("rrf", c=10), Fusion("convex", weight=0.3)])
+ADAPTIVE = Fusion("adaptive", a=-0.25, b=1.0, terms=4)  # terms = 4: long questions lower the dense weight
+
+
+@pytest.mark.parametrize(
+    "fusion", [Fusion("rrf", c=60), Fusion("rrf", c=10), Fusion("convex", weight=0.3), ADAPTIVE, DEFAULT_FUSION]
+)
 def test_hybrid_ranking_equals_brute_force_fusion(faq_hybrid: Ranker, fusion: Fusion) -> None:
     k, m = 5, 15
     model = faq_hybrid.model
@@ -144,16 +164,18 @@ def test_every_index_kind_fuses_its_own_candidates(kind: str) -> None:
     coarse = ranker.candidates(qv, m)
     for i, question in enumerate(QUESTIONS):
         dense_rows = {int(r) for r in coarse[i] if r >= 0}
-        expected = _brute_force(ranker, question, k, m, DEFAULT_FUSION, lexical[i], dense_rows)
+        expected = _brute_force(ranker, question, k, m, fusion_from(None, ranker.model), lexical[i], dense_rows)
         assert [h.id for h in ranker.search(question, k=k)] == expected
 
 
 def test_hits_carry_calibrated_and_raw_scores(faq_hybrid: Ranker) -> None:
     hits = faq_hybrid.search("How do I reset my password?", k=5)
-    best = max(h.raw_score for h in hits)  # the best raw score of the search's hits
     assert faq_hybrid.model.calibration.calibrated  # the built-in model ships calibrated
-    for h in hits:
-        assert 0.0 <= h.score <= 1.0
+    assert fusion_from(None, faq_hybrid.model).score is not None  # and a hybrid score calibration
+    assert all(0.0 <= h.score <= 1.0 for h in hits)
+    dense = faq_hybrid.search("How do I reset my password?", k=5, hybrid=False)
+    best = max(h.raw_score for h in dense)  # the best raw score of the search's hits
+    for h in dense:
         assert h.score == pytest.approx(faq_hybrid.model.calibration(h.raw_score, best))
     kept = faq_hybrid.search("How do I reset my password?", k=5, min_score=hits[2].score)
     assert {h.id for h in kept} == {h.id for h in hits if h.score >= hits[2].score}
@@ -176,7 +198,7 @@ def test_a_rare_filter_fuses_every_matching_answer(faq_hybrid: Ranker, category:
     allowed[sorted(match)] = True
     for question, lex in zip(QUESTIONS, lexical, strict=True):
         masked = np.where(allowed, lex, 0.0)  # BM25 adds only matching answers
-        expected = _brute_force(faq_hybrid, question, k, len(match), DEFAULT_FUSION, masked, match)
+        expected = _brute_force(faq_hybrid, question, k, len(match), fusion_from(None, faq_hybrid.model), masked, match)
         assert [h.id for h in faq_hybrid.search(question, k=k, where={"category": category})] == expected, question
 
 
@@ -347,3 +369,162 @@ def test_ray_build_makes_the_lexical_index_on_the_driver(monkeypatch: pytest.Mon
     for q in QUESTIONS:
         assert [h.id for h in on_ray.search(q, k=5)] == [h.id for h in local.search(q, k=5)]
     assert not distributed.build_on_ray(corpus, hybrid=False).has_hybrid
+
+
+# -- adaptive fusion, the dense/BM25 ratio, BM25 without a scan ---------------------------------
+def test_dense_weight_by_hand() -> None:
+    rule = Fusion("adaptive", weight=0.4, a=-0.5, b=1.0, terms=8)
+    assert dense_weight(rule, 0.9, 4) == pytest.approx(0.4)
+    assert dense_weight(rule, 0.9, 16) == pytest.approx(0.2)  # twice the terms: half the weight
+    assert dense_weight(rule, 0.3, 4) == 0.0  # clipped at 0
+    assert dense_weight(rule, 2.0, 1) == 1.0  # clipped at 1
+    assert dense_weight(rule, None, 4) == pytest.approx(0.4)  # no measured ratio: the fallback weight
+    assert dense_weight(Fusion("convex", weight=0.3), 0.9, 100) == 0.3
+    with pytest.raises(QueryError, match="fuse the adaptive rule with its weight"):
+        fuse(np.array([1.0]), np.array([1.0]), rule)
+
+
+def test_the_ratio_is_measured_stored_and_remeasured(faq_hybrid: Ranker, tmp_path: Path) -> None:
+    info = faq_hybrid._lexical.ratio_info  # type: ignore[union-attr]
+    assert info is not None and info["pool"] == len(faq_hybrid) and info["questions"] == 200
+    assert info["ratio"] == pytest.approx(info["dense_mrr"] / info["bm25_mrr"], rel=1e-4)
+    assert 0 < info["dense_mrr"] <= 1 and 0 < info["bm25_mrr"] <= 1
+    assert faq_hybrid.info()["hybrid"]["dense_ratio"] == info["ratio"]
+    faq_hybrid.save(tmp_path / "ix")
+    assert Ranker.load(tmp_path / "ix")._lexical.ratio_info == info  # type: ignore[union-attr]
+    # deterministic: a fresh build of the same answers measures the same ratio
+    assert Ranker.build(FAQ_PATH, hybrid=True, index_kind="flat").info()["hybrid"]["dense_ratio"] == info["ratio"]
+    with Ranker.edit(tmp_path / "ix") as ranker:
+        ranker.add([{"id": "one-more", "answer": "Gift cards never expire and can be used with any order."}])
+        assert ranker.info()["hybrid"]["dense_ratio"] == info["ratio"]  # 1 answer: kept, no new measurement
+        ranker.remove([r["id"] for r in RECORDS[:60]])
+        fresh = Ranker.build([*RECORDS[60:], {"id": "one-more", "answer": "Gift cards never expire and can be used "
+                                              "with any order."}], hybrid=True)  # fmt: skip
+        assert ranker.info()["hybrid"]["dense_ratio"] == fresh.info()["hybrid"]["dense_ratio"] != info["ratio"]
+
+
+def test_a_corpus_too_short_for_pseudo_questions_falls_back_to_the_stored_weight() -> None:
+    ranker = Ranker.build([{"id": i, "answer": f"word{i} here"} for i in range(30)], hybrid=True)
+    assert ranker.info()["hybrid"]["dense_ratio"] is None
+    assert len(ranker.search("word3", k=3)) == 3
+
+
+def test_a_damaged_ratio_in_the_lexical_index_is_an_error(saved: Path) -> None:
+    vocab = saved / _manifest(saved)["snapshot"] / "lexical" / "vocab.json"
+    meta = json.loads(vocab.read_text())
+    meta["dense_ratio"] = {"ratio": "high"}
+    vocab.write_text(json.dumps(meta))
+    with pytest.raises(IndexFormatError, match=r'vocab.json: field "dense_ratio" must be an object'):
+        Ranker.load(saved, verify=False)
+
+
+def test_the_model_manifest_fusion_is_the_default(tmp_path: Path) -> None:
+    from qaindex import Model
+    from qaindex.model import DEFAULT_MODEL_DIR
+
+    target = tmp_path / "model"
+    shutil.copytree(DEFAULT_MODEL_DIR, target)
+    manifest = json.loads((target / "manifest.json").read_text())
+    manifest["fusion"] = {"rule": "adaptive", "a": 0.1, "b": 0.5, "terms": None, "weight": 0.5, "fitted_on": ["x"]}
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    model = Model.load(target)
+    assert fusion_from(None, model) == Fusion("adaptive", weight=0.5, a=0.1, b=0.5, terms=float("inf"))
+    assert fusion_from({"rule": "rrf"}, model) == Fusion("rrf")
+    manifest["fusion"] = {"rule": "adaptive", "terms": -1}
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelFormatError, match=r'manifest.json: field "fusion" is invalid .*terms must be a positive'):
+        fusion_from(None, Model.load(target))
+
+
+def test_scores_of_rows_equal_bm25s_restricted_to_the_rows() -> None:
+    lex = LexicalIndex.from_texts(ANSWERS)
+    expected = _bm25s_scores(ANSWERS, QUESTIONS)
+    rng = np.random.default_rng(0)
+    for question, full in zip(QUESTIONS, expected, strict=True):
+        rows = rng.choice(len(ANSWERS), size=40, replace=False)
+        got = lex.scores_of_rows(lex.query(question)[0], rows)
+        np.testing.assert_allclose(got, full[rows], rtol=1e-5, atol=1e-6)
+
+
+def _impact_brute_force(terms: list[str], per_term: int) -> set[int]:
+    """Per term, the ``per_term`` answers its single-term BM25 (bm25s) scores highest (ties:
+    lower row): the impact-ordered postings, computed without qaindex."""
+    out: set[int] = set()
+    for term in set(terms):
+        single = _bm25s_scores(ANSWERS, [term])[0]
+        out |= _top(single, per_term)
+    return out
+
+
+def test_the_no_scan_path_equals_its_brute_force(faq_hybrid: Ranker) -> None:
+    """Large indexes: BM25 adds its m best among the impact-ordered candidates and scores only
+    the candidates; the ranking equals that computed here with bm25s."""
+    k, m = 5, 15
+    model = faq_hybrid.model
+    lexical = _bm25s_scores(ANSWERS, QUESTIONS)
+    stemmer = Stemmer.Stemmer("english")
+    fusion = fusion_from(None, model)
+    qv = model.encode(QUESTIONS, role="question")
+    coarse = faq_hybrid.candidates(qv, m)
+    _, _, rows, _ = hybrid_arrays(model, faq_hybrid._vectors, faq_hybrid._lexical, QUESTIONS, qv, coarse, k, fusion,
+                               scan=False)  # fmt: skip
+    ids = [r["id"] for r in RECORDS]
+    for i, question in enumerate(QUESTIONS):
+        words = bm25s.tokenize([question], stopwords="en", stemmer=stemmer, show_progress=False, return_ids=False)[0]
+        impact = sorted(_impact_brute_force(words, m))
+        lex_rows = {impact[j] for j in _top(lexical[i][impact], m)}
+        dense_rows = {int(r) for r in coarse[i] if r >= 0}
+        expected = _brute_force(faq_hybrid, question, k, m, fusion, lexical[i], dense_rows, lex_rows)
+        assert [ids[r] for r in rows[i] if r >= 0] == expected, question
+
+
+def test_impact_rows_of_one_term_hold_its_best_answers() -> None:
+    lex = LexicalIndex.from_texts(ANSWERS)
+    for term in ("refund", "password", "account", "order", "xylophone"):
+        full = _bm25s_scores(ANSWERS, [term])[0]
+        got = lex.impact_rows(lex.query(term)[0], 7)
+        assert set(got.tolist()) == _top(full, 7)
+
+
+def _model_with_fusion(tmp_path: Path, fusion: dict[str, Any]) -> Path:
+    from qaindex.model import DEFAULT_MODEL_DIR
+
+    target = tmp_path / "model"
+    shutil.copytree(DEFAULT_MODEL_DIR, target, dirs_exist_ok=True)
+    manifest = json.loads((target / "manifest.json").read_text())
+    manifest["fusion"] = fusion
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    return target
+
+
+def test_hybrid_hits_carry_the_fused_score_calibration(tmp_path: Path) -> None:
+    """score = sigmoid(bias + w_d * logit(p_dense) + w_l * bm25 + w_f * fused), checked through
+    three settings whose result is known without the features."""
+    base = {"rule": "adaptive", "a": -0.25, "b": 1.0, "terms": 10, "weight": 0.5}
+    question = "how long does shipping take to canada?"
+    identity = Ranker.build(RECORDS, model=_model_with_fusion(tmp_path, {**base, "score": {
+        "bias": 0.0, "dense": 1.0, "bm25": 0.0, "fused": 0.0}}), hybrid=True)  # fmt: skip
+    hits = identity.search(question, k=8)
+    best = max(h.raw_score for h in hits)
+    for h in hits:  # the model's own calibrated probability
+        assert h.score == pytest.approx(identity.model.calibration(h.raw_score, best), rel=1e-5)
+    constant = Ranker.build(RECORDS, model=_model_with_fusion(tmp_path, {**base, "score": {
+        "bias": -1.0, "dense": 0.0, "bm25": 0.0, "fused": 0.0}}), hybrid=True)  # fmt: skip
+    assert {round(h.score, 9) for h in constant.search(question, k=8)} == {round(1 / (1 + np.e), 9)}
+    fused = Ranker.build(RECORDS, model=_model_with_fusion(tmp_path, {**base, "score": {
+        "bias": 0.0, "dense": 0.0, "bm25": 0.0, "fused": 5.0}}), hybrid=True)  # fmt: skip
+    scores = [h.score for h in fused.search(question, k=8)]
+    assert scores == sorted(scores, reverse=True) and scores[0] > scores[-1]  # hits are in fused order
+    assert [h.id for h in fused.search(question, k=8)] == [h.id for h in hits]  # ranking unchanged
+    # the dense search keeps the model's calibration
+    dense = fused.search(question, k=3, hybrid=False)
+    best = max(h.raw_score for h in dense)
+    assert all(h.score == pytest.approx(fused.model.calibration(h.raw_score, best)) for h in dense)
+
+
+def test_a_bad_score_calibration_in_the_manifest_is_named(tmp_path: Path) -> None:
+    from qaindex import Model
+
+    model = Model.load(_model_with_fusion(tmp_path, {"rule": "adaptive", "score": {"bias": 1.0}}))
+    with pytest.raises(ModelFormatError, match=r'field "fusion" is invalid .*needs exactly bias, dense, bm25, fused'):
+        fusion_from(None, model)
