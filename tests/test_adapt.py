@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from click.testing import CliRunner  # noqa: E402
 from qaindex_export.adapt import AdaptedTable, StartError, adapt_supervised, adapt_unlabelled, load_start  # noqa: E402
 from qaindex_export.adapt_config import AdaptConfig  # noqa: E402
-from qaindex_export.models import build_model  # noqa: E402
+from qaindex_export.families import build_model  # noqa: E402
 from qaindex_export.onnx_export import export_model  # noqa: E402
 from qaindex_export.train import TrainConfig, TrainResult  # noqa: E402
 
@@ -126,7 +126,7 @@ def test_load_start_reads_an_old_format_directory(tmp_path: Path) -> None:
     manifest = json.loads((old / "manifest.json").read_text())
     del manifest["geometry"]["ranking"]
     manifest["score"]["formula"] = "-(w_f * d + b_f)"
-    from qaindex_export.models import PoincareScorer
+    from qaindex_export.export_forms import PoincareScorer
     from qaindex_export.onnx_export import export_scorer
 
     params = manifest["score"]["parameters"]

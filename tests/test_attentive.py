@@ -18,16 +18,12 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from click.testing import CliRunner  # noqa: E402
-from qaindex_export.attentive import (  # noqa: E402
-    AttentiveQA,
-    build_attentive_model,
-    check_reranker_parity,
-    export_module,
-    export_reranker_graph,
-)
+from qaindex_export.attentive import AttentiveQA, build_attentive_model  # noqa: E402
+from qaindex_export.attentive_export import check_reranker_parity, export_module, export_reranker_graph  # noqa: E402
 from qaindex_export.config import TrainConfig  # noqa: E402
+from qaindex_export.negatives import max_of_pool as _max_of_pool  # noqa: E402
 from qaindex_export.onnx_export import ExportError, export_model  # noqa: E402
-from qaindex_export.train import TextTable, _max_of_pool, load_checkpoint, save_checkpoint, train  # noqa: E402
+from qaindex_export.train import TextTable, load_checkpoint, save_checkpoint, train  # noqa: E402
 
 from qaindex import Model, ModelFormatError, QueryError, Ranker  # noqa: E402
 from qaindex.cli import main  # noqa: E402
@@ -387,7 +383,7 @@ def test_cli_train_ap_cnn_writes_a_reranker(data: dict, tmp_path: Path) -> None:
 
 def test_reranker_follows_the_device_policy(exported: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under auto with working CUDA, one question's few candidates run on the CPU, many on CUDA."""
-    from fake_gpu import simulate_gpu
+    from helpers.fake_gpu import simulate_gpu
 
     from qaindex import devices
 

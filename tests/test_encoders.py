@@ -15,10 +15,10 @@ ort = pytest.importorskip("onnxruntime")
 
 from qaindex_export.config import TrainConfig  # noqa: E402
 from qaindex_export.encoders import SequenceQA, build_sequence_model, pad_ragged  # noqa: E402
+from qaindex_export.negatives import max_of_pool as _max_of_pool  # noqa: E402
 from qaindex_export.onnx_export import export_model  # noqa: E402
 from qaindex_export.train import (  # noqa: E402
     TextTable,
-    _max_of_pool,
     encode_texts,
     load_checkpoint,
     save_checkpoint,
