@@ -26,7 +26,7 @@ Writes ``benchmarks/results/hybrid.json`` and the tables of ``docs/hybrid.md`` (
 
 Usage::
 
-    python benchmarks/hybrid.py [--data ../shared/datasets] [--evaldata DIR] [--trained DIR ...]
+    python -m benchmarks.hybrid [--data ../shared/datasets] [--evaldata DIR] [--trained DIR ...]
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from benchmarks.common import ROOT, write_results
 from qaindex import Ranker
 from qaindex.calibration import Calibration, calibrate_model, labelled_pool, measure, summary
 from qaindex.corpus import read_corpus
@@ -54,7 +55,6 @@ from qaindex.datasets import read_labelled
 from qaindex.fusion import DEFAULT_FUSION, Fusion, hybrid_arrays
 from qaindex.model import DEFAULT_MODEL_DIR, Model
 
-ROOT = Path(__file__).resolve().parents[1]
 DEV = {
     "WikiQA dev": "wikiqa/dev.filtered.jsonl",
     "TrecQA raw dev": "trecqa_raw/dev.jsonl",
@@ -368,8 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         print("calibration", json.dumps(results["calibration"]), flush=True)
     elif "calibration" in previous:
         results["calibration"] = previous["calibration"]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    write_results(args.out, results)
     write_between_markers(args.doc, table(results))
     print(table(results))
     return 0

@@ -11,9 +11,14 @@ above the tolerance, a shape mismatch or a non-finite output is an
 Example
 -------
 >>> check = Parity(1e-4)
->>> check.record("score", np.array([1.0, 2.0]), np.array([1.0, 2.00001]))
+>>> try:
+...     check.record("score", np.array([1.0, 2.0]), np.array([1.0, 2.5]))
+... except ExportError as exc:
+...     print(exc)
+parity check failed: score differs by 0.5 between onnxruntime and torch (tolerance 0.0001); the export is not faithful
+>>> check.record("distance", np.array([0.5]), np.array([0.5]))
 >>> check.result()
-{'score_max_abs_diff': 1.0000000000287557e-05}
+{'score_max_abs_diff': 0.5, 'distance_max_abs_diff': 0.0}
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ Negatives (``sampling``):
 Every text is tokenized once. A step projects each distinct token of its batch once
 (``torch.unique`` + ``embedding_bag``), which is the whole cost of a frozen-embedding model.
 The best epoch by dev MAP is kept (ties of candidate scores counted as random orderings, see
-:mod:`qaindex_export.ranking`). Runs are reproducible: ``torch.manual_seed``, one
+:func:`qaindex.metrics.evaluate_groups`). Runs are reproducible: ``torch.manual_seed``, one
 ``numpy.random.Generator`` for sampling, and deterministic algorithms.
 
 Read top to bottom: :func:`train` loads the data and embeddings, then :func:`_train_one` runs
