@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.trained import trained_model_fixtures
 
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
@@ -41,19 +42,7 @@ SMALL = dict(
 )  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def data(planted_data: dict) -> dict:
-    return planted_data
-
-
-@pytest.fixture(scope="module", params=KINDS)
-def trained(request: pytest.FixtureRequest, data: dict):
-    return train(TrainConfig(model=request.param, **SMALL), data["train"], data["dev"], log=None)
-
-
-@pytest.fixture(scope="module")
-def exported(trained, tmp_path_factory: pytest.TempPathFactory, data: dict) -> Path:
-    return export_model(trained, tmp_path_factory.mktemp("rerankers") / trained.config.model, dev_data=data["dev"])
+data, trained, exported = trained_model_fixtures(KINDS, SMALL, folder="rerankers")
 
 
 @pytest.fixture(scope="module")
