@@ -32,8 +32,8 @@ Writes ``benchmarks/results/adaptation.json`` and the table in ``docs/adaptation
 
 Usage::
 
-    python benchmarks/adaptation.py [--data DATASETS] [--evaldata DIR] [--start MODEL_DIR] [--corpus NAME ...]
-    python benchmarks/adaptation.py --render     # the docs table again, from the results file
+    python -m benchmarks.adaptation [--data DATASETS] [--evaldata DIR] [--start MODEL_DIR] [--corpus NAME ...]
+    python -m benchmarks.adaptation --render     # the docs table again, from the results file
 """
 
 from __future__ import annotations
@@ -54,12 +54,13 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from benchmarks.common import ROOT, write_results
+from benchmarks.readme_markers import replace_section
 from qaindex.corpus import read_json_lines
 from qaindex.datasets import Candidate, QuestionGroup, read_labelled
 from qaindex.evaluate import evaluate_pooled
 from qaindex.model import DEFAULT_MODEL_DIR, Model
 
-ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "adaptation.json"
 DOC = ROOT / "docs" / "adaptation.md"
 SHARED = {"WikiQA test": "wikiqa/test.filtered.jsonl", "TrecQA clean test": "trecqa_clean/test.jsonl"}
@@ -280,9 +281,6 @@ def main() -> None:
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     if args.render:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from readme_markers import replace_section
-
         replace_section("adaptation", doc_body(json.loads(Path(args.out).read_text())), DOC)
         return
     from qaindex_export.distill import minilm_sentence_teacher
@@ -294,7 +292,7 @@ def main() -> None:
         for name, (answers, questions) in corpora(args).items():
             results[name] = run_corpus(name, answers, questions, args, teacher, Path(tmpdir))
     start_name = Model.read_manifest(Path(args.start) if args.start else DEFAULT_MODEL_DIR)["name"]
-    command = "python benchmarks/adaptation.py " + shlex.join(sys.argv[1:])
+    command = "python -m benchmarks.adaptation " + shlex.join(sys.argv[1:])
     commands = {corpus: command.strip() for corpus in results}
     if args.merge and Path(args.out).is_file():  # keep other corpora of an earlier run (same start model)
         old = json.loads(Path(args.out).read_text())
@@ -320,12 +318,8 @@ def main() -> None:
         "command": command.strip(),
         "commands": commands,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    write_results(args.out, out)
     if Path(args.out).resolve() == RESULTS:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from readme_markers import replace_section
-
         replace_section("adaptation", doc_body(out), DOC)
     print(f"wrote {args.out} in {out['seconds']:.0f}s")
 

@@ -17,7 +17,7 @@ beyond 76,693 two joined; 1,000 real questions, of which ``--tune`` tune and the
 
 Writes ``benchmarks/results/ann_difficulty.json``. Usage::
 
-    python benchmarks/ann_difficulty.py [--size 100000] [--kinds hnsw,ivf,pq] [--data ../shared/datasets]
+    python -m benchmarks.ann_difficulty [--size 100000] [--kinds hnsw,ivf,pq] [--data ../shared/datasets]
 """
 
 from __future__ import annotations
@@ -33,15 +33,12 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_scale import make_corpus, pick_questions, read_texts, set_faiss_threads
-
+from benchmarks.common import ROOT, make_corpus, pick_questions, read_texts, set_faiss_threads, write_results
 from qaindex import hyperbolic
 from qaindex.model import Model
 from qaindex.tuning import recall_at
 from qaindex.vector_index import CoarseIndex, exact_search
 
-ROOT = Path(__file__).resolve().parents[1]
 BREADTHS = {
     "hnsw": [64, 128, 256, 512, 1024, 2048],
     "ivf": [8, 16, 32, 64, 128, 256, 512],
@@ -144,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     q = model.encode(questions, role="question")
     _, truth = exact_search(q, a, 10, geometry="poincare", ranking=model.ranking)
     out: dict[str, Any] = {
-        "command": "python benchmarks/ann_difficulty.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.ann_difficulty " + " ".join(argv if argv is not None else sys.argv[1:]),
         "model": model.name,
         "answers": len(a),
         "questions": len(q),
@@ -158,10 +155,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for kind in args.kinds.split(","):
         out["curves"][kind] = curve(kind, a, q, truth, model.ranking, BREADTHS.get(kind, [0]))
     out["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(f".{args.out.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(out, indent=2) + "\n")
-    os.replace(tmp, args.out)
+    write_results(args.out, out)
     return out
 
 

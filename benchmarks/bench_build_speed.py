@@ -26,9 +26,9 @@ load average before and after (other processes share the machine's cores). Resul
 
 Usage::
 
-    nice -n 10 python benchmarks/bench_build_speed.py [--sizes 100000,1000000]
+    nice -n 10 python -m benchmarks.bench_build_speed [--sizes 100000,1000000]
         [--data ../shared/datasets] [--out benchmarks/results/build_speed.json]
-    python benchmarks/bench_build_speed.py --report    # the README table of the results file
+    python -m benchmarks.bench_build_speed --report    # the README table of the results file
 """
 
 from __future__ import annotations
@@ -39,30 +39,18 @@ import os
 import platform
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from bench_scale import make_corpus, read_texts  # noqa: E402
-
-import qaindex  # noqa: E402
-from qaindex import fast_paths  # noqa: E402
-from qaindex.corpus import read_corpus, records_from_dicts  # noqa: E402
-from qaindex.model import Model  # noqa: E402
-from qaindex.records import RecordStore  # noqa: E402
+import qaindex
+from benchmarks.common import ROOT, make_corpus, read_texts, wall_and_cpu, write_results
+from qaindex import fast_paths
+from qaindex.corpus import read_corpus, records_from_dicts
+from qaindex.model import Model
+from qaindex.records import RecordStore
 
 STAGES = ("validate", "read_validate_file", "tokenize", "encode", "store_records", "build_dicts", "build_file")
-
-
-def timed(call: Callable[[], Any]) -> tuple[float, float]:
-    """Wall and CPU seconds of one call."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    call()
-    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def run_size(size: int, sentences: list[str], model: Model, workdir: Path) -> dict[str, Any]:
@@ -99,9 +87,9 @@ def run_size(size: int, sentences: list[str], model: Model, workdir: Path) -> di
         for mode in ("generic", "fast"):
             if mode == "generic":
                 with fast_paths.generic_only():
-                    wall, cpu = timed(calls[stage])
+                    wall, cpu = wall_and_cpu(calls[stage])
             else:
-                wall, cpu = timed(calls[stage])
+                wall, cpu = wall_and_cpu(calls[stage])
             row[mode] = {"seconds": round(wall, 3), "cpu_seconds": round(cpu, 3), "answers_per_s": round(size / wall)}
         row["speedup"] = round(row["generic"]["seconds"] / row["fast"]["seconds"], 2)
         out["stages"][stage] = row
@@ -149,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     model = Model.load(None)
     results: dict[str, Any] = {
         "benchmark": "build speed, fast paths vs generic code in the same run (issue #10)",
-        "command": "python benchmarks/bench_build_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.bench_build_speed " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "model": model.name,
         "target_answers_per_s": 50_000,
@@ -160,10 +148,7 @@ def main(argv: list[str] | None = None) -> None:
         for size in sizes:
             results["sizes"].append(run_size(size, sentences, model, Path(tmp)))
     results["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    temp = args.out.with_name(args.out.name + ".tmp")
-    temp.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    os.replace(temp, args.out)
+    write_results(args.out, results)
     print(f"load average {results['loadavg_start']} -> {results['loadavg_end']}; wrote {args.out}")
 
 

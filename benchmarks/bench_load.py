@@ -10,7 +10,7 @@ warm) with ``verify=True`` and ``verify=False``, and the streamed SHA-256 rate o
 
 Usage::
 
-    python benchmarks/bench_load.py [--sizes 10000,100000] [--reps 5] [--out FILE]
+    python -m benchmarks.bench_load [--sizes 10000,100000] [--reps 5] [--out FILE]
 
 Prints a table and writes JSON (default ``benchmarks/results/load.json``).
 """
@@ -28,10 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import ROOT, index_bytes, median_seconds, write_results
 from qaindex import Ranker
 from qaindex.corpus import read_corpus
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def sha256_rate(megabytes: int = 256) -> float:
@@ -45,17 +44,8 @@ def sha256_rate(megabytes: int = 256) -> float:
     return len(data) / (time.perf_counter() - start) / 1e9
 
 
-def index_bytes(index: Path) -> int:
-    return sum(p.stat().st_size for p in index.rglob("*") if p.is_file())
-
-
 def median_load(index: Path, verify: bool, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        Ranker.load(index, verify=verify)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return median_seconds(lambda: Ranker.load(index, verify=verify), reps)
 
 
 def content_checks(index: Path, reps: int) -> float:
@@ -122,8 +112,7 @@ def main() -> None:
         "sha256_gb_per_s": round(rate, 2),
         "sizes": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_results(args.out, result)
 
 
 if __name__ == "__main__":

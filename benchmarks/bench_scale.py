@@ -49,7 +49,7 @@ after each size. Writes ``benchmarks/results/scale.json`` (with each target met 
 
 Usage::
 
-    python benchmarks/bench_scale.py [--sizes 10000,100000] [--kinds auto,pq] [--recall 0.99]
+    python -m benchmarks.bench_scale [--sizes 10000,100000] [--kinds auto,pq] [--recall 0.99]
         [--questions 1000] [--baselines flat,minilm,bm25] [--data ../shared/datasets]
         [--out benchmarks/results/scale.json] [--table docs/scale.md]
 """
@@ -65,85 +65,37 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from readme_markers import replace_section
-
+from benchmarks.common import (
+    ROOT,
+    index_bytes,
+    make_corpus,
+    median_seconds,
+    minilm,
+    per_call_ms,
+    percentiles,
+    pick_questions,
+    read_texts,
+    set_faiss_threads,
+    write_atomic,
+    write_results,
+)
+from benchmarks.readme_markers import replace_section
 from qaindex import Ranker
 from qaindex.model import Model
 from qaindex.tuning import recall_at
 from qaindex.vector_index import AUTO_FLAT_MAX, choose_kind, exact_search
 
-ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "scale.json"
-DATASETS = ("wikiqa", "trecqa_raw", "trecqa_clean")
 TARGETS = {"p50_ms_1m": 1.0, "recall": 0.99, "vs_minilm": 20.0, "build_per_s": 50_000.0, "disk_ratio": 1.5}
 
 
-# ----------------------------------------------------------------------------- corpora
-def read_texts(data: Path) -> tuple[list[str], list[str]]:
-    """Distinct candidate answers and distinct questions of WikiQA + TrecQA, sorted."""
-    answers: set[str] = set()
-    questions: set[str] = set()
-    for name in DATASETS:
-        for path in sorted((data / name).glob("*.jsonl")):
-            if ".filtered" in path.name or path.name == "train-small.jsonl":
-                continue  # subsets of the other files
-            with path.open(encoding="utf-8") as fh:
-                for line in fh:
-                    row = json.loads(line)
-                    if row["answer"].strip():
-                        answers.add(row["answer"])
-                    if row["question"].strip():
-                        questions.add(row["question"])
-    return sorted(answers), sorted(questions)
-
-
-def make_corpus(sentences: Sequence[str], n: int) -> tuple[list[str], list[tuple[int, ...]]]:
-    """``n`` answers: the first ``n`` shuffled real sentences, then seeded joins of two.
-
-    Returns the texts and, per answer, the indices (into the shuffled sentences) of its parts.
-    """
-    order = np.random.default_rng(0).permutation(len(sentences))
-    real = [sentences[i] for i in order]
-    take = min(n, len(real))
-    texts = real[:take]
-    parts: list[tuple[int, ...]] = [(i,) for i in range(take)]
-    extra = n - take
-    if extra > 0:
-        pairs = np.random.default_rng(n).integers(0, len(real), size=(extra, 2))
-        texts += [f"{real[a]} {real[b]}" for a, b in pairs]
-        parts += [(int(a), int(b)) for a, b in pairs]
-    return texts, parts
-
-
-def pick_questions(questions: Sequence[str], n: int) -> list[str]:
-    pick = np.random.default_rng(1).permutation(len(questions))[:n]
-    return [questions[i] for i in sorted(pick)]
-
-
 # ----------------------------------------------------------------------------- measuring
-def percentiles(ms: Sequence[float]) -> dict[str, float]:
-    a = np.asarray(ms, dtype=np.float64)
-    return {"p50_ms": round(float(np.percentile(a, 50)), 4), "p99_ms": round(float(np.percentile(a, 99)), 4)}
-
-
-def per_call_ms(fn: Callable[[Any], Any], items: Sequence[Any], warm: int = 20) -> list[float]:
-    for item in items[:warm]:
-        fn(item)
-    out = []
-    for item in items:
-        t = time.perf_counter()
-        fn(item)
-        out.append((time.perf_counter() - t) * 1e3)
-    return out
-
-
 def rss_mb() -> float:
     with open("/proc/self/status") as fh:
         for line in fh:
@@ -169,23 +121,8 @@ def pipeline_recall(
     return recall_at_k(rows, truth)
 
 
-def set_faiss_threads(n: int) -> None:
-    import faiss
-
-    faiss.omp_set_num_threads(n)
-
-
-def index_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
 def median_load(path: Path, verify: bool, reps: int = 3) -> float:
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        Ranker.load(path, verify=verify, device="cpu")
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+    return median_seconds(lambda: Ranker.load(path, verify=verify, device="cpu"), reps)
 
 
 def split_ms(ranker: Ranker, questions: Sequence[str], k: int = 10) -> dict[str, float]:
@@ -296,12 +233,7 @@ class MiniLM:
     """all-MiniLM-L6-v2 with 1 torch thread, and its pool of encoded real sentences."""
 
     def __init__(self, sentences: Sequence[str], pool: int) -> None:
-        import torch
-        from qaindex_export.embeddings import minilm_dir
-        from sentence_transformers import SentenceTransformer
-
-        torch.set_num_threads(1)
-        self.model = SentenceTransformer(os.fspath(minilm_dir()), device="cpu", local_files_only=True)
+        self.model = minilm(threads=1)
         order = np.random.default_rng(0).permutation(len(sentences))
         self.pool_texts = [sentences[i] for i in order[:pool]]
         t = time.perf_counter()
@@ -664,7 +596,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(f"{len(sentences):,} real sentences, {len(questions):,} questions, model {model_name}", flush=True)
     minilm = MiniLM(sentences, args.minilm_pool) if "minilm" in baselines else None
     results: dict[str, Any] = {
-        "command": "python benchmarks/bench_scale.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.bench_scale " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
         "model": model_name,
         "real_sentences": len(sentences),
@@ -735,21 +667,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     results["targets"] = targets(results)
     for t in results["targets"]:
         print(f"{'met' if t['met'] else 'MISSED' if t['met'] is False else 'n/a':>6}  {t['target']}: {t['figure']}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = args.out.with_name(f".{args.out.name}.tmp-{os.getpid()}")
-    tmp_out.write_text(json.dumps(results, indent=2) + "\n")
-    os.replace(tmp_out, args.out)
+    write_results(args.out, results)
     write_atomic(args.table, markdown(results))
     if args.out == RESULTS:
         replace_section("scale", readme_body(results))
     return results
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ tanh(1) ≈ 0.762) and how far apart a question's candidate scores are.
 
 Usage::
 
-    python benchmarks/bilstm_diagnosis.py [--questions 200] [--epochs 2] [--threads 1]
+    python -m benchmarks.bilstm_diagnosis [--questions 200] [--epochs 2] [--threads 1]
 
 Writes ``benchmarks/results/bilstm_diagnosis.json`` and prints one line per variant.
 """
@@ -22,15 +22,13 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from reproduce import MODEL_SETTINGS, SPLITS  # noqa: E402
+from benchmarks.common import ROOT
+from benchmarks.reproduce import MODEL_SETTINGS, SPLITS
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "adagrad lr 0.1 (first run)": {},

@@ -55,7 +55,7 @@ folder names below are what this script looks for):
 
 Usage::
 
-    python benchmarks/corpora.py --sources SRC --data OUT [--datasets DATASETS]
+    python -m benchmarks.corpora --sources SRC --data OUT [--datasets DATASETS]
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common import ROOT
+
 PRODUCT_FAQ = ROOT / "benchmarks" / "data" / "product_faq"
 MAX_QUESTIONS = 500
 SEED = 0
@@ -180,7 +181,7 @@ def read_corpus_dir(folder: Path) -> Corpus:
     for name, sink in (("answers.jsonl", answers), ("questions.jsonl", questions)):
         path = folder / name
         if not path.is_file():
-            raise CorpusBuildError(f"{path}: missing; build the corpus with benchmarks/corpora.py")
+            raise CorpusBuildError(f"{path}: missing; build the corpus with python -m benchmarks.corpora")
         for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if not line.strip():
                 continue

@@ -18,7 +18,7 @@
 
 Usage::
 
-    python benchmarks/export_parity.py --data PATH/TO/datasets [--out FILE]
+    python -m benchmarks.export_parity --data PATH/TO/datasets [--out FILE]
 
 Prints a table and writes JSON (default ``benchmarks/results/export_parity.json``).
 """
@@ -39,13 +39,14 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from benchmarks.common import ROOT, per_call_ms, percentiles, write_results
+from benchmarks.common import minilm as load_minilm
 from qaindex import Ranker
 from qaindex.datasets import read_labelled
 from qaindex.evaluate import _answer_ids, _plan, pooled_metrics
 from qaindex.model import Model
 from qaindex.ranker import Record
 
-ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "export_parity.json"
 POOL = "wikiqa/test.filtered.jsonl"
 K = 10
@@ -54,14 +55,7 @@ TOLERANCE = 1e-4
 
 
 def _latency(ranker: Ranker, questions: list[str]) -> dict[str, float]:
-    for q in questions[:5]:
-        ranker.search(q, K)
-    times = []
-    for q in questions:
-        t = time.perf_counter()
-        ranker.search(q, K)
-        times.append(time.perf_counter() - t)
-    return {"p50_ms": float(np.percentile(times, 50) * 1e3), "p99_ms": float(np.percentile(times, 99) * 1e3)}
+    return percentiles(per_call_ms(lambda q: ranker.search(q, K), questions, warm=5), digits=None)
 
 
 def _speed(model: Model, texts: list[str]) -> float:
@@ -80,7 +74,6 @@ def main() -> None:
     import torch
     from qaindex_export.embeddings import minilm_dir
     from qaindex_export.sentence_transformer import export_sentence_transformer
-    from sentence_transformers import SentenceTransformer
 
     torch.set_num_threads(1)
     groups = read_labelled(args.data / POOL)
@@ -100,7 +93,7 @@ def main() -> None:
         print(f"exported in {export_s:.0f} s ({onnx_mb:.1f} MB encoder)")
 
         # reference: sentence-transformers (torch), exact cosine over the whole pool
-        st = SentenceTransformer(os.fspath(minilm_dir()), device="cpu", local_files_only=True)
+        st = load_minilm()
         t = time.perf_counter()
         ref_a = np.asarray(st.encode(answers, batch_size=64, normalize_embeddings=True), np.float64)
         st_speed = len(answers) / (time.perf_counter() - t)
@@ -177,10 +170,9 @@ def main() -> None:
         "parity": parity,
         "systems": systems,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()},
-        "command": "python benchmarks/export_parity.py --data DATASETS",
+        "command": "python -m benchmarks.export_parity --data DATASETS",
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2, default=lambda o: o.item()) + "\n", encoding="utf-8")
+    write_results(args.out, results, default=lambda o: o.item())
     print(f"wrote {args.out}")
 
 

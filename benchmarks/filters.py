@@ -16,7 +16,7 @@ The field index is built by the first filtered search; its time is reported apar
 
 Usage::
 
-    python benchmarks/filters.py [--answers 50000] [--questions 100] [--out FILE]
+    python -m benchmarks.filters [--answers 50000] [--questions 100] [--out FILE]
 
 Prints a table and writes JSON (default ``benchmarks/results/filters.json``).
 """
@@ -24,24 +24,20 @@ Prints a table and writes JSON (default ``benchmarks/results/filters.json``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from benchmarks.common import ROOT, synthetic, write_results
 from qaindex import Ranker
 from qaindex.corpus import read_corpus
 from qaindex.filters import compile_where, matching_rows
 
-ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "filters.json"
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_search import synthetic  # noqa: E402  (the same synthetic FAQ-like texts)
 
 
 def brute(ranker: Ranker, qv: np.ndarray, rows: np.ndarray, vectors: np.ndarray, k: int) -> list[Any]:
@@ -148,11 +144,10 @@ def main() -> None:
         "first_filtered_search_ms": first_ms,
         "runs": runs,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()},
-        "command": "python benchmarks/filters.py",
+        "command": "python -m benchmarks.filters",
     }
     print(f"first filtered search (builds the field index): {first_ms:.0f} ms; index {results['index']['kind']}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    write_results(args.out, results)
     print(f"wrote {args.out}")
 
 

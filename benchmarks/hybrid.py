@@ -11,7 +11,7 @@ corpus, added latency at scale, calibration error of hybrid hits.
    default model never trained on). Objective: the largest worst-case margin of the fused
    MRR@10 over the better of its two parts across the fit pools, then the largest mean. The
    constants are written to the model manifest (``"fusion"``), where searches read them.
-   Refit after replacing the model: ``python benchmarks/hybrid.py --fit --evaldata DIR
+   Refit after replacing the model: ``python -m benchmarks.hybrid --fit --evaldata DIR
    --traindata DIR``.
 2. **Quality.** Every corpus (the fit pools, every ``--evaldata`` corpus with the 50 junk
    answers of ``benchmarks/pooled.py``, MedQuAD held-out pairs) is indexed whole (flat
@@ -39,7 +39,7 @@ Writes ``benchmarks/results/hybrid.json`` and the tables of ``docs/hybrid.md``.
 
 Usage::
 
-    python benchmarks/hybrid.py --evaldata DIR --traindata DIR [--fit] [--data ../shared/datasets]
+    python -m benchmarks.hybrid --evaldata DIR --traindata DIR [--fit] [--data ../shared/datasets]
         [--skip quality latency calibration]
 """
 
@@ -61,11 +61,11 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pooled import JUNK_AID, JUNK_ANSWERS, load_corpora
-from readme_markers import replace_section
-
+from benchmarks.common import ROOT
+from benchmarks.pooled import load_corpora
+from benchmarks.pooled_eval import JUNK_AID, JUNK_ANSWERS
+from benchmarks.readme_markers import replace_section
 from qaindex import Ranker
 from qaindex.calibration import _logistic, labelled_pool, summary
 from qaindex.corpus import read_corpus
@@ -76,7 +76,6 @@ from qaindex.lexical import top_rows
 from qaindex.model import DEFAULT_MODEL_DIR, Model
 from qaindex.storage import read_json_object, write_json_atomic
 
-ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "hybrid.json"
 K = 10
 M = 100  # candidates per side (k x the default overfetch)

@@ -41,14 +41,13 @@ MiniLM, and the answers' mean pairwise cosine and norm mean/std per dense model.
 
 Usage::
 
-    python benchmarks/pooled.py [--data ../shared/datasets] [--own] [--previous 8992d94]
-    python benchmarks/pooled.py --corpora DIR [--model [NAME=]DIR ...] [--own] [--only CORPUS ...]
+    python -m benchmarks.pooled [--data ../shared/datasets] [--own] [--previous 8992d94]
+    python -m benchmarks.pooled --corpora DIR [--model [NAME=]DIR ...] [--own] [--only CORPUS ...]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -63,190 +62,30 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from qaindex import Ranker
-from qaindex.datasets import Candidate, QuestionGroup, read_labelled
-from qaindex.evaluate import _answer_ids, _encode_questions, _plan, pooled_metrics
+from benchmarks.common import ROOT, timed, write_results
+from benchmarks.pooled_eval import (
+    JUNK_ANSWERS,
+    K,
+    eval_bm25,
+    eval_dense,
+    eval_qaindex,
+    eval_qaindex_model,
+    junk_rows,
+    load_pools,
+    minilm_encoder,
+    pool_answers,
+    real_answers,
+    with_junk,
+)
+from qaindex.datasets import Candidate, QuestionGroup
 from qaindex.model import DEFAULT_MODEL_DIR, Model
-from qaindex.ranker import Record
 
-ROOT = Path(__file__).resolve().parents[1]
-POOLS = {
-    "WikiQA test": "wikiqa/test.filtered.jsonl",
-    "TrecQA raw test": "trecqa_raw/test.jsonl",
-    "TrecQA clean test": "trecqa_clean/test.jsonl",
-}
-FAQ = "FAQ (examples/faq.jsonl)"
-K = 10
 SPEED_SAMPLE = 2000
 MINILM_SPEED_SAMPLE = 400
 PREVIOUS_DEFAULT_REV = "8992d94"  # main before the distilled default: WikiQA+TrecQA HyperQA
 DISTILLED_VARIANTS = [(128, "zipf"), (256, "zipf"), (256, "sif")]  # (PCA dim, token weighting; SIF a = 1e-4)
 FT_MODEL = "hyperqa"  # head of the fine-tuned candidates (see benchmarks/results/default_model.json)
 FT_BALL = "weighted"  # with the relative ranking
-# Junk answers added to every pool (never relevant): the JUNK list of tests/test_hubs.py, then
-# more single letters, digits, punctuation runs, emoji and scripts outside the English vocabulary.
-JUNK_ANSWERS = [
-    ".", "a", "?", "!", ",", "-", "x", "...", "!!", "?!", "()", "--", "…", "—", "ꙮꙮ", "𝔵𝔶𝔷", "ඞ", "☃☃ ⟁",
-    "b", "k", "z", "I", "0", "1", "7", "42", "2024", "???", "!!!", "?!?!", ";;", "**", "#", "@", "&&", "%",
-    "~~~", "+1", ":)", "😀", "🙂👍", "🔥🔥🔥", "🤷", "жжж", "中文", "العربية", "한국어", "ॐ", "ᚠᚢᚦ", "∑∫∂",
-]  # fmt: skip
-JUNK_AID = "junk-"
-
-
-# ------------------------------------------------------------------------ data
-
-
-def load_pools(data: Path, *, junk: bool = True) -> dict[str, list[QuestionGroup]]:
-    """Question groups of every pool (FAQ last), with the junk answers added unless ``junk=False``."""
-    pools = {label: read_labelled(data / rel) for label, rel in POOLS.items()}
-    pools[FAQ] = read_labelled(ROOT / "examples" / "faq.jsonl")
-    return {label: with_junk(groups) for label, groups in pools.items()} if junk else pools
-
-
-def with_junk(groups: Sequence[QuestionGroup]) -> list[QuestionGroup]:
-    """``groups`` plus one question-less group holding every junk answer (label 0).
-
-    The pooled evaluation indexes every distinct answer of the split and skips groups
-    without a correct answer, so the junk joins the pool and is never relevant.
-    """
-    junk = tuple(Candidate(f"{JUNK_AID}{i}", text, 0) for i, text in enumerate(JUNK_ANSWERS))
-    return [*groups, QuestionGroup("junk", "", junk)]
-
-
-def junk_rows(groups: Sequence[QuestionGroup]) -> np.ndarray:
-    """Pool rows (``pool_answers`` order) of the junk answers."""
-    return np.asarray([i for i, (aid, _) in enumerate(_plan(groups).keys) if aid.startswith(JUNK_AID)], dtype=np.int64)
-
-
-def real_answers(groups: Sequence[QuestionGroup]) -> list[str]:
-    """The pool's distinct answers without the junk (what a model may be fine-tuned on)."""
-    return [text for aid, text in _plan(groups).keys if not aid.startswith(JUNK_AID)]
-
-
-def pool_answers(groups: Sequence[QuestionGroup]) -> list[str]:
-    """The pool's distinct answers in the order ``evaluate_pooled`` indexes them."""
-    return [text for _, text in _plan(groups).keys]
-
-
-def _questions_and_relevant(groups: Sequence[QuestionGroup]) -> tuple[list[str], list[np.ndarray]]:
-    plan = _plan(groups)
-    relevant = [rows[labels == 1] for rows, labels in zip(plan.rows, plan.labels, strict=True)]
-    return [g.question for g in plan.groups], relevant
-
-
-# ------------------------------------------------------------------------ systems
-
-
-def junk_metrics(
-    ranked: Sequence[Sequence[int]] | np.ndarray, relevant: Sequence[np.ndarray], junk: np.ndarray
-) -> dict[str, Any]:
-    """``pooled_metrics`` plus ``junk@10`` (share of questions with a junk answer in the top K)
-    and ``junk_above_relevant`` (share with a junk answer ranked above the first correct hit,
-    or anywhere in the top K when no correct answer is in it)."""
-    out = pooled_metrics(ranked, relevant, K)
-    junk_set = set(int(j) for j in junk)
-    in_top, above = 0, 0
-    for row, rel in zip(ranked, relevant, strict=True):
-        top = [int(r) for r in row[:K] if int(r) >= 0]
-        flags = [r in junk_set for r in top]
-        in_top += any(flags)
-        rel_set = set(int(r) for r in rel)
-        first = next((i for i, r in enumerate(top) if r in rel_set), len(top))
-        above += any(flags[:first])
-    n = max(1, len(relevant))
-    return {**out, "junk@10": in_top / n, "junk_above_relevant": above / n}
-
-
-def eval_qaindex_model(model: Model, groups: Sequence[QuestionGroup], *, hybrid: bool = False) -> dict[str, Any]:
-    """Pooled metrics of one pool through the real Ranker path, as ``evaluate_pooled`` runs it
-    (same plan, ids, FAISS recall and exact rerank), plus the junk shares. ``hybrid``: the
-    index also holds its BM25 index and questions go through ``search_batch`` with the
-    default fusion (what ``qaindex build`` + ``qaindex search`` do when PyStemmer is installed)."""
-    plan = _plan(groups)
-    records = [Record(ident, text) for ident, (_, text) in zip(_answer_ids(plan.keys), plan.keys, strict=True)]
-    ranker = Ranker.build(records, model=model, index_kind="auto", batch_size=256, hybrid=hybrid)
-    depth = min(K, len(plan.keys))
-    ranked: list[np.ndarray] = []
-    if hybrid:
-        questions = [g.question for g in plan.groups]
-        for start in range(0, len(questions), 256):
-            hits = ranker.search_batch(questions[start : start + 256], depth, hybrid=True)
-            ranked.extend(np.asarray([h.row for h in row], dtype=np.int64) for row in hits)
-    else:
-        qv = _encode_questions(model, plan, 256)
-        for start in range(0, len(qv), 256):
-            _, _, rows = ranker.search_vectors(qv[start : start + 256], depth)
-            ranked.extend(np.asarray(r, dtype=np.int64) for r in rows)
-    relevant = [rows[labels == 1] for rows, labels in zip(plan.rows, plan.labels, strict=True)]
-    skipped = plan.skipped - sum(1 for g in groups if not g.question)  # the junk group (and a corpus's pool group)
-    return {**junk_metrics(ranked, relevant, junk_rows(groups)), "skipped": skipped, "answers": len(plan.keys)}
-
-
-def eval_qaindex(
-    model_dir: Path, pools: dict[str, list[QuestionGroup]], *, hybrid: bool = False
-) -> dict[str, dict[str, Any]]:
-    """Pooled metrics (with junk shares) of a qaindex model directory through the Ranker."""
-    model = Model.load(model_dir, threads=None)
-    return {label: eval_qaindex_model(model, groups, hybrid=hybrid) for label, groups in pools.items()}
-
-
-def eval_dense(encode: Callable[[list[str]], np.ndarray], pools: dict[str, list[QuestionGroup]]) -> dict[str, Any]:
-    """Exact cosine over every answer with an arbitrary text encoder."""
-    out = {}
-    for label, groups in pools.items():
-        questions, relevant = _questions_and_relevant(groups)
-        a = encode(pool_answers(groups))
-        q = encode(questions)
-        a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
-        q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
-        sims = q @ a.T
-        ranked = np.argsort(-sims, axis=1, kind="stable")[:, :K]
-        out[label] = {**junk_metrics(ranked, relevant, junk_rows(groups)), "answers": a.shape[0]}
-    return out
-
-
-def eval_bm25(pools: dict[str, list[QuestionGroup]], *, stem: bool = False) -> dict[str, Any]:
-    """BM25 (bm25s defaults, English stopwords) over every answer; ``stem=True`` adds the
-    PyStemmer English (Snowball) stemmer to both sides, as the bm25s README does."""
-    import bm25s
-
-    stemmer = None
-    if stem:
-        import Stemmer
-
-        stemmer = Stemmer.Stemmer("english").stemWords
-    out = {}
-    for label, groups in pools.items():
-        questions, relevant = _questions_and_relevant(groups)
-        answers = pool_answers(groups)
-        retriever = bm25s.BM25()
-        retriever.index(
-            bm25s.tokenize(answers, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False
-        )
-        tokens = bm25s.tokenize(questions, stopwords="en", stemmer=stemmer, show_progress=False)
-        docs, scores = retriever.retrieve(tokens, k=min(K, len(answers)), show_progress=False, n_threads=1)
-        # a question with no known word scores 0 everywhere: no hit
-        ranked = np.where(scores > 0, docs, -1)
-        out[label] = {**junk_metrics(ranked, relevant, junk_rows(groups)), "answers": len(answers)}
-    return out
-
-
-def minilm_encoder(threads: int | None = None) -> Callable[[list[str]], np.ndarray]:
-    """all-MiniLM-L6-v2 sentence embeddings (offline package), normalised."""
-    import torch
-    from qaindex_export.embeddings import minilm_dir
-    from sentence_transformers import SentenceTransformer
-
-    if threads:
-        torch.set_num_threads(threads)
-    model = SentenceTransformer(os.fspath(minilm_dir()), device="cpu", local_files_only=True)
-
-    def encode(texts: list[str]) -> np.ndarray:
-        return np.asarray(model.encode(texts, batch_size=64, normalize_embeddings=True), dtype=np.float32)
-
-    return encode
-
-
 # ------------------------------------------------------------------------ speed
 
 
@@ -256,7 +95,7 @@ def speed_qaindex(model_dir: Path, texts: list[str]) -> dict[str, float]:
     for threads in (1, 2):
         model = Model.load(model_dir, threads=threads, device="cpu")
         model.encode(texts[:256], role="answer")
-        best = min(_timed(lambda m=model: m.encode(texts, role="answer")) for _ in range(3))
+        best = min(timed(lambda m=model: m.encode(texts, role="answer"))[0] for _ in range(3))
         out[f"{threads}_thread"] = len(texts) / best
     return out
 
@@ -271,15 +110,9 @@ def speed_minilm(texts: list[str]) -> dict[str, float]:
     encode(texts[:64])
     for threads in (1, 2):
         torch.set_num_threads(threads)
-        out[f"{threads}_thread"] = len(texts) / _timed(lambda: encode(texts))
+        out[f"{threads}_thread"] = len(texts) / timed(lambda: encode(texts))[0]
     torch.set_num_threads(old)
     return out
-
-
-def _timed(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 # ------------------------------------------------------------------------ candidate models
@@ -412,8 +245,7 @@ def corpus_groups(
 def load_corpora(folder: Path, names: Sequence[str] = (), *, junk: bool = True) -> dict[str, list[QuestionGroup]]:
     """Question groups of every corpus folder under ``folder`` (``CORPORA`` order, then others
     alphabetically; only ``names`` when given)."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from corpora import read_corpus_dir
+    from benchmarks.corpora import read_corpus_dir
 
     present = [p.name for p in sorted(folder.iterdir()) if (p / "answers.jsonl").is_file()] if folder.is_dir() else []
     order = [n for n in CORPORA if n in present] + [n for n in present if n not in CORPORA]
@@ -423,7 +255,9 @@ def load_corpora(folder: Path, names: Sequence[str] = (), *, junk: bool = True) 
             raise SystemExit(f"error: no corpus {unknown[0]!r} under {folder} (have: {', '.join(order) or 'none'})")
         order = [n for n in order if n in names]
     if not order:
-        raise SystemExit(f"error: no corpus under {folder}; build them with benchmarks/corpora.py --data {folder}")
+        raise SystemExit(
+            f"error: no corpus under {folder}; build them with python -m benchmarks.corpora --data {folder}"
+        )
     pools = {}
     for name in order:
         corpus = read_corpus_dir(folder / name)
@@ -603,8 +437,7 @@ def run_corpora(args: argparse.Namespace) -> None:
         minilm_geo[label] = isotropy(np.delete(cached(pool_answers(groups)), junk_rows(groups), axis=0))
     report(MINILM, with_geometry(minilm_res, minilm_geo))
     with_ratios(results)
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from corpora import read_corpus_dir
+    from benchmarks.corpora import read_corpus_dir
 
     corpora_info = {}
     for label in pools:
@@ -612,7 +445,7 @@ def run_corpora(args: argparse.Namespace) -> None:
         r = results[BM25_STEMMED][label]
         corpora_info[label] = {"answers": r["answers"] - len(JUNK_ANSWERS), "questions": r["questions"],
                                "junk_answers": len(JUNK_ANSWERS), "source": meta.get("source", {})}  # fmt: skip
-    command = "python benchmarks/pooled.py --corpora DIR" + "".join(f" --model {s}" for s in args.model)
+    command = "python -m benchmarks.pooled --corpora DIR" + "".join(f" --model {s}" for s in args.model)
     command += " --own" if args.own else ""
     command += " --hybrid" if args.hybrid else ""
     out = {
@@ -625,8 +458,7 @@ def run_corpora(args: argparse.Namespace) -> None:
         "command": command,
     }
     target = Path(args.out) if args.out else CORPORA_RESULTS
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(out, indent=2) + "\n")
+    write_results(target, out)
     if target.resolve() == CORPORA_RESULTS.resolve():
         CORPORA_TABLE.write_text(
             "# Retrieval on corpora that look like users' corpora\n\n"
@@ -718,10 +550,9 @@ def main() -> None:
         "speed_answers_per_second": speed,
         "speed_sample": {"texts": len(sample), "minilm_texts": MINILM_SPEED_SAMPLE, "source": "WikiQA test answers"},
         "seconds": time.perf_counter() - started,
-        "command": "python benchmarks/pooled.py" + (" --own" if args.own else ""),
+        "command": "python -m benchmarks.pooled" + (" --own" if args.own else ""),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    write_results(args.out, out)
     md = ROOT / "docs" / "pooled-table.md"
     md.write_text(
         "# Whole-corpus retrieval (pooled)\n\n"
@@ -737,8 +568,7 @@ def main() -> None:
         + f"\n\nGenerated by `{out['command']}`.\n"
     )
     if Path(args.out).resolve() == RESULTS:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from readme_markers import replace_section
+        from benchmarks.readme_markers import replace_section
 
         replace_section(README_SECTION, readme_body(out))
     print(f"wrote {args.out}, {md} and the README section in {out['seconds']:.0f}s")
@@ -777,5 +607,5 @@ def readme_body(results: dict[str, Any]) -> str:
         "\n".join(lines)
         + f"\n\nEvery question of each test split searched against every distinct answer of the split plus {junk} "
         "junk answers (junk@10: share of questions with junk in their top 10); generated by "
-        "`python benchmarks/pooled.py` (all systems: [pooled-table.md](pooled-table.md)).\n"
+        "`python -m benchmarks.pooled` (all systems: [pooled-table.md](pooled-table.md)).\n"
     )

@@ -1,7 +1,7 @@
 """The generated parts of README.md and docs/*.md, between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->``.
 
-Every generated section is owned by one benchmark script, listed in :data:`GENERATORS`: the
-script's module has a ``RESULTS`` path (its results file) and a ``readme_body(results)``
+Every generated section is owned by one benchmark, listed in :data:`GENERATORS`: its module
+(run as ``python -m benchmarks.NAME``) has a ``RESULTS`` path (its results file) and a ``readme_body(results)``
 function that renders the section from it. The script calls :func:`replace_section` after a
 run, which rewrites the section in whichever documentation file holds its markers (README.md
 or a page under docs/), and ``tests/test_claims.py`` checks that every section in every such
@@ -14,19 +14,20 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common import ROOT
+
 README = ROOT / "README.md"
 
-# section name -> the benchmarks/ module that generates it.
+# section name -> the module of the benchmarks package that generates it.
 GENERATORS: dict[str, str] = {
-    "search-bench": "bench_search",
-    "reproduction": "reproduce",
-    "reliability": "reliability_report",
-    "pooled": "pooled",
-    "scale": "bench_scale",
-    "summary": "summary_table",
-    "adaptation": "adaptation",
-    "hybrid-table": "hybrid",
+    "search-bench": "benchmarks.bench_search",
+    "reproduction": "benchmarks.reproduce",
+    "reliability": "benchmarks.reliability_report",
+    "pooled": "benchmarks.pooled",
+    "scale": "benchmarks.bench_scale",
+    "summary": "benchmarks.summary_table",
+    "adaptation": "benchmarks.adaptation",
+    "hybrid-table": "benchmarks.hybrid",
 }
 
 _MARKER = re.compile(r"<!-- ([a-z0-9-]+):start -->")

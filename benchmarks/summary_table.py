@@ -5,14 +5,14 @@ so its figures are theirs —
 
 - quality (MRR@10 of whole-corpus retrieval on corpora that look like users' data, junk
   answers present) from ``benchmarks/results/user_corpora.json``
-  (``python benchmarks/pooled.py --corpora DIR --hybrid``);
+  (``python -m benchmarks.pooled --corpora DIR --hybrid``);
 - one-question latency at 10,000 / 100,000 / 1,000,000 answers from
-  ``benchmarks/results/scale.json`` (``python benchmarks/bench_scale.py``), with the model it
+  ``benchmarks/results/scale.json`` (``python -m benchmarks.bench_scale``), with the model it
   was measured with.
 
 Usage::
 
-    python benchmarks/summary_table.py     # rewrite the README section from the files
+    python -m benchmarks.summary_table     # rewrite the README section from the files
 
 ``tests/test_claims.py`` checks that the README section equals what these files render.
 """
@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common import ROOT
+from benchmarks.readme_markers import replace_section
+
 RESULTS = ROOT / "benchmarks" / "results" / "user_corpora.json"
 SCALE = ROOT / "benchmarks" / "results" / "scale.json"
 README_SECTION = "summary"
@@ -54,7 +55,7 @@ def _scale_line(scale: dict[str, Any]) -> str:
         cells.append(here + (f" (MiniLM + HNSW {minilm:.1f} ms)" if minilm is not None else ""))
     return (
         "One question, dense search, 1 thread, approximate index tuned to recall@10 0.99 "
-        f"(model `{scale.get('model', 'built-in')}`, `python benchmarks/bench_scale.py`): " + "; ".join(cells) + "."
+        f"(model `{scale.get('model', 'built-in')}`, `python -m benchmarks.bench_scale`): " + "; ".join(cells) + "."
     )
 
 
@@ -85,15 +86,12 @@ def readme_body(results: dict[str, Any], scale: dict[str, Any] | None = None) ->
         + "\n\nMRR@10 (× MiniLM's): every question searched against every answer of its corpus "
         f"({sizes} answers), "
         f"{results['corpora'][corpora[0]]['junk_answers']} junk answers added; the corpora and their sources are "
-        "described in [docs/user-corpora.md](docs/user-corpora.md) (`python benchmarks/pooled.py --corpora DIR "
-        "--hybrid`). " + _scale_line(scale) + " Rendered by `python benchmarks/summary_table.py`.\n"
+        "described in [docs/user-corpora.md](docs/user-corpora.md) (`python -m benchmarks.pooled --corpora DIR "
+        "--hybrid`). " + _scale_line(scale) + " Rendered by `python -m benchmarks.summary_table`.\n"
     )
 
 
 def main() -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from readme_markers import replace_section
-
     body = readme_body(json.loads(RESULTS.read_text(encoding="utf-8")))
     print(body)
     if not replace_section(README_SECTION, body):

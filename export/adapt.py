@@ -69,8 +69,13 @@ from qaindex.tokenizer import Tokenizer
 
 from .adapt_config import AdaptConfig
 from .config import TrainConfig
+from .data import TextTable
+from .data import load_groups as _load
+from .evaluation import encode_texts
 from .models import BagOfWords, BallMap, CosineQA, DualEncoderQA, HyperQA, _inverse_softplus, norm_statistics
-from .train import TextTable, TrainResult, _load, _unit, encode_texts, pseudo_questions, resolve_device
+from .result import TrainResult, resolve_device
+from .unlabelled import pseudo_questions
+from .unlabelled import unit_rows as _unit
 
 __all__ = [
     "AdaptedTable",

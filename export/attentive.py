@@ -13,7 +13,7 @@ changes is the pooling, which looks at both texts of the pair::
 Because the question's representation depends on the answer (and vice versa), answers cannot
 be encoded once and indexed: the model scores (question, candidate) pairs and is served as a
 **reranker** over the first stage's candidates (a ``kind: "reranker"`` model directory with one
-two-input ONNX graph, see :func:`export_reranker` and :mod:`qaindex.reranker`).
+two-input ONNX graph, see :mod:`qaindex_export.attentive_export` and :mod:`qaindex.reranker`).
 
 Training uses the same loop, loss and max-of-K negative sampling as QA-CNN
 (:mod:`qaindex_export.train` dispatches here for models with ``joint = True``): every score goes
@@ -34,12 +34,8 @@ Example
 
 from __future__ import annotations
 
-import copy
-import json
 import math
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,18 +47,13 @@ from .encoders import BiLSTMEncoder, CNNEncoder, SequenceEncoder, pad_ragged
 from .models import BallMap
 
 if TYPE_CHECKING:
-    from qaindex.datasets import QuestionGroup
-
-    from .train import TextTable, TrainResult
+    from .data import TextTable
 
 __all__ = [
     "ATTENTIVE_MODELS",
     "AttentivePooling",
     "AttentiveQA",
     "build_attentive_model",
-    "check_reranker_parity",
-    "export_reranker",
-    "export_reranker_graph",
     "is_joint",
     "joint_max_of_pool",
     "joint_pair_scores",
@@ -294,227 +285,3 @@ def joint_split_scores(
     flat_a = np.concatenate([np.asarray(c, dtype=np.int64) for c in candidates])
     scores = _scores_no_grad(model, table, flat_q, flat_a, device)
     return list(np.split(scores, np.cumsum(counts)[:-1]))
-
-
-# ------------------------------------------------------------------------ export: one two-input graph
-
-
-def export_module(model: AttentiveQA) -> AttentiveQA:
-    """The model to export: a CPU float32 copy without gradients (the same function)."""
-    module = copy.deepcopy(model).cpu().float().eval()
-    return module.requires_grad_(False)
-
-
-def export_reranker_graph(module: AttentiveQA, *, subprocess: bool | None = None) -> bytes:
-    """ONNX bytes: ``(question_ids, question_mask (n, M), answer_ids, answer_mask (n, L)) -> scores (n,)``.
-
-    ``n``, ``M`` and ``L`` are symbolic (checked after export). The runtime repeats a
-    single question for its ``n`` candidates. ``subprocess`` (default: for AP-biLSTM) exports
-    in a fresh Python process: torch 2.13's dynamo exporter can pin the sequence length of a
-    second LSTM model exported in one process.
-    """
-    if subprocess is None:
-        subprocess = isinstance(module.encoder, BiLSTMEncoder)
-    if subprocess:
-        return _export_in_subprocess(module)
-    from torch.export import Dim
-
-    from .onnx_export import _export
-
-    n, m, length = Dim("n"), Dim("question_seq"), Dim("answer_seq")
-    vocab = int(module.encoder.embedding.shape[0])
-    v = [min(i, vocab - 1) for i in range(2, 9)]
-    q_ids = torch.tensor([[v[0], v[1], 0], [v[2], 0, 0]], dtype=torch.int64)
-    q_mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.int64)
-    a_ids = torch.tensor([[v[3], v[4], v[5], 0], [v[6], v[0], 0, 0]], dtype=torch.int64)
-    a_mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.int64)
-    names = ["question_ids", "question_mask", "answer_ids", "answer_mask"]
-    return _export(
-        module,
-        (q_ids, q_mask, a_ids, a_mask),
-        names,
-        ["scores"],
-        {
-            "q_ids": {0: n, 1: m},
-            "q_mask": {0: n, 1: m},
-            "a_ids": {0: n, 1: length},
-            "a_mask": {0: n, 1: length},
-        },
-        dict.fromkeys(names, 2),
-    )
-
-
-def _export_in_subprocess(module: AttentiveQA) -> bytes:
-    """:func:`export_reranker_graph` run by a fresh interpreter on a copy of ``module``'s weights."""
-    import subprocess
-    import sys
-    import tempfile
-
-    from safetensors.torch import save_file
-
-    from .onnx_export import ExportError
-
-    spec = {
-        "kind": module.kind,
-        "vocab_size": int(module.encoder.embedding.shape[0]),
-        "dim": module.encoder.dim,
-        "embed_dim": module.encoder.embed_width,
-        "window": getattr(module.encoder, "window", 4),
-    }
-    with tempfile.TemporaryDirectory() as tmp:
-        weights, out = Path(tmp) / "weights.safetensors", Path(tmp) / "graph.onnx"
-        save_file({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}, str(weights))
-        code = (
-            "import json, sys, torch\n"
-            "from pathlib import Path\n"
-            "from safetensors.torch import load_file\n"
-            "from qaindex_export.attentive import build_attentive_model, export_reranker_graph\n"
-            "spec = json.loads(sys.argv[1])\n"
-            "model = build_attentive_model(spec.pop('kind'), spec.pop('vocab_size'), **spec)\n"
-            "model.load_state_dict(load_file(sys.argv[2]))\n"
-            "model = model.eval().requires_grad_(False)\n"
-            "Path(sys.argv[3]).write_bytes(export_reranker_graph(model, subprocess=False))\n"
-        )
-        done = subprocess.run(
-            [sys.executable, "-c", code, json.dumps(spec), str(weights), str(out)],
-            capture_output=True,
-            text=True,
-            check=False,
-            env={**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())},
-        )
-        if done.returncode != 0 or not out.is_file():
-            tail = " ".join((done.stderr or "").strip().splitlines()[-1:])
-            raise ExportError(f"exporting {module.kind} in a fresh process failed: {tail}")
-        return out.read_bytes()
-
-
-def check_reranker_parity(
-    model: AttentiveQA, graph: bytes, *, tolerance: float = 1e-4, seed: int = 0
-) -> dict[str, float]:
-    """onnxruntime against torch on varied shapes; raise :class:`~qaindex_export.onnx_export.ExportError`.
-
-    Shapes (n, M, L): (1, 1, 1), (2, 2, 5), (5, 7, 3), (9, 12, 40), (1, 40, 2) and
-    (3, 1, 17), with random padding, a one-token text and an empty answer.
-
-    Returns
-    -------
-    dict
-        ``{"reranker_max_abs_diff": ...}``.
-    """
-    from .onnx_export import ExportError, _session
-
-    model = model.cpu().eval()
-    rng = np.random.default_rng(seed)
-    session = _session(graph)
-    vocab = int(model.encoder.embedding.shape[0])
-    worst = 0.0
-
-    def texts(n: int, length: int, empty: bool) -> tuple[np.ndarray, np.ndarray]:
-        ids = rng.integers(1, vocab, size=(n, length)).astype(np.int64)
-        lengths = rng.integers(1, length + 1, size=n)
-        lengths[0] = length
-        if n > 1:
-            lengths[-1] = 0 if empty else 1
-        mask = (np.arange(length)[None, :] < lengths[:, None]).astype(np.int64)
-        return np.where(mask == 1, ids, 0), mask
-
-    with torch.no_grad():
-        for n, m, length in ((1, 1, 1), (2, 2, 5), (5, 7, 3), (9, 12, 40), (1, 40, 2), (3, 1, 17)):
-            q_ids, q_mask = texts(n, m, empty=False)
-            a_ids, a_mask = texts(n, length, empty=True)
-            feeds = {"question_ids": q_ids, "question_mask": q_mask, "answer_ids": a_ids, "answer_mask": a_mask}
-            (got,) = session.run(["scores"], feeds)
-            want = model(*(torch.from_numpy(x) for x in (q_ids, q_mask, a_ids, a_mask))).numpy()
-            if got.shape != want.shape or not np.all(np.isfinite(got)):
-                raise ExportError(f"reranker: onnxruntime gave shape {got.shape} (finite: {np.isfinite(got).all()}), "
-                                  f"torch {want.shape}")  # fmt: skip
-            diff = float(np.abs(got.astype(np.float64) - want).max(initial=0.0))
-            worst = max(worst, diff)
-            if diff > tolerance:
-                raise ExportError(
-                    f"parity check failed: reranker scores differ by {diff:.3g} between onnxruntime and torch "
-                    f"(tolerance {tolerance:g}); the export is not faithful"
-                )
-    return {"reranker_max_abs_diff": worst}
-
-
-def _onnx_metrics(graph: bytes, result: TrainResult, groups: Sequence[QuestionGroup]) -> dict[str, Any]:
-    """Metrics of ``groups`` computed with onnxruntime, as :class:`qaindex.reranker.Reranker` does."""
-    from qaindex.metrics import evaluate_groups
-    from qaindex.reranker import score_with_session
-
-    from .onnx_export import _session
-
-    session = _session(graph)
-    scores = [
-        score_with_session(session, result.tokenizer, result.max_tokens, g.question, [c.answer for c in g.candidates])
-        for g in groups
-    ]
-    return evaluate_groups(groups, [s.astype(np.float64) for s in scores])
-
-
-def export_reranker(
-    result: TrainResult,
-    directory: str | os.PathLike[str],
-    *,
-    name: str | None = None,
-    dev_data: Any = None,
-    tolerance: float | None = None,
-) -> Path:
-    """Write an AP model as a reranker model directory (``kind: "reranker"``), after a parity check.
-
-    Parameters
-    ----------
-    result : TrainResult
-        A trained AP-CNN / AP-biLSTM.
-    directory : path-like
-        Target (replaced atomically if it is a model directory already).
-    name : str, optional
-        Default ``"<model>-<embeddings>"``.
-    dev_data : path or groups, optional
-        Also evaluate these through onnxruntime (``metrics.dev_onnx``).
-    tolerance : float, optional
-        Parity tolerance (default 1e-4).
-
-    Returns
-    -------
-    Path
-
-    Example
-    -------
-    >>> export_reranker(result, "models/ap-cnn-wikiqa")  # doctest: +SKIP
-    PosixPath('models/ap-cnn-wikiqa')
-    """
-    from qaindex.reranker import write_reranker
-
-    from .train import _load
-
-    model = result.model
-    assert isinstance(model, AttentiveQA)
-    module = export_module(model)
-    graph = export_reranker_graph(module)
-    parity = check_reranker_parity(module, graph, tolerance=1e-4 if tolerance is None else tolerance)
-    metrics: dict[str, Any] = {"dev": result.dev, "best_epoch": result.best_epoch, "parity": parity}
-    if dev_data is not None:
-        groups, _ = _load(dev_data)
-        metrics["dev_onnx"] = _onnx_metrics(graph, result, groups)
-    cfg = result.config
-    training = result.provenance(
-        network=module.describe(),
-        torch_version=torch.__version__,
-        device=result.device,
-        loss="mean over triples of max(0, margin - score(q, a) + score(q, a'))",
-    )
-    return write_reranker(
-        directory,
-        name=name or f"{cfg.model}-{cfg.embeddings.partition(':')[0]}",
-        dimension=module.encoder.dim,
-        tokenizer=result.tokenizer,
-        max_tokens=result.max_tokens,
-        graph=graph,
-        score=module.score_definition(),
-        training=training,
-        metrics=metrics,
-        parameters={**model.parameter_counts(), "exported_table": {
-            "rows": int(module.encoder.embedding.shape[0]), "dim": module.encoder.embed_width, "dtype": "float32"}},
-    )  # fmt: skip

@@ -26,7 +26,7 @@ import numpy as np
 from qaindex.calibration import calibrate_model
 from qaindex.datasets import Candidate, QuestionGroup, read_labelled
 
-from .train import pseudo_questions
+from .unlabelled import pseudo_questions
 
 __all__ = ["CALIBRATION_SEED", "calibrate_trained", "held_out_groups", "teacher_groups"]
 

@@ -43,7 +43,7 @@ import numpy as np
 from qaindex.errors import MissingDependencyError
 from qaindex.tokenizer import Tokenizer
 
-from .embeddings import Embeddings, EmbeddingsError, load_minilm, minilm_dir
+from .word_vectors import Embeddings, EmbeddingsError, load_minilm, minilm_dir
 
 __all__ = [
     "WEIGHTINGS",
@@ -584,8 +584,9 @@ def export_table_model(
 
     from qaindex.model import write_model
 
-    from .models import BallMap, CosineScorer, FoldedEncoder, PoincareScorer
-    from .onnx_export import export_encoder, export_scorer
+    from .export_forms import CosineScorer, FoldedEncoder, PoincareScorer
+    from .models import BallMap
+    from .onnx_graph import export_encoder, export_scorer
 
     if geometry not in ("cosine", "poincare"):
         raise ValueError(f"geometry must be cosine or poincare, got {geometry!r}")

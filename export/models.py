@@ -59,12 +59,12 @@ CosineQA (the paper's ablation) is the same network with cosine similarity:
 
 For export, a frozen-embedding (or any) bag-of-words model folds ``ReLU(W_p z + b_p)`` into
 one per-token table (:meth:`BagOfWords.folded_table`): the encoder is then a gather, a masked
-sum and the ball map (:class:`FoldedEncoder`) — exactly the same function.
+sum and the ball map (:class:`qaindex_export.export_forms.FoldedEncoder`) — exactly the same
+function. Model builders by name are in :mod:`qaindex_export.families`.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import Any
 
@@ -84,12 +84,8 @@ __all__ = [
     "BagOfWords",
     "BallMap",
     "CosineQA",
-    "CosineScorer",
     "DualEncoderQA",
-    "FoldedEncoder",
     "HyperQA",
-    "PoincareScorer",
-    "build_model",
     "cosine_score",
     "hinge_loss",
     "norm_statistics",
@@ -589,148 +585,6 @@ class CosineQA(DualEncoderQA):
             "higher_is_better": True,
             "parameters": {"w_f": self.w_f.item(), "b_f": self.b_f.item()},
         }
-
-
-def build_model(
-    kind: str,
-    vocab_size: int,
-    *,
-    dim: int = 300,
-    embeddings: np.ndarray | None = None,
-    train_embeddings: bool | None = None,
-    embed_dim: int = 300,
-    ball: str = "clip",
-    max_norm: float = 0.999,
-    alpha: float = 1.0,
-    learn_alpha: bool = True,
-    init_norm: float = 0.9,
-    ranking: str = "relative",
-    window: int = 4,
-) -> DualEncoderQA:
-    """Create a HyperQA, CosineQA, QA-CNN or QA-biLSTM model.
-
-    Parameters
-    ----------
-    kind : {"hyperqa", "cosineqa"}
-    vocab_size, dim, embeddings, train_embeddings, embed_dim
-        See :class:`BagOfWords`.
-    ball, max_norm, alpha, learn_alpha, init_norm
-        See :class:`BallMap` (ignored for CosineQA); ``weighted`` adds the depth column.
-    ranking : {"relative", "distance"}
-        HyperQA's ranking rule (see :func:`poincare_score`).
-    window : int
-        QA-CNN's context window (``qa-cnn`` and ``qa-bilstm``: see
-        :func:`qaindex_export.encoders.build_sequence_model`; ``dim`` is their output size).
-
-    Example
-    -------
-    >>> build_model("hyperqa", 10, dim=4, embed_dim=3, ball="expmap").geometry_info()["ball_map"]
-    'expmap'
-    """
-    if kind in ("qa-cnn", "qa-bilstm"):
-        from .encoders import build_sequence_model
-
-        return build_sequence_model(
-            kind, vocab_size, dim=dim, embeddings=embeddings, train_embeddings=train_embeddings,
-            embed_dim=embed_dim, window=window,
-        )  # fmt: skip
-    depth = kind == "hyperqa" and ball in ("weighted", "lognorm")
-    encoder = BagOfWords(
-        vocab_size, dim, embeddings=embeddings, train_embeddings=train_embeddings, embed_dim=embed_dim, depth=depth
-    )
-    if kind == "hyperqa":
-        ball_map = BallMap(ball, max_norm=max_norm, alpha=alpha, learn_alpha=learn_alpha, dim=dim, init_norm=init_norm)
-        return HyperQA(encoder, ball_map, ranking=ranking)
-    if kind == "cosineqa":
-        return CosineQA(encoder, BallMap("none"))
-    raise ValueError(f"unknown model {kind!r}; choose one of {MODEL_KINDS}")
-
-
-# ------------------------------------------------------------------------ export forms
-
-
-class FoldedEncoder(nn.Module):
-    """Export form of the encoder: per-token table gather → masked sum → ball map.
-
-    Parameters
-    ----------
-    table : Tensor (vocab_size, width)
-        ``BagOfWords.folded_table()``, float32 or float16 (cast to float32 in the graph);
-        ``dim + 1`` columns for the ``weighted`` map (the last is the per-token depth weight).
-    ball : BallMap
-        The trained model's map (its ``α`` is frozen into the graph).
-
-    Example
-    -------
-    >>> model = HyperQA(BagOfWords(10, 4, embed_dim=3), BallMap("clip"))
-    >>> enc = FoldedEncoder(model.encoder.folded_table(), model.ball)
-    >>> ids, mask = torch.tensor([[2, 3]]), torch.tensor([[1, 1]])
-    >>> bool(torch.allclose(enc(ids, mask), model(ids, mask), atol=1e-6))
-    True
-    """
-
-    def __init__(self, table: Tensor, ball: BallMap) -> None:
-        super().__init__()
-        self.table: Tensor
-        self.register_buffer("table", table.detach().clone())
-        self.ball = copy.deepcopy(ball).cpu().float().requires_grad_(False)
-
-    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        x = F.embedding(input_ids, self.table).to(torch.float32)
-        y = (x * attention_mask.unsqueeze(-1).to(torch.float32)).sum(dim=1)
-        return self.ball(y)
-
-
-class PoincareScorer(nn.Module):
-    """Export form of HyperQA's scorer: ``(query (n,d), candidates (n,m,d)) → (score, distance)``.
-
-    Calls ``qaindex.hyperbolic.pairwise_distance``; ``score = -(w_f f + b_f)`` with ``f = d``
-    (``ranking="distance"``) or ``f = d(q, a) - d(0, a)`` (``"relative"``); the ``distance``
-    output is the plain Poincaré distance ``d`` in both cases.
-
-    Example
-    -------
-    >>> s, d = PoincareScorer(2.0, 1.0)(torch.zeros(1, 2), torch.tensor([[[0.0, 0.0], [0.5, 0.0]]]))
-    >>> [round(x, 4) for x in s[0].tolist()], [round(x, 4) for x in d[0].tolist()]
-    ([-1.0, -3.1972], [0.0, 1.0986])
-    >>> centre_and_q = torch.tensor([[[0.0, 0.0], [0.5, 0.0]]])
-    >>> s, d = PoincareScorer(2.0, 1.0, ranking="relative")(torch.tensor([[0.5, 0.0]]), centre_and_q)
-    >>> [round(x, 4) for x in s[0].tolist()]   # the centre scores worst
-    [-3.1972, 1.1972]
-    """
-
-    def __init__(self, w_f: float, b_f: float, ranking: str = "distance") -> None:
-        super().__init__()
-        if ranking not in RANKINGS:
-            raise ValueError(f"ranking must be one of {RANKINGS}, got {ranking!r}")
-        self.ranking = ranking
-        self.register_buffer("w_f", torch.tensor(float(w_f), dtype=torch.float32))
-        self.register_buffer("b_f", torch.tensor(float(b_f), dtype=torch.float32))
-
-    def forward(self, query: Tensor, candidates: Tensor) -> tuple[Tensor, Tensor]:
-        distance = hyperbolic.pairwise_distance(query, candidates)
-        f = distance - hyperbolic.origin_distance(candidates) if self.ranking == "relative" else distance
-        return -(self.w_f * f + self.b_f), distance
-
-
-class CosineScorer(nn.Module):
-    """Export form of CosineQA's scorer: ``score = w_f cos + b_f``, ``distance = 1 - cos``.
-
-    Example
-    -------
-    >>> s, d = CosineScorer(1.0, 0.0)(torch.tensor([[1.0, 0.0]]), torch.tensor([[[1.0, 0.0], [0.0, 1.0]]]))
-    >>> s.tolist(), d.tolist()
-    ([[1.0, 0.0]], [[0.0, 1.0]])
-    """
-
-    def __init__(self, w_f: float, b_f: float) -> None:
-        super().__init__()
-        self.register_buffer("w_f", torch.tensor(float(w_f), dtype=torch.float32))
-        self.register_buffer("b_f", torch.tensor(float(b_f), dtype=torch.float32))
-
-    def forward(self, query: Tensor, candidates: Tensor) -> tuple[Tensor, Tensor]:
-        cos = hyperbolic.cosine_similarity(query.unsqueeze(-2), candidates)
-        return self.w_f * cos + self.b_f, 1.0 - cos
 
 
 # ------------------------------------------------------------------------ diagnostics

@@ -1,6 +1,7 @@
 """Export RDE / RDE-LTC / HRDE / HRDE-LTC as a qaindex model directory (bilinear geometry).
 
-:func:`export_recurrent` writes, through :func:`qaindex.model.write_model`:
+:func:`export_graphs` makes (for :func:`qaindex_export.onnx_export.export_model`, which writes
+them through :func:`qaindex.model.write_model`):
 
 - ``encoder.onnx`` (question role): ``input_ids``, ``attention_mask`` (batch, seq) → ``q``;
 - ``answer_encoder.onnx``: the same inputs, or (batch, chunks, tokens) for HRDE, → ``M e``;
@@ -19,19 +20,13 @@ lengths 1-40, padding, empty texts, and for HRDE one to many chunks.
 
 Example
 -------
->>> export_recurrent(result, "models/hrde-wikiqa")  # doctest: +SKIP
+>>> export_model(result, "models/hrde-wikiqa")  # doctest: +SKIP
 PosixPath('models/hrde-wikiqa')
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,9 +34,15 @@ import torch
 
 from qaindex import bilinear
 from qaindex.chunking import Chunking, manifest_entry
-from qaindex.datasets import QuestionGroup
 
-__all__ = ["EXPORTERS", "check_recurrent_parity", "export_graph", "export_recurrent"]
+from .onnx_graph import Exported, export_in_subprocess, export_scorer, export_torchscript, run_child
+from .onnx_graph import export_graph as trace_graph
+from .onnx_graph import session as onnx_session
+from .parity import Parity, check_scorer, padded_batch
+from .recurrent import AnswerEncoder, BilinearScorer, QuestionEncoder, RecurrentQA
+from .result import TrainResult
+
+__all__ = ["EXPORTERS", "check_recurrent_parity", "export_graph", "export_graphs"]
 
 EXPORTERS = ("torchscript", "dynamo")
 
@@ -74,19 +75,16 @@ def _example(role: str, hierarchical: bool, vocab: int) -> tuple[torch.Tensor, t
 
 
 def export_graph(model: Any, role: str) -> bytes:
-    """ONNX bytes of ``model``'s ``role`` ("question", "answer" or "scorer") graph, in this process.
+    """ONNX bytes of ``model``'s ``role`` ("question", "answer" or "scorer") graph, dynamo exporter, in this process.
 
-    Prefer :func:`_export_in_subprocess` for the GRU graphs (one per process).
+    Prefer the TorchScript exporter or a fresh process for the GRU graphs (see the module docstring).
     """
-    from .onnx_export import _export, export_scorer
-    from .recurrent import AnswerEncoder, BilinearScorer, QuestionEncoder
-
     model = model.cpu().eval()
     if role == "scorer":
         return export_scorer(BilinearScorer(model.bias).eval(), model.dim)
     module = (QuestionEncoder if role == "question" else AnswerEncoder)(model).eval()
     ids, mask, dynamic, rank = _example(role, model.hierarchical, int(model.embedding.shape[0]))
-    return _export(
+    return trace_graph(
         module,
         (ids, mask),
         ["input_ids", "attention_mask"],
@@ -98,81 +96,33 @@ def export_graph(model: Any, role: str) -> bytes:
 
 def _export_torchscript(model: Any, role: str) -> bytes:
     """The ``role`` encoder graph through the TorchScript exporter (``dynamo=False``), in this process."""
-    import io
-    import warnings
-
-    import onnx
-
-    from .onnx_export import ExportError, _symbolic_dims
-    from .recurrent import AnswerEncoder, QuestionEncoder
-
     model = model.cpu().eval()
     module = (QuestionEncoder if role == "question" else AnswerEncoder)(model).eval()
     ids, mask, dynamic, rank = _example(role, model.hierarchical, int(model.embedding.shape[0]))
     axes = {name: {axis: str(dim.__name__) for axis, dim in dims.items()} for name, dims in dynamic.items()}
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
-        try:
-            torch.onnx.export(
-                module,
-                (ids, mask),
-                buffer,  # type: ignore[arg-type]  # a file object works too
-                input_names=["input_ids", "attention_mask"],
-                output_names=["vectors"],
-                dynamic_axes=axes,
-                dynamo=False,
-                opset_version=20,
-            )
-        except Exception as exc:
-            raise ExportError(f"torch.onnx.export failed for the {role} encoder of {model.kind}: {exc}") from exc
-    proto = onnx.load_from_string(buffer.getvalue())
-    _symbolic_dims(proto, {"input_ids": rank, "attention_mask": rank})
-    onnx.checker.check_model(proto)
-    return bytes(proto.SerializeToString())
+    return export_torchscript(
+        module,
+        (ids, mask),
+        ["input_ids", "attention_mask"],
+        ["vectors"],
+        axes,
+        {"input_ids": rank, "attention_mask": rank},
+        what=f"the {role} encoder of {model.kind}",
+    )
 
 
 def _export_in_subprocess(model: Any, role: str) -> bytes:
     """:func:`export_graph` run in a fresh interpreter (weights passed as safetensors, no pickle)."""
-    from safetensors.torch import save_file
-
-    from .onnx_export import ExportError
-
-    with tempfile.TemporaryDirectory() as tmp:
-        state = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
-        save_file(state, os.path.join(tmp, "weights.safetensors"))
-        with open(os.path.join(tmp, "spec.json"), "w", encoding="utf-8") as handle:
-            json.dump({**_spec(model), "role": role}, handle)
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        done = subprocess.run(
-            [sys.executable, "-m", "qaindex_export.recurrent_export", tmp],
-            capture_output=True,
-            text=True,
-            env=env,
-            check=False,
-        )
-        out = Path(tmp) / "graph.onnx"
-        if done.returncode != 0 or not out.is_file():
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise ExportError(f"exporting the {role} encoder of {model.kind} failed: {tail[0]}")
-        return out.read_bytes()
+    what = f"the {role} encoder of {model.kind}"
+    return export_in_subprocess(model, {**_spec(model), "role": role}, __name__, what=what)
 
 
-def _main(folder: str) -> None:
-    """Child process of :func:`_export_in_subprocess`."""
-    from safetensors.torch import load_file
-
-    from .recurrent import RecurrentQA
-
-    torch.set_num_threads(1)
-    with open(os.path.join(folder, "spec.json"), encoding="utf-8") as handle:
-        spec = json.load(handle)
+def _graph_in_child(spec: dict[str, Any], weights: dict[str, torch.Tensor]) -> bytes:
     model = RecurrentQA(
         spec["kind"], spec["vocab_size"], hidden=spec["hidden"], embed_dim=spec["embed_dim"], topics=spec["topics"]
     )
-    model.load_state_dict(load_file(os.path.join(folder, "weights.safetensors")))
-    graph = export_graph(model, spec["role"])
-    Path(folder, "graph.onnx").write_bytes(graph)
+    model.load_state_dict(weights)
+    return export_graph(model, spec["role"])
 
 
 def check_recurrent_parity(
@@ -196,35 +146,11 @@ def check_recurrent_parity(
     dict
         ``{"question_max_abs_diff", "answer_max_abs_diff", "score_max_abs_diff", "distance_max_abs_diff"}``
     """
-    from .onnx_export import ExportError, _session
-
     model = model.cpu().eval()
     rng = np.random.default_rng(seed)
     vocab = int(model.embedding.shape[0])
-    sessions = {"question": _session(question_graph), "answer": _session(answer_graph)}
-    scorer = _session(scorer_graph)
-    worst = dict.fromkeys(("question", "answer", "score", "distance"), 0.0)
-
-    def record(key: str, got: np.ndarray, want: np.ndarray) -> None:
-        if got.shape != want.shape:
-            raise ExportError(f"{key}: onnxruntime gave shape {got.shape}, torch {want.shape}")
-        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
-        worst[key] = max(worst[key], float(diff.max(initial=0.0)))
-        scaled = diff / np.maximum(1.0, np.abs(want.astype(np.float64)))
-        if not np.all(np.isfinite(got)) or (scaled.size and float(scaled.max()) > tolerance):
-            raise ExportError(
-                f"parity check failed: {key} differs by {float(diff.max()):.3g} between onnxruntime and torch "
-                f"(tolerance {tolerance:g}); the export is not faithful"
-            )
-
-    def flat_batch(batch: int, length: int) -> tuple[np.ndarray, np.ndarray]:
-        ids = rng.integers(1, vocab, size=(batch, length)).astype(np.int64)
-        lengths = rng.integers(1, length + 1, size=batch)
-        lengths[0] = length
-        if batch > 1:
-            lengths[-1] = 1 if batch == 2 else 0
-        mask = (np.arange(length)[None, :] < lengths[:, None]).astype(np.int64)
-        return np.where(mask == 1, ids, 0), mask
+    sessions = {"question": onnx_session(question_graph), "answer": onnx_session(answer_graph)}
+    check = Parity(tolerance)
 
     def chunked_batch(batch: int, chunks: int, tokens: int) -> tuple[np.ndarray, np.ndarray]:
         ids = rng.integers(1, vocab, size=(batch, chunks, tokens)).astype(np.int64)
@@ -247,20 +173,23 @@ def check_recurrent_parity(
                 else ((1, 1), (2, 2), (5, 7), (17, 40), (1, 40), (3, 1))
             )
             for shape in shapes:
-                ids, mask = chunked_batch(*shape) if chunked else flat_batch(*shape)
+                if chunked:
+                    ids, mask = chunked_batch(*shape)
+                else:
+                    ids, mask = padded_batch(rng, vocab, *shape, last=1 if shape[0] == 2 else 0)
                 (got,) = sessions[role].run(["vectors"], {"input_ids": ids, "attention_mask": mask})
                 t_ids, t_mask = torch.from_numpy(ids), torch.from_numpy(mask)
                 encode = model.encode_answer if role == "answer" else model.encode_question
-                record(role, got, encode(t_ids, t_mask).numpy())
-        for n, m in ((1, 1), (3, 4), (2, 9), (1, 4)):
-            query = rng.normal(size=(n, model.dim)).astype(np.float32)
-            cands = rng.normal(size=(n, m, model.dim)).astype(np.float32)
-            cands[0, 0] = 0.0
-            score, distance = scorer.run(["score", "distance"], {"query": query, "candidates": cands})
-            want_s, want_d = bilinear.bilinear_score(torch.from_numpy(query), torch.from_numpy(cands), model.bias)
-            record("score", score, want_s.numpy())
-            record("distance", distance, want_d.numpy())
-    return {f"{k}_max_abs_diff": v for k, v in worst.items()}
+                check.record(role, got, encode(t_ids, t_mask).numpy())
+    cases = []
+    for n, m in ((1, 1), (3, 4), (2, 9), (1, 4)):
+        query = rng.normal(size=(n, model.dim)).astype(np.float32)
+        cands = rng.normal(size=(n, m, model.dim)).astype(np.float32)
+        cands[0, 0] = 0.0
+        cases.append((query, cands))
+    reference = lambda q, c: bilinear.bilinear_score(q, c, model.bias)  # noqa: E731
+    check_scorer(check, onnx_session(scorer_graph), reference, cases)
+    return check.result()
 
 
 SHARED_TABLE = "embeddings.data"
@@ -296,69 +225,23 @@ def _share_embedding_table(graphs: list[bytes], table: np.ndarray) -> tuple[list
     return out, raw
 
 
-def _runtime_metrics(directory: Path, groups: Sequence[QuestionGroup]) -> dict[str, Any]:
-    """Metrics of ``groups`` through the runtime (:class:`qaindex.Model`: tokenizer, chunking, ONNX)."""
-    from qaindex import Model
-    from qaindex.metrics import evaluate_groups
+def export_graphs(
+    result: TrainResult, *, tolerance: float, table_dtype: str, max_bytes: int, exporter: str = "torchscript"
+) -> Exported:
+    """The question, answer and scorer graphs of an RDE-family ``result``, checked.
 
-    loaded = Model.load(directory, device="cpu")
-    qv = loaded.encode([g.question for g in groups], role="question")
-    scores = []
-    for i, g in enumerate(groups):
-        cv = loaded.encode([c.answer for c in g.candidates], role="answer")
-        _, distance = loaded.score(qv[i : i + 1], cv[None])
-        scores.append(-distance[0].astype(np.float64))  # rank by q.c (sigma saturates in float32)
-    return evaluate_groups(groups, scores)
-
-
-def export_recurrent(
-    result: Any,
-    directory: str | os.PathLike[str],
-    *,
-    name: str | None = None,
-    dev_data: str | os.PathLike[str] | Sequence[QuestionGroup] | None = None,
-    tolerance: float | None = None,
-    exporter: str = "torchscript",
-) -> Path:
-    """Write a trained RDE-family ``result`` (a ``TrainResult``) as a model directory.
-
-    Parameters
-    ----------
-    result : TrainResult
-    directory : path-like
-        Replaced atomically if it is a model directory already.
-    name : str, optional
-        Default ``"<model>-<embeddings>"``.
-    dev_data : path or groups, optional
-        Also evaluate these through the runtime and record the metrics (``dev_onnx``).
-    tolerance : float, optional
-        Parity tolerance (default 1e-4).
-    exporter : {"torchscript", "dynamo"}, keyword-only
-        How the GRU graphs are exported (see the module docstring); the scorer always uses dynamo.
-
-    Returns
-    -------
-    Path
-
-    Raises
-    ------
-    ExportError
-        If onnxruntime and torch disagree or a graph has static axes.
+    ``exporter`` (``torchscript`` or ``dynamo``) exports the GRU graphs (see the module
+    docstring); the scorer always uses dynamo. ``table_dtype`` and ``max_bytes`` are unused
+    (the shared embedding table is float32).
     """
-    from qaindex.model import write_model
-
-    from .train import _load
-
     if exporter not in EXPORTERS:
         raise ValueError(f"exporter must be one of {EXPORTERS}, got {exporter!r}")
-    model = result.model.cpu().eval()
+    model: Any = result.model.cpu().eval()
     export = _export_torchscript if exporter == "torchscript" else _export_in_subprocess
     question_graph = export(model, "question")
     answer_graph = export(model, "answer")
     scorer_graph = export_graph(model, "scorer")
-    parity = check_recurrent_parity(
-        model, question_graph, answer_graph, scorer_graph, tolerance=1e-4 if tolerance is None else tolerance
-    )
+    parity = check_recurrent_parity(model, question_graph, answer_graph, scorer_graph, tolerance=tolerance)
     cfg = result.config
     chunking = None
     if model.hierarchical:
@@ -368,45 +251,35 @@ def export_recurrent(
                 method=cfg.chunking, max_chunks=cfg.max_chunks, max_chunk_tokens=cfg.max_chunk_tokens
             )
         }
-    training = result.provenance(
-        encoder=model.describe(),
-        torch_version=torch.__version__,
-        exporter=exporter,
-        device=result.device,
-        loss="binary cross-entropy: mean over correct answers of -log p + mean over wrong ones of -log(1 - p)"
-        if cfg.effective_loss == "cross-entropy"
-        else "mean over triples of max(0, margin - score(q, a) + score(q, a'))",
-    )
-    metrics: dict[str, Any] = {"dev": result.dev, "best_epoch": result.best_epoch, "parity": parity}
     table = model.embedding.detach().cpu().numpy().astype(np.float32)
     (question_graph, answer_graph), shared = _share_embedding_table([question_graph, answer_graph], table)
-
-    def publish() -> Path:
-        return write_model(
-            directory,
-            name=name or f"{cfg.model}-{cfg.embeddings.partition(':')[0]}",
-            geometry={"name": "bilinear", "bias": model.bias},
-            dimension=model.dim,
-            tokenizer=result.tokenizer,
-            max_tokens=result.max_tokens,
-            encoder=question_graph,
-            answer_encoder=answer_graph,
-            scorer=scorer_graph,
-            score=model.score_definition(),
-            training=training,
-            metrics=metrics,
-            parameters=model.parameter_counts(),
-            chunking=chunking,
-            extra_files={SHARED_TABLE: shared},
-        )
-
-    path = publish()
-    if dev_data is not None:  # evaluated through the runtime, then recorded (the directory is rewritten whole)
-        groups, _ = _load(dev_data)
-        metrics["dev_onnx"] = _runtime_metrics(path, groups)
-        path = publish()
-    return path
+    return Exported(
+        kind="model",
+        name=f"{cfg.model}-{cfg.embeddings.partition(':')[0]}",
+        files={
+            "geometry": {"name": "bilinear", "bias": model.bias},
+            "dimension": model.dim,
+            "encoder": question_graph,
+            "answer_encoder": answer_graph,
+            "scorer": scorer_graph,
+            "score": model.score_definition(),
+            "parameters": model.parameter_counts(),
+            "chunking": chunking,
+            "extra_files": {SHARED_TABLE: shared},
+        },
+        parity=parity,
+        training={
+            "encoder": model.describe(),
+            "exporter": exporter,
+            "loss": "binary cross-entropy: mean over correct answers of -log p + mean over wrong ones of -log(1 - p)"
+            if cfg.effective_loss == "cross-entropy"
+            else "mean over triples of max(0, margin - score(q, a) + score(q, a'))",
+        },
+        rank_by="distance",  # q.Ma: the sigmoid of the score saturates in float32
+    )
 
 
 if __name__ == "__main__":
-    _main(sys.argv[1])
+    import sys
+
+    run_child(sys.argv[1], _graph_in_child)

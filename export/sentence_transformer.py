@@ -43,8 +43,10 @@ from qaindex.errors import MissingDependencyError
 from qaindex.model import write_model
 from qaindex.tokenizer import Tokenizer
 
-from .models import CosineScorer
-from .onnx_export import ExportError, _export, _session, export_scorer
+from .export_forms import CosineScorer
+from .onnx_graph import ExportError, export_scorer
+from .onnx_graph import export_graph as _export
+from .onnx_graph import session as _session
 
 __all__ = ["PARITY_TEXTS", "SentenceTransformerSource", "export_sentence_transformer", "read_source"]
 

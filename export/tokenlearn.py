@@ -524,8 +524,10 @@ def export_tokenlearn_model(
     """
     from qaindex.model import write_model
 
-    from .models import BallMap, FoldedEncoder, HyperQA
-    from .onnx_export import check_parity, export_encoder, export_scorer, scorer_module
+    from .dual_export import check_parity, scorer_module
+    from .export_forms import FoldedEncoder
+    from .models import BallMap, HyperQA
+    from .onnx_graph import export_encoder, export_scorer
 
     full = np.concatenate([np.asarray(table, np.float32), np.asarray(evidence, np.float32).reshape(-1, 1)], axis=1)
     half = torch.as_tensor(full).to(torch.float16)

@@ -188,7 +188,7 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
         except (QueryError, TypeError, AttributeError) as exc:
             raise ModelFormatError(
                 f'{model.directory / "manifest.json"}: field "fusion" is invalid ({exc}); refit it with '
-                "`python benchmarks/hybrid.py --fit` or remove the field"
+                "`python -m benchmarks.hybrid --fit` or remove the field"
             ) from None
     if isinstance(value, Fusion):
         return value

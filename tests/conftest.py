@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from onnx_models import make_model
+from helpers.onnx_models import make_model
 
 FAQ = [
     {

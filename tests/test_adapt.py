@@ -9,13 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.trained import planted_teacher_task
 
 torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
 from qaindex_export.adapt import AdaptedTable, StartError, adapt_supervised, adapt_unlabelled, load_start  # noqa: E402
 from qaindex_export.adapt_config import AdaptConfig  # noqa: E402
-from qaindex_export.models import build_model  # noqa: E402
+from qaindex_export.families import build_model  # noqa: E402
 from qaindex_export.onnx_export import export_model  # noqa: E402
 from qaindex_export.train import TrainConfig, TrainResult  # noqa: E402
 
@@ -126,7 +127,7 @@ def test_load_start_reads_an_old_format_directory(tmp_path: Path) -> None:
     manifest = json.loads((old / "manifest.json").read_text())
     del manifest["geometry"]["ranking"]
     manifest["score"]["formula"] = "-(w_f * d + b_f)"
-    from qaindex_export.models import PoincareScorer
+    from qaindex_export.export_forms import PoincareScorer
     from qaindex_export.onnx_export import export_scorer
 
     params = manifest["score"]["parameters"]
@@ -246,23 +247,7 @@ def test_tiny_noisy_supervision_never_ends_below_the_start(start_dir: Path, tmp_
 
 def planted_teacher() -> tuple[np.ndarray, list[str], object]:
     """A weak start (a random table dominated by filler words) and a teacher that only sees topics."""
-    rng = np.random.default_rng(3)
-    table = rng.normal(size=(len(VOCAB), 24)).astype(np.float32)
-    table[0] = 0.0
-    table[2 : 2 + len(FILLER)] *= 5.0
-    hidden = {w: rng.normal(size=8) for w in TOPICS}
-    answers = [
-        " ".join(rng.permutation([*rng.choice(TOPICS, 3, replace=False), *rng.choice(FILLER, 6)]).tolist())
-        for _ in range(80)
-    ]
-
-    def teacher(texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), 8))
-        for i, t in enumerate(texts):
-            for w in t.split():
-                out[i] += hidden.get(w, 0.0)
-        return out.astype(np.float32)
-
+    table, answers, teacher = planted_teacher_task(VOCAB, TOPICS, FILLER, width=24, filler_scale=5.0)
     return np.abs(table), answers, teacher
 
 

@@ -12,22 +12,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.trained import trained_model_fixtures
 
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from click.testing import CliRunner  # noqa: E402
-from qaindex_export.attentive import (  # noqa: E402
-    AttentiveQA,
-    build_attentive_model,
-    check_reranker_parity,
-    export_module,
-    export_reranker_graph,
-)
+from qaindex_export.attentive import AttentiveQA, build_attentive_model  # noqa: E402
+from qaindex_export.attentive_export import check_reranker_parity, export_module, export_reranker_graph  # noqa: E402
 from qaindex_export.config import TrainConfig  # noqa: E402
+from qaindex_export.negatives import max_of_pool as _max_of_pool  # noqa: E402
 from qaindex_export.onnx_export import ExportError, export_model  # noqa: E402
-from qaindex_export.train import TextTable, _max_of_pool, load_checkpoint, save_checkpoint, train  # noqa: E402
+from qaindex_export.train import TextTable, load_checkpoint, save_checkpoint, train  # noqa: E402
 
 from qaindex import Model, ModelFormatError, QueryError, Ranker  # noqa: E402
 from qaindex.cli import main  # noqa: E402
@@ -45,19 +42,7 @@ SMALL = dict(
 )  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def data(planted_data: dict) -> dict:
-    return planted_data
-
-
-@pytest.fixture(scope="module", params=KINDS)
-def trained(request: pytest.FixtureRequest, data: dict):
-    return train(TrainConfig(model=request.param, **SMALL), data["train"], data["dev"], log=None)
-
-
-@pytest.fixture(scope="module")
-def exported(trained, tmp_path_factory: pytest.TempPathFactory, data: dict) -> Path:
-    return export_model(trained, tmp_path_factory.mktemp("rerankers") / trained.config.model, dev_data=data["dev"])
+data, trained, exported = trained_model_fixtures(KINDS, SMALL, folder="rerankers")
 
 
 @pytest.fixture(scope="module")
@@ -387,7 +372,7 @@ def test_cli_train_ap_cnn_writes_a_reranker(data: dict, tmp_path: Path) -> None:
 
 def test_reranker_follows_the_device_policy(exported: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under auto with working CUDA, one question's few candidates run on the CPU, many on CUDA."""
-    from fake_gpu import simulate_gpu
+    from helpers.fake_gpu import simulate_gpu
 
     from qaindex import devices
 

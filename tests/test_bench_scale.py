@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,7 @@ from qaindex import Ranker, hyperbolic
 from qaindex.corpus import read_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import bench_scale  # noqa: E402
+from benchmarks import bench_scale, common  # noqa: E402
 
 
 def _words() -> list[str]:
@@ -31,7 +29,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("datasets")
     rng = np.random.default_rng(0)
     words = _words()
-    for name in bench_scale.DATASETS:
+    for name in common.QA_DATASETS:
         (root / name).mkdir()
         rows = []
         for q in range(5):
@@ -44,15 +42,15 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_corpus_is_real_sentences_then_seeded_joins(data: Path) -> None:
-    sentences, questions = bench_scale.read_texts(data)
+    sentences, questions = common.read_texts(data)
     assert len(sentences) == 60 and len(questions) == 15
-    texts, parts = bench_scale.make_corpus(sentences, 100)
+    texts, parts = common.make_corpus(sentences, 100)
     assert len(texts) == 100 and len(set(texts[:60])) == 60 and set(texts[:60]) == set(sentences)
     real = texts[:60]
     for text, ids in zip(texts[60:], parts[60:], strict=True):
         assert len(ids) == 2 and text == f"{real[ids[0]]} {real[ids[1]]}"
-    assert bench_scale.make_corpus(sentences, 100) == (texts, parts)  # seeded
-    assert bench_scale.make_corpus(sentences, 30)[0] == texts[:30]
+    assert common.make_corpus(sentences, 100) == (texts, parts)  # seeded
+    assert common.make_corpus(sentences, 30)[0] == texts[:30]
 
 
 def brute_force(qv: np.ndarray, vectors: np.ndarray, k: int) -> np.ndarray:
@@ -61,8 +59,8 @@ def brute_force(qv: np.ndarray, vectors: np.ndarray, k: int) -> np.ndarray:
 
 
 def test_recall_computation_matches_brute_force(data: Path) -> None:
-    sentences, questions = bench_scale.read_texts(data)
-    texts, _ = bench_scale.make_corpus(sentences, 200)
+    sentences, questions = common.read_texts(data)
+    texts, _ = common.make_corpus(sentences, 200)
     ranker = Ranker.build([{"id": i, "answer": t} for i, t in enumerate(texts)], index_kind="ivf",
                           hnsw={"nlist": 20, "nprobe": 1})
     ranker.configure(overfetch=1)  # few candidates: recall below 1, so the count matters
@@ -125,7 +123,7 @@ def test_the_benchmark_writes_its_json_and_table(data: Path, tmp_path: Path) -> 
 
 
 def test_ann_difficulty_measures_against_brute_force(data: Path, tmp_path: Path) -> None:
-    import ann_difficulty
+    from benchmarks import ann_difficulty
 
     rng = np.random.default_rng(5)
     x = rng.normal(size=(300, 8))

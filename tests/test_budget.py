@@ -21,7 +21,7 @@ N = 600
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from onnx_models import make_model
+    from helpers.onnx_models import make_model
 
     from qaindex.tokenizer import Tokenizer
 

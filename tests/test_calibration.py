@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from onnx_models import make_model
+from helpers.onnx_models import make_model
 
 from qaindex import ModelFormatError, QueryError, Ranker
 from qaindex.calibration import (

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import importlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import readme_markers  # noqa: E402
+from benchmarks import readme_markers  # noqa: E402
 
 SECTIONS = readme_markers.all_sections()
 

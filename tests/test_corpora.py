@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from onnx_models import point_model
+from helpers.onnx_models import point_model
 
+from benchmarks import corpora, pooled, pooled_eval
 from qaindex.model import Model
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import corpora  # noqa: E402
-import pooled  # noqa: E402
 
 STACKFAQ_XML = """<root>
 <qapair>
@@ -240,9 +237,9 @@ def test_isotropy_equals_brute_force() -> None:
 def test_corpus_groups_pool_every_answer_in_corpus_order() -> None:
     answers = [("a", "alpha"), ("b", "beta"), ("c", "gamma")]
     groups = pooled.corpus_groups(answers, [("q1", ["c"]), ("q2", ["a", "b"])])
-    assert pooled.real_answers(groups) == ["alpha", "beta", "gamma"]
-    assert pooled.pool_answers(groups)[3:] == pooled.JUNK_ANSWERS
-    questions, relevant = pooled._questions_and_relevant(groups)
+    assert pooled_eval.real_answers(groups) == ["alpha", "beta", "gamma"]
+    assert pooled_eval.pool_answers(groups)[3:] == pooled_eval.JUNK_ANSWERS
+    questions, relevant = pooled_eval._questions_and_relevant(groups)
     assert questions == ["q1", "q2"] and [r.tolist() for r in relevant] == [[2], [0, 1]]
     with pytest.raises(ValueError, match="names unknown answer id 'z'"):
         pooled.corpus_groups(answers, [("q", ["z"])])
@@ -261,7 +258,7 @@ def test_corpus_eval_through_the_ranker_equals_brute_force(tmp_path: Path) -> No
         questions.append((f"p{n_answers + qi}", [f"a{r}" for r in rel]))
     directory, words = point_model(tmp_path / "m", points.astype(np.float32), geometry="cosine")
     answers = [(f"a{i}", words[i]) for i in range(n_answers)]
-    got = pooled.eval_qaindex_model(Model.load(directory), pooled.corpus_groups(answers, questions, junk=False))
+    got = pooled_eval.eval_qaindex_model(Model.load(directory), pooled.corpus_groups(answers, questions, junk=False))
     a = points[:n_answers] / np.linalg.norm(points[:n_answers], axis=1, keepdims=True)
     rr, recall, p1 = [], [], []
     for text, rel_ids in questions:
@@ -282,9 +279,9 @@ def test_corpus_eval_through_the_ranker_equals_brute_force(tmp_path: Path) -> No
 def test_bm25_stemmer_matches_inflected_forms() -> None:
     answers = [("a", "She runs every morning in new shoes."), ("b", "A recipe for cakes."), ("c", "Stock prices.")]
     pools = {"t": pooled.corpus_groups(answers, [("running shoe", ["a"])], junk=False)}
-    assert pooled.eval_bm25(pools, stem=True)["t"]["p@1"] == 1.0
+    assert pooled_eval.eval_bm25(pools, stem=True)["t"]["p@1"] == 1.0
     # without the stemmer neither "running" nor "shoe" is an indexed word: no hit at all
-    assert pooled.eval_bm25(pools, stem=False)["t"]["mrr@10"] == 0.0
+    assert pooled_eval.eval_bm25(pools, stem=False)["t"]["mrr@10"] == 0.0
 
 
 def test_ratios_and_cache(tmp_path: Path) -> None:

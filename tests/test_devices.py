@@ -88,7 +88,7 @@ def test_auto_uses_the_gpu_when_it_works(
     monkeypatch: pytest.MonkeyPatch, faq_model: Path, faq_file: Path, tmp_path: Path
 ) -> None:
     from click.testing import CliRunner
-    from fake_gpu import simulate_gpu
+    from helpers.fake_gpu import simulate_gpu
 
     from qaindex.cli import main
 
@@ -128,7 +128,7 @@ class _Recording:
 
 
 def test_auto_with_cuda_keeps_single_questions_on_the_cpu(monkeypatch: pytest.MonkeyPatch, faq_model: Path) -> None:
-    from fake_gpu import simulate_gpu
+    from helpers.fake_gpu import simulate_gpu
 
     simulate_gpu(lambda obj, name, value: monkeypatch.setattr(obj, name, value, raising=False))
     model = Model.load(faq_model, device="auto")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.trained import planted_teacher_task
 
 torch = pytest.importorskip("torch")
 
@@ -155,24 +156,8 @@ def planted() -> tuple[Embeddings, list[str], object]:
     """The student's frozen table is random and dominated by stopwords; the teacher ignores
     stopwords and sees each content word as a random direction. Answers mix 3 content words
     with 6 stopwords, so an untrained head ranks mostly by stopwords."""
-    rng = np.random.default_rng(3)
     vocab = ["[PAD]", "[UNK]", *STOP, *CONTENT]
-    table = rng.normal(size=(len(vocab), 32)).astype(np.float32)
-    table[0] = 0.0
-    table[2 : 2 + len(STOP)] *= 6.0
-    hidden = {w: rng.normal(size=8) for w in CONTENT}
-    answers = [
-        " ".join(rng.permutation([*rng.choice(CONTENT, 3, replace=False), *rng.choice(STOP, 6)]).tolist())
-        for _ in range(80)
-    ]
-
-    def teacher(texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), 8))
-        for i, t in enumerate(texts):
-            for w in t.split():
-                out[i] += hidden.get(w, 0.0)
-        return out.astype(np.float32)
-
+    table, answers, teacher = planted_teacher_task(vocab, CONTENT, STOP, width=32, filler_scale=6.0)
     return Embeddings(vocab, table, "word", "planted", found=len(vocab)), answers, teacher
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.trained import trained_model_fixtures
 
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
@@ -15,14 +16,12 @@ ort = pytest.importorskip("onnxruntime")
 
 from qaindex_export.config import TrainConfig  # noqa: E402
 from qaindex_export.encoders import SequenceQA, build_sequence_model, pad_ragged  # noqa: E402
-from qaindex_export.onnx_export import export_model  # noqa: E402
+from qaindex_export.negatives import max_of_pool as _max_of_pool  # noqa: E402
 from qaindex_export.train import (  # noqa: E402
     TextTable,
-    _max_of_pool,
     encode_texts,
     load_checkpoint,
     save_checkpoint,
-    train,
 )
 
 from qaindex import Model, Ranker  # noqa: E402
@@ -37,19 +36,7 @@ SMALL = dict(
 )  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def data(planted_data: dict) -> dict:
-    return planted_data
-
-
-@pytest.fixture(scope="module", params=KINDS)
-def trained(request: pytest.FixtureRequest, data: dict):
-    return train(TrainConfig(model=request.param, **SMALL), data["train"], data["dev"], log=None)
-
-
-@pytest.fixture(scope="module")
-def exported(trained, tmp_path_factory: pytest.TempPathFactory, data: dict) -> Path:
-    return export_model(trained, tmp_path_factory.mktemp("models") / trained.config.model, dev_data=data["dev"])
+data, trained, exported = trained_model_fixtures(KINDS, SMALL)
 
 
 def _vectors(model: SequenceQA, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from onnx_models import make_model, point_model
+from helpers.onnx_models import make_model, point_model
 
 from qaindex.cli import main
 from qaindex.cli_eval import eval_command, inspect_command

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import vocab_for
-from onnx_models import make_model
+from helpers.onnx_models import make_model
 
 from qaindex import Ranker, read_corpus
 

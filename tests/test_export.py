@@ -13,7 +13,8 @@ torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from qaindex_export.models import BagOfWords, BallMap, CosineQA, FoldedEncoder, HyperQA, PoincareScorer  # noqa: E402
+from qaindex_export.export_forms import FoldedEncoder, PoincareScorer  # noqa: E402
+from qaindex_export.models import BagOfWords, BallMap, CosineQA, HyperQA  # noqa: E402
 from qaindex_export.onnx_export import (  # noqa: E402
     ExportError,
     check_parity,

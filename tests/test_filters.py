@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from onnx_models import point_model
+from helpers.onnx_models import point_model
 
 from qaindex import QueryError, Ranker, filters
 from qaindex.filters import compile_where

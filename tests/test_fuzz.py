@@ -1,13 +1,12 @@
-"""A fast run of benchmarks/fuzz.py: generated inputs through the API and the CLI.
+"""A fast run of ``benchmarks.fuzz``: generated inputs through the API and the CLI.
 
 Every API input must end in a result or a QAIndexError; every CLI run in exit 0/1/2 with
-at most one error line and no traceback. (The full run: ``python benchmarks/fuzz.py``.)
+at most one error line and no traceback. (The full run: ``python -m benchmarks.fuzz``.)
 """
 
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def fuzz() -> Any:
-    spec = importlib.util.spec_from_file_location("qaindex_fuzz", ROOT / "benchmarks" / "fuzz.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["qaindex_fuzz"] = module
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("benchmarks.fuzz")
 
 
 @pytest.fixture(scope="module")

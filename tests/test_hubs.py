@@ -96,7 +96,7 @@ def _poincare_model(directory: Path, ranking: str | None) -> Path:
     ``[UNK]`` of norm 0.05 (junk sums sit near the centre). ``ranking=None``: the format from
     before the ranking field (plain-distance scorer, no ``geometry.ranking``); otherwise the
     scorer is re-exported for that rule (needs torch)."""
-    from onnx_models import make_model
+    from helpers.onnx_models import make_model
 
     records = faq_records(60)
     vocab = Tokenizer.build_word_vocab([t for r in records for t in [r["answer"], *r["questions"]]])

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from onnx_models import make_model, point_model, random_ball
+from helpers.onnx_models import make_model, point_model, random_ball
 
 from qaindex.cli import main
 from qaindex.datasets import Candidate, QuestionGroup

@@ -1,6 +1,6 @@
 """A model whose encoder emits NaN or infinite vectors is refused, and blamed (not the input).
 
-The tiny broken model (``tests/onnx_models.broken_model``) encodes the word ``poison`` to NaN
+The tiny broken model (``tests/helpers/onnx_models.broken_model``) encodes the word ``poison`` to NaN
 (or inf) and every other word to a finite vector, so one model shows every path: build from
 records and from a file, add, and a question.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from onnx_models import broken_model
+from helpers.onnx_models import broken_model
 
 import qaindex.cli
 from qaindex import Model, ModelFormatError, QueryError, Ranker

@@ -474,7 +474,7 @@ def test_a_directory_with_only_debris_is_still_an_index_path(faq_model: Path, fa
 
 def test_write_model_removes_debris_of_dead_writers_only(tmp_path: Path) -> None:
     import numpy as np
-    from onnx_models import cosine_scorer_graph, encoder_graph
+    from helpers.onnx_models import cosine_scorer_graph, encoder_graph
 
     target = tmp_path / "model"
     dead = tmp_path / ".model.tmp-999999999-abcd1234"

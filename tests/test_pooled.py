@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from onnx_models import point_model
+from helpers.onnx_models import point_model
 
 from qaindex.cli import main
 from qaindex.datasets import Candidate, QuestionGroup

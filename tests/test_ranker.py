@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from onnx_models import point_model, random_ball
+from helpers.onnx_models import point_model, random_ball
 
 from qaindex import IndexFormatError, QAIndexError, QueryError, Ranker
 from qaindex.errors import CorpusError, ModelFormatError
@@ -294,7 +294,7 @@ def test_model_errors(tmp_path: Path, faq_model: Path) -> None:
 
 
 def test_cosine_geometry(tmp_path: Path) -> None:
-    from onnx_models import make_model
+    from helpers.onnx_models import make_model
 
     rng = np.random.default_rng(5)
     vocab = ["[PAD]", "[UNK]"] + [f"w{i}" for i in range(300)]

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.trained import trained_model_fixtures
 
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from qaindex_export.config import TrainConfig  # noqa: E402
-from qaindex_export.onnx_export import ExportError, export_model  # noqa: E402
+from qaindex_export.onnx_export import ExportError  # noqa: E402
 from qaindex_export.recurrent import RecurrentQA, cross_entropy_loss, last_state  # noqa: E402
 from qaindex_export.recurrent_export import check_recurrent_parity, export_graph  # noqa: E402
-from qaindex_export.train import train  # noqa: E402
 
 from qaindex import Model, ModelFormatError, Ranker, bilinear  # noqa: E402
 from qaindex.chunking import Chunking  # noqa: E402
@@ -35,19 +35,7 @@ SMALL = dict(
 )  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def data(planted_data: dict) -> dict:
-    return planted_data
-
-
-@pytest.fixture(scope="module", params=KINDS)
-def trained(request: pytest.FixtureRequest, data: dict):
-    return train(TrainConfig(model=request.param, **SMALL), data["train"], data["dev"], log=None)
-
-
-@pytest.fixture(scope="module")
-def exported(trained, tmp_path_factory: pytest.TempPathFactory, data: dict) -> Path:
-    return export_model(trained, tmp_path_factory.mktemp("models") / trained.config.model, dev_data=data["dev"])
+data, trained, exported = trained_model_fixtures(KINDS, SMALL)
 
 
 def _torch_vectors(model: RecurrentQA, tok, texts: list[str], role: str, max_tokens: int) -> np.ndarray:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import reproduce  # noqa: E402
+from benchmarks import reproduce  # noqa: E402
 
 
 def run(model: str, seed: int, test_map: float, *, seconds: float, trainable: int, size: int) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from onnx_models import make_model
+from helpers.onnx_models import make_model
 
 from qaindex import IndexChangedError, IndexFormatError, ModelFormatError, QAIndexError, Ranker
 from qaindex.cli import main
@@ -346,8 +346,7 @@ def test_the_next_write_removes_orphans(index: Path) -> None:
 
 
 # -- 3. content checks on load ------------------------------------------------------------------
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import reliability  # noqa: E402
+from benchmarks import hostile_files, reliability  # noqa: E402
 
 # case -> (file at fault, part of the message)
 HOSTILE_EXPECTED = {
@@ -399,12 +398,12 @@ def hostile_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_every_hostile_case_has_an_expected_message() -> None:
-    assert set(HOSTILE_EXPECTED) == set(reliability.HOSTILE)
+    assert set(HOSTILE_EXPECTED) == set(hostile_files.HOSTILE)
 
 
 @pytest.mark.parametrize("case", list(HOSTILE_EXPECTED))
 def test_the_default_load_refuses_hostile_content(hostile_base: Path, tmp_path: Path, case: str) -> None:
-    index = reliability.make_hostile(hostile_base, tmp_path / "ix", case)
+    index = hostile_files.make_hostile(hostile_base, tmp_path / "ix", case)
     where, fragment = HOSTILE_EXPECTED[case]
     snap = index / json.loads((index / "manifest.json").read_text())["snapshot"]
     path = index / where if where == "manifest.json" else (snap / where if where else snap)
@@ -416,14 +415,14 @@ def test_the_default_load_refuses_hostile_content(hostile_base: Path, tmp_path: 
 
 
 def test_verify_false_still_refuses_damaged_content_when_it_is_read(hostile_base: Path, tmp_path: Path) -> None:
-    index = reliability.make_hostile(hostile_base, tmp_path / "a", "record without answer")
+    index = hostile_files.make_hostile(hostile_base, tmp_path / "a", "record without answer")
     ranker = Ranker.load(index, verify=False)
     with pytest.raises(IndexFormatError, match=r'records\.jsonl: line 6: field "answer" must be a string'):
         list(ranker.records())
-    index = reliability.make_hostile(hostile_base, tmp_path / "b", "records duplicate ids")
+    index = hostile_files.make_hostile(hostile_base, tmp_path / "b", "records duplicate ids")
     with pytest.raises(IndexFormatError, match='id "h0" is on lines 1 and 17; ids must be unique'):
         Ranker.load(index, verify=False).get("h0")
-    index = reliability.make_hostile(hostile_base, tmp_path / "c", "vectors all NaN")
+    index = hostile_files.make_hostile(hostile_base, tmp_path / "c", "vectors all NaN")
     ranker = Ranker.load(index, verify=False)
     with pytest.raises(IndexFormatError, match=r"vectors\.npy: rows .* give non-finite scores"):
         ranker.search("w1 w2", k=3)

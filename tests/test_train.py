@@ -13,27 +13,27 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
+from qaindex_export.data import split_groups as _split  # noqa: E402
+from qaindex_export.data import training_pairs as _pairs  # noqa: E402
 from qaindex_export.embeddings import (  # noqa: E402
     EmbeddingsError,
     build_embeddings,
     load_minilm,
     read_word_vectors,
 )
+from qaindex_export.families import build_model  # noqa: E402
 from qaindex_export.models import (  # noqa: E402
     BallMap,
-    build_model,
     hinge_loss,
     riemannian_hook,
     riemannian_rescale,
 )
+from qaindex_export.negatives import hard_negatives as _hard_negatives  # noqa: E402
+from qaindex_export.negatives import random_negatives as _random_negatives  # noqa: E402
 from qaindex_export.synthetic import planted_word_groups, write_benchmark, write_corpus  # noqa: E402
 from qaindex_export.train import (  # noqa: E402
     TextTable,
     TrainConfig,
-    _hard_negatives,
-    _pairs,
-    _random_negatives,
-    _split,
     evaluate_data,
     load_checkpoint,
     save_checkpoint,

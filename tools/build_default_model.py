@@ -44,10 +44,13 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))  # the benchmarks package
 sys.path.insert(0, str(ROOT / "tools"))
 
-from pooled import (  # noqa: E402
+from training_corpus import SOURCES  # noqa: E402
+
+from benchmarks.pooled import speed_minilm, speed_qaindex  # noqa: E402
+from benchmarks.pooled_eval import (  # noqa: E402
     FAQ,
     JUNK_ANSWERS,
     K,
@@ -60,12 +63,8 @@ from pooled import (  # noqa: E402
     minilm_encoder,
     pool_answers,
     real_answers,
-    speed_minilm,
-    speed_qaindex,
     with_junk,
 )
-from training_corpus import SOURCES  # noqa: E402
-
 from qaindex.datasets import Candidate, QuestionGroup  # noqa: E402
 from qaindex.model import DEFAULT_MODEL_DIR, Model  # noqa: E402
 

@@ -191,7 +191,7 @@ def make_model(
         encoder=enc,
         scorer=scorer,
         score=score,
-        training={"note": "built by tests/onnx_models.py"},
+        training={"note": "built by tests/helpers/onnx_models.py"},
         parameters={"trainable": 0, "total": int(embeddings.size)},
     )
 

@@ -2,7 +2,7 @@
 
 Run the suite with it to check that no test assumes the absence of a GPU::
 
-    PYTHONPATH=tests .venv/bin/python -m pytest -q -p fake_gpu tests
+    PYTHONPATH=tests .venv/bin/python -m pytest -q -p helpers.fake_gpu tests
 
 onnxruntime then lists ``CUDAExecutionProvider`` and a session that asks for it reports
 CUDA as its provider (while really running on the CPU); FAISS reports one GPU and "moves"

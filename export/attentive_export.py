@@ -1,0 +1,151 @@
+"""Exporter of the attentive family (AP-CNN / AP-biLSTM): one two-input reranker graph.
+
+:func:`export_graphs` makes (for :func:`qaindex_export.onnx_export.export_model`, which writes
+a ``kind: "reranker"`` model directory through :func:`qaindex.reranker.write_reranker`):
+
+- ``reranker.onnx``: ``question_ids``, ``question_mask`` (n, M), ``answer_ids``,
+  ``answer_mask`` (n, L) → ``scores`` (n,), with ``n``, ``M`` and ``L`` symbolic;
+
+checked by :func:`check_reranker_parity` (onnxruntime against torch on varied shapes).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+
+from .attentive import AttentiveQA, build_attentive_model
+from .encoders import BiLSTMEncoder
+from .onnx_graph import Exported, export_graph, export_in_subprocess, run_child, session
+from .parity import Parity, padded_batch
+from .result import TrainResult
+
+__all__ = ["check_reranker_parity", "export_graphs", "export_module", "export_reranker_graph"]
+
+PARITY_SHAPES = ((1, 1, 1), (2, 2, 5), (5, 7, 3), (9, 12, 40), (1, 40, 2), (3, 1, 17))  # (n, M, L)
+
+
+def export_module(model: AttentiveQA) -> AttentiveQA:
+    """The model to export: a CPU float32 copy without gradients (the same function)."""
+    module = copy.deepcopy(model).cpu().float().eval()
+    return module.requires_grad_(False)
+
+
+def _spec(module: AttentiveQA) -> dict[str, Any]:
+    return {
+        "kind": module.kind,
+        "vocab_size": int(module.encoder.embedding.shape[0]),
+        "dim": module.encoder.dim,
+        "embed_dim": module.encoder.embed_width,
+        "window": getattr(module.encoder, "window", 4),
+    }
+
+
+def export_reranker_graph(module: AttentiveQA, *, subprocess: bool | None = None) -> bytes:
+    """ONNX bytes: ``(question_ids, question_mask (n, M), answer_ids, answer_mask (n, L)) -> scores (n,)``.
+
+    ``n``, ``M`` and ``L`` are symbolic (checked after export). The runtime repeats a
+    single question for its ``n`` candidates. ``subprocess`` (default: for AP-biLSTM) exports
+    in a fresh Python process: torch 2.13's dynamo exporter can pin the sequence length of a
+    second LSTM model exported in one process.
+    """
+    if subprocess is None:
+        subprocess = isinstance(module.encoder, BiLSTMEncoder)
+    if subprocess:
+        return export_in_subprocess(module, _spec(module), __name__, what=module.kind, threads=torch.get_num_threads())
+    from torch.export import Dim
+
+    n, m, length = Dim("n"), Dim("question_seq"), Dim("answer_seq")
+    vocab = int(module.encoder.embedding.shape[0])
+    v = [min(i, vocab - 1) for i in range(2, 9)]
+    q_ids = torch.tensor([[v[0], v[1], 0], [v[2], 0, 0]], dtype=torch.int64)
+    q_mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.int64)
+    a_ids = torch.tensor([[v[3], v[4], v[5], 0], [v[6], v[0], 0, 0]], dtype=torch.int64)
+    a_mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.int64)
+    names = ["question_ids", "question_mask", "answer_ids", "answer_mask"]
+    return export_graph(
+        module,
+        (q_ids, q_mask, a_ids, a_mask),
+        names,
+        ["scores"],
+        {
+            "q_ids": {0: n, 1: m},
+            "q_mask": {0: n, 1: m},
+            "a_ids": {0: n, 1: length},
+            "a_mask": {0: n, 1: length},
+        },
+        dict.fromkeys(names, 2),
+    )
+
+
+def _graph_in_child(spec: dict[str, Any], weights: dict[str, torch.Tensor]) -> bytes:
+    model = build_attentive_model(spec.pop("kind"), spec.pop("vocab_size"), **spec)
+    model.load_state_dict(weights)
+    return export_reranker_graph(model.eval().requires_grad_(False), subprocess=False)
+
+
+def check_reranker_parity(
+    model: AttentiveQA, graph: bytes, *, tolerance: float = 1e-4, seed: int = 0
+) -> dict[str, float]:
+    """onnxruntime against torch on varied shapes; raise :class:`~qaindex_export.onnx_graph.ExportError`.
+
+    Shapes (n, M, L): (1, 1, 1), (2, 2, 5), (5, 7, 3), (9, 12, 40), (1, 40, 2) and
+    (3, 1, 17), with random padding, a one-token text and an empty answer.
+
+    Returns
+    -------
+    dict
+        ``{"reranker_max_abs_diff": ...}``.
+    """
+    model = model.cpu().eval()
+    rng = np.random.default_rng(seed)
+    reranker = session(graph)
+    vocab = int(model.encoder.embedding.shape[0])
+    check = Parity(tolerance)
+    with torch.no_grad():
+        for n, m, length in PARITY_SHAPES:
+            q_ids, q_mask = padded_batch(rng, vocab, n, m, last=1)
+            a_ids, a_mask = padded_batch(rng, vocab, n, length, last=0)
+            feeds = {"question_ids": q_ids, "question_mask": q_mask, "answer_ids": a_ids, "answer_mask": a_mask}
+            (got,) = reranker.run(["scores"], feeds)
+            want = model(*(torch.from_numpy(x) for x in (q_ids, q_mask, a_ids, a_mask))).numpy()
+            check.record("reranker", got, want, label="reranker scores")
+    return check.result()
+
+
+def export_graphs(result: TrainResult, *, tolerance: float, table_dtype: str, max_bytes: int) -> Exported:
+    """The reranker graph of an AP-CNN / AP-biLSTM ``result``, checked (``table_dtype``, ``max_bytes``: unused)."""
+    model = result.model
+    assert isinstance(model, AttentiveQA)
+    module = export_module(model)
+    graph = export_reranker_graph(module)
+    parity = check_reranker_parity(module, graph, tolerance=tolerance)
+    cfg = result.config
+    rows, width = int(module.encoder.embedding.shape[0]), module.encoder.embed_width
+    return Exported(
+        kind="reranker",
+        name=f"{cfg.model}-{cfg.embeddings.partition(':')[0]}",
+        files={
+            "dimension": module.encoder.dim,
+            "graph": graph,
+            "score": module.score_definition(),
+            "parameters": {
+                **model.parameter_counts(),
+                "exported_table": {"rows": rows, "dim": width, "dtype": "float32"},
+            },
+        },
+        parity=parity,
+        training={
+            "network": module.describe(),
+            "loss": "mean over triples of max(0, margin - score(q, a) + score(q, a'))",
+        },
+    )
+
+
+if __name__ == "__main__":
+    import sys
+
+    run_child(sys.argv[1], _graph_in_child)

@@ -1,0 +1,302 @@
+"""Training without labels: the head fine-tuned on answers alone, against a sentence teacher.
+
+:func:`train_unlabelled` cuts pseudo-questions from the answers (:func:`pseudo_questions`) and
+matches the student's in-batch softmax to the teacher's (see its docstring).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from qaindex.datasets import Candidate, QuestionGroup
+
+from .config import TrainConfig
+from .data import TextTable, split_groups
+from .embeddings import Embeddings, build_embeddings
+from .evaluation import diagnostics, evaluate
+from .families import build_model, make_optimizer
+from .models import DualEncoderQA
+from .result import Log, TrainResult, resolve_device, stderr_log
+
+__all__ = ["pseudo_questions", "train_unlabelled", "unit_rows"]
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def pseudo_questions(answer: str, rng: np.random.Generator, count: int) -> list[str]:
+    """``count`` pseudo-questions cut from ``answer``: a random sentence, or a random span of words.
+
+    Half of them (on average) are one of the answer's sentences (when it has several), the
+    rest a span of 3-12 consecutive words; an answer of at most 3 words is its own
+    pseudo-question.
+
+    Example
+    -------
+    >>> rng = np.random.default_rng(0)
+    >>> text = "Open Settings. Choose Reset password and follow the link."
+    >>> qs = pseudo_questions(text, rng, 3)
+    >>> len(qs), all(q and set(q.split()) <= set(text.split()) for q in qs)
+    (3, True)
+    """
+    words = answer.split()
+    sentences = [s for s in _SENTENCE_END.split(answer.strip()) if len(s.split()) >= 3]
+    out: list[str] = []
+    for _ in range(count):
+        if len(words) <= 3:
+            out.append(answer.strip())
+            continue
+        if len(sentences) > 1 and rng.random() < 0.5:
+            out.append(sentences[int(rng.integers(len(sentences)))])
+            continue
+        length = int(rng.integers(3, min(12, len(words)) + 1))
+        start = int(rng.integers(0, len(words) - length + 1))
+        out.append(" ".join(words[start : start + length]))
+    return out
+
+
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def init_identity_head(model: DualEncoderQA, scale: float) -> None:
+    """``W_p = scale·[I; −I]`` on the table's first ``h = min(width, dim // 2)`` components, ``b_p = 0``.
+
+    ``ReLU`` then keeps the positive and the negative half of each of those components, so
+    the untrained head is the (leading part of the) table itself; other weights start at 0.
+    """
+    proj = model.encoder.proj
+    dim, width = proj.weight.shape
+    h = min(width, dim // 2)
+    with torch.no_grad():
+        proj.weight.zero_()
+        eye = torch.eye(h, dtype=proj.weight.dtype) * scale
+        proj.weight[:h, :h] = eye
+        proj.weight[h : 2 * h, :h] = -eye
+        proj.bias.zero_()
+
+
+def train_unlabelled(
+    config: TrainConfig,
+    answers: Sequence[str],
+    teacher: Callable[[Sequence[str]], np.ndarray],
+    *,
+    embeddings: Embeddings | None = None,
+    log: Log | None = stderr_log,
+    pseudo_per_answer: int = 4,
+    temperature: float = 0.05,
+    dev_questions: int = 300,
+    dev_candidates: int = 100,
+    init_scale: float = 4.0,
+    hyperqa_scale: float | None = 0.5,
+) -> TrainResult:
+    """Fine-tune the HyperQA / CosineQA head on answers alone, against a sentence teacher.
+
+    No question is needed. Each answer gets ``pseudo_per_answer`` pseudo-questions
+    (:func:`pseudo_questions`); the teacher embeds answers and pseudo-questions. A step
+    takes ``batch_size`` answers and one pseudo-question of each, and minimises the
+    cross-entropy between the teacher's distribution over the batch's answers
+    (``softmax(cos / temperature)``: the teacher decides which answers are positives) and
+    the student's ``softmax(score)``. The embedding table stays frozen; the head starts as
+    ``scale·[I; −I]`` on the table's leading ``dim // 2`` components (PCA order), i.e. from
+    the table itself.
+
+    Model selection: held-out pseudo-questions (cut with another seed), each ranking up to
+    ``dev_candidates`` answers of which the teacher's top answer is the correct one; the best
+    epoch by that MAP is kept, epoch 0 (the untrained head) included.
+
+    Parameters
+    ----------
+    config : TrainConfig
+        ``model``, ``ball`` (``auto`` means ``weighted``: norms from learned per-token depth, so
+        with the ``relative`` ranking low-information answers sit near the centre and score
+        worst), ``ranking``, ``embeddings`` (default
+        ``"distilled"``), ``lr``, ``optimizer``, ``batch_size``, ``epochs``, ``seed``,
+        ``device``, ``threads``, ``dim`` and truncation are used.
+    answers : sequence of str
+        The user's answers (duplicates are dropped).
+    teacher : callable
+        Texts → sentence embeddings (e.g. :func:`qaindex_export.distill.minilm_sentence_teacher`).
+    embeddings : Embeddings, optional
+        The frozen table (default: built from ``config.embeddings``).
+    log : callable or None
+    pseudo_per_answer, temperature, dev_questions, dev_candidates, init_scale
+        See above.
+    hyperqa_scale : float or None
+        HyperQA starts at ``w_f = hyperqa_scale / temperature`` (None: ``w_f = 1``). Near the
+        boundary an answer's relative score is about ``-log|ξ - q|²`` (``ξ`` its direction), a
+        spread of a few units: ``w_f = 1`` starts far softer than the teacher's distribution
+        (on the FAQ answers, 0.5 trained for all 10 epochs instead of peaking at epoch 1).
+
+    Returns
+    -------
+    TrainResult
+
+    Example
+    -------
+    >>> from qaindex_export.distill import minilm_sentence_teacher
+    >>> cfg = TrainConfig(embeddings="distilled", epochs=5)
+    >>> result = train_unlabelled(cfg, answers, minilm_sentence_teacher())  # doctest: +SKIP
+    """
+    started = time.perf_counter()
+    say: Log = log if log is not None else (lambda _m: None)
+    texts = list(dict.fromkeys(a for a in answers if a.strip()))
+    if len(texts) < 2:
+        raise ValueError("training without labels needs at least two distinct non-empty answers")
+    if embeddings is None:
+        embeddings = build_embeddings(config.embeddings, texts, max_vocab=config.max_vocab)
+    if embeddings.vectors is None:
+        raise ValueError("training without labels needs a pretrained table (--embeddings distilled or minilm)")
+    width = int(embeddings.vectors.shape[1])
+    ball = "weighted" if config.ball == "auto" else config.ball
+    config = replace(config, ball=ball, train_embeddings=False).validate()
+    device = resolve_device(config.device)
+    old_threads = torch.get_num_threads()
+    if config.threads > 0:
+        torch.set_num_threads(config.threads)
+    try:
+        torch.manual_seed(config.seed)
+        rng = np.random.default_rng(config.seed)
+        tokenizer = embeddings.tokenizer()
+        table = TextTable(tokenizer, {"question": config.max_question_tokens, "answer": config.max_answer_tokens})
+        n = len(texts)
+        pseudo = [pseudo_questions(t, rng, pseudo_per_answer) for t in texts]
+        dev_rng = np.random.default_rng(config.seed + 1)
+        dev_owner = np.sort(dev_rng.choice(n, size=min(n, dev_questions), replace=False))
+        dev_texts = [pseudo_questions(texts[i], dev_rng, 1)[0] for i in dev_owner]
+        say(f"[teacher] embedding {n} answers and {n * pseudo_per_answer + len(dev_texts)} pseudo-questions")
+        t_answers = unit_rows(teacher(texts))
+        t_pseudo = unit_rows(teacher([q for qs in pseudo for q in qs])).reshape(n, pseudo_per_answer, -1)
+        t_dev = unit_rows(teacher(dev_texts))
+        answer_rows = np.array([table.add(t, "answer") for t in texts], dtype=np.int64)
+        pseudo_rows = np.array([[table.add(q, "question") for q in qs] for qs in pseudo], dtype=np.int64)
+        # dev groups: the teacher's best answer is the correct one among dev_candidates answers
+        groups = []
+        for j, text in enumerate(dev_texts):
+            sims = t_answers @ t_dev[j]
+            best = int(np.argmax(sims))
+            others = np.delete(np.arange(n), best)
+            if len(others) > dev_candidates - 1:
+                others = dev_rng.choice(others, size=dev_candidates - 1, replace=False)
+            cands = [Candidate(str(best), texts[best], 1)] + [Candidate(str(i), texts[i], 0) for i in others]
+            groups.append(QuestionGroup(f"pseudo#{j}", text, tuple(cands)))
+        dev_split = split_groups(groups, table)
+
+        model = build_model(
+            config.model,
+            len(tokenizer.vocab),
+            dim=config.dim,
+            embeddings=embeddings.vectors,
+            train_embeddings=False,
+            ball=ball if config.model == "hyperqa" else "clip",
+            max_norm=config.max_norm,
+            init_norm=config.init_norm,
+            ranking=config.ranking,
+        ).to(device)
+        init_identity_head(model, init_scale)
+        if config.model == "cosineqa":  # cosines live in [-1, 1]: start at the teacher's temperature
+            with torch.no_grad():
+                model.w_raw.fill_(math.log(math.expm1(1.0 / temperature)))
+        elif hyperqa_scale is not None:  # start w_f at hyperqa_scale / temperature
+            with torch.no_grad():
+                model.w_raw.fill_(math.log(math.expm1(hyperqa_scale / temperature)))
+        optimizer = make_optimizer(model, config)
+        tag = f"{config.model}/{model.ball.kind}/teacher" if config.model == "hyperqa" else f"{config.model}/teacher"
+        dev = evaluate(model, dev_split, table, device)
+        best_map, best_epoch, best_dev = dev["map"], 0, dev
+        best_state = copy.deepcopy(model.state_dict())
+        history: list[dict[str, Any]] = [{"epoch": 0, "loss": None, "dev_map": dev["map"], "dev_mrr": dev["mrr"]}]
+        say(f"[{tag}] epoch 0 (untrained head)  dev MAP {dev['map']:.4f}  MRR {dev['mrr']:.4f}")
+        t_answers_dev = torch.from_numpy(t_answers).to(device)
+        t_pseudo_dev = torch.from_numpy(t_pseudo).to(device)
+        for epoch in range(1, config.epochs + 1):
+            t0 = time.perf_counter()
+            model.train()
+            order = rng.permutation(n)
+            pick = rng.integers(0, pseudo_per_answer, size=n)
+            total, steps = 0.0, 0
+            for start in range(0, n, config.batch_size):
+                idx = order[start : start + config.batch_size]
+                if len(idx) < 2:
+                    continue
+                q_rows = pseudo_rows[idx, pick[idx]]
+                rows, inverse = np.unique(np.concatenate([q_rows, answer_rows[idx]]), return_inverse=True)
+                flat, offsets = table.gather(rows)
+                vectors = model.encode_bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device))
+                inv = torch.from_numpy(inverse).to(device)
+                b = len(idx)
+                qv, av = vectors[inv[:b]], vectors[inv[b:]]
+                student, _ = model.score(qv[:, None, :], av[None, :, :].expand(b, b, -1))
+                idx_t = torch.from_numpy(idx).to(device)
+                pick_t = torch.from_numpy(pick[idx]).to(device)
+                tq = t_pseudo_dev[idx_t, pick_t]
+                target = torch.softmax(tq @ t_answers_dev[idx_t].T / temperature, dim=1)
+                loss = -(target * torch.log_softmax(student, dim=1)).sum(dim=1).mean()
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                total += loss.item()
+                steps += 1
+            dev = evaluate(model, dev_split, table, device)
+            seconds = time.perf_counter() - t0
+            improved = dev["map"] > best_map
+            if improved:
+                best_map, best_epoch, best_dev = dev["map"], epoch, dev
+                best_state = copy.deepcopy(model.state_dict())
+            history.append(
+                {"epoch": epoch, "loss": total / max(1, steps), "dev_map": dev["map"], "dev_mrr": dev["mrr"],
+                 "seconds": seconds, "w_f": model.w_f.item()}
+            )  # fmt: skip
+            say(
+                f"[{tag}] epoch {epoch}/{config.epochs}  loss {total / max(1, steps):.4f}  dev MAP {dev['map']:.4f}  "
+                f"MRR {dev['mrr']:.4f}  {seconds:.2f}s{'  *best' if improved else ''}"
+            )
+        model.load_state_dict(best_state)
+        model.eval()
+        norms, extra = diagnostics(model, dev_split, table, device)
+        return TrainResult(
+            model=model,
+            tokenizer=tokenizer,
+            config=config,
+            best_epoch=best_epoch,
+            dev=best_dev,
+            history=history,
+            norms=norms,
+            data={
+                "train": {"answers": n, "pseudo_questions": n * pseudo_per_answer, "labels": None},
+                "dev": {"pseudo_questions": len(dev_texts), "candidates": dev_candidates, "positive": "teacher top-1"},
+            },
+            embeddings={
+                "source": embeddings.source,
+                "kind": embeddings.kind,
+                "vocab_size": len(embeddings.vocab),
+                "dim": width,
+                "pretrained_rows": embeddings.found,
+            },
+            seconds=time.perf_counter() - started,
+            selection={
+                "by": "dev MAP on held-out pseudo-questions (teacher top-1 is correct)",
+                "method": "unlabelled: cross-entropy to the teacher's softmax over in-batch answers",
+                "temperature": temperature,
+                "pseudo_per_answer": pseudo_per_answer,
+                "head_init": f"{init_scale}·[I; -I]",
+            },
+            diagnostics=extra,
+            device=device.type,
+            dev_groups=groups,
+        )
+    finally:
+        torch.set_num_threads(old_threads)
+
+
+# ------------------------------------------------------------------------ checkpoints

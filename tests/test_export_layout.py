@@ -1,0 +1,135 @@
+"""The layout of the training side and the benchmarks: no import circles, no file over 700 lines.
+
+Imports are read with ``ast`` (no module is imported), at any depth: an import inside a
+function counts like one at the top, so a circle cannot hide behind a function-level import.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_LINES = 700
+# Files allowed over MAX_LINES, each with its reason (remove an entry when the file is split).
+LONG_FILES = {
+    "export/adapt.py": "the adaptation recipe in use for the shipped model's training; to be split after it",
+}
+PACKAGES = {"export": "qaindex_export", "benchmarks": "benchmarks"}
+
+
+def import_graph(folder: Path, package: str) -> dict[str, dict[str, int]]:
+    """``{module: {imported sibling module: first line}}`` for the ``*.py`` files of ``folder``.
+
+    ``package`` is the name the folder is imported as; relative imports count too.
+    """
+    modules = {p.stem for p in folder.glob("*.py")}
+    graph: dict[str, dict[str, int]] = {}
+    for path in sorted(folder.glob("*.py")):
+        found: dict[str, int] = {}
+
+        def add(name: str, line: int, found: dict[str, int] = found, me: str = path.stem) -> None:
+            if name in modules and name != me:
+                found.setdefault(name, line)
+
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                parts = (node.module or "").split(".") if node.module else []
+                if node.level == 1 or (node.level == 0 and parts[:1] == [package]):
+                    inner = parts if node.level == 1 else parts[1:]
+                    if inner:
+                        add(inner[0], node.lineno)
+                    else:  # from . import a, b / from package import a, b
+                        for alias in node.names:
+                            add(alias.name, node.lineno)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    parts = alias.name.split(".")
+                    if parts[0] == package and len(parts) > 1:
+                        add(parts[1], node.lineno)
+        graph[path.stem] = found
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The import circles of ``graph``: strongly connected components of two or more modules."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_the_checker_finds_a_circle_behind_a_function_level_import(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("from .b import x\n", encoding="utf-8")
+    (tmp_path / "b.py").write_text("def f():\n    from pkg.c import y\n", encoding="utf-8")
+    (tmp_path / "c.py").write_text("def g():\n    from . import a\n", encoding="utf-8")
+    (tmp_path / "d.py").write_text("import pkg.a\nimport os\n", encoding="utf-8")
+    graph = import_graph(tmp_path, "pkg")
+    assert graph == {"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 2}, "d": {"a": 1}}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize("folder", sorted(PACKAGES))
+def test_no_import_circles(folder: str) -> None:
+    graph = import_graph(ROOT / folder, PACKAGES[folder])
+    assert graph, f"{folder}/ has no modules"
+    found = cycles(graph)
+    detail = {c: {m: graph[m] for m in c} for c in map(tuple, found)}
+    assert not found, f"import circles in {folder}/: {detail}"
+
+
+@pytest.mark.parametrize("folder", sorted(PACKAGES))
+def test_no_file_over_the_line_limit(folder: str) -> None:
+    long = {
+        f"{folder}/{p.name}": n
+        for p in sorted((ROOT / folder).glob("*.py"))
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    unexplained = {name: n for name, n in long.items() if name not in LONG_FILES}
+    assert not unexplained, f"files over {MAX_LINES} lines: {unexplained}; split them by concern"
+
+
+def test_the_long_file_list_is_current() -> None:
+    for name in LONG_FILES:
+        path = ROOT / name
+        assert path.is_file(), f"{name}: listed in LONG_FILES but gone; remove the entry"
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        assert lines > MAX_LINES, f"{name}: {lines} lines now; remove it from LONG_FILES"
+
+
+def test_benchmarks_are_a_package_run_as_modules() -> None:
+    """``python -m benchmarks.NAME``: no benchmark extends ``sys.path`` to import a sibling."""
+    assert (ROOT / "benchmarks" / "__init__.py").is_file()
+    offenders = [
+        p.name for p in sorted((ROOT / "benchmarks").glob("*.py")) if "sys.path.insert" in p.read_text(encoding="utf-8")
+    ]
+    assert not offenders, f"benchmarks extending sys.path: {offenders}; import through the benchmarks package"
