@@ -36,9 +36,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scale import make_corpus, pick_questions, read_texts, set_faiss_threads
 
-from qaindex import hyperbolic
+from qaindex.build.tuning import recall_at
+from qaindex.geometry import hyperbolic
 from qaindex.model import Model
-from qaindex.tuning import recall_at
 from qaindex.vector_index import CoarseIndex, exact_search
 
 ROOT = Path(__file__).resolve().parents[1]

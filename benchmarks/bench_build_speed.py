@@ -53,7 +53,7 @@ import qaindex  # noqa: E402
 from qaindex import fast_paths  # noqa: E402
 from qaindex.corpus import read_corpus, records_from_dicts  # noqa: E402
 from qaindex.model import Model  # noqa: E402
-from qaindex.records import RecordStore  # noqa: E402
+from qaindex.store.records import RecordStore  # noqa: E402
 
 STAGES = ("validate", "read_validate_file", "tokenize", "encode", "store_records", "build_dicts", "build_file")
 

@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from qaindex import Ranker, hyperbolic
+from qaindex import Ranker
 from qaindex.corpus import read_corpus
+from qaindex.geometry import hyperbolic
 from qaindex.model import Model
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -40,8 +40,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from qaindex import Ranker
-from qaindex.datasets import read_labelled
-from qaindex.evaluate import _answer_ids, _plan, pooled_metrics
+from qaindex.eval.datasets import read_labelled
+from qaindex.eval.evaluate import _answer_ids, _plan, pooled_metrics
 from qaindex.model import Model
 from qaindex.ranker import Record
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from qaindex import Ranker
 from qaindex.corpus import read_corpus
-from qaindex.filters import compile_where, matching_rows
+from qaindex.search.filters import compile_where, matching_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "filters.json"

@@ -63,10 +63,10 @@ from onnx_models import make_model  # noqa: E402
 
 from qaindex import QAIndexError, Ranker, Reranker  # noqa: E402
 from qaindex.corpus import read_corpus, records_from_dicts  # noqa: E402
-from qaindex.datasets import Candidate, QuestionGroup  # noqa: E402
-from qaindex.evaluate import evaluate_model, evaluate_pooled, evaluate_via_index, pooled_metrics  # noqa: E402
+from qaindex.eval.datasets import Candidate, QuestionGroup  # noqa: E402
+from qaindex.eval.evaluate import evaluate_model, evaluate_pooled, evaluate_via_index, pooled_metrics  # noqa: E402
 from qaindex.model import Model  # noqa: E402
-from qaindex.tokenizer import Tokenizer  # noqa: E402
+from qaindex.text.tokenizer import Tokenizer  # noqa: E402
 
 CALLS_PER_EXAMPLE = 8
 WORDS = ["reset", "password", "refund", "order", "export", "notes", "sync", "login", "app", "menu", "email", "days"]

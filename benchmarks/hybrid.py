@@ -3,7 +3,7 @@
 1. **Fusion rule, chosen on held-out data.** Every corpus is pooled: each question with a
    relevant answer is searched against every distinct answer of its split (the Ranker's real
    search path, flat index, ``k`` = 10, over-fetch 10). Systems: dense (the model alone),
-   BM25 alone (``qaindex.lexical``, identical to bm25s with a stemmer and English stopwords),
+   BM25 alone (``qaindex.text.lexical``, identical to bm25s with a stemmer and English stopwords),
    and hybrid with reciprocal-rank fusion (c ∈ {10, 60}) and convex combinations of
    normalised scores (w ∈ {0.3, 0.5, 0.7}). The rule is **chosen on the dev splits** (WikiQA
    dev, TrecQA raw dev, TrecQA clean dev: highest mean MRR@10) and **reported on the other
@@ -48,11 +48,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from qaindex import Ranker
-from qaindex.calibration import Calibration, calibrate_model, labelled_pool, measure, summary
 from qaindex.corpus import read_corpus
-from qaindex.datasets import read_labelled
-from qaindex.fusion import DEFAULT_FUSION, Fusion, hybrid_arrays
+from qaindex.eval.calibration import Calibration, calibrate_model, labelled_pool, measure, summary
+from qaindex.eval.datasets import read_labelled
 from qaindex.model import DEFAULT_MODEL_DIR, Model
+from qaindex.search.fusion import DEFAULT_FUSION, Fusion, hybrid_arrays
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV = {

@@ -2,7 +2,7 @@
 
 For each dataset × model × seed it trains with ``qaindex_export.train`` (train split, best
 epoch by dev MAP), exports the ONNX model directory exactly as ``qaindex train`` does, and
-evaluates the *exported* model on the test split with ``qaindex.evaluate.evaluate_model``
+evaluates the *exported* model on the test split with ``qaindex.eval.evaluate.evaluate_model``
 (ties broken by expectation, never by file order). It writes:
 
 - ``benchmarks/results/reproduction.json``: every run (and the ``latency`` section);
@@ -148,8 +148,8 @@ def run_one(
     from qaindex_export.onnx_export import export_model
     from qaindex_export.train import TrainConfig, resolve_device, train
 
-    from qaindex.datasets import read_labelled
-    from qaindex.evaluate import evaluate_model
+    from qaindex.eval.datasets import read_labelled
+    from qaindex.eval.evaluate import evaluate_model
     from qaindex.model import Model
     from qaindex.reranker import Reranker, model_kind
 
@@ -196,7 +196,7 @@ def run_one(
 
 def _test_corpus(data: Path, dataset: str) -> tuple[list[dict[str, Any]], list[str]]:
     """The dataset's test answers (one record per distinct text) and its distinct test questions."""
-    from qaindex.datasets import read_labelled
+    from qaindex.eval.datasets import read_labelled
 
     groups = read_labelled(data / SPLITS[dataset][2])
     answers: dict[str, None] = {}

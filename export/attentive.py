@@ -51,7 +51,7 @@ from .encoders import BiLSTMEncoder, CNNEncoder, SequenceEncoder, pad_ragged
 from .models import BallMap
 
 if TYPE_CHECKING:
-    from qaindex.datasets import QuestionGroup
+    from qaindex.eval.datasets import QuestionGroup
 
     from .train import TextTable, TrainResult
 
@@ -440,7 +440,7 @@ def check_reranker_parity(
 
 def _onnx_metrics(graph: bytes, result: TrainResult, groups: Sequence[QuestionGroup]) -> dict[str, Any]:
     """Metrics of ``groups`` computed with onnxruntime, as :class:`qaindex.reranker.Reranker` does."""
-    from qaindex.metrics import evaluate_groups
+    from qaindex.eval.metrics import evaluate_groups
     from qaindex.reranker import score_with_session
 
     from .onnx_export import _session

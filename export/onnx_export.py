@@ -10,7 +10,7 @@
   ``max_bytes``.
 - ``scorer.onnx``: ``query`` (n × dim), ``candidates`` (n × m × dim) → ``score`` (n × m,
   higher is better) and ``distance``; traced from modules that call
-  :mod:`qaindex.hyperbolic` (one formula for training, export and runtime).
+  :mod:`qaindex.geometry.hyperbolic` (one formula for training, export and runtime).
 - ``vocab.txt`` and ``manifest.json`` with the training config, SHA-256 of the training
   data, dev metrics (torch and through onnxruntime), norm statistics and parameter counts.
 
@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from qaindex.datasets import QuestionGroup
 from qaindex.errors import QAIndexError
-from qaindex.metrics import evaluate_groups as evaluate_scores
+from qaindex.eval.datasets import QuestionGroup
+from qaindex.eval.metrics import evaluate_groups as evaluate_scores
 from qaindex.model import write_model
 
 from .encoders import SequenceQA
@@ -328,7 +328,7 @@ def _onnx_metrics(
     max_norm: float | None,
 ) -> dict[str, Any]:
     """Metrics of ``groups`` computed entirely with onnxruntime (as the runtime would)."""
-    from qaindex.hyperbolic import project
+    from qaindex.geometry.hyperbolic import project
 
     encoder = _session(encoder_graph)
     scorer = _session(scorer_graph)
@@ -511,7 +511,7 @@ def set_ranking(directory: str | os.PathLike[str], ranking: str, *, tolerance: f
     import shutil
 
     from qaindex.model import Model
-    from qaindex.storage import file_entry, fsync_tree, temporary_sibling, write_json_atomic
+    from qaindex.store.storage import file_entry, fsync_tree, temporary_sibling, write_json_atomic
 
     from .models import RANKINGS
 

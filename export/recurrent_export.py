@@ -4,9 +4,9 @@
 
 - ``encoder.onnx`` (question role): ``input_ids``, ``attention_mask`` (batch, seq) → ``q``;
 - ``answer_encoder.onnx``: the same inputs, or (batch, chunks, tokens) for HRDE, → ``M e``;
-- ``scorer.onnx``: :func:`qaindex.bilinear.bilinear_score` with the trained ``b`` frozen in;
+- ``scorer.onnx``: :func:`qaindex.geometry.bilinear.bilinear_score` with the trained ``b`` frozen in;
 - the manifest with ``geometry = {"name": "bilinear", "bias": b}`` and, for HRDE, the
-  ``chunking`` of answers (:mod:`qaindex.chunking`).
+  ``chunking`` of answers (:mod:`qaindex.text.chunking`).
 
 The GRU graphs are exported with torch's TorchScript exporter by default (``exporter=
 "torchscript"``): on this project's 2-core machine it took 0.1-0.5 s per graph against about
@@ -37,9 +37,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from qaindex import bilinear
-from qaindex.chunking import Chunking, manifest_entry
-from qaindex.datasets import QuestionGroup
+from qaindex.eval.datasets import QuestionGroup
+from qaindex.geometry import bilinear
+from qaindex.text.chunking import Chunking, manifest_entry
 
 __all__ = ["EXPORTERS", "check_recurrent_parity", "export_graph", "export_recurrent"]
 
@@ -299,7 +299,7 @@ def _share_embedding_table(graphs: list[bytes], table: np.ndarray) -> tuple[list
 def _runtime_metrics(directory: Path, groups: Sequence[QuestionGroup]) -> dict[str, Any]:
     """Metrics of ``groups`` through the runtime (:class:`qaindex.Model`: tokenizer, chunking, ONNX)."""
     from qaindex import Model
-    from qaindex.metrics import evaluate_groups
+    from qaindex.eval.metrics import evaluate_groups
 
     loaded = Model.load(directory, device="cpu")
     qv = loaded.encode([g.question for g in groups], role="question")

@@ -8,7 +8,7 @@ Usage::
 
 Data: the benchmark format (``qid, question, aid, answer, label``) or the corpus format
 (questions paired with their answers; negatives then come from the other answers), both read
-with :func:`qaindex.datasets.read_labelled` (bad files raise its ``CorpusError``).
+with :func:`qaindex.eval.datasets.read_labelled` (bad files raise its ``CorpusError``).
 
 One epoch = every (question, correct answer) pair of the training file once, each with
 ``negatives`` wrong answers, giving (question, positive, negative) triples and the paper's
@@ -48,11 +48,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from qaindex.datasets import Candidate, QuestionGroup, read_labelled
 from qaindex.errors import QAIndexError
-from qaindex.metrics import evaluate_groups as evaluate_scores
-from qaindex.storage import sha256_file
-from qaindex.tokenizer import Tokenizer
+from qaindex.eval.datasets import Candidate, QuestionGroup, read_labelled
+from qaindex.eval.metrics import evaluate_groups as evaluate_scores
+from qaindex.store.storage import sha256_file
+from qaindex.text.tokenizer import Tokenizer
 
 from .attentive import (
     ATTENTIVE_MODELS,
@@ -522,7 +522,7 @@ def _diagnostics(
         position = np.full(int(rows.max()) + 1, -1, dtype=np.int64)
         position[rows] = np.arange(len(rows))
         cos_scores = []
-        from qaindex.hyperbolic import cosine_similarity
+        from qaindex.geometry.hyperbolic import cosine_similarity
 
         with torch.no_grad():
             for q, cands in zip(split.question, split.candidates, strict=True):
@@ -603,7 +603,7 @@ def train(
     ----------
     config : TrainConfig
     train_data : path or sequence of QuestionGroup
-        Benchmark- or corpus-format JSONL (read with ``qaindex.datasets.read_labelled``).
+        Benchmark- or corpus-format JSONL (read with ``qaindex.eval.datasets.read_labelled``).
     dev_data : path or sequence of QuestionGroup, optional
         Model selection data; None holds out ``config.dev_fraction`` of the training
         questions (chosen with the seed).

@@ -1,8 +1,8 @@
 """``Ranker``: build, load, search, update and save a question→answer index.
 
 The query and update pipeline. The index directory format (layout, manifest, snapshots) is
-in :mod:`qaindex.index_format`, the record store in :mod:`qaindex.records`, the model
-format in :mod:`qaindex.model_format`.
+in :mod:`qaindex.store.index_format`, the record store in :mod:`qaindex.store.records`, the model
+format in :mod:`qaindex.store.model_format`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
-from . import budget, fast_paths, filters, hyperbolic
+from . import fast_paths
 from .arguments import (
     MAX_INT64,
     choice,
@@ -39,14 +39,19 @@ from .arguments import (
     text_list,
     threads_arg,
 )
-from .concurrency import ReadWriteLock
+from .build.tuning import check_target, tune_for_corpus
 from .corpus import Record, read_corpus, records_from_dicts
 from .devices import check_device, devices_info
-from .diskspace import writing
 from .errors import IndexChangedError, IndexFormatError, ModelFormatError, QAIndexError, QueryError
-from .fusion import Fusion, fusion_from, hybrid_arrays
-from .index_checks import check_geometry, check_records, check_vectors, stored_vectors_error
-from .index_format import (
+from .geometry import hyperbolic
+from .model import Model
+from .reranker import Reranker, index_entry, rerank_stage, stored_reranker
+from .search import budget, filters
+from .search.fusion import Fusion, fusion_from, hybrid_arrays
+from .store.concurrency import ReadWriteLock
+from .store.diskspace import writing
+from .store.index_checks import check_geometry, check_records, check_vectors, stored_vectors_error
+from .store.index_format import (
     INDEX_FORMAT,
     INDEX_FORMAT_VERSION,
     check_model_copy,
@@ -56,12 +61,8 @@ from .index_format import (
     read_index_manifest,
     write_snapshot,
 )
-from .lexical import DIRECTORY as LEXICAL_DIRECTORY
-from .lexical import LexicalIndex, build_hybrid
-from .lexical import check_entry as check_lexical_entry
-from .locking import DEFAULT_LOCK_TIMEOUT, check_timeout, index_lock
-from .model import Model
-from .ownership import (
+from .store.locking import DEFAULT_LOCK_TIMEOUT, check_timeout, index_lock
+from .store.ownership import (
     check_writable,
     current_snapshot,
     missing_parents,
@@ -69,10 +70,11 @@ from .ownership import (
     remove_garbage,
     remove_snapshot_dir,
 )
-from .records import RecordStore
-from .reranker import Reranker, index_entry, rerank_stage, stored_reranker
-from .storage import verify_files, write_json_atomic
-from .tuning import check_target, tune_for_corpus
+from .store.records import RecordStore
+from .store.storage import verify_files, write_json_atomic
+from .text.lexical import DIRECTORY as LEXICAL_DIRECTORY
+from .text.lexical import LexicalIndex, build_hybrid
+from .text.lexical import check_entry as check_lexical_entry
 from .vector_index import BREADTH_PARAM, INDEX_KINDS, CoarseIndex, choose_kind, exact_search
 
 __all__ = ["DEFAULT_OVERFETCH", "INDEX_FORMAT", "INDEX_FORMAT_VERSION", "Hit", "Ranker"]
@@ -85,7 +87,7 @@ Where = Mapping[str, Any] | Callable[[Record], bool]
 
 
 def _reading(method: Callable[Concatenate[Ranker, _P], _T]) -> Callable[Concatenate[Ranker, _P], _T]:
-    """Run a query method under the Ranker's read lock (see :mod:`qaindex.concurrency`)."""
+    """Run a query method under the Ranker's read lock (see :mod:`qaindex.store.concurrency`)."""
 
     @functools.wraps(method)
     def wrapper(self: Ranker, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
@@ -122,7 +124,7 @@ class Hit:
         The answer text.
     score : float
         The estimated probability, in [0, 1], that the answer is relevant: the model's
-        calibration (:mod:`qaindex.calibration`) of ``raw_score``; ``sigmoid(raw_score)`` for a
+        calibration (:mod:`qaindex.eval.calibration`) of ``raw_score``; ``sigmoid(raw_score)`` for a
         model without one (``info`` says ``uncalibrated``). ``min_score`` filters on it.
     distance : float
         Poincaré distance between question and answer (1 - cosine for cosine models).
@@ -234,7 +236,7 @@ class Ranker:
         lexical: LexicalIndex | None = None,
     ) -> None:
         self.model = model
-        # the BM25 index of hybrid search (qaindex.lexical), saved with the index; None: dense only
+        # the BM25 index of hybrid search (qaindex.text.lexical), saved with the index; None: dense only
         self._lexical = lexical
         # the reranking stage searches use by default (saved with the index); None: first stage only
         self.reranker = reranker
@@ -244,7 +246,7 @@ class Ranker:
         self._coarse = coarse
         self._coarse_stale = False
         self.overfetch = int(overfetch)
-        # bytes one request may use (qaindex.budget); None: $QAINDEX_MEMORY_BUDGET or 1 GiB
+        # bytes one request may use (qaindex.search.budget); None: $QAINDEX_MEMORY_BUDGET or 1 GiB
         self.memory_budget: int | None = None
         self.kind_requested = kind_requested
         self.path = path
@@ -286,7 +288,7 @@ class Ranker:
         corpus : path or iterable
             A JSONL corpus file, or records (dicts in the corpus format, or :class:`Record`).
             A file is read, encoded and stored in chunks, with one chunk of texts in memory
-            at a time (:mod:`qaindex.building`).
+            at a time (:mod:`qaindex.build.streaming`).
         model : path, Model or None, keyword-only
             Model directory or loaded model; None uses the built-in default model.
         device : {"auto", "cpu", "cuda"}, keyword-only
@@ -307,13 +309,13 @@ class Ranker:
             Tune the search breadth (``ef_search``, ``nprobe``) to the smallest value whose
             recall@10 against exact search reaches this (e.g. 0.99), measured on up to 200
             of the corpus's questions (or answer texts when it has none); see
-            :mod:`qaindex.tuning`. The result is saved with the index and shown by ``info``.
+            :mod:`qaindex.build.tuning`. The result is saved with the index and shown by ``info``.
         reranker : path, Reranker or None, keyword-only
             A reranker model directory (:mod:`qaindex.reranker`, e.g. AP-CNN) stored with the
             index: searches then rerank the first stage's candidates with it by default.
         hybrid : bool or None, keyword-only
             Also build a BM25 index of the answers (:meth:`enable_hybrid`), saved with the
-            index: searches then fuse both rankings by default (:mod:`qaindex.fusion`). None
+            index: searches then fuse both rankings by default (:mod:`qaindex.search.fusion`). None
             (default): when PyStemmer is installed (the ``cpu``/``gpu``/``hybrid`` extras);
             True: required (an error names the extra); False: dense only.
 
@@ -337,14 +339,14 @@ class Ranker:
         if reranker is not None and not isinstance(reranker, Reranker):
             path_arg(reranker, "reranker", what="a reranker model directory")
         is_path = path_or_records(corpus, "corpus")
-        # Encoding overlaps Python work (a file's next chunk, qaindex.building; the stored
+        # Encoding overlaps Python work (a file's next chunk, qaindex.build.streaming; the stored
         # records below), which takes one core: onnxruntime gets the other (with two threads
         # it competes with that work, and it is much slower on a loaded machine).
         threads = 1 if fast_paths.enabled() else None
         loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=threads)
         if reranker is not None and not isinstance(reranker, Reranker):
             reranker = Reranker.load(reranker, device=device)
-        if is_path:  # streamed: one chunk of texts in memory at a time (qaindex.building)
+        if is_path:  # streamed: one chunk of texts in memory at a time (qaindex.build.streaming)
             source: str | os.PathLike[str] = corpus  # type: ignore[assignment]
             started = time.perf_counter()
             store, matrix, coarse = _build_from_file(source, loaded, index_kind, hnsw, device, batch_size, progress)
@@ -451,7 +453,7 @@ class Ranker:
         count = manifest["count"]
         vectors, offsets = open_vectors(snap, count, model.dimension)
         records = open_records(snap, offsets)
-        if verify:  # scan the content the checksums vouched for (qaindex.index_checks)
+        if verify:  # scan the content the checksums vouched for (qaindex.store.index_checks)
             check_vectors(snap / "vectors.npy", vectors, ball=model.geometry == "poincare", scan=True)
             records._ids = check_records(snap / "records.jsonl", records.data, records.offsets)
         coarse_info = manifest["coarse"]
@@ -597,7 +599,7 @@ class Ranker:
         memory_budget : int, optional
             Bytes one request may use (at least 1 MiB; default ``$QAINDEX_MEMORY_BUDGET`` or
             1 GiB): results over half of it are refused before any work, the rest bounds the
-            chunks of working memory (:mod:`qaindex.budget`).
+            chunks of working memory (:mod:`qaindex.search.budget`).
 
         Example
         -------
@@ -701,7 +703,7 @@ class Ranker:
             :class:`~qaindex.Record` returning True or False works too. A field that no
             answer has is a :class:`~qaindex.QueryError` naming the fields that exist. When
             few answers match, they are scored exactly (pre-filter), else the index is
-            searched wider and the matching hits kept (:mod:`qaindex.filters`).
+            searched wider and the matching hits kept (:mod:`qaindex.search.filters`).
         min_score : float, keyword-only, optional
             Drop hits whose ``score`` (the calibrated probability of relevance, in [0, 1]) is
             below this, e.g. 0.5.
@@ -714,12 +716,12 @@ class Ranker:
         depth : int, keyword-only, optional
             First-stage candidates to rerank (default 50, at least ``k``).
         hybrid : bool or None, keyword-only
-            Fuse the dense ranking with the index's BM25 ranking (:mod:`qaindex.fusion`): the
+            Fuse the dense ranking with the index's BM25 ranking (:mod:`qaindex.search.fusion`): the
             candidates are the dense stage's ``k × overfetch`` best and BM25's ``k × overfetch``
             best. None (default): hybrid when the index has a lexical index (built with
             ``hybrid=True`` or :meth:`enable_hybrid`); True requires one; False: dense only.
         fusion : Fusion or mapping, keyword-only, optional
-            The fusion rule (default :data:`qaindex.fusion.DEFAULT_FUSION`).
+            The fusion rule (default :data:`qaindex.search.fusion.DEFAULT_FUSION`).
 
         Returns
         -------
@@ -808,7 +810,7 @@ class Ranker:
             return stage.apply(qs, first) if stage is not None else first
         out: list[list[Hit]]
         if fused is None:
-            # pre-filter (exact scoring of the matching answers) or post-filter: qaindex.filters
+            # pre-filter (exact scoring of the matching answers) or post-filter: qaindex.search.filters
             found = filters.plan(
                 self._records, self._vectors, qv, k, flt, search=self.search_vectors, candidates=self._candidates,
                 scorer=self.model.score_checked, overfetch=self.overfetch,
@@ -848,7 +850,7 @@ class Ranker:
         return [_cut(row, k, min_score) for row in self.hits(*arrays)]
 
     def _hit_bytes(self) -> int:
-        """About what one Hit costs in memory (:mod:`qaindex.budget`)."""
+        """About what one Hit costs in memory (:mod:`qaindex.search.budget`)."""
         return budget.HIT_OVERHEAD + int(self._records.offsets[-1]) // max(1, len(self))
 
     @_reading
@@ -889,7 +891,7 @@ class Ranker:
             "pass fewer rows per call",
         )
         out: list[list[Hit]] = []
-        # raw score (and its distance below the best of its row) -> P(relevant), qaindex.calibration
+        # raw score (and its distance below the best of its row) -> P(relevant), qaindex.eval.calibration
         best = np.where(r >= 0, s, -np.inf).max(axis=1, keepdims=True) if s.size else s
         probs = self.model.calibration(s, best)
         for srow, prow, drow, rrow in zip(s, probs, d, r, strict=True):
@@ -1280,7 +1282,7 @@ class Ranker:
             The index changed since this Ranker read it, and ``overwrite`` is false.
         IndexFormatError
             ``path`` is not a new or empty directory nor a qaindex index (a folder qaindex
-            did not write is never overwritten; see :mod:`qaindex.ownership`).
+            did not write is never overwritten; see :mod:`qaindex.store.ownership`).
         DiskFullError
             The disk (or a file-size limit) ran out; the message names the file being
             written and the space needed. The previous index is unchanged.
@@ -1398,7 +1400,7 @@ class Ranker:
         except BaseException:
             remove_snapshot_dir(root / snap_name)
             raise
-        # The new snapshot is live; remove the one it replaced (only qaindex's: qaindex.ownership).
+        # The new snapshot is live; remove the one it replaced (only qaindex's: qaindex.store.ownership).
         remove_garbage(root, keep=snap_name, previous=previous)
         self._seen[key] = snap_name
         self._served = (snap_name, files)
@@ -1482,7 +1484,7 @@ def _stored_lexical(snap: Path, manifest: Mapping[str, Any], mpath: Path) -> Lex
 
 
 def _near_centre(model: Model, vectors: np.ndarray) -> dict[str, Any] | None:
-    """Answers near the ball's centre (:func:`qaindex.hyperbolic.near_centre`) and whether
+    """Answers near the ball's centre (:func:`qaindex.geometry.hyperbolic.near_centre`) and whether
     they can be hubs: only under plain-distance ranking. None for cosine models."""
     if model.geometry != "poincare":
         return None
@@ -1507,13 +1509,13 @@ def _build_from_file(
     batch_size: int,
     progress: bool,
 ) -> tuple[RecordStore, np.ndarray, CoarseIndex]:
-    from .building import build_from_file
+    from .build.streaming import build_from_file
 
     if not progress:
         return build_from_file(corpus, model, index_kind=index_kind, hnsw=hnsw, device=device, batch_size=batch_size)
     from tqdm import tqdm
 
-    from .building import count_lines
+    from .build.streaming import count_lines
 
     with tqdm(total=count_lines(corpus), desc="encoding answers", unit="answer", disable=None) as bar:
         built = build_from_file(

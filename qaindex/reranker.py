@@ -54,15 +54,15 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .arguments import flag, path_arg, positive_int, text_list, threads_arg
-from .calibration import Calibration
 from .devices import SessionPair, check_device, open_sessions
 from .errors import IndexFormatError, ModelFormatError, QueryError
-from .model_format import (
+from .eval.calibration import Calibration
+from .store.model_format import (
     copy_model_files,
     read_model_manifest,
     write_model_directory,
 )
-from .tokenizer import Tokenizer, TokenizerError
+from .text.tokenizer import Tokenizer, TokenizerError
 
 __all__ = [
     "DEFAULT_RERANK_DEPTH",
@@ -164,7 +164,7 @@ class Reranker:
         self.name: str = manifest["name"]
         self.dimension: int = manifest["dimension"]
         self.max_tokens: dict[str, int] = dict(manifest["max_tokens"])
-        # its scores -> P(relevant) (qaindex.calibration); sigmoid for rerankers without one
+        # its scores -> P(relevant) (qaindex.eval.calibration); sigmoid for rerankers without one
         self.calibration = Calibration.from_manifest(manifest.get("calibration"), directory / "manifest.json")
 
     @classmethod
@@ -396,7 +396,7 @@ def write_reranker(
     dimension : int
         Width of the pooled vectors whose cosine is the score.
     tokenizer, max_tokens
-        As for :func:`qaindex.model_format.write_model`.
+        As for :func:`qaindex.store.model_format.write_model`.
     graph : bytes
         The ONNX graph (inputs :data:`INPUTS`, output ``scores``).
     score, training, metrics, parameters : mapping

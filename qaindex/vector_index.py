@@ -3,7 +3,7 @@
 Two index kinds, over the answers' vectors:
 
 - ``flat``: exhaustive search. For the Poincaré geometry it searches the inner product of
-  the lifted vectors (:func:`qaindex.hyperbolic.lift`), which ranks exactly by Poincaré
+  the lifted vectors (:func:`qaindex.geometry.hyperbolic.lift`), which ranks exactly by Poincaré
   distance in exact arithmetic; float32 rounding only disturbs near-ties, which the exact
   rerank of the over-fetched candidates then orders correctly.
 - ``hnsw``: approximate graph search (``IndexHNSWFlat``) on the raw ball coordinates with
@@ -11,15 +11,15 @@ Two index kinds, over the answers' vectors:
   the exact rerank of ``k * overfetch`` candidates restores the exact order among them.
 
 For models ranked by the origin-relative distance (``ranking: "relative"``, see
-:func:`qaindex.hyperbolic.relative_distance`) both kinds search the lift of
-:func:`qaindex.hyperbolic.relative_lift` (``e^f`` as an inner product, accurate for
+:func:`qaindex.geometry.hyperbolic.relative_distance`) both kinds search the lift of
+:func:`qaindex.geometry.hyperbolic.relative_lift` (``e^f`` as an inner product, accurate for
 distances of a few units and more): ``flat`` by inner product, ``hnsw`` by L2 after the usual
-extra coordinate that makes every stored vector's norm :data:`~qaindex.hyperbolic.RELATIVE_LIFT_BOUND`
+extra coordinate that makes every stored vector's norm :data:`~qaindex.geometry.hyperbolic.RELATIVE_LIFT_BOUND`
 (maximum inner product search as nearest-neighbour search).
 
 For the cosine geometry both kinds search the inner product of unit-normalised vectors.
-For the bilinear geometry (:mod:`qaindex.bilinear`) ``flat`` searches the raw inner product
-and ``hnsw`` L2 on the MIPS lift (:func:`qaindex.bilinear.mips_lift`).
+For the bilinear geometry (:mod:`qaindex.geometry.bilinear`) ``flat`` searches the raw inner product
+and ``hnsw`` L2 on the MIPS lift (:func:`qaindex.geometry.bilinear.mips_lift`).
 Search returns row numbers, ``-1`` where fewer than ``m`` answers exist.
 
 Three more kinds trade memory and disk for recall, each searching the same vectors as its
@@ -42,7 +42,7 @@ family (the exact rerank of the candidates restores the order among them):
   (``benchmarks/ann_difficulty.py``). ``auto`` picks it above :data:`AUTO_FLAT_MAX` answers.
 
 The search breadth (``ef_search``, ``nprobe``, ``refine``) can be tuned to a recall target at build
-time (:mod:`qaindex.tuning`).
+time (:mod:`qaindex.build.tuning`).
 """
 
 from __future__ import annotations
@@ -53,9 +53,9 @@ from typing import Any
 
 import numpy as np
 
-from . import bilinear, hyperbolic
 from .devices import faiss_gpu_count, import_faiss
 from .errors import IndexFormatError, QAIndexError
+from .geometry import bilinear, hyperbolic
 
 __all__ = [
     "AUTO_FLAT_MAX",
@@ -87,7 +87,7 @@ KIND_PARAMS: dict[str, tuple[str, ...]] = {
     "ivf_sq8": ("nlist", "nprobe"),
     "pq": ("M", "refine"),
 }
-#: The parameter that sets the search breadth (what :mod:`qaindex.tuning` tunes), per kind.
+#: The parameter that sets the search breadth (what :mod:`qaindex.build.tuning` tunes), per kind.
 BREADTH_PARAM: dict[str, str] = {
     "hnsw": "ef_search",
     "hnsw_sq8": "ef_search",
@@ -102,7 +102,7 @@ def default_params(kind: str, count: int) -> dict[str, int]:
 
     HNSW keeps :data:`DEFAULT_HNSW` up to 200,000 answers; above, ``ef_construction`` drops
     to 100 (building a million-answer graph at 200 takes too long on a small machine; the
-    build-time recall tuning of :mod:`qaindex.tuning` widens the search instead). IVF uses
+    build-time recall tuning of :mod:`qaindex.build.tuning` widens the search instead). IVF uses
     about ``2·√count`` lists (at least 1, at most 8,192 and at most ``count``) and probes an
     eighth of them. ``pq`` re-scores ``refine`` codes per candidate: :data:`DEFAULT_REFINE`
     up to 100,000 answers, growing as ``√count`` above (32 at a million, where the built-in
@@ -205,7 +205,7 @@ class CoarseIndex:
             self.params["nprobe"] = min(self.params["nprobe"], self.params["nlist"])
         if kind == "pq":
             self.params.setdefault("M", -(-self._searched_dimension // 2))
-        #: how the search breadth was chosen (:func:`qaindex.tuning.tune_breadth`), or None
+        #: how the search breadth was chosen (:func:`qaindex.build.tuning.tune_breadth`), or None
         self.tuning: dict[str, Any] | None = None
         self._faiss = import_faiss()
         self._mips_bound: float | None = None  # bilinear hnsw only
@@ -576,7 +576,7 @@ def exact_search(
         Ranks by Poincaré distance, or by 1 - cosine.
     ranking : {"distance", "relative"}, keyword-only
         Poincaré only: rank by ``d(q, a)``, or by the origin-relative ``d(q, a) - d(0, a)``
-        (:func:`qaindex.hyperbolic.relative_distance`; the returned values are then ``f``).
+        (:func:`qaindex.geometry.hyperbolic.relative_distance`; the returned values are then ``f``).
 
     Returns
     -------

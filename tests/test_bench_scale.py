@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qaindex import Ranker, hyperbolic
+from qaindex import Ranker
 from qaindex.corpus import read_corpus
+from qaindex.geometry import hyperbolic
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from onnx_models import make_model
 
 from qaindex import ModelFormatError, QueryError, Ranker
-from qaindex.calibration import (
+from qaindex.cli import main
+from qaindex.eval.calibration import (
     Calibration,
     calibrate_model,
     expected_calibration_error,
@@ -20,8 +21,7 @@ from qaindex.calibration import (
     measure,
     reliability_bins,
 )
-from qaindex.cli import main
-from qaindex.datasets import Candidate, QuestionGroup
+from qaindex.eval.datasets import Candidate, QuestionGroup
 from qaindex.model import Model
 
 

@@ -15,7 +15,7 @@ from conftest import FAQ
 import qaindex
 import qaindex.cli
 from qaindex import QueryError, Ranker
-from qaindex.concurrency import ReadWriteLock
+from qaindex.store.concurrency import ReadWriteLock
 
 QUESTIONS = ["how do I reset my password", "can I get a refund", "export notes", "login app", "sync minutes"]
 

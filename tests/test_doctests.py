@@ -52,7 +52,7 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_docstring_examples_run(name: str, scratch: Path, default_model: Model) -> None:
     if name in OPTIONAL:
         pytest.importorskip(OPTIONAL[name])
-    if name == "qaindex.inspect_model":
+    if name == "qaindex.eval.inspect":
         pytest.importorskip("matplotlib")
     module = importlib.import_module(name)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qaindex import hyperbolic as H
+from qaindex.geometry import hyperbolic as H
 
 SEEDS = [0, 1, 2]
 DTYPES = [np.float32, np.float64]

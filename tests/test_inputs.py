@@ -20,7 +20,7 @@ from click.testing import CliRunner
 import qaindex.cli
 from qaindex import QAIndexError, Ranker
 from qaindex.corpus import read_corpus, records_from_dicts
-from qaindex.evaluate import evaluate_model, evaluate_via_index
+from qaindex.eval.evaluate import evaluate_model, evaluate_via_index
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -357,7 +357,7 @@ def test_cli_last_resort_is_one_line(
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise exc
 
-    monkeypatch.setattr(qaindex.cli.Ranker, "load", fail)
+    monkeypatch.setattr(qaindex.cli.app.Ranker, "load", fail)
     monkeypatch.delenv("QAINDEX_DEBUG", raising=False)
     res = CliRunner().invoke(qaindex.cli.main, ["search", "reset", "--index", str(two_dir)])
     assert _one_clean_line(res) == f"Error: {message}"
@@ -456,7 +456,7 @@ def test_doctests_of_the_argument_checks() -> None:
     import qaindex.arguments
     import qaindex.corpus
 
-    for module in (qaindex.arguments, qaindex.cli, qaindex.corpus):
+    for module in (qaindex.arguments, qaindex.cli.app, qaindex.corpus):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert result.failed == 0 and result.attempted > 0, module.__name__
 
@@ -570,13 +570,13 @@ def _boundary_cases(index: Path, faq_model: Path) -> dict[str, tuple[Callable[[R
 
 
 def _read_labelled(path: Any) -> Any:
-    from qaindex.datasets import read_labelled
+    from qaindex.eval.datasets import read_labelled
 
     return read_labelled(path)
 
 
 def _pooled(*args: Any, **kwargs: Any) -> Any:
-    from qaindex.evaluate import pooled_metrics
+    from qaindex.eval.evaluate import pooled_metrics
 
     return pooled_metrics(*args, **kwargs)
 

@@ -160,7 +160,7 @@ def test_build_refuses_to_replace_an_index_without_force(faq_file: Path, faq_mod
 
 
 def test_count_lines(tmp_path: Path) -> None:
-    from qaindex.building import count_lines
+    from qaindex.build.streaming import count_lines
 
     path = tmp_path / "c.jsonl"
     for content, expected in [(b"", 0), (b"a\n", 1), (b"a\nb", 2), (b"a\n\nb\n", 3), (b"x\n" * 100_000, 100_000)]:
@@ -234,7 +234,7 @@ def test_config_file_accepts_well_typed_settings(tmp_path: Path) -> None:
 
 def test_train_on_answers_without_questions_points_at_the_teacher(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from qaindex.cli_train import train
+    from qaindex.cli.train import train
 
     answers = _write(tmp_path / "answers.jsonl", [{"answer": "Open settings."}, {"answer": "Refunds in 14 days."}])
     out = tmp_path / "m"
@@ -253,7 +253,7 @@ def test_train_summary_has_dev_onnx_for_a_held_out_dev_split(tmp_path: Path) -> 
     pytest.importorskip("torch")
     from qaindex_export.synthetic import planted_word_groups, write_benchmark
 
-    from qaindex.cli_train import train
+    from qaindex.cli.train import train
 
     train_file = write_benchmark(planted_word_groups(80, seed=1), tmp_path / "train.jsonl")
     args = [str(train_file), "--out", str(tmp_path / "m"), "--embeddings", "none", "--epochs", "2", "--dim", "8"]

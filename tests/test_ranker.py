@@ -14,7 +14,7 @@ from qaindex.errors import CorpusError, ModelFormatError
 
 
 def brute_force(queries: np.ndarray, points: np.ndarray) -> np.ndarray:
-    """Poincaré distances in float64, written independently of qaindex.hyperbolic."""
+    """Poincaré distances in float64, written independently of qaindex.geometry.hyperbolic."""
     q = queries.astype(np.float64)[:, None, :]
     p = points.astype(np.float64)[None, :, :]
     sq = ((q - p) ** 2).sum(-1)

@@ -11,12 +11,12 @@ from click.testing import CliRunner
 from conftest import FAQ
 
 from qaindex import Ranker
-from qaindex.building import RecordSpool, build_from_file, validate_corpus
+from qaindex.build.streaming import RecordSpool, build_from_file, validate_corpus
 from qaindex.cli import main
 from qaindex.corpus import Record, read_corpus
 from qaindex.errors import CorpusError
 from qaindex.model import Model
-from qaindex.records import RecordStore
+from qaindex.store.records import RecordStore
 
 
 def _corpus(path: Path, count: int = 40) -> Path:
@@ -130,7 +130,7 @@ def test_cli_error_in_a_late_line_leaves_the_index_untouched(faq_model: Path, fa
 def test_a_chunked_index_is_the_in_memory_one(kind: str) -> None:
     """assemble_index (streamed and Ray builds) sizes and trains like Ranker.build: the defaults
     follow the whole count and training uses the same seeded sample of every answer."""
-    from qaindex.building import assemble_index
+    from qaindex.build.streaming import assemble_index
     from qaindex.vector_index import CoarseIndex
 
     class Geometry:  # what assemble_index reads of a model

@@ -41,7 +41,7 @@ from qaindex_export.train import (  # noqa: E402
     train,
 )
 
-from qaindex.cli_train import train as train_command  # noqa: E402
+from qaindex.cli.train import train as train_command  # noqa: E402
 from qaindex.errors import CorpusError  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -349,7 +349,7 @@ def test_cli_train_writes_model(tmp_path: Path) -> None:
     assert manifest["training"]["config"]["epochs"] == 3
     assert manifest["training"]["data"]["train"]["sha256"] == sha256_file(train_file)
     assert manifest["score"]["higher_is_better"] is True
-    # calibrated on the held-out dev file (qaindex.calibration), reported in the summary
+    # calibrated on the held-out dev file (qaindex.eval.calibration), reported in the summary
     assert manifest["calibration"]["data"] == "dev.jsonl" and manifest["calibration"]["labels"] == "labelled"
     assert summary["calibration"]["calibrated"] is True and summary["calibration"]["ece"] == manifest["calibration"]["ece"]
     assert "epoch 3/3" in res.stderr
