@@ -49,7 +49,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from qaindex import Ranker
 from qaindex.corpus import read_corpus
-from qaindex.eval.calibration import Calibration, calibrate_model, labelled_pool, measure, summary
+from qaindex.eval.calibrate import calibrate_model, measure
+from qaindex.eval.calibration import Calibration, labelled_pool, summary
 from qaindex.eval.datasets import read_labelled
 from qaindex.model import DEFAULT_MODEL_DIR, Model
 from qaindex.search.fusion import DEFAULT_FUSION, Fusion, hybrid_arrays

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from qaindex.eval.calibration import calibrate_model
+from qaindex.eval.calibrate import calibrate_model
 from qaindex.eval.datasets import Candidate, QuestionGroup, read_labelled
 
 from .train import pseudo_questions

@@ -49,7 +49,8 @@ from .arguments import (
 from .devices import SessionPair, check_device, open_sessions
 from .errors import ModelFormatError, QueryError
 from .eval.calibration import Calibration
-from .geometry import hyperbolic
+from .geometry import Geometry, hyperbolic
+from .geometry import get as geometry_of
 from .store.model_format import (
     GEOMETRIES,
     MODEL_FORMAT,
@@ -143,6 +144,8 @@ class Model:
         # Poincaré ranking rule: "distance" (absent: models exported before it existed) or
         # "relative" (d(q, a) - d(0, a)); it decides how coarse recall and exact search rank
         self.ranking: str = manifest["geometry"].get("ranking", "distance")
+        #: the geometry object (:mod:`qaindex.geometry`) for ``geometry`` and ``ranking``
+        self.space: Geometry = geometry_of(self.geometry, self.ranking)
         self.max_tokens: dict[str, int] = dict(manifest["max_tokens"])
         # bilinear models (RDE family): score σ(q·c + b), ranked by the inner product q·c
         self.bias: float = float(manifest["geometry"].get("bias", 0.0))
@@ -404,7 +407,7 @@ class Model:
             ``score`` is higher-is-better; ``distance`` is the geometry's distance
             (Poincaré distance, or 1 - cosine).
         """
-        ball = self.geometry == "poincare"
+        ball = self.space.ball
         q = finite_vectors(query, "query", shape=(None, self.dimension), ball=ball)
         c = finite_vectors(candidates, "candidates", shape=(len(q), None, self.dimension), ball=ball)
         return self.score_checked(q, c)

@@ -80,22 +80,6 @@ STORED_DIRECTORY = "reranker"  # where an index keeps its reranker's copy (insid
 _PAIRS_PER_CALL = 256
 
 
-def wrong_kind_message(mpath: Path, kind: str) -> str:
-    """Why a model directory of ``kind`` cannot be used where the other kind is needed."""
-    directory = mpath.parent
-    if kind == "reranker":
-        return (
-            f'{mpath}: is a reranker model (kind "reranker"), which scores question-answer pairs and cannot '
-            f"encode answers; pass it to `qaindex search --rerank {directory}` or `qaindex build --reranker "
-            f"{directory}` (Python: Reranker.load), and give --model a dual-encoder model directory"
-        )
-    return (
-        f"{mpath}: is a {kind.replace('_', '-')} model (kind {json.dumps(kind)}), not a reranker; pass it as "
-        "--model (Python: Model.load), and give --rerank/--reranker a directory exported by "
-        "`qaindex train --model ap-cnn` or `--model ap-bilstm`"
-    )
-
-
 def model_kind(path: str | os.PathLike[str]) -> str | None:
     """The ``kind`` a model directory's manifest declares, or None when it cannot be read (no validation).
 

@@ -13,14 +13,8 @@ from onnx_models import make_model
 
 from qaindex import ModelFormatError, QueryError, Ranker
 from qaindex.cli import main
-from qaindex.eval.calibration import (
-    Calibration,
-    calibrate_model,
-    expected_calibration_error,
-    fit,
-    measure,
-    reliability_bins,
-)
+from qaindex.eval.calibrate import calibrate_model, measure
+from qaindex.eval.calibration import Calibration, expected_calibration_error, fit, reliability_bins
 from qaindex.eval.datasets import Candidate, QuestionGroup
 from qaindex.model import Model
 

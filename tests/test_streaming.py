@@ -130,11 +130,13 @@ def test_cli_error_in_a_late_line_leaves_the_index_untouched(faq_model: Path, fa
 def test_a_chunked_index_is_the_in_memory_one(kind: str) -> None:
     """assemble_index (streamed and Ray builds) sizes and trains like Ranker.build: the defaults
     follow the whole count and training uses the same seeded sample of every answer."""
+    from qaindex import geometry as geometries
     from qaindex.build.streaming import assemble_index
     from qaindex.vector_index import CoarseIndex
 
     class Geometry:  # what assemble_index reads of a model
         geometry, dimension, ranking = "poincare", 16, "relative"
+        space = geometries.get("poincare", "relative")
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(3000, 16))

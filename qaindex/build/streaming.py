@@ -316,9 +316,7 @@ def assemble_index(
     so the index is the one ``Ranker.build`` makes from the same vectors in memory.
     """
     kind = choose_kind(index_kind, len(vectors))
-    coarse = CoarseIndex(
-        model.geometry, model.dimension, kind, hnsw, device=device, ranking=model.ranking, count=len(vectors)
-    )
+    coarse = CoarseIndex(model.space, model.dimension, kind, hnsw, device=device, count=len(vectors))
     coarse.train(vectors)
     for start in range(0, len(vectors), chunk_size):
         coarse.add(np.asarray(vectors[start : start + chunk_size]))

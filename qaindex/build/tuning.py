@@ -28,6 +28,7 @@ import numpy as np
 
 from ..arguments import shown
 from ..errors import QueryError
+from ..geometry import Geometry
 from ..store.records import RecordStore
 from ..vector_index import BREADTH_PARAM, HNSW_KINDS, CoarseIndex, exact_search
 
@@ -103,7 +104,7 @@ def tune_breadth(
     target: float,
     k: int = 10,
     overfetch: int = 10,
-    geometry: str,
+    geometry: str | Geometry,
     ranking: str = "distance",
     max_breadth: int | None = None,
     exclude: np.ndarray | None = None,
@@ -123,8 +124,10 @@ def tune_breadth(
     k, overfetch : int, keyword-only
         The coarse stage recalls ``k × overfetch`` candidates (as :class:`~qaindex.Ranker`
         search does); recall is of the true top ``k`` among them.
-    geometry, ranking : str, keyword-only
-        The model's ranking rule (for the exact ground truth).
+    geometry : str or Geometry, keyword-only
+        The model's geometry (:mod:`qaindex.geometry`), for the exact ground truth.
+    ranking : str, keyword-only
+        The ranking rule, with a geometry name (a Geometry object carries its own).
     max_breadth : int, keyword-only, optional
         Largest breadth tried (default :data:`MAX_EF_SEARCH` for HNSW, ``nlist`` for IVF).
     exclude : array (n,) of int, keyword-only, optional
@@ -323,8 +326,7 @@ def tune_for_corpus(
         target=target,
         k=10,
         overfetch=overfetch,
-        geometry=model.geometry,
-        ranking=model.ranking,
+        geometry=model.space,
         exclude=exclude,
     )
     out["source"] = source

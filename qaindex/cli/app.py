@@ -7,6 +7,7 @@ Errors print one line on stderr, never a traceback.
 from __future__ import annotations
 
 import errno
+import importlib
 import json
 import logging
 import os
@@ -18,7 +19,6 @@ from typing import Any
 
 import click
 
-from .. import __version__
 from ..devices import devices_line
 from ..errors import QAIndexError
 from ..model import DEFAULT_MODEL_DIR
@@ -29,12 +29,12 @@ from ..search.budget import questions_per_call
 from ..store.locking import DEFAULT_LOCK_TIMEOUT
 from ..store.ownership import check_writable, orphan_summary
 from ..vector_index import INDEX_KINDS
+from ..version import __version__
 from .calibrate import calibrate_command, calibration_line, hybrid_line
 from .eval import eval_command, inspect_command
 from .export import export_model_command
 from .maintenance import gc_command, orphans_line
 from .options import Timeout, batch_size_option, device_option, index_option, refuse_existing_index
-from .train import train
 
 lock_timeout_option = click.option(
     "--lock-timeout",
@@ -45,14 +45,30 @@ lock_timeout_option = click.option(
 )
 
 
+# Commands whose modules import the training package (qaindex_export): loaded when named, so
+# that `import qaindex.cli` loads neither it nor torch (click's lazy subcommands).
+_LAZY_COMMANDS = {"train": ("qaindex.cli.train", "train")}
+
+
 class _Group(click.Group):
     """Turns every error into a one-line message: exit 1 for errors, 2 for usage (click).
+
+    The commands of :data:`_LAZY_COMMANDS` are imported when they are looked up.
 
     :class:`QAIndexError` is the expected case; ``OSError`` (with its file name),
     ``MemoryError``, ``UnicodeError`` and, as a last resort, any other exception are turned
     into one line too, so the CLI never prints a traceback. ``QAINDEX_DEBUG=1`` re-raises
     unexpected exceptions for debugging.
     """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in _LAZY_COMMANDS and cmd_name not in self.commands:
+            module, name = _LAZY_COMMANDS[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), name), cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -481,7 +497,6 @@ def remove(ids: tuple[str, ...], index: Path, lock_timeout: float) -> None:
 main.add_command(eval_command)
 main.add_command(gc_command)
 main.add_command(inspect_command)
-main.add_command(train)
 main.add_command(export_model_command)
 main.add_command(calibrate_command)
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import click
 
-from ..eval.calibration import CALIBRATION_METHODS, DEFAULT_DEPTH, calibrate_model, expected_calibration_error, measure
+from ..eval.calibrate import calibrate_model, measure
+from ..eval.calibration import CALIBRATION_METHODS, DEFAULT_DEPTH, expected_calibration_error
 
 __all__ = ["calibrate_command", "calibration_line", "hybrid_line"]
 

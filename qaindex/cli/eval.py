@@ -252,7 +252,7 @@ def _inspect_lines(
     if model.max_norm is not None:
         geometry += f", max norm {model.max_norm}"
     lines = [f"model      {model.name} ({geometry})", f"source     {source}"]
-    if model.geometry != "poincare":
+    if not model.space.ball:
         lines.append("note       a cosine model's scores ignore vector norms")
     cols = ["count", "mean", "min", *report["question"]["percentiles"], "max"]
     lines.append("norms      " + " ".join(f"{c:>7}" for c in cols))

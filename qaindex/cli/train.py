@@ -1,6 +1,6 @@
 """``qaindex train``: train HyperQA / CosineQA with PyTorch and export an ONNX model directory.
 
-The command is registered into the ``qaindex`` group with ``main.add_command(train)``. torch
+The command is loaded by the ``qaindex`` group when it is named (:mod:`.app`). torch
 and the training package (``qaindex_export``) are imported only when the command runs, so the
 runtime CLI works without the ``train`` extra.
 """

@@ -3,7 +3,8 @@
 A model's raw score (``Hit.raw_score``, what the ONNX scorer gives: unbounded, comparable
 only within one model) is mapped through the model's *calibration*, stored in its manifest
 under ``"calibration"`` and fitted on held-out data when the model is trained or exported,
-or later with ``qaindex calibrate MODEL_DIR DATA.jsonl`` (:func:`calibrate_model`):
+or later with ``qaindex calibrate MODEL_DIR DATA.jsonl``
+(:func:`qaindex.eval.calibrate.calibrate_model`):
 
 - ``platt`` (Platt, 1999), with the hit's distance below the best hit of its search as a
   second feature: ``p = 1 / (1 + exp(-(a * raw + c * (raw - best) + b)))``, ``a``, ``c`` ≥ 0,
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,12 +51,10 @@ from ..errors import ModelFormatError, QueryError
 __all__ = [
     "CALIBRATION_METHODS",
     "Calibration",
-    "calibrate_model",
     "calibration_pairs",
     "expected_calibration_error",
     "fit",
     "labelled_pool",
-    "measure",
     "reliability_bins",
 ]
 
@@ -410,87 +408,3 @@ def summary(prob: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
 def as_calibration(value: Mapping[str, Any] | Calibration) -> Calibration:
     """A Calibration from itself or its manifest object."""
     return value if isinstance(value, Calibration) else Calibration.from_manifest(dict(value))
-
-
-def measure(
-    model: Any, groups: Sequence[Any], *, depth: int = DEFAULT_DEPTH, hybrid: bool = False
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(raw scores, best raw score of their search, labels)`` of the top ``depth`` hits of
-    labelled question groups: each question searched against every distinct answer of the
-    groups (an in-memory flat index).
-
-    Parameters
-    ----------
-    model : qaindex.Model
-    groups : list of qaindex.eval.datasets.QuestionGroup
-    depth : int
-    hybrid : bool
-        Fuse with BM25 (needs the ``hybrid`` extra).
-    """
-    from ..ranker import Ranker
-
-    records, questions, relevant = labelled_pool(groups)
-    if not questions:
-        raise QueryError("the calibration data has no question with a relevant answer")
-    ranker = Ranker.build(records, model=model, index_kind="flat", hybrid=hybrid)
-    return calibration_pairs(ranker, questions, relevant, depth=depth, hybrid=hybrid)
-
-
-def calibrate_model(
-    model_dir: str | os.PathLike[str],
-    groups: Sequence[Any],
-    *,
-    method: str = "platt",
-    depth: int = DEFAULT_DEPTH,
-    source: str = "",
-    labels: str = "labelled",
-    write: bool = True,
-) -> dict[str, Any]:
-    """Fit a model's calibration on held-out labelled data and store it in its manifest.
-
-    Parameters
-    ----------
-    model_dir : path
-        A dual-encoder model directory; its ``manifest.json`` gets a ``calibration`` field
-        (rewritten atomically; the model's other files are unchanged).
-    groups : list of QuestionGroup
-        Held-out questions with their relevant answers (the model must not have been trained
-        on them); every distinct answer forms the pool the questions are searched in.
-    method : {"platt", "isotonic"}
-    depth : int
-        Hits per question used as pairs.
-    source, labels : str
-        Provenance stored with the calibration (e.g. the data file, ``"teacher: all-MiniLM-L6-v2"``).
-    write : bool
-        False: fit and report only.
-
-    Returns
-    -------
-    dict
-        The stored ``calibration`` object, with ``ece_before`` (the previous score's ECE on
-        the same pairs) and ``ece`` (after; both in-sample).
-    """
-    from ..model import Model
-    from ..store.storage import read_json_object, write_json_atomic
-
-    directory = Path(model_dir)
-    model = Model.load(directory)
-    raw, best, y = measure(model, groups, depth=depth)
-    fitted = fit(raw, y, method=method, best=best)
-    info = {
-        "data": source,
-        "labels": labels,
-        "depth": depth,
-        "pairs": len(y),
-        "relevant": round(float(y.mean()), 6),
-        "ece_before": expected_calibration_error(model.calibration(raw, best), y),
-        "ece": expected_calibration_error(fitted(raw, best), y),
-    }
-    stored = Calibration(fitted.method, a=fitted.a, b=fitted.b, c=fitted.c, x=fitted.x, y=fitted.y, info=info)
-    stored_json = stored.to_json()
-    if write:
-        mpath = directory / "manifest.json"
-        manifest = read_json_object(mpath, error=ModelFormatError, what="model directory")
-        manifest["calibration"] = stored_json
-        write_json_atomic(mpath, manifest)
-    return stored_json

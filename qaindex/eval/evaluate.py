@@ -200,7 +200,7 @@ def evaluate_model(
             padded[i, : len(r)] = r
             padded[i, len(r) :] = r[0] if len(r) else 0
         score, distance = model.score(qv[chunk], av[padded])
-        if model.geometry == "bilinear":  # rank by q·c: same order as σ(q·c + b), which saturates in float32
+        if model.space.saturates:  # bilinear: rank by q·c, the order of σ(q·c + b), which saturates in float32
             score = -distance
         for i, q in enumerate(chunk):
             scores[q] = score[i, : len(plan.rows[q])]

@@ -170,7 +170,7 @@ def norm_report(
     av = model.encode(answers, role="answer", batch_size=batch_size).astype(np.float64)
     qn = np.linalg.norm(qv, axis=1)
     an = np.linalg.norm(av, axis=1)
-    top = model.max_norm if model.geometry == "poincare" and model.max_norm is not None else 0.0
+    top = model.max_norm if model.space.ball and model.max_norm is not None else 0.0
     top = max(top, float(qn.max()), float(an.max()), 1e-12)
     edges = np.linspace(0.0, top, bins + 1)
     qh, _ = np.histogram(qn, bins=edges)

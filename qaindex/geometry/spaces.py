@@ -29,7 +29,7 @@ True
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -65,6 +65,8 @@ class Geometry:
         Whether the HNSW lift pads vectors to a norm fixed by the corpus (``bound``).
     saturates : bool
         Whether the float32 score saturates (ties), so that evaluation ranks by distance.
+    probed : bool
+        Whether loading an index probes the model's scorer with :meth:`scorer_measures`.
     """
 
     name: ClassVar[str] = ""
@@ -72,6 +74,7 @@ class Geometry:
     hnsw_metric: ClassVar[str] = "l2"
     bounded: ClassVar[bool] = False
     saturates: ClassVar[bool] = False
+    probed: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.ranking = "distance"
@@ -105,8 +108,12 @@ class Geometry:
         """:meth:`distance` of every pair from ``|q|²`` (n,), ``|a|²`` (m,) and ``⟨q, a⟩`` (n, m)."""
         raise NotImplementedError
 
-    def scorer_measures(self, distance: float) -> bool | None:
-        """Whether a scorer's distance between ``0.1 e1`` and ``0.2 e1`` fits; None: not probed."""
+    def scorer_measures(self, distance: float) -> bool:
+        """Whether a scorer's distance between ``0.1 e1`` and ``0.2 e1`` fits this geometry."""
+        return True
+
+    def near_centre(self, vectors: np.ndarray) -> dict[str, Any] | None:
+        """Answers near the ball's centre and whether they can be hubs (``info``); None off the ball."""
         return None
 
 
@@ -122,6 +129,7 @@ class Poincare(Geometry):
 
     name = "poincare"
     ball = True
+    probed = True
 
     def lifted_dimension(self, dim: int, *, inner_product: bool) -> int:
         return dim + 2 if inner_product else dim
@@ -143,10 +151,16 @@ class Poincare(Geometry):
         return out
 
     def screened_distance(self, q_sq: np.ndarray, a_sq: np.ndarray, dot: np.ndarray) -> np.ndarray:
-        return hyperbolic.distance_from_gram(q_sq[:, None], a_sq[None, :], dot)
+        out: np.ndarray = hyperbolic.distance_from_gram(q_sq[:, None], a_sq[None, :], dot)
+        return out
 
-    def scorer_measures(self, distance: float) -> bool | None:
+    def scorer_measures(self, distance: float) -> bool:
         return bool(np.isfinite(distance) and distance > 1e-3)
+
+    def near_centre(self, vectors: np.ndarray) -> dict[str, Any] | None:
+        # :func:`~qaindex.geometry.hyperbolic.near_centre`; hubs only under plain-distance ranking
+        report = hyperbolic.near_centre(vectors)
+        return {**report, "ranking": self.ranking, "hub_risk": self.ranking == "distance"}
 
 
 class PoincareRelative(Poincare):
@@ -189,8 +203,9 @@ class PoincareRelative(Poincare):
 
     def screened_distance(self, q_sq: np.ndarray, a_sq: np.ndarray, dot: np.ndarray) -> np.ndarray:
         zero = np.zeros_like(a_sq)
-        origin = hyperbolic.distance_from_gram(zero, a_sq, zero)  # d(0, a)
-        return super().screened_distance(q_sq, a_sq, dot) - origin[None, :]
+        origin: np.ndarray = hyperbolic.distance_from_gram(zero, a_sq, zero)  # d(0, a)
+        out: np.ndarray = super().screened_distance(q_sq, a_sq, dot) - origin[None, :]
+        return out
 
 
 class Cosine(Geometry):
@@ -201,6 +216,7 @@ class Cosine(Geometry):
 
     name = "cosine"
     hnsw_metric = "ip"
+    probed = True
 
     def lift(self, vectors: np.ndarray, *, inner_product: bool, bound: float | None = None) -> np.ndarray:
         return _unit(vectors)
@@ -217,7 +233,7 @@ class Cosine(Geometry):
         out: np.ndarray = 1.0 - dot / norms
         return out
 
-    def scorer_measures(self, distance: float) -> bool | None:
+    def scorer_measures(self, distance: float) -> bool:
         return abs(distance) < 1e-3
 
 

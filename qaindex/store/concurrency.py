@@ -20,11 +20,45 @@ Example
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
-__all__ = ["ReadWriteLock"]
+__all__ = ["ReadWriteLock", "reading", "writing"]
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+class _Locked(Protocol):
+    _lock: ReadWriteLock
+
+
+_S = TypeVar("_S", bound=_Locked)
+
+
+def reading(method: Callable[Concatenate[_S, _P], _T]) -> Callable[Concatenate[_S, _P], _T]:
+    """Run a query method under its object's read lock (``self._lock``)."""
+
+    @functools.wraps(method)
+    def wrapper(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        with self._lock.read():
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+def writing(method: Callable[Concatenate[_S, _P], _T]) -> Callable[Concatenate[_S, _P], _T]:
+    """Run an update method under its object's write lock: it waits for searches in flight."""
+
+    @functools.wraps(method)
+    def wrapper(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        with self._lock.write():
+            return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 class ReadWriteLock:

@@ -261,7 +261,7 @@ def check_geometry(mpath: Path, model: Any) -> None:
     is 0. Other geometries are not probed.
     """
     geometry = model.geometry
-    if geometry not in ("poincare", "cosine"):
+    if not model.space.probed:
         return
     q = np.zeros((1, model.dimension), dtype=np.float32)
     c = np.zeros((1, 1, model.dimension), dtype=np.float32)
@@ -271,8 +271,7 @@ def check_geometry(mpath: Path, model: Any) -> None:
         d = float(distance[0, 0])
     except Exception as exc:  # noqa: BLE001 - a graph that cannot score two vectors is broken
         raise IndexFormatError(f"{mpath}: the model's scorer fails on two test vectors ({exc}); {_REBUILD}") from None
-    ok = abs(d) < 1e-3 if geometry == "cosine" else (np.isfinite(d) and d > 1e-3)
-    if not ok:
+    if not model.space.scorer_measures(d):
         raise IndexFormatError(
             f'{mpath}: geometry is "{geometry}", but the model\'s scorer does not measure it (distance {d:.4g} '
             f"between two vectors of the same direction); {_REBUILD}"

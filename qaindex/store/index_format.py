@@ -29,19 +29,24 @@ import json
 import mmap
 import os
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from ..errors import IndexFormatError
+from ..errors import IndexFormatError, ModelFormatError
 from ..model import GEOMETRIES, Model
+from ..reranker import Reranker, index_entry, stored_reranker
 from ..text.lexical import DIRECTORY as LEXICAL_DIRECTORY
 from ..text.lexical import LexicalIndex
+from ..text.lexical import check_entry as check_lexical_entry
 from ..vector_index import INDEX_KINDS, KIND_PARAMS, CoarseIndex
+from ..version import __version__
 from .diskspace import writing
-from .index_checks import check_offsets, check_vectors
+from .index_checks import check_geometry, check_offsets, check_records, check_vectors
 from .model_format import copy_model_files
 from .ownership import INDEX_FORMAT, MARKER_NAME, SNAPSHOT_NAME, remove_snapshot_dir, write_marker
 from .records import RecordStore
@@ -52,20 +57,28 @@ from .storage import (
     file_entry,
     fsync_tree,
     read_json_object,
+    verify_files,
+    write_json_atomic,
 )
 
 __all__ = [
     "INDEX_FORMAT",
     "INDEX_FORMAT_VERSION",
+    "Snapshot",
     "check_model_copy",
+    "commit_manifest",
     "manifest_checksum",
+    "new_manifest",
     "open_records",
+    "open_snapshot",
     "open_vectors",
+    "read_consistently",
     "read_index_manifest",
     "write_snapshot",
 ]
 
 INDEX_FORMAT_VERSION = 1
+_T = TypeVar("_T")
 
 REQUIRED_FILES = ("records.jsonl", "records.offsets.npy", "vectors.npy", "coarse.faiss", "model/manifest.json")
 HNSW_PARAMS = ("M", "ef_construction", "ef_search")
@@ -327,3 +340,178 @@ def open_records(snap: Path, offsets: np.ndarray) -> RecordStore:
         )
     check_offsets(snap / "records.jsonl", offsets, data)
     return RecordStore(data, offsets.astype(np.int64, copy=False), source=snap / "records.jsonl")
+
+
+# ------------------------------------------------------------------- the manifest, written
+
+
+def new_manifest(
+    *,
+    snapshot: str,
+    files: dict[str, Any],
+    count: int,
+    model: Model,
+    coarse: CoarseIndex,
+    requested: str,
+    overfetch: int,
+    created: str,
+    reranker: Reranker | None = None,
+    lexical: bool = False,
+) -> dict[str, Any]:
+    """The manifest of a snapshot written by :func:`write_snapshot`, with its checksum.
+
+    The fields are the ones :func:`read_index_manifest` validates: format and version,
+    counts, the model's dimension and geometry name, the coarse index (kind, parameters,
+    the kind asked for, the recall tuning), the over-fetch factor, the model copy, the
+    reranker copy and the lexical index when stored, and the ``files`` table.
+    """
+    manifest: dict[str, Any] = {
+        "format": INDEX_FORMAT,
+        "format_version": INDEX_FORMAT_VERSION,
+        "qaindex_version": __version__,
+        "created": created,
+        "updated": now(),
+        "snapshot": snapshot,
+        "count": count,
+        "dimension": model.dimension,
+        "geometry": model.geometry,
+        "coarse": {
+            "kind": coarse.kind,
+            "params": coarse.params,
+            "requested": requested,
+            **({"tuning": coarse.tuning} if coarse.tuning is not None else {}),
+        },
+        "overfetch": overfetch,
+        "model": {
+            "name": model.name,
+            "directory": "model",
+            "manifest_sha256": files["model/manifest.json"]["sha256"],
+        },
+        "files": files,
+    }
+    if reranker is not None:
+        manifest["reranker"] = index_entry(reranker, files)
+    if lexical:
+        manifest["lexical"] = {"kind": "bm25", "directory": LEXICAL_DIRECTORY}
+    manifest["checksum"] = manifest_checksum(manifest)
+    return manifest
+
+
+def commit_manifest(root: Path, manifest: dict[str, Any], model: Model, model_source: Path) -> None:
+    """Make a written snapshot the index's: replace ``manifest.json`` atomically.
+
+    The snapshot's model copy must still match the loaded model (files changed on disk
+    since are a :class:`ModelFormatError`); on any failure the new snapshot is removed and
+    the previous index stays as it was.
+    """
+    snap_name, files = manifest["snapshot"], manifest["files"]
+    try:
+        check_model_copy(root / snap_name / "model" / "manifest.json", files, model.manifest)
+    except IndexFormatError:
+        remove_snapshot_dir(root / snap_name)
+        raise ModelFormatError(
+            f"{model_source}: the model files changed on disk since the model was loaded "
+            "(they no longer match its manifest); load the model again"
+        ) from None
+    try:
+        with writing(root, "manifest.json", needed=4096):
+            write_json_atomic(root / "manifest.json", manifest)
+    except BaseException:
+        remove_snapshot_dir(root / snap_name)
+        raise
+
+
+def now() -> str:
+    """The current UTC time as the manifests write it (ISO 8601, seconds)."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# ------------------------------------------------------------------- a snapshot, opened
+
+
+@dataclass
+class Snapshot:
+    """The pieces of an opened snapshot, checked against each other and the manifest."""
+
+    model: Model
+    records: RecordStore
+    vectors: np.ndarray
+    coarse: CoarseIndex
+    reranker: Reranker | None
+    lexical: LexicalIndex | None
+
+    def pieces(self) -> tuple[Model, RecordStore, np.ndarray, CoarseIndex]:
+        """The Ranker's positional arguments."""
+        return self.model, self.records, self.vectors, self.coarse
+
+    def options(self, root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+        """The Ranker's keyword arguments, from the snapshot and its manifest."""
+        coarse = manifest["coarse"]
+        return {
+            "overfetch": manifest["overfetch"],
+            "kind_requested": coarse.get("requested", coarse["kind"]),
+            "path": root,
+            "created": manifest.get("created"),
+            "snapshot": manifest["snapshot"],
+            "reranker": self.reranker,
+            "lexical": self.lexical,
+        }
+
+
+def read_consistently(root: Path, open_: Callable[[dict[str, Any]], _T]) -> _T:
+    """``open_(manifest)`` for the manifest at ``root``, again (up to three times) when a
+    concurrent save replaced the snapshot between reading the manifest and opening its files."""
+    for attempt in range(3):
+        manifest = read_index_manifest(root)
+        try:
+            return open_(manifest)
+        except (IndexFormatError, ModelFormatError, FileNotFoundError):
+            if attempt == 2 or read_index_manifest(root)["snapshot"] == manifest["snapshot"]:
+                raise
+    raise AssertionError("unreachable")
+
+
+def open_snapshot(root: Path, manifest: dict[str, Any], *, device: str, threads: int | None, verify: bool) -> Snapshot:
+    """Open the snapshot ``manifest`` names: verify its files, load the model copy, memory-map
+    the vectors and records, read the FAISS, reranker and lexical indexes.
+
+    Raises :class:`IndexFormatError` (or :class:`ModelFormatError`) naming the file and
+    field when anything disagrees with the manifest.
+    """
+    snap = root / manifest["snapshot"]
+    if verify:
+        verify_files(snap, manifest["files"], error=IndexFormatError, what="index")
+    # the model copy's files were verified with the index's: do not hash them twice
+    model = Model.load(snap / "model", device=device, threads=threads, verify=False)
+    mpath = root / "manifest.json"
+    check_model_copy(mpath, manifest["files"], model.manifest)
+    if model.dimension != manifest["dimension"] or model.geometry != manifest["geometry"]:
+        raise IndexFormatError(
+            f'{mpath}: fields "dimension" and "geometry" ({manifest["dimension"]}, {manifest["geometry"]}) '
+            f"do not match the model copy ({model.dimension}, {model.geometry}); the index is corrupted, "
+            "rebuild it"
+        )
+    check_geometry(mpath, model)
+    count = manifest["count"]
+    vectors, offsets = open_vectors(snap, count, model.dimension)
+    records = open_records(snap, offsets)
+    if verify:  # scan the content the checksums vouched for (qaindex.store.index_checks)
+        check_vectors(snap / "vectors.npy", vectors, ball=model.space.ball, scan=True)
+        records._ids = check_records(snap / "records.jsonl", records.data, records.offsets)
+    coarse_info = manifest["coarse"]
+    coarse = CoarseIndex.load(
+        snap / "coarse.faiss",
+        geometry=model.space,
+        dimension=model.dimension,
+        kind=coarse_info["kind"],
+        params=coarse_info.get("params"),
+        count=count,
+        device=device,
+        tuning=coarse_info.get("tuning"),
+    )
+    lexical = None
+    if manifest.get("lexical") is not None:
+        check_lexical_entry(manifest["lexical"], manifest["files"], mpath)
+        lexical = LexicalIndex.load(snap / LEXICAL_DIRECTORY, count)
+    reranker = stored_reranker(snap, manifest, device=device, threads=threads)
+    return Snapshot(model, records, vectors, coarse, reranker, lexical)

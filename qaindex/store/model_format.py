@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelFormatError
-from ..geometry import bilinear, hyperbolic
+from ..eval.calibration import Calibration
+from ..geometry import NAMES, bilinear, hyperbolic
 from ..text.chunking import read_chunking
 from ..text.tokenizer import Tokenizer
+from ..version import __version__
 from .diskspace import estimate_bytes, writing
 from .storage import (
     check_file_entries,
@@ -51,7 +53,7 @@ MODEL_FORMAT_VERSION = 1
 MODEL_KINDS = ("dual_encoder", "reranker")
 # the graphs each kind must name (a reranker scores (question, answer) pairs: see qaindex.reranker)
 GRAPH_ROLES = {"dual_encoder": ("question_encoder", "answer_encoder", "scorer"), "reranker": ("reranker",)}
-GEOMETRIES = ("poincare", "cosine", "bilinear")
+GEOMETRIES = NAMES  # the geometry names a manifest may give (qaindex.geometry)
 ROLES = ("question", "answer")
 DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
 
@@ -63,6 +65,22 @@ def _require(manifest: Mapping[str, Any], key: str, kind: type | tuple[type, ...
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
         raise ModelFormatError(f'{path}: field "{key}" has an invalid value {value!r}; re-export the model')
     return value
+
+
+def wrong_kind_message(mpath: Path, kind: str) -> str:
+    """Why a model directory of ``kind`` cannot be used where the other kind is needed."""
+    directory = mpath.parent
+    if kind == "reranker":
+        return (
+            f'{mpath}: is a reranker model (kind "reranker"), which scores question-answer pairs and cannot '
+            f"encode answers; pass it to `qaindex search --rerank {directory}` or `qaindex build --reranker "
+            f"{directory}` (Python: Reranker.load), and give --model a dual-encoder model directory"
+        )
+    return (
+        f"{mpath}: is a {kind.replace('_', '-')} model (kind {json.dumps(kind)}), not a reranker; pass it as "
+        "--model (Python: Model.load), and give --rerank/--reranker a directory exported by "
+        "`qaindex train --model ap-cnn` or `--model ap-bilstm`"
+    )
 
 
 def read_model_manifest(
@@ -112,8 +130,6 @@ def read_model_manifest(
             f"(supported: {', '.join(MODEL_KINDS)}); upgrade qaindex"
         )
     if kind != expect:
-        from ..reranker import wrong_kind_message
-
         raise ModelFormatError(wrong_kind_message(mpath, kind))
     _require(manifest, "name", str, mpath)
     dim = _require(manifest, "dimension", int, mpath)
@@ -170,8 +186,6 @@ def read_model_manifest(
                 f'{mpath}: field "{key}" must be an object, got {manifest[key]!r}; re-export the model'
             )
     if "calibration" in manifest:
-        from ..eval.calibration import Calibration
-
         Calibration.from_manifest(manifest["calibration"], mpath)
     if verify:
         verify_files(directory, files, error=ModelFormatError, what="model directory")
@@ -336,8 +350,6 @@ def write_model_directory(
                     shutil.copyfile(content, dest)
         tokenizer.save_vocab(tmp / "vocab.txt")
         files = {p.relative_to(tmp).as_posix(): file_entry(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
-        from .. import __version__
-
         manifest = {
             "format": MODEL_FORMAT,
             "format_version": MODEL_FORMAT_VERSION,
