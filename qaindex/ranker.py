@@ -1,8 +1,8 @@
-"""``Ranker``: build, load, search, update and save a question→answer index.
+"""``Ranker``, the front door: build, load, search, update and save a question→answer index.
 
-The query and update pipeline. The index directory format (layout, manifest, snapshots) is
-in :mod:`qaindex.store.index_format`, the record store in :mod:`qaindex.store.records`, the model
-format in :mod:`qaindex.store.model_format`.
+It checks arguments, holds the state and the locks, and delegates: searches to
+:mod:`qaindex.search.pipeline`, builds to :mod:`qaindex.build.encoding`, the index directory
+to :mod:`qaindex.store.index_format` and :mod:`qaindex.store.saving`, recall to :mod:`qaindex.eval.recall`.
 """
 
 from __future__ import annotations
