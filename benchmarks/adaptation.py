@@ -7,7 +7,7 @@ correct answer) are split once with a fixed seed:
   training may see (it holds out part of it again to choose its epoch);
 - **test questions**: the rest; no system trains on them. Every figure is MRR@10 of these
   questions against the whole pool, through the real :class:`qaindex.Ranker` path
-  (``qaindex.evaluate.evaluate_pooled``) of the exported model directory.
+  (``qaindex.eval.evaluate.evaluate_pooled``) of the exported model directory.
 
 Systems, in the same run:
 
@@ -57,8 +57,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from benchmarks.common import ROOT, write_results
 from benchmarks.readme_markers import replace_section
 from qaindex.corpus import read_json_lines
-from qaindex.datasets import Candidate, QuestionGroup, read_labelled
-from qaindex.evaluate import evaluate_pooled
+from qaindex.eval.datasets import Candidate, QuestionGroup, read_labelled
+from qaindex.eval.evaluate import evaluate_pooled
 from qaindex.model import DEFAULT_MODEL_DIR, Model
 
 RESULTS = ROOT / "benchmarks" / "results" / "adaptation.json"

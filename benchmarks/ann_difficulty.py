@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import ROOT, make_corpus, pick_questions, read_texts, set_faiss_threads, write_results
-from qaindex import hyperbolic
+from qaindex.build.tuning import recall_at
+from qaindex.geometry import hyperbolic
 from qaindex.model import Model
-from qaindex.tuning import recall_at
 from qaindex.vector_index import CoarseIndex, exact_search
 
 BREADTHS = {

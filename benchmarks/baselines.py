@@ -8,8 +8,8 @@ so that they can be re-checked at any time, on:
 - TrecQA clean ``trecqa_clean/test.jsonl``.
 
 The data is read in place from the shared datasets folder (never copied into the repo) with
-``qaindex.datasets.read_labelled``. Every question ranks **only its own candidates**, and the
-metrics come from ``qaindex.metrics.evaluate_scores``: MAP, MRR and P@1 over questions with at
+``qaindex.eval.datasets.read_labelled``. Every question ranks **only its own candidates**, and the
+metrics come from ``qaindex.eval.metrics.evaluate_scores``: MAP, MRR and P@1 over questions with at
 least one correct candidate, each the *exact expected value under uniformly random
 tie-breaking*, so the file order of the candidates (which leaks the labels: in TrecQA every
 correct candidate is listed first) can never help. Note that WikiQA is evaluated on all 243
@@ -94,8 +94,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from qaindex.datasets import QuestionGroup, read_labelled
-from qaindex.metrics import evaluate_scores
+from qaindex.eval.datasets import QuestionGroup, read_labelled
+from qaindex.eval.metrics import evaluate_scores
 
 # Never download anything: the model ships inside an installed package.
 os.environ["HF_HUB_OFFLINE"] = "1"

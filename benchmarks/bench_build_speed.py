@@ -48,7 +48,7 @@ from benchmarks.common import ROOT, make_corpus, read_texts, wall_and_cpu, write
 from qaindex import fast_paths
 from qaindex.corpus import read_corpus, records_from_dicts
 from qaindex.model import Model
-from qaindex.records import RecordStore
+from qaindex.store.records import RecordStore
 
 STAGES = ("validate", "read_validate_file", "tokenize", "encode", "store_records", "build_dicts", "build_file")
 

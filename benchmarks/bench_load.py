@@ -2,7 +2,7 @@
 
 ``Ranker.load`` verifies the size and SHA-256 of every file of the index and of its model
 copy by default, and scans the content (finite vectors inside the ball, every record strict
-JSON with its fields, unique ids: :mod:`qaindex.index_checks`); ``verify=False`` opts out of
+JSON with its fields, unique ids: :mod:`qaindex.store.index_checks`); ``verify=False`` opts out of
 both. This measures what that costs, and the content scan on its own: for each corpus
 size it builds a ``flat`` index with the built-in default model (synthetic answers of words
 from ``examples/faq.jsonl``), then times ``Ranker.load`` (median of several loads, page cache
@@ -50,7 +50,7 @@ def median_load(index: Path, verify: bool, reps: int) -> float:
 
 def content_checks(index: Path, reps: int) -> float:
     """Median seconds of the content scan alone (vectors and records) on a loaded index."""
-    from qaindex.index_checks import check_records, check_vectors
+    from qaindex.store.index_checks import check_records, check_vectors
 
     ranker = Ranker.load(index, verify=False)
     snap = index / json.loads((index / "manifest.json").read_text())["snapshot"]

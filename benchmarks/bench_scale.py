@@ -87,8 +87,8 @@ from benchmarks.common import (
 )
 from benchmarks.readme_markers import replace_section
 from qaindex import Ranker
+from qaindex.build.tuning import recall_at
 from qaindex.model import Model
-from qaindex.tuning import recall_at
 from qaindex.vector_index import AUTO_FLAT_MAX, choose_kind, exact_search
 
 RESULTS = ROOT / "benchmarks" / "results" / "scale.json"
@@ -108,7 +108,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-recall_at_k = recall_at  # qaindex.tuning's: share of the true top-k rows among the found ones
+recall_at_k = recall_at  # qaindex.build.tuning's: share of the true top-k rows among the found ones
 
 
 def pipeline_recall(

@@ -79,7 +79,7 @@ def main() -> None:
     from qaindex_export.embeddings import load_minilm
     from qaindex_export.train import TrainConfig, train
 
-    from qaindex.datasets import read_labelled
+    from qaindex.eval.datasets import read_labelled
 
     data = Path(args.data)
     train_file, dev_file, _ = (data / p for p in SPLITS["wikiqa"])

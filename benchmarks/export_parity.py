@@ -42,8 +42,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from benchmarks.common import ROOT, per_call_ms, percentiles, write_results
 from benchmarks.common import minilm as load_minilm
 from qaindex import Ranker
-from qaindex.datasets import read_labelled
-from qaindex.evaluate import _answer_ids, _plan, pooled_metrics
+from qaindex.eval.datasets import read_labelled
+from qaindex.eval.evaluate import _answer_ids, _plan, pooled_metrics
 from qaindex.model import Model
 from qaindex.ranker import Record
 

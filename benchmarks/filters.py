@@ -35,7 +35,7 @@ import numpy as np
 from benchmarks.common import ROOT, synthetic, write_results
 from qaindex import Ranker
 from qaindex.corpus import read_corpus
-from qaindex.filters import compile_where, matching_rows
+from qaindex.search.filters import compile_where, matching_rows
 
 RESULTS = ROOT / "benchmarks" / "results" / "filters.json"
 

@@ -77,8 +77,8 @@ from benchmarks.fuzz_inputs import (
 from benchmarks.fuzz_resources import measure_resources
 from qaindex import QAIndexError, Ranker, Reranker
 from qaindex.corpus import read_corpus, records_from_dicts
-from qaindex.datasets import Candidate, QuestionGroup
-from qaindex.evaluate import evaluate_model, evaluate_pooled, evaluate_via_index, pooled_metrics
+from qaindex.eval.datasets import Candidate, QuestionGroup
+from qaindex.eval.evaluate import evaluate_model, evaluate_pooled, evaluate_via_index, pooled_metrics
 from qaindex.model import Model
 
 

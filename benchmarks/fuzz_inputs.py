@@ -17,7 +17,7 @@ from hypothesis.extra import numpy as hnp
 
 from qaindex import QAIndexError, Ranker
 from qaindex.model import Model
-from qaindex.tokenizer import Tokenizer
+from qaindex.text.tokenizer import Tokenizer
 from tests.helpers.onnx_models import make_model
 
 CALLS_PER_EXAMPLE = 8

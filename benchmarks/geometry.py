@@ -5,7 +5,7 @@ embeddings, as the default training does), keeps the best epoch by dev MAP, expo
 model directory, and measures on WikiQA test (filtered):
 
 - **reranking**: test MAP / MRR over each question's given candidates
-  (``qaindex.evaluate.evaluate_model``);
+  (``qaindex.eval.evaluate.evaluate_model``);
 - **whole corpus**: every distinct test answer plus :data:`JUNK` (50 one-character,
   punctuation-only and out-of-vocabulary answers) indexed with ``qaindex.Ranker`` (served
   path: ONNX encoder → FAISS → exact ONNX rerank); each question with a correct answer is
@@ -81,7 +81,8 @@ def _pool(test_groups: list[Any]) -> tuple[list[dict[str, Any]], dict[str, set[s
 
 def whole_corpus(model: Any, records: list[dict[str, Any]], relevant: dict[str, set[str]]) -> dict[str, Any]:
     """Pooled search metrics, norm spread, cosine-order disagreement and coarse recall."""
-    from qaindex import Ranker, hyperbolic
+    from qaindex import Ranker
+    from qaindex.geometry import hyperbolic
 
     questions = sorted(relevant)
     out: dict[str, Any] = {"answers": len(records), "junk": len(JUNK), "questions": len(questions)}
@@ -127,8 +128,8 @@ def run_one(name: str, seed: int, epochs: int, data: Path, embeddings: Any) -> d
     from qaindex_export.onnx_export import export_model
     from qaindex_export.train import TrainConfig, train
 
-    from qaindex.datasets import read_labelled
-    from qaindex.evaluate import evaluate_model
+    from qaindex.eval.datasets import read_labelled
+    from qaindex.eval.evaluate import evaluate_model
     from qaindex.model import Model
 
     train_file, dev_file, test_file = (data / p for p in SPLITS)
@@ -168,7 +169,7 @@ def run_one(name: str, seed: int, epochs: int, data: Path, embeddings: Any) -> d
 def default_model_recall(data: Path) -> dict[str, Any]:
     """Recall@10 vs exact of the shipped default model (relative ranking, all on the clip)."""
     from qaindex import Ranker
-    from qaindex.datasets import read_labelled
+    from qaindex.eval.datasets import read_labelled
     from qaindex.model import Model
 
     model = Model.load(None, threads=None)
@@ -209,7 +210,7 @@ def spread_recall(vectors: np.ndarray, queries: np.ndarray, k: int = 10, overfet
     reranked exactly (float64 ``relative_distance``), as the ONNX scorer does; both are
     compared with :func:`qaindex.vector_index.exact_search`.
     """
-    from qaindex import hyperbolic
+    from qaindex.geometry import hyperbolic
     from qaindex.vector_index import CoarseIndex, exact_search
 
     rng = np.random.default_rng(1)
@@ -321,7 +322,7 @@ def main() -> None:
     else:
         from qaindex_export.embeddings import build_embeddings
 
-        from qaindex.datasets import read_labelled
+        from qaindex.eval.datasets import read_labelled
 
         texts = []
         for split in SPLITS[:2]:

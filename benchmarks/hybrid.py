@@ -1,7 +1,7 @@
 """Hybrid lexical + dense search: the fusion rule fitted on held-out data, quality on every
 corpus, added latency at scale, calibration error of hybrid hits.
 
-1. **Fit** (``--fit``). The ``adaptive`` rule (``qaindex.fusion``: a convex combination of
+1. **Fit** (``--fit``). The ``adaptive`` rule (``qaindex.search.fusion``: a convex combination of
    min-max normalised model and BM25 scores whose dense weight is ``clip(a + b * rho, 0, 1)
    * min(1, terms / n(q))``, ``rho`` the corpus's label-free dense/BM25 ratio measured at
    build time, ``n(q)`` the question's BM25 terms) has three constants. They are chosen on
@@ -31,7 +31,7 @@ corpus, added latency at scale, calibration error of hybrid hits.
    p10 is the least disturbed figure).
 4. **Calibration.** Expected calibration error of the top-10 hits' ``score`` on every
    labelled corpus: dense search, hybrid hits scored by the model's calibration alone, and
-   hybrid hits as they ship (the hybrid score calibration, ``qaindex.fusion.hybrid_probability``,
+   hybrid hits as they ship (the hybrid score calibration, ``qaindex.search.fusion.hybrid_probability``,
    fitted with ``--fit`` by logistic regression on the top-10 hybrid hits of half A of the
    fit pools).
 
@@ -67,14 +67,14 @@ from benchmarks.pooled import load_corpora
 from benchmarks.pooled_eval import JUNK_AID, JUNK_ANSWERS
 from benchmarks.readme_markers import replace_section
 from qaindex import Ranker
-from qaindex.calibration import _logistic, labelled_pool, summary
 from qaindex.corpus import read_corpus
-from qaindex.datasets import read_labelled
 from qaindex.errors import ModelFormatError
-from qaindex.fusion import Fusion, dense_weight, fuse, fusion_from, hybrid_arrays
-from qaindex.lexical import top_rows
+from qaindex.eval.calibration import _logistic, labelled_pool, summary
+from qaindex.eval.datasets import read_labelled
 from qaindex.model import DEFAULT_MODEL_DIR, Model
-from qaindex.storage import read_json_object, write_json_atomic
+from qaindex.search.fusion import Fusion, dense_weight, fuse, fusion_from, hybrid_arrays
+from qaindex.store.storage import read_json_object, write_json_atomic
+from qaindex.text.lexical import top_rows
 
 RESULTS = ROOT / "benchmarks" / "results" / "hybrid.json"
 K = 10
@@ -211,7 +211,7 @@ def _rr(ranked: list[int], good: set[int]) -> float:
 def ranked_by(
     fusion: Fusion, rows: np.ndarray, dense: np.ndarray, lexical: np.ndarray, ratio: Any, terms: int
 ) -> list[int]:
-    """The runtime's order of one question's candidates (qaindex.fusion.hybrid_arrays)."""
+    """The runtime's order of one question's candidates (qaindex.search.fusion.hybrid_arrays)."""
     rule = fusion
     if fusion.rule == "adaptive":
         rule = Fusion("convex", weight=dense_weight(fusion, ratio, terms))

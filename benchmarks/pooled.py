@@ -15,7 +15,7 @@ Besides MRR@10 / recall@10 / P@1 (measured *with* the junk present), each system
 
 Systems, in the same run:
 
-- qaindex models through the real :class:`qaindex.Ranker` (the path of ``qaindex.evaluate.evaluate_pooled``):
+- qaindex models through the real :class:`qaindex.Ranker` (the path of ``qaindex.eval.evaluate.evaluate_pooled``):
   the previous built-in default (research-only, extracted from git at ``--previous``), the
   current built-in default (the distilled table + a head fine-tuned without labels on the FAQ
   answers, see ``tools/build_default_model.py``), the distilled tables without training
@@ -77,7 +77,7 @@ from benchmarks.pooled_eval import (
     real_answers,
     with_junk,
 )
-from qaindex.datasets import Candidate, QuestionGroup
+from qaindex.eval.datasets import Candidate, QuestionGroup
 from qaindex.model import DEFAULT_MODEL_DIR, Model
 
 SPEED_SAMPLE = 2000

@@ -15,8 +15,8 @@ import numpy as np
 
 from benchmarks.common import ROOT, minilm
 from qaindex import Ranker
-from qaindex.datasets import Candidate, QuestionGroup, read_labelled
-from qaindex.evaluate import _answer_ids, _encode_questions, _plan, pooled_metrics
+from qaindex.eval.datasets import Candidate, QuestionGroup, read_labelled
+from qaindex.eval.evaluate import _answer_ids, _encode_questions, _plan, pooled_metrics
 from qaindex.model import Model
 from qaindex.ranker import Record
 
@@ -183,5 +183,3 @@ def minilm_encoder(threads: int | None = None) -> Callable[[list[str]], np.ndarr
         return np.asarray(model.encode(texts, batch_size=64, normalize_embeddings=True), dtype=np.float32)
 
     return encode
-
-

@@ -2,7 +2,7 @@
 
 For each dataset × model × seed it trains with ``qaindex_export.train`` (train split, best
 epoch by dev MAP), exports the ONNX model directory exactly as ``qaindex train`` does, and
-evaluates the *exported* model on the test split with ``qaindex.evaluate.evaluate_model``
+evaluates the *exported* model on the test split with ``qaindex.eval.evaluate.evaluate_model``
 (ties broken by expectation, never by file order). It writes:
 
 - ``benchmarks/results/reproduction.json``: every run (and the ``latency`` section);
@@ -96,10 +96,16 @@ MODEL_SETTINGS: dict[str, dict[str, Any]] = {
     "qa-cnn": {"model": "qa-cnn", "dim": 400, "window": 4, "negatives": 1, "negative_pool": 50, "margin": 0.2},
     "qa-bilstm": {"model": "qa-bilstm", "dim": 282, "negatives": 1, "negative_pool": 50, "margin": 0.2, "lr": 0.01},
     # attentive pooling (rerankers): margin 0.5 as the paper's AP runs; CPU-sized c and pool (see README)
-    "ap-cnn": {"model": "ap-cnn", "dim": 200, "window": 4, "negatives": 1, "negative_pool": 20, "margin": 0.5,
-               "threads": 1},
-    "ap-bilstm": {"model": "ap-bilstm", "dim": 100, "negatives": 1, "negative_pool": 10, "margin": 0.5,
-                  "threads": 1},
+    "ap-cnn": {
+        "model": "ap-cnn",
+        "dim": 200,
+        "window": 4,
+        "negatives": 1,
+        "negative_pool": 20,
+        "margin": 0.5,
+        "threads": 1,
+    },
+    "ap-bilstm": {"model": "ap-bilstm", "dim": 100, "negatives": 1, "negative_pool": 10, "margin": 0.5, "threads": 1},
     # the HRDE-LTC paper's GRU dual encoders (CPU-sized: 128 GRU units, frozen MiniLM token embeddings, answers
     # cut at 64 tokens (HRDE: at most 4 chunks of 24), Adam 0.005, 4 random negatives, binary cross-entropy,
     # stop at the first epoch without a better dev MAP)
@@ -147,8 +153,8 @@ def run_one(
     from qaindex_export.onnx_export import export_model
     from qaindex_export.train import TrainConfig, resolve_device, train
 
-    from qaindex.datasets import read_labelled
-    from qaindex.evaluate import evaluate_model
+    from qaindex.eval.datasets import read_labelled
+    from qaindex.eval.evaluate import evaluate_model
     from qaindex.model import Model
     from qaindex.reranker import Reranker, model_kind
 
@@ -195,7 +201,7 @@ def run_one(
 
 def _test_corpus(data: Path, dataset: str) -> tuple[list[dict[str, Any]], list[str]]:
     """The dataset's test answers (one record per distinct text) and its distinct test questions."""
-    from qaindex.datasets import read_labelled
+    from qaindex.eval.datasets import read_labelled
 
     groups = read_labelled(data / SPLITS[dataset][2])
     answers: dict[str, None] = {}

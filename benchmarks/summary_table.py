@@ -82,8 +82,7 @@ def readme_body(results: dict[str, Any], scale: dict[str, Any] | None = None) ->
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     sizes = ", ".join(f"{_CORPORA[c]} {results['corpora'][c]['answers']:,}" for c in corpora)
     return (
-        "\n".join(lines)
-        + "\n\nMRR@10 (× MiniLM's): every question searched against every answer of its corpus "
+        "\n".join(lines) + "\n\nMRR@10 (× MiniLM's): every question searched against every answer of its corpus "
         f"({sizes} answers), "
         f"{results['corpora'][corpora[0]]['junk_answers']} junk answers added; the corpora and their sources are "
         "described in [docs/user-corpora.md](docs/user-corpora.md) (`python -m benchmarks.pooled --corpora DIR "

@@ -62,10 +62,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from qaindex.datasets import QuestionGroup
 from qaindex.errors import QAIndexError
-from qaindex.evaluate import pooled_metrics
-from qaindex.tokenizer import Tokenizer
+from qaindex.eval.datasets import QuestionGroup
+from qaindex.eval.evaluate import pooled_metrics
+from qaindex.text.tokenizer import Tokenizer
 
 from .adapt_config import AdaptConfig
 from .config import TrainConfig
@@ -783,7 +783,7 @@ def adapt_supervised(
     config, settings
         As :func:`adapt_unlabelled`.
     train_data, dev_data : path or sequence of QuestionGroup
-        Corpus- or benchmark-format labelled data (``qaindex.datasets.read_labelled``).
+        Corpus- or benchmark-format labelled data (``qaindex.eval.datasets.read_labelled``).
     teacher : callable, keyword-only, optional
     start : StartPoint or path, keyword-only, optional
     log : callable, keyword-only, optional

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from qaindex.calibration import calibrate_model
-from qaindex.datasets import Candidate, QuestionGroup, read_labelled
+from qaindex.eval.calibrate import calibrate_model
+from qaindex.eval.datasets import Candidate, QuestionGroup, read_labelled
 
 from .unlabelled import pseudo_questions
 

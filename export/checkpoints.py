@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from qaindex.errors import QAIndexError
-from qaindex.storage import sha256_file
-from qaindex.tokenizer import Tokenizer
+from qaindex.store.storage import sha256_file
+from qaindex.text.tokenizer import Tokenizer
 
 from .attentive import ATTENTIVE_MODELS
 from .config import RECURRENT_KINDS, TrainConfig
@@ -194,20 +194,24 @@ def load_checkpoint(path: str | os.PathLike[str], *, device: str = "cpu") -> Tra
             raise _checkpoint_error(weights_path, f"tensor {name!r} is missing or not a matrix")
     emb = weights["embedding" if recurrent is not None else "encoder.embedding"]
     try:
-        model = recurrent if recurrent is not None else build_model(
-            config.model,
-            emb.shape[0],
-            dim=config.dim if sequence else weights["encoder.proj.weight"].shape[0],
-            embeddings=emb.cpu().numpy(),
-            train_embeddings=config.train_embeddings
-            if config.train_embeddings is not None
-            else config.embeddings == "none",
-            ball=state["ball"] if state["ball"] != "none" else "clip",
-            max_norm=config.max_norm,
-            learn_alpha=config.learn_alpha,
-            init_norm=config.init_norm,
-            ranking=config.ranking,
-            window=config.window,
+        model = (
+            recurrent
+            if recurrent is not None
+            else build_model(
+                config.model,
+                emb.shape[0],
+                dim=config.dim if sequence else weights["encoder.proj.weight"].shape[0],
+                embeddings=emb.cpu().numpy(),
+                train_embeddings=config.train_embeddings
+                if config.train_embeddings is not None
+                else config.embeddings == "none",
+                ball=state["ball"] if state["ball"] != "none" else "clip",
+                max_norm=config.max_norm,
+                learn_alpha=config.learn_alpha,
+                init_norm=config.init_norm,
+                ranking=config.ranking,
+                window=config.window,
+            )
         )
         model.load_state_dict(weights)
     except (RuntimeError, ValueError, KeyError) as exc:

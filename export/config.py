@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from qaindex.errors import QAIndexError
-from qaindex.hyperbolic import RANKINGS, max_norm_for
+from qaindex.geometry.hyperbolic import RANKINGS, max_norm_for
 
 __all__ = [
     "BALL_CHOICES",

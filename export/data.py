@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from qaindex.datasets import QuestionGroup, read_labelled
-from qaindex.storage import sha256_file
-from qaindex.tokenizer import Tokenizer
+from qaindex.eval.datasets import QuestionGroup, read_labelled
+from qaindex.store.storage import sha256_file
+from qaindex.text.tokenizer import Tokenizer
 
 __all__ = ["Pairs", "Split", "TextTable", "hold_out_dev", "load_groups", "split_groups", "training_pairs"]
 
@@ -46,7 +46,7 @@ def hold_out_dev(
 
     Example
     -------
-    >>> from qaindex.datasets import Candidate
+    >>> from qaindex.eval.datasets import Candidate
     >>> gs = [QuestionGroup(str(i), f"q{i}", (Candidate("a", "x", 1),)) for i in range(10)]
     >>> [len(part) for part in hold_out_dev(gs, 0.2, seed=0)]
     [8, 2]

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from qaindex.errors import MissingDependencyError
-from qaindex.tokenizer import Tokenizer
+from qaindex.text.tokenizer import Tokenizer
 
 from .word_vectors import Embeddings, EmbeddingsError, load_minilm, minilm_dir
 

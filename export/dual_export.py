@@ -10,7 +10,7 @@
   ``max_bytes``. QA-CNN / QA-biLSTM export the network itself (float32 embeddings).
 - ``scorer.onnx``: ``query`` (n × dim), ``candidates`` (n × m × dim) → ``score`` (n × m,
   higher is better) and ``distance``; traced from modules that call
-  :mod:`qaindex.hyperbolic` (one formula for training, export and runtime).
+  :mod:`qaindex.geometry.hyperbolic` (one formula for training, export and runtime).
 
 :func:`check_parity` then runs onnxruntime against torch on varied batch sizes and lengths
 (including length 1, padding and empty rows) and raises :class:`ExportError` when they differ

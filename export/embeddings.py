@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from qaindex.tokenizer import Tokenizer
+from qaindex.text.tokenizer import Tokenizer
 
 from .distill import load_distilled
 from .word_vectors import SPECIALS, Embeddings, EmbeddingsError, load_minilm, minilm_dir, read_word_vectors

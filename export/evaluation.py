@@ -1,6 +1,6 @@
 """Evaluation during training: texts to vectors, dev metrics, norm diagnostics.
 
-Metrics are :func:`qaindex.metrics.evaluate_groups` (MAP, MRR, P@1; expected values under
+Metrics are :func:`qaindex.eval.metrics.evaluate_groups` (MAP, MRR, P@1; expected values under
 random tie-breaking), the same function the runtime's evaluation uses.
 """
 
@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from qaindex.datasets import QuestionGroup
-from qaindex.hyperbolic import cosine_similarity
-from qaindex.metrics import evaluate_groups as evaluate_scores
+from qaindex.eval.datasets import QuestionGroup
+from qaindex.eval.metrics import evaluate_groups as evaluate_scores
+from qaindex.geometry.hyperbolic import cosine_similarity
 
 from .attentive import is_joint, joint_split_scores
 from .data import Split, TextTable, load_groups, split_groups

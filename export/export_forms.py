@@ -3,7 +3,7 @@
 :class:`FoldedEncoder` is a trained :class:`~qaindex_export.models.BagOfWords` encoder as one
 per-token table + masked sum + ball map (the same function); :class:`PoincareScorer` and
 :class:`CosineScorer` are the scorers with the trained ``w_f``, ``b_f`` frozen in, calling
-:mod:`qaindex.hyperbolic` (one formula for training, export and runtime).
+:mod:`qaindex.geometry.hyperbolic` (one formula for training, export and runtime).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from qaindex import hyperbolic
+from qaindex.geometry import hyperbolic
 
 from .models import RANKINGS, BallMap
 
@@ -57,7 +57,7 @@ class FoldedEncoder(nn.Module):
 class PoincareScorer(nn.Module):
     """Export form of HyperQA's scorer: ``(query (n,d), candidates (n,m,d)) → (score, distance)``.
 
-    Calls ``qaindex.hyperbolic.pairwise_distance``; ``score = -(w_f f + b_f)`` with ``f = d``
+    Calls ``qaindex.geometry.hyperbolic.pairwise_distance``; ``score = -(w_f f + b_f)`` with ``f = d``
     (``ranking="distance"``) or ``f = d(q, a) - d(0, a)`` (``"relative"``); the ``distance``
     output is the plain Poincaré distance ``d`` in both cases.
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from qaindex.tokenizer import Tokenizer
+from qaindex.text.tokenizer import Tokenizer
 
 from .attentive import ATTENTIVE_MODELS, build_attentive_model
 from .config import MODEL_KINDS, RECURRENT_KINDS, TrainConfig

@@ -6,7 +6,7 @@ The network, as the paper defines it (sections 3.1-3.5)::
     x_t   = ReLU(W_p z_t + b_p)               per-word projection, shared by question and answer
     y     = sum_t mask_t x_t                  neural bag of words
     v     = ball(y)                           into the Poincaré ball (see BallMap)
-    d     = poincare_distance(v_q, v_a)       qaindex.hyperbolic.distance
+    d     = poincare_distance(v_q, v_a)       qaindex.geometry.hyperbolic.distance
     f     = d - d(0, v_a)                     ranking "relative" (default); "distance": f = d
     s     = w_f f + b_f                       lower is better (the paper's loss ranks by it)
 
@@ -17,7 +17,7 @@ unambiguous, ``w_f = softplus(w_raw) > 0`` and every score this module returns i
 
 Ranking rules (``ranking``): ``distance`` is the paper's ``d``; ``relative`` (the default)
 scores the origin-relative distance ``f = d(q, a) - d(0, a)``
-(:func:`qaindex.hyperbolic.relative_distance`). With plain ``d``, a point near the centre is
+(:func:`qaindex.geometry.hyperbolic.relative_distance`). With plain ``d``, a point near the centre is
 about ``d(0, q)`` from every question while two boundary points are much further apart, so a
 short, punctuation-only or out-of-vocabulary answer (whose sum is short) is every question's
 nearest neighbour — a hub. Under ``f`` the centre is the *worst* place (``f(q, 0) = d(0, q)``
@@ -73,7 +73,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from qaindex import hyperbolic
+from qaindex.geometry import hyperbolic
 
 from .config import BALL_MAPS, MODEL_KINDS
 
@@ -110,7 +110,7 @@ def poincare_score(
     """HyperQA's score, higher is better: ``-(w_f f + b_f)``.
 
     ``f = d`` (``ranking="distance"``, the paper) or ``f = d(q, a) - d(0, a)``
-    (``ranking="relative"``, :func:`qaindex.hyperbolic.relative_distance`); ``d`` is the
+    (``ranking="relative"``, :func:`qaindex.geometry.hyperbolic.relative_distance`); ``d`` is the
     Poincaré distance, returned as the second output in both cases.
 
     Parameters
@@ -354,7 +354,7 @@ class BallMap(nn.Module):
         ``weighted``: input ``(y, w)`` (the sum and the summed per-token depth weights, see
         :class:`BagOfWords` ``depth``) → ``max_norm · tanh(s w) · ŷ``, ``s`` learned;
         ``lognorm``: input ``(y, w)`` as for ``weighted`` → ``max_norm · sigmoid(a log w + b) · ŷ``
-        with ``a = exp(log_a)`` and ``b`` (:func:`qaindex.hyperbolic.lognorm_map`): the radius
+        with ``a = exp(log_a)`` and ``b`` (:func:`qaindex.geometry.hyperbolic.lognorm_map`): the radius
         grows with the log of the summed per-token evidence, so texts without evidence sit
         at the centre;
         ``none``: identity (CosineQA).
@@ -542,7 +542,7 @@ class HyperQA(DualEncoderQA):
         self.ranking = ranking
 
     def distance(self, query: Tensor, candidates: Tensor) -> Tensor:
-        """Poincaré distance (``qaindex.hyperbolic.distance``), broadcasting."""
+        """Poincaré distance (``qaindex.geometry.hyperbolic.distance``), broadcasting."""
         return hyperbolic.distance(query, candidates)
 
     def score(self, query: Tensor, candidates: Tensor) -> tuple[Tensor, Tensor]:

@@ -30,11 +30,11 @@ import numpy as np
 import torch
 
 from qaindex import Model, Reranker
-from qaindex.datasets import QuestionGroup
-from qaindex.metrics import evaluate_groups
+from qaindex.eval.datasets import QuestionGroup
+from qaindex.eval.metrics import evaluate_groups
 from qaindex.model import write_model
 from qaindex.reranker import write_reranker
-from qaindex.storage import file_entry, fsync_tree, temporary_sibling, write_json_atomic
+from qaindex.store.storage import file_entry, fsync_tree, temporary_sibling, write_json_atomic
 
 from . import attentive_export, dual_export, recurrent_export
 from .data import load_groups

@@ -10,14 +10,14 @@ pair by ``p = σ(qᵀ M e + b)``, trained with binary cross-entropy on the corre
     HRDE      q = u_Q                                   e = u_A
     HRDE-LTC  q = u_Q                                   e = [u_A ; Σ_k p_k m_k],  p = softmax(u_Aᵀ m_k)
 
-HRDE splits a text into chunks (sentences, :mod:`qaindex.chunking`), encodes each chunk with
+HRDE splits a text into chunks (sentences, :mod:`qaindex.text.chunking`), encodes each chunk with
 the word-level GRU (its last real state ``h_c``) and reads ``h_1..h_C`` with a chunk-level GRU
 whose last real state is ``u``. As in the paper's Ubuntu setup, where the shorter side was not
 split, questions are one chunk (word GRU, then one chunk-GRU step); answers are chunked.
 LTC (eq. 5) is applied to the answer side only (eqs. 6-7) with ``K`` = ``topics`` learned
 vectors ``m_k`` of the encoding's size (so no extra projection is needed).
 
-Served as a dual encoder (:mod:`qaindex.bilinear`): the question graph outputs ``q``, the
+Served as a dual encoder (:mod:`qaindex.geometry.bilinear`): the question graph outputs ``q``, the
 answer graph ``c = M e`` (``M`` folded in), the index searches the inner product ``q·c`` and
 hits report ``σ(q·c + b)``.
 
@@ -45,9 +45,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from qaindex import bilinear
-from qaindex.chunking import Chunking
-from qaindex.tokenizer import Tokenizer
+from qaindex.geometry import bilinear
+from qaindex.text.chunking import Chunking
+from qaindex.text.tokenizer import Tokenizer
 
 from .models import BallMap, embedding_parameter
 
@@ -353,7 +353,7 @@ class AnswerEncoder(nn.Module):
 
 
 class BilinearScorer(nn.Module):
-    """Export form of the scorer: :func:`qaindex.bilinear.bilinear_score` with ``b`` frozen in.
+    """Export form of the scorer: :func:`qaindex.geometry.bilinear.bilinear_score` with ``b`` frozen in.
 
     Example
     -------

@@ -5,9 +5,9 @@ them through :func:`qaindex.model.write_model`):
 
 - ``encoder.onnx`` (question role): ``input_ids``, ``attention_mask`` (batch, seq) → ``q``;
 - ``answer_encoder.onnx``: the same inputs, or (batch, chunks, tokens) for HRDE, → ``M e``;
-- ``scorer.onnx``: :func:`qaindex.bilinear.bilinear_score` with the trained ``b`` frozen in;
+- ``scorer.onnx``: :func:`qaindex.geometry.bilinear.bilinear_score` with the trained ``b`` frozen in;
 - the manifest with ``geometry = {"name": "bilinear", "bias": b}`` and, for HRDE, the
-  ``chunking`` of answers (:mod:`qaindex.chunking`).
+  ``chunking`` of answers (:mod:`qaindex.text.chunking`).
 
 The GRU graphs are exported with torch's TorchScript exporter by default (``exporter=
 "torchscript"``): on this project's 2-core machine it took 0.1-0.5 s per graph against about
@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from qaindex import bilinear
-from qaindex.chunking import Chunking, manifest_entry
+from qaindex.geometry import bilinear
+from qaindex.text.chunking import Chunking, manifest_entry
 
 from .onnx_graph import Exported, export_in_subprocess, export_scorer, export_torchscript, run_child
 from .onnx_graph import export_graph as trace_graph

@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from qaindex.datasets import QuestionGroup
 from qaindex.errors import QAIndexError
-from qaindex.tokenizer import Tokenizer
+from qaindex.eval.datasets import QuestionGroup
+from qaindex.text.tokenizer import Tokenizer
 
 from .config import TrainConfig
 from .models import DualEncoderQA

@@ -13,7 +13,7 @@ through :func:`qaindex.model.write_model`:
   sentence-transformers feeds them.
 - ``scorer.onnx``: cosine similarity (``score = cos``, ``distance = 1 - cos``).
 - ``vocab.txt`` and the manifest: geometry ``cosine``, the tokenizer with ``[CLS]``/``[SEP]``
-  (:class:`qaindex.tokenizer.Tokenizer` reproduces HuggingFace's uncased BERT tokenizer),
+  (:class:`qaindex.text.tokenizer.Tokenizer` reproduces HuggingFace's uncased BERT tokenizer),
   ``max_tokens`` = the model's ``max_seq_length`` for both roles, and the parity figures.
 
 Parity, checked before anything is written (:class:`~qaindex_export.onnx_export.ExportError`
@@ -41,7 +41,7 @@ import torch
 
 from qaindex.errors import MissingDependencyError
 from qaindex.model import write_model
-from qaindex.tokenizer import Tokenizer
+from qaindex.text.tokenizer import Tokenizer
 
 from .export_forms import CosineScorer
 from .onnx_graph import ExportError, export_scorer

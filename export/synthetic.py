@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qaindex.datasets import Candidate, QuestionGroup
+from qaindex.eval.datasets import Candidate, QuestionGroup
 
 __all__ = ["planted_word_groups", "write_benchmark", "write_corpus"]
 

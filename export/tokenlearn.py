@@ -16,7 +16,7 @@ from one k-means cluster of the answers at a time (clusters of the initial stude
 vectors), so the in-batch negatives are the pairs' near neighbours: hard negatives.
 
 The ball (:func:`fit_ball`): ``x = max_norm · sigmoid(a log|s| + b) · s/|s|``
-(:func:`qaindex.hyperbolic.lognorm_map`), ``a`` and ``b`` chosen on held-out pairs for the
+(:func:`qaindex.geometry.hyperbolic.lognorm_map`), ``a`` and ``b`` chosen on held-out pairs for the
 origin-relative ranking ``f = d(q, a) - d(0, a)``, among the settings whose answer norms
 vary (std ≥ ``min_norm_std``). Short sums (stop words, punctuation, junk) land near the
 centre, which that ranking scores worst.
@@ -50,8 +50,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from qaindex import hyperbolic
-from qaindex.tokenizer import Tokenizer
+from qaindex.geometry import hyperbolic
+from qaindex.text.tokenizer import Tokenizer
 
 __all__ = [
     "BallFit",
@@ -514,7 +514,7 @@ def export_tokenlearn_model(
     """Write a distilled table (float16) with the ``lognorm`` ball and the relative ranking.
 
     ``evidence`` (one value per token, :func:`evidence_weights`) becomes the table's last
-    column. The encoder graph is a gather, a masked sum and :func:`qaindex.hyperbolic.lognorm_map`;
+    column. The encoder graph is a gather, a masked sum and :func:`qaindex.geometry.hyperbolic.lognorm_map`;
     onnxruntime is checked against torch (:func:`qaindex_export.onnx_export.check_parity`).
 
     Example

@@ -8,7 +8,7 @@ Usage::
 
 Data: the benchmark format (``qid, question, aid, answer, label``) or the corpus format
 (questions paired with their answers; negatives then come from the other answers), both read
-with :func:`qaindex.datasets.read_labelled` (bad files raise its ``CorpusError``).
+with :func:`qaindex.eval.datasets.read_labelled` (bad files raise its ``CorpusError``).
 
 One epoch = every (question, correct answer) pair of the training file once, each with
 ``negatives`` wrong answers, giving (question, positive, negative) triples and the paper's
@@ -28,7 +28,7 @@ Negatives (``sampling``):
 Every text is tokenized once. A step projects each distinct token of its batch once
 (``torch.unique`` + ``embedding_bag``), which is the whole cost of a frozen-embedding model.
 The best epoch by dev MAP is kept (ties of candidate scores counted as random orderings, see
-:func:`qaindex.metrics.evaluate_groups`). Runs are reproducible: ``torch.manual_seed``, one
+:func:`qaindex.eval.metrics.evaluate_groups`). Runs are reproducible: ``torch.manual_seed``, one
 ``numpy.random.Generator`` for sampling, and deterministic algorithms.
 
 Read top to bottom: :func:`train` loads the data and embeddings, then :func:`_train_one` runs
@@ -52,9 +52,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from qaindex.datasets import QuestionGroup
-from qaindex.storage import sha256_file
-from qaindex.tokenizer import Tokenizer
+from qaindex.eval.datasets import QuestionGroup
+from qaindex.store.storage import sha256_file
+from qaindex.text.tokenizer import Tokenizer
 
 from .attentive import is_joint, joint_pair_scores
 from .checkpoints import load_checkpoint, save_checkpoint
@@ -105,7 +105,7 @@ def train(
     ----------
     config : TrainConfig
     train_data : path or sequence of QuestionGroup
-        Benchmark- or corpus-format JSONL (read with ``qaindex.datasets.read_labelled``).
+        Benchmark- or corpus-format JSONL (read with ``qaindex.eval.datasets.read_labelled``).
     dev_data : path or sequence of QuestionGroup, optional
         Model selection data; None holds out ``config.dev_fraction`` of the training
         questions (chosen with the seed).

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from qaindex.datasets import Candidate, QuestionGroup
+from qaindex.eval.datasets import Candidate, QuestionGroup
 
 from .config import TrainConfig
 from .data import TextTable, split_groups

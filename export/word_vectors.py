@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from qaindex.errors import MissingDependencyError, QAIndexError
-from qaindex.tokenizer import Tokenizer
+from qaindex.text.tokenizer import Tokenizer
 
 __all__ = [
     "SPECIALS",
@@ -56,7 +56,7 @@ class Embeddings:
         Pretrained rows (``[PAD]`` and words without a vector are zero); None means
         "train embeddings from random initialisation".
     kind : {"wordpiece", "word"}
-        The :class:`qaindex.tokenizer.Tokenizer` kind that produces ids into ``vocab``.
+        The :class:`qaindex.text.tokenizer.Tokenizer` kind that produces ids into ``vocab``.
     source : str
         The spec it was built from (e.g. ``"minilm"`` or ``"glove:/data/glove.txt"``).
     found : int

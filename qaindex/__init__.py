@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import logging as _logging
 
-__version__ = "0.1.0"
-
 from .corpus import Record, read_corpus
 from .errors import (
     CorpusError,
@@ -32,6 +30,7 @@ from .errors import (
 from .model import Model
 from .ranker import Hit, Ranker
 from .reranker import Reranker
+from .version import __version__
 
 __all__ = [
     "CorpusError",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .cli import main
+from .cli.app import main
 
 if __name__ == "__main__":  # pragma: no cover - exercised through a subprocess in tests
     main(prog_name="qaindex")

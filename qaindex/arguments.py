@@ -49,6 +49,7 @@ __all__ = [
 ]
 
 MAX_INT64 = (1 << 63) - 1
+MAX_SETTING = 1 << 20  # bound of overfetch, ef_search and index parameters (FAISS takes C ints)
 MAX_THREADS_PER_CORE = 4
 NAME_MAX = 255  # bytes in one path component (ext4, xfs, btrfs, APFS, NTFS)
 PATH_MAX = 4096  # bytes in a whole path (Linux)

@@ -289,7 +289,7 @@ def benchmark_row(obj: Mapping[str, Any], at: str) -> tuple[str | int, str, str 
     """Validate one answer-selection benchmark line: ``(qid, question, aid, answer, label)``.
 
     The one definition of the format, used by the corpus reader and by
-    :func:`qaindex.datasets.read_labelled`: all five fields present, ``qid`` and ``aid`` ids
+    :func:`qaindex.eval.datasets.read_labelled`: all five fields present, ``qid`` and ``aid`` ids
     (strings or integers), ``question`` a string, ``answer`` non-empty text, ``label`` 0 or 1
     (not ``true``/``false``). ``at`` names the file and line in messages.
 
@@ -515,7 +515,7 @@ def read_json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
     fail to be JSON (bad UTF-8, bad syntax, nesting beyond :data:`MAX_DEPTH`, integers
     beyond Python's digit limit) and every way the file can fail to be read is a
     :class:`CorpusError` naming the file and line. Shared by :func:`read_corpus` and
-    :func:`qaindex.datasets.read_labelled`, so both formats are read by one parser.
+    :func:`qaindex.eval.datasets.read_labelled`, so both formats are read by one parser.
 
     Example
     -------

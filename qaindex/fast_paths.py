@@ -1,7 +1,7 @@
 """The switch between the build's fast paths and the generic code they shortcut.
 
-Tokenizing (:mod:`qaindex.tokenizer`), corpus validation (:mod:`qaindex.corpus`), stored
-record lines (:mod:`qaindex.records`) and padding each have a fast path for the common case
+Tokenizing (:mod:`qaindex.text.tokenizer`), corpus validation (:mod:`qaindex.corpus`), stored
+record lines (:mod:`qaindex.store.records`) and padding each have a fast path for the common case
 (pure-ASCII text, flat records of plain JSON values) that gives exactly what the generic
 code gives and hands everything unusual to it. :func:`generic_only` turns the fast paths
 off, so tests can use the generic code as the reference and ``benchmarks/bench_build_speed.py``

@@ -14,7 +14,7 @@ Graph contracts (``kind = "dual_encoder"``):
 
 - encoder: inputs ``input_ids`` int64 (batch, seq) and, if declared, ``attention_mask``
   int64 (batch, seq); first output float32 (batch, dimension). A role named in the
-  manifest's ``chunking`` field takes (batch, chunks, tokens) instead (:mod:`qaindex.chunking`).
+  manifest's ``chunking`` field takes (batch, chunks, tokens) instead (:mod:`qaindex.text.chunking`).
 - scorer: inputs ``query`` float32 (n, dimension) and ``candidates`` float32
   (n, m, dimension); outputs ``score`` (n, m), higher is better, and ``distance`` (n, m).
 
@@ -35,8 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from . import chunking as chunking_format
-from . import fast_paths, hyperbolic
+from . import fast_paths
 from .arguments import (
     finite_vectors,
     flag,
@@ -47,10 +46,12 @@ from .arguments import (
     text_list,
     threads_arg,
 )
-from .calibration import Calibration
 from .devices import SessionPair, check_device, open_sessions
 from .errors import ModelFormatError, QueryError
-from .model_format import (
+from .eval.calibration import Calibration
+from .geometry import Geometry, hyperbolic
+from .geometry import get as geometry_of
+from .store.model_format import (
     GEOMETRIES,
     MODEL_FORMAT,
     MODEL_FORMAT_VERSION,
@@ -60,7 +61,8 @@ from .model_format import (
     read_model_manifest,
     write_model,
 )
-from .tokenizer import Tokenizer, TokenizerError
+from .text import chunking as chunking_format
+from .text.tokenizer import Tokenizer, TokenizerError
 
 __all__ = [
     "DEFAULT_MODEL_DIR",
@@ -142,10 +144,12 @@ class Model:
         # Poincaré ranking rule: "distance" (absent: models exported before it existed) or
         # "relative" (d(q, a) - d(0, a)); it decides how coarse recall and exact search rank
         self.ranking: str = manifest["geometry"].get("ranking", "distance")
+        #: the geometry object (:mod:`qaindex.geometry`) for ``geometry`` and ``ranking``
+        self.space: Geometry = geometry_of(self.geometry, self.ranking)
         self.max_tokens: dict[str, int] = dict(manifest["max_tokens"])
         # bilinear models (RDE family): score σ(q·c + b), ranked by the inner product q·c
         self.bias: float = float(manifest["geometry"].get("bias", 0.0))
-        # raw score -> P(relevant) (qaindex.calibration); sigmoid(raw) for models without one
+        # raw score -> P(relevant) (qaindex.eval.calibration); sigmoid(raw) for models without one
         self.calibration = Calibration.from_manifest(manifest.get("calibration"), directory / "manifest.json")
         # roles whose encoder reads (batch, chunks, tokens): hierarchical encoders (HRDE)
         self.chunking: dict[str, chunking_format.Chunking] = {
@@ -157,7 +161,7 @@ class Model:
     def read_manifest(path: str | os.PathLike[str], *, verify: bool = True) -> dict[str, Any]:
         """Read and validate ``manifest.json`` of a model directory (no ONNX loaded).
 
-        Same as :func:`qaindex.model_format.read_model_manifest`.
+        Same as :func:`qaindex.store.model_format.read_model_manifest`.
         """
         return read_model_manifest(path_arg(path, "path", what="a model directory"), verify=flag(verify, "verify"))
 
@@ -403,7 +407,7 @@ class Model:
             ``score`` is higher-is-better; ``distance`` is the geometry's distance
             (Poincaré distance, or 1 - cosine).
         """
-        ball = self.geometry == "poincare"
+        ball = self.space.ball
         q = finite_vectors(query, "query", shape=(None, self.dimension), ball=ball)
         c = finite_vectors(candidates, "candidates", shape=(len(q), None, self.dimension), ball=ball)
         return self.score_checked(q, c)

@@ -54,15 +54,15 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .arguments import flag, path_arg, positive_int, text_list, threads_arg
-from .calibration import Calibration
 from .devices import SessionPair, check_device, open_sessions
 from .errors import IndexFormatError, ModelFormatError, QueryError
-from .model_format import (
+from .eval.calibration import Calibration
+from .store.model_format import (
     copy_model_files,
     read_model_manifest,
     write_model_directory,
 )
-from .tokenizer import Tokenizer, TokenizerError
+from .text.tokenizer import Tokenizer, TokenizerError
 
 __all__ = [
     "DEFAULT_RERANK_DEPTH",
@@ -78,22 +78,6 @@ DEFAULT_RERANK_DEPTH = 50
 INPUTS = ("question_ids", "question_mask", "answer_ids", "answer_mask")
 STORED_DIRECTORY = "reranker"  # where an index keeps its reranker's copy (inside the snapshot)
 _PAIRS_PER_CALL = 256
-
-
-def wrong_kind_message(mpath: Path, kind: str) -> str:
-    """Why a model directory of ``kind`` cannot be used where the other kind is needed."""
-    directory = mpath.parent
-    if kind == "reranker":
-        return (
-            f'{mpath}: is a reranker model (kind "reranker"), which scores question-answer pairs and cannot '
-            f"encode answers; pass it to `qaindex search --rerank {directory}` or `qaindex build --reranker "
-            f"{directory}` (Python: Reranker.load), and give --model a dual-encoder model directory"
-        )
-    return (
-        f"{mpath}: is a {kind.replace('_', '-')} model (kind {json.dumps(kind)}), not a reranker; pass it as "
-        "--model (Python: Model.load), and give --rerank/--reranker a directory exported by "
-        "`qaindex train --model ap-cnn` or `--model ap-bilstm`"
-    )
 
 
 def model_kind(path: str | os.PathLike[str]) -> str | None:
@@ -164,7 +148,7 @@ class Reranker:
         self.name: str = manifest["name"]
         self.dimension: int = manifest["dimension"]
         self.max_tokens: dict[str, int] = dict(manifest["max_tokens"])
-        # its scores -> P(relevant) (qaindex.calibration); sigmoid for rerankers without one
+        # its scores -> P(relevant) (qaindex.eval.calibration); sigmoid for rerankers without one
         self.calibration = Calibration.from_manifest(manifest.get("calibration"), directory / "manifest.json")
 
     @classmethod
@@ -396,7 +380,7 @@ def write_reranker(
     dimension : int
         Width of the pooled vectors whose cosine is the score.
     tokenizer, max_tokens
-        As for :func:`qaindex.model_format.write_model`.
+        As for :func:`qaindex.store.model_format.write_model`.
     graph : bytes
         The ONNX graph (inputs :data:`INPUTS`, output ``scores``).
     score, training, metrics, parameters : mapping

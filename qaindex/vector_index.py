@@ -3,7 +3,7 @@
 Two index kinds, over the answers' vectors:
 
 - ``flat``: exhaustive search. For the Poincaré geometry it searches the inner product of
-  the lifted vectors (:func:`qaindex.hyperbolic.lift`), which ranks exactly by Poincaré
+  the lifted vectors (:func:`qaindex.geometry.hyperbolic.lift`), which ranks exactly by Poincaré
   distance in exact arithmetic; float32 rounding only disturbs near-ties, which the exact
   rerank of the over-fetched candidates then orders correctly.
 - ``hnsw``: approximate graph search (``IndexHNSWFlat``) on the raw ball coordinates with
@@ -11,15 +11,15 @@ Two index kinds, over the answers' vectors:
   the exact rerank of ``k * overfetch`` candidates restores the exact order among them.
 
 For models ranked by the origin-relative distance (``ranking: "relative"``, see
-:func:`qaindex.hyperbolic.relative_distance`) both kinds search the lift of
-:func:`qaindex.hyperbolic.relative_lift` (``e^f`` as an inner product, accurate for
+:func:`qaindex.geometry.hyperbolic.relative_distance`) both kinds search the lift of
+:func:`qaindex.geometry.hyperbolic.relative_lift` (``e^f`` as an inner product, accurate for
 distances of a few units and more): ``flat`` by inner product, ``hnsw`` by L2 after the usual
-extra coordinate that makes every stored vector's norm :data:`~qaindex.hyperbolic.RELATIVE_LIFT_BOUND`
+extra coordinate that makes every stored vector's norm :data:`~qaindex.geometry.hyperbolic.RELATIVE_LIFT_BOUND`
 (maximum inner product search as nearest-neighbour search).
 
 For the cosine geometry both kinds search the inner product of unit-normalised vectors.
-For the bilinear geometry (:mod:`qaindex.bilinear`) ``flat`` searches the raw inner product
-and ``hnsw`` L2 on the MIPS lift (:func:`qaindex.bilinear.mips_lift`).
+For the bilinear geometry (:mod:`qaindex.geometry.bilinear`) ``flat`` searches the raw inner product
+and ``hnsw`` L2 on the MIPS lift (:func:`qaindex.geometry.bilinear.mips_lift`).
 Search returns row numbers, ``-1`` where fewer than ``m`` answers exist.
 
 Three more kinds trade memory and disk for recall, each searching the same vectors as its
@@ -42,7 +42,7 @@ family (the exact rerank of the candidates restores the order among them):
   (``benchmarks/ann_difficulty.py``). ``auto`` picks it above :data:`AUTO_FLAT_MAX` answers.
 
 The search breadth (``ef_search``, ``nprobe``, ``refine``) can be tuned to a recall target at build
-time (:mod:`qaindex.tuning`).
+time (:mod:`qaindex.build.tuning`).
 """
 
 from __future__ import annotations
@@ -53,9 +53,10 @@ from typing import Any
 
 import numpy as np
 
-from . import bilinear, hyperbolic
+from . import geometry as geometries
 from .devices import faiss_gpu_count, import_faiss
 from .errors import IndexFormatError, QAIndexError
+from .geometry import Geometry, bilinear
 
 __all__ = [
     "AUTO_FLAT_MAX",
@@ -87,7 +88,7 @@ KIND_PARAMS: dict[str, tuple[str, ...]] = {
     "ivf_sq8": ("nlist", "nprobe"),
     "pq": ("M", "refine"),
 }
-#: The parameter that sets the search breadth (what :mod:`qaindex.tuning` tunes), per kind.
+#: The parameter that sets the search breadth (what :mod:`qaindex.build.tuning` tunes), per kind.
 BREADTH_PARAM: dict[str, str] = {
     "hnsw": "ef_search",
     "hnsw_sq8": "ef_search",
@@ -102,7 +103,7 @@ def default_params(kind: str, count: int) -> dict[str, int]:
 
     HNSW keeps :data:`DEFAULT_HNSW` up to 200,000 answers; above, ``ef_construction`` drops
     to 100 (building a million-answer graph at 200 takes too long on a small machine; the
-    build-time recall tuning of :mod:`qaindex.tuning` widens the search instead). IVF uses
+    build-time recall tuning of :mod:`qaindex.build.tuning` widens the search instead). IVF uses
     about ``2·√count`` lists (at least 1, at most 8,192 and at most ``count``) and probes an
     eighth of them. ``pq`` re-scores ``refine`` codes per candidate: :data:`DEFAULT_REFINE`
     up to 100,000 answers, growing as ``√count`` above (32 at a million, where the built-in
@@ -142,18 +143,13 @@ def choose_kind(kind: str, count: int) -> str:
     return kind
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-    x64 = np.asarray(x, dtype=np.float64)
-    norms = np.linalg.norm(x64, axis=-1, keepdims=True)
-    return np.ascontiguousarray(x64 / np.maximum(norms, 1e-30), dtype=np.float32)
-
-
 class CoarseIndex:
     """A FAISS index over answer vectors that returns candidate rows for exact reranking.
 
     Parameters
     ----------
-    geometry : {"poincare", "cosine"}
+    geometry : {"poincare", "cosine", "bilinear"} or Geometry
+        The vectors' geometry (:mod:`qaindex.geometry`): it gives the lift FAISS searches.
     dimension : int
         Dimension of the answer vectors.
     kind : {"flat", "hnsw", "hnsw_sq8", "ivf", "ivf_sq8", "pq"}
@@ -165,7 +161,8 @@ class CoarseIndex:
     device : {"auto", "cpu", "cuda"}
         ``flat`` indexes move to a GPU when FAISS sees one (``auto``) or must (``cuda``).
     ranking : {"distance", "relative"}, keyword-only
-        The model's ranking rule (Poincaré only): plain distance, or origin-relative distance.
+        The model's ranking rule (Poincaré only): plain distance, or origin-relative distance;
+        used with a geometry name (a :class:`~qaindex.geometry.Geometry` carries its own).
 
     Example
     -------
@@ -178,7 +175,7 @@ class CoarseIndex:
 
     def __init__(
         self,
-        geometry: str,
+        geometry: str | Geometry,
         dimension: int,
         kind: str,
         params: Mapping[str, int] | None = None,
@@ -188,14 +185,11 @@ class CoarseIndex:
         ranking: str = "distance",
         count: int = 0,
     ) -> None:
-        if geometry not in ("poincare", "cosine", "bilinear"):
-            raise QAIndexError(f"unknown geometry {geometry!r}")
-        if ranking not in hyperbolic.RANKINGS:
-            raise QAIndexError(f"unknown ranking {ranking!r}; choose one of: {', '.join(hyperbolic.RANKINGS)}")
-        self.relative = geometry == "poincare" and ranking == "relative"
+        #: the geometry object: lifts for FAISS (its name is :attr:`geometry`)
+        self.space: Geometry = geometries.get(geometry, ranking)
         if kind not in CONCRETE_KINDS:
             raise QAIndexError(f"unknown index kind {kind!r}; choose one of: {', '.join(CONCRETE_KINDS)}")
-        self.geometry = geometry
+        self.geometry = self.space.name
         self.dimension = int(dimension)
         self.kind = kind
         self.params: dict[str, int] = default_params(kind, count)
@@ -205,10 +199,10 @@ class CoarseIndex:
             self.params["nprobe"] = min(self.params["nprobe"], self.params["nlist"])
         if kind == "pq":
             self.params.setdefault("M", -(-self._searched_dimension // 2))
-        #: how the search breadth was chosen (:func:`qaindex.tuning.tune_breadth`), or None
+        #: how the search breadth was chosen (:func:`qaindex.build.tuning.tune_breadth`), or None
         self.tuning: dict[str, Any] | None = None
         self._faiss = import_faiss()
-        self._mips_bound: float | None = None  # bilinear hnsw only
+        self._bound: float | None = None  # the lift's padded norm (bounded geometries, hnsw)
         self._cpu_index = index if index is not None else self._new_index()
         self.device = "cpu"
         self._index = self._cpu_index
@@ -222,11 +216,7 @@ class CoarseIndex:
 
     @property
     def _searched_dimension(self) -> int:
-        if self.relative:
-            return self.dimension + (1 if self._inner_product else 2)
-        if self.geometry == "bilinear":  # inner product; hnsw kinds: L2 on the MIPS lift
-            return self.dimension + (0 if self._inner_product else 1)
-        return self.dimension + 2 if (self.geometry == "poincare" and self._inner_product) else self.dimension
+        return self.space.lifted_dimension(self.dimension, inner_product=self._inner_product)
 
     @property
     def stored_dimension(self) -> int:
@@ -265,8 +255,7 @@ class CoarseIndex:
                 )
             index.nprobe = self.params["nprobe"]
             return index
-        # Poincaré: L2 on raw coordinates, or (relative) on the lift with its extra coordinate
-        metric = faiss.METRIC_INNER_PRODUCT if self.geometry == "cosine" else faiss.METRIC_L2
+        metric = faiss.METRIC_INNER_PRODUCT if self.space.hnsw_metric == "ip" else faiss.METRIC_L2
         if self.kind == "hnsw_sq8":
             index = faiss.IndexHNSWSQ(d, faiss.ScalarQuantizer.QT_8bit, self.params["M"], metric)
         else:
@@ -306,47 +295,18 @@ class CoarseIndex:
         return self._padded(self._query_vectors(queries))
 
     def _db_vectors(self, vectors: np.ndarray) -> np.ndarray:
-        if self.geometry == "cosine":
-            return _unit(vectors)
-        if self.geometry == "bilinear":
-            if self._inner_product:
-                return np.ascontiguousarray(vectors, dtype=np.float32)
-            if self._mips_bound is None:  # padded norm: fixed by the first vectors (or the stored ones)
-                stored = self._cpu_index.ntotal if self._cpu_index is not None else 0
-                self._mips_bound = (
-                    float(np.sum(self._cpu_index.reconstruct(0).astype(np.float64) ** 2))
-                    if stored
-                    else bilinear.mips_bound(vectors)
-                )
-            return bilinear.mips_lift(vectors, self._mips_bound)
-        if self.relative:
-            rel: np.ndarray = hyperbolic.relative_lift(vectors)
-            if self._inner_product:
-                return rel
-            sq = np.sum(rel.astype(np.float64) ** 2, axis=1, keepdims=True)
-            extra = np.sqrt(np.maximum(hyperbolic.RELATIVE_LIFT_BOUND - sq, 0.0))
-            return np.ascontiguousarray(np.concatenate([rel, extra], axis=1), dtype=np.float32)
-        if self._inner_product:
-            lifted: np.ndarray = hyperbolic.lift(vectors)
-            return lifted
-        return np.ascontiguousarray(vectors, dtype=np.float32)
+        if self.space.bounded and not self._inner_product and self._bound is None:
+            # the padded norm: fixed by the first vectors, or by the stored ones
+            stored = self._cpu_index.ntotal if self._cpu_index is not None else 0
+            self._bound = (
+                float(np.sum(self._cpu_index.reconstruct(0).astype(np.float64) ** 2))
+                if stored
+                else bilinear.mips_bound(vectors)
+            )
+        return self.space.lift(vectors, inner_product=self._inner_product, bound=self._bound)
 
     def _query_vectors(self, queries: np.ndarray) -> np.ndarray:
-        if self.geometry == "cosine":
-            return _unit(queries)
-        if self.geometry == "bilinear":
-            if self._inner_product:
-                return np.ascontiguousarray(queries, np.float32)
-            return bilinear.mips_query(queries)
-        if self.relative:
-            rel: np.ndarray = hyperbolic.relative_lift_query(queries)
-            if self._inner_product:
-                return rel
-            return np.ascontiguousarray(np.concatenate([rel, np.zeros_like(rel[:, :1])], axis=1))
-        if self._inner_product:
-            lifted: np.ndarray = hyperbolic.lift_query(queries)
-            return lifted
-        return np.ascontiguousarray(queries, dtype=np.float32)
+        return self.space.lift_query(queries, inner_product=self._inner_product)
 
     @property
     def ntotal(self) -> int:
@@ -391,9 +351,9 @@ class CoarseIndex:
         """
         if not len(vectors):
             return
-        if self.geometry == "bilinear" and not self._inner_product and self._mips_bound is None and not self.ntotal:
-            # the padded norm of the MIPS lift: from every answer to come, not the first chunk
-            self._mips_bound = max(
+        if self.space.bounded and not self._inner_product and self._bound is None and not self.ntotal:
+            # the padded norm of the lift: from every answer to come, not the first chunk
+            self._bound = max(
                 bilinear.mips_bound(np.asarray(vectors[s : s + 65536])) for s in range(0, len(vectors), 65536)
             )
         if self._index.is_trained:
@@ -470,10 +430,7 @@ class CoarseIndex:
         for i, found in enumerate(rows):
             found = np.sort(found[found >= 0])  # ascending rows: sequential reads of a memory map
             rows_vectors = np.asarray(vectors[found], dtype=np.float32)
-            if self.relative:  # the lift's inner product without building the lifted rows
-                scores = hyperbolic.relative_lift_scores(q[i, : self.dimension + 1], rows_vectors)
-            else:
-                scores = self._db(rows_vectors) @ q[i]
+            scores = self.space.lift_scores(q[i], rows_vectors)
             best = np.argsort(-scores, kind="stable")[:m]
             out[i, : len(best)] = found[best]
         return out
@@ -497,7 +454,7 @@ class CoarseIndex:
         cls,
         path: str | os.PathLike[str],
         *,
-        geometry: str,
+        geometry: str | Geometry,
         dimension: int,
         kind: str,
         params: Mapping[str, int] | None,
@@ -551,7 +508,7 @@ def exact_search(
     vectors: np.ndarray,
     k: int,
     *,
-    geometry: str,
+    geometry: str | Geometry,
     ranking: str = "distance",
     chunk: int = 4096,
     screen_above: int = 50_000,
@@ -572,11 +529,13 @@ def exact_search(
     queries : array (n, dim)
     vectors : array (N, dim)
     k : int
-    geometry : {"poincare", "cosine"}, keyword-only
-        Ranks by Poincaré distance, or by 1 - cosine.
+    geometry : {"poincare", "cosine", "bilinear"} or Geometry, keyword-only
+        Ranks by its :meth:`~qaindex.geometry.Geometry.distance`: Poincaré distance, 1 - cosine,
+        or ``-q·a``.
     ranking : {"distance", "relative"}, keyword-only
-        Poincaré only: rank by ``d(q, a)``, or by the origin-relative ``d(q, a) - d(0, a)``
-        (:func:`qaindex.hyperbolic.relative_distance`; the returned values are then ``f``).
+        With a name, Poincaré only: rank by ``d(q, a)``, or by the origin-relative
+        ``d(q, a) - d(0, a)`` (:func:`qaindex.geometry.hyperbolic.relative_distance`; the
+        returned values are then ``f``).
 
     Returns
     -------
@@ -589,6 +548,7 @@ def exact_search(
     >>> exact_search(np.zeros((1, 2)), np.array([[0.5, 0.0], [0.1, 0.0]]), 1, geometry="poincare")[1]
     array([[1]])
     """
+    space = geometries.get(geometry, ranking)
     q = np.asarray(queries, dtype=np.float64)
     n, total = len(q), len(vectors)
     best_d = np.full((n, k), np.inf)
@@ -596,12 +556,12 @@ def exact_search(
     if k == 0 or total == 0 or n == 0:
         return best_d, best_r
     if total > screen_above and k < total:
-        return _screened_exact(q, vectors, k, geometry=geometry, ranking=ranking)
+        return _screened_exact(q, vectors, k, space)
     dim = q.shape[1]
     step = max(1, min(chunk, (1 << 23) // max(1, n * dim)))  # bounds the (n, step, dim) temporary
     for start in range(0, total, step):
         block = np.asarray(vectors[start : start + step], dtype=np.float64)
-        d = _exact_distance(q[:, None, :], block[None, :, :], geometry, ranking)
+        d = space.distance(q[:, None, :], block[None, :, :])
         rows = np.broadcast_to(np.arange(start, start + len(block)), d.shape)
         cand_d = np.concatenate([best_d, d], axis=1)
         cand_r = np.concatenate([best_r, rows], axis=1)
@@ -613,22 +573,7 @@ def exact_search(
     return best_d, best_r
 
 
-def _exact_distance(q: np.ndarray, a: np.ndarray, geometry: str, ranking: str) -> np.ndarray:
-    """The ranking rule's distance (lower is better) from element differences, float64."""
-    if geometry == "poincare" and ranking == "relative":
-        out: np.ndarray = hyperbolic.relative_distance(q, a)
-    elif geometry == "poincare":
-        out = hyperbolic.distance(q, a)
-    elif geometry == "bilinear":
-        out = -np.sum(q * a, axis=-1)
-    else:
-        out = 1.0 - hyperbolic.cosine_similarity(q, a)
-    return out
-
-
-def _screened_exact(
-    q: np.ndarray, vectors: np.ndarray, k: int, *, geometry: str, ranking: str
-) -> tuple[np.ndarray, np.ndarray]:
+def _screened_exact(q: np.ndarray, vectors: np.ndarray, k: int, space: Geometry) -> tuple[np.ndarray, np.ndarray]:
     """:func:`exact_search` for large corpora: a matrix-product pass, then the exact formula."""
     n, total = len(q), len(vectors)
     keep = min(total, max(4 * k, k + 64))
@@ -639,19 +584,7 @@ def _screened_exact(
     for start in range(0, total, step):
         block = np.asarray(vectors[start : start + step], dtype=np.float64)
         bn = np.einsum("ij,ij->i", block, block)
-        dot = q @ block.T
-        if geometry == "poincare":
-            sq = np.maximum(qn[:, None] + bn[None, :] - 2.0 * dot, 0.0)
-            z = 2.0 * sq / ((1.0 - qn)[:, None] * (1.0 - bn)[None, :])
-            d = np.log1p(z + np.sqrt(z * (z + 2.0)))
-            if ranking == "relative":
-                z0 = 2.0 * bn / (1.0 - bn)
-                d -= np.log1p(z0 + np.sqrt(z0 * (z0 + 2.0)))[None, :]
-        elif geometry == "bilinear":
-            d = -dot
-        else:
-            norms = np.sqrt(np.maximum(qn, 1e-300))[:, None] * np.sqrt(np.maximum(bn, 1e-300))[None, :]
-            d = 1.0 - dot / norms
+        d = space.screened_distance(qn, bn, q @ block.T)
         cand_d = np.concatenate([best_d, d], axis=1)
         cand_r = np.concatenate([best_r, np.broadcast_to(np.arange(start, start + len(block)), d.shape)], axis=1)
         if cand_d.shape[1] > keep:
@@ -661,7 +594,6 @@ def _screened_exact(
         best_d, best_r = cand_d, cand_r
     # exact distances of the kept candidates, ranked by distance then row
     rows = np.sort(best_r, axis=1)
-    d = np.stack([_exact_distance(q[i][None, :], np.asarray(vectors[rows[i]], np.float64), geometry, ranking)
-                  for i in range(n)])  # fmt: skip
+    d = np.stack([space.distance(q[i][None, :], np.asarray(vectors[rows[i]], np.float64)) for i in range(n)])
     order = np.lexsort((rows, d), axis=-1)[:, :k]
     return np.take_along_axis(d, order, axis=-1), np.take_along_axis(rows, order, axis=-1)

@@ -29,7 +29,7 @@ FAQ = [
 
 
 def vocab_for(texts: list[str]) -> list[str]:
-    from qaindex.tokenizer import Tokenizer
+    from qaindex.text.tokenizer import Tokenizer
 
     return Tokenizer.build_word_vocab(texts)
 

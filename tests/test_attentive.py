@@ -28,9 +28,9 @@ from qaindex_export.train import TextTable, load_checkpoint, save_checkpoint, tr
 
 from qaindex import Model, ModelFormatError, QueryError, Ranker  # noqa: E402
 from qaindex.cli import main  # noqa: E402
-from qaindex.datasets import read_labelled  # noqa: E402
 from qaindex.errors import IndexFormatError  # noqa: E402
-from qaindex.evaluate import evaluate_model, evaluate_via_index  # noqa: E402
+from qaindex.eval.datasets import read_labelled  # noqa: E402
+from qaindex.eval.evaluate import evaluate_model, evaluate_via_index  # noqa: E402
 from qaindex.reranker import Reranker  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -116,7 +116,7 @@ def test_settings_and_checkpoint_kinds() -> None:
 def test_max_of_pool_picks_the_highest_joint_scores(data: dict) -> None:
     torch.manual_seed(3)
     model = build_attentive_model("ap-cnn", 50, dim=8, embed_dim=6).eval()
-    from qaindex.tokenizer import Tokenizer
+    from qaindex.text.tokenizer import Tokenizer
 
     tok = Tokenizer(["[PAD]", "[UNK]", *[f"w{i}" for i in range(48)]], kind="word")
     table = TextTable(tok, {"question": 10, "answer": 10})

@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qaindex import Ranker, hyperbolic
+from qaindex import Ranker
 from qaindex.corpus import read_corpus
+from qaindex.geometry import hyperbolic
 
 ROOT = Path(__file__).resolve().parents[1]
 from benchmarks import bench_scale, common  # noqa: E402
@@ -36,7 +37,9 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
             question = f"{name} question {q} " + " ".join(rng.choice(words, 4))
             for a in range(4):
                 answer = f"{name} {q} {a} " + " ".join(rng.choice(words, int(rng.integers(5, 15))))
-                rows.append({"qid": f"Q{q}", "question": question, "aid": f"A{q}-{a}", "answer": answer, "label": a == 0})
+                rows.append(
+                    {"qid": f"Q{q}", "question": question, "aid": f"A{q}-{a}", "answer": answer, "label": a == 0}
+                )
         (root / name / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return root
 
@@ -61,8 +64,9 @@ def brute_force(qv: np.ndarray, vectors: np.ndarray, k: int) -> np.ndarray:
 def test_recall_computation_matches_brute_force(data: Path) -> None:
     sentences, questions = common.read_texts(data)
     texts, _ = common.make_corpus(sentences, 200)
-    ranker = Ranker.build([{"id": i, "answer": t} for i, t in enumerate(texts)], index_kind="ivf",
-                          hnsw={"nlist": 20, "nprobe": 1})
+    ranker = Ranker.build(
+        [{"id": i, "answer": t} for i, t in enumerate(texts)], index_kind="ivf", hnsw={"nlist": 20, "nprobe": 1}
+    )
     ranker.configure(overfetch=1)  # few candidates: recall below 1, so the count matters
     qv = ranker.model.encode(questions, role="question")
     vectors = np.asarray(ranker._vectors)
@@ -139,15 +143,28 @@ def test_ann_difficulty_measures_against_brute_force(data: Path, tmp_path: Path)
     assert all(row["400"] == 1.0 for row in depth.values())
     assert all(row["10"] <= row["40"] <= row["400"] for row in depth.values())
     c = ann_difficulty.contrast(q, a)
-    assert c["question_to_answer_cosine"]["1st"] >= c["question_to_answer_cosine"]["10th"] >= (
-        c["question_to_answer_cosine"]["median"]
+    assert (
+        c["question_to_answer_cosine"]["1st"]
+        >= c["question_to_answer_cosine"]["10th"]
+        >= (c["question_to_answer_cosine"]["median"])
     )
     # refinement covering every answer finds what brute force finds
     pq = ann_difficulty.curve("pq", a, q, truth, "relative", [1, 3])
     assert pq["rows"][-1]["recall_at_10"] == 1.0
     # the whole script on the tiny datasets writes its results file
     out = ann_difficulty.main(
-        ["--size", "120", "--questions", "10", "--kinds", "flat,pq", "--data", str(data), "--out", str(tmp_path / "a.json")]
+        [
+            "--size",
+            "120",
+            "--questions",
+            "10",
+            "--kinds",
+            "flat,pq",
+            "--data",
+            str(data),
+            "--out",
+            str(tmp_path / "a.json"),
+        ]
     )
     assert json.loads((tmp_path / "a.json").read_text())["curves"]["flat"]["rows"][0]["recall_at_10"] == 1.0
     assert out["answers"] == 120

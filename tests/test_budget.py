@@ -1,4 +1,4 @@
-"""Per-request memory bound (qaindex.budget): results over half the budget are refused before
+"""Per-request memory bound (qaindex.search.budget): results over half the budget are refused before
 any work, and the working memory is chunked without changing any result."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 import qaindex.cli
 from qaindex import QueryError, Ranker
-from qaindex.budget import DEFAULT_BUDGET, ENV_VAR, HIT_OVERHEAD, parse_size, questions_per_call, request_budget
+from qaindex.search.budget import DEFAULT_BUDGET, ENV_VAR, HIT_OVERHEAD, parse_size, questions_per_call, request_budget
 
 WORDS = ["reset", "password", "refund", "order", "export", "notes", "sync", "login", "app", "menu", "email"]
 N = 600
@@ -23,7 +23,7 @@ N = 600
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from helpers.onnx_models import make_model
 
-    from qaindex.tokenizer import Tokenizer
+    from qaindex.text.tokenizer import Tokenizer
 
     vocab = Tokenizer.build_word_vocab(WORDS)
     emb = np.random.default_rng(5).normal(scale=0.2, size=(len(vocab), 6)).astype(np.float32)
@@ -140,7 +140,9 @@ def test_the_budget_setting(ranker: Ranker, monkeypatch: pytest.MonkeyPatch) -> 
     assert ranker.memory_budget is None
 
 
-def test_cli_search_prints_every_question_in_chunks(ranker: Ranker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_search_prints_every_question_in_chunks(
+    ranker: Ranker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     index = ranker.save(tmp_path / "ix")
     args = ["search", "-", "--index", str(index), "-k", "1000000000", "--json", "--device", "cpu"]
     stdin = "\n".join(QUESTIONS[:12]) + "\n"

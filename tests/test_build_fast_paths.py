@@ -22,13 +22,13 @@ from hypothesis import strategies as st
 
 import qaindex
 from qaindex import fast_paths
-from qaindex import tokenizer as tokenizer_module
-from qaindex.building import build_from_file
+from qaindex.build.streaming import build_from_file
 from qaindex.corpus import Record, read_corpus, records_from_dicts
 from qaindex.errors import CorpusError
 from qaindex.model import Model
-from qaindex.records import RecordStore, encode_record, encode_records
-from qaindex.tokenizer import Tokenizer
+from qaindex.store.records import RecordStore, encode_record, encode_records
+from qaindex.text import tokenizer as tokenizer_module
+from qaindex.text.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "datasets"

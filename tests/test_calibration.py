@@ -12,16 +12,10 @@ from click.testing import CliRunner
 from helpers.onnx_models import make_model
 
 from qaindex import ModelFormatError, QueryError, Ranker
-from qaindex.calibration import (
-    Calibration,
-    calibrate_model,
-    expected_calibration_error,
-    fit,
-    measure,
-    reliability_bins,
-)
 from qaindex.cli import main
-from qaindex.datasets import Candidate, QuestionGroup
+from qaindex.eval.calibrate import calibrate_model, measure
+from qaindex.eval.calibration import Calibration, expected_calibration_error, fit, reliability_bins
+from qaindex.eval.datasets import Candidate, QuestionGroup
 from qaindex.model import Model
 
 
@@ -37,7 +31,9 @@ def _planted(n: int, seed: int, topics: int = 30, candidates: int = 8) -> list[Q
             words.append(f"topic{int(rng.integers(topics))}")
         cands = [Candidate(f"a{topic}", f"topic{topic} fill{int(rng.integers(40))} fill{int(rng.integers(40))}", 1)]
         for other in rng.choice([t for t in range(topics) if t != topic], size=candidates - 1, replace=False):
-            cands.append(Candidate(f"a{other}", f"topic{other} fill{int(rng.integers(40))} fill{int(rng.integers(40))}", 0))
+            cands.append(
+                Candidate(f"a{other}", f"topic{other} fill{int(rng.integers(40))} fill{int(rng.integers(40))}", 0)
+            )
         groups.append(QuestionGroup(f"q{seed}-{i}", " ".join(words), tuple(cands)))
     return groups
 
@@ -76,7 +72,9 @@ def test_platt_with_the_gap_to_the_best_hit() -> None:
     assert cal.a == pytest.approx(0.5, abs=0.1) and cal.c == pytest.approx(2.0, rel=0.1)
     assert expected_calibration_error(cal(raw, best), y) < 0.02
     plain = fit(raw, y)
-    assert plain.c == 0.0 and expected_calibration_error(plain(raw, best), y) > expected_calibration_error(cal(raw, best), y)
+    assert plain.c == 0.0 and expected_calibration_error(plain(raw, best), y) > expected_calibration_error(
+        cal(raw, best), y
+    )
     # a hit at the top of its search: raw == best
     assert cal(np.array([1.0]), np.array([1.0]))[0] == pytest.approx(1 / (1 + np.exp(-(cal.a + cal.b))))
 
@@ -95,7 +93,9 @@ def test_isotonic_is_monotone_in_0_1_and_calibrated_in_sample() -> None:
 
 def test_ece_by_hand() -> None:
     # bin [0.8, 0.9): mean 0.85, 1 of 2 relevant -> |0.85 - 0.5| = 0.35, weight 1/2; bin [0.1, 0.2): exact
-    assert expected_calibration_error([0.8, 0.9 - 1e-9, 0.15, 0.15], [1, 0, 0, 0]) == pytest.approx(0.5 * 0.35 + 0.5 * 0.15)
+    assert expected_calibration_error([0.8, 0.9 - 1e-9, 0.15, 0.15], [1, 0, 0, 0]) == pytest.approx(
+        0.5 * 0.35 + 0.5 * 0.15
+    )
     assert [b["count"] for b in reliability_bins([0.0, 1.0, 0.55], [0, 1, 1])] == [1, 1, 1]
 
 
@@ -141,7 +141,9 @@ def test_a_bad_calibration_in_a_model_manifest_is_refused(
 
 
 def test_a_model_without_calibration_loads_with_the_documented_fallback(planted_model: Path) -> None:
-    ranker = Ranker.build([{"id": 1, "answer": "topic1 fill2"}, {"id": 2, "answer": "topic3 fill4"}], model=planted_model)
+    ranker = Ranker.build(
+        [{"id": 1, "answer": "topic1 fill2"}, {"id": 2, "answer": "topic3 fill4"}], model=planted_model
+    )
     assert ranker.info()["calibration"]["calibrated"] is False
     for h in ranker.search("topic1 fill9", k=2):
         assert h.score == pytest.approx(1 / (1 + np.exp(-h.raw_score)))
@@ -192,7 +194,9 @@ def test_cli_calibrate_writes_the_manifest_and_reports_ece(planted_model: Path, 
     dry = CliRunner().invoke(main, ["calibrate", str(model_dir), str(data), "--dry-run"])
     assert dry.exit_code == 0, dry.output
     assert "calibration" not in json.loads((model_dir / "manifest.json").read_text())
-    res = CliRunner().invoke(main, ["calibrate", str(model_dir), str(data), "--check", str(check), "--method", "isotonic"])
+    res = CliRunner().invoke(
+        main, ["calibrate", str(model_dir), str(data), "--check", str(check), "--method", "isotonic"]
+    )
     assert res.exit_code == 0, res.output
     report = json.loads(res.output)
     assert report["calibration"]["method"] == "isotonic" and report["checks"]["test.jsonl"]["ece"] < 0.1

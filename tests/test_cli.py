@@ -40,7 +40,14 @@ def test_build_search_info(runner: CliRunner, faq_file: Path, faq_model: Path, t
     assert res.exit_code == 0
     obj = json.loads(res.stdout)
     assert obj["question"] == "how do I reset my password"
-    assert len(obj["hits"]) == 2 and set(obj["hits"][0]) == {"id", "answer", "score", "raw_score", "distance", "metadata"}
+    assert len(obj["hits"]) == 2 and set(obj["hits"][0]) == {
+        "id",
+        "answer",
+        "score",
+        "raw_score",
+        "distance",
+        "metadata",
+    }
     assert obj["hits"][0]["score"] >= obj["hits"][1]["score"]
 
     res = runner.invoke(main, ["info", "--index", str(index), "--recall", "-k", "3", "--verify"])

@@ -15,7 +15,7 @@ from conftest import FAQ
 import qaindex
 import qaindex.cli
 from qaindex import QueryError, Ranker
-from qaindex.concurrency import ReadWriteLock
+from qaindex.store.concurrency import ReadWriteLock
 
 QUESTIONS = ["how do I reset my password", "can I get a refund", "export notes", "login app", "sync minutes"]
 
@@ -71,10 +71,16 @@ def test_min_score_cuts_the_ranking(ranker: Ranker) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"where": "account"}, "where must be a mapping of metadata fields to values (or lists of values), or a "
-         "function of a Record returning True or False; got str"),
-        ({"where": {1: "a"}}, "where must be a mapping of metadata fields to values (or lists of values), or a "
-         "function of a Record returning True or False; got dict"),
+        (
+            {"where": "account"},
+            "where must be a mapping of metadata fields to values (or lists of values), or a "
+            "function of a Record returning True or False; got str",
+        ),
+        (
+            {"where": {1: "a"}},
+            "where must be a mapping of metadata fields to values (or lists of values), or a "
+            "function of a Record returning True or False; got dict",
+        ),
         ({"min_score": "high"}, "min_score must be a finite number or None, got 'high'"),
         ({"min_score": float("nan")}, "min_score must be a finite number or None, got nan"),
         ({"min_score": True}, "min_score must be a finite number or None, got True"),

@@ -74,8 +74,14 @@ def test_benchmark_format_merges_repeated_answers(tmp_path: Path) -> None:
             'c.jsonl:1: give either "question" or "questions", not both',
         ),
         ("\n  \n", 'c.jsonl: no answers found; write one JSON object per line with an "answer" field'),
-        ('{"qid": 1, "question": "q", "aid": "a", "answer": "x", "label": 2}\n', 'c.jsonl:1: field "label" must be 0 or 1, got 2'),
-        ('{"aid": "a", "answer": "x", "label": 1}\n', 'c.jsonl:1: field "qid" is missing; benchmark lines need qid, question, aid, answer, label'),
+        (
+            '{"qid": 1, "question": "q", "aid": "a", "answer": "x", "label": 2}\n',
+            'c.jsonl:1: field "label" must be 0 or 1, got 2',
+        ),
+        (
+            '{"aid": "a", "answer": "x", "label": 1}\n',
+            'c.jsonl:1: field "qid" is missing; benchmark lines need qid, question, aid, answer, label',
+        ),
         (
             '{"qid": 1, "question": "q", "aid": "a", "answer": "x", "label": 0}\n{"qid": 1, "question": "q", "aid": "a", "answer": "y", "label": 0}\n',
             'c.jsonl:2: aid "a" was first seen at {p}:1 with a different answer text; an aid must always name the same answer',

@@ -22,9 +22,7 @@ from qaindex import Model, Ranker
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = sorted(
-    name
-    for info in pkgutil.walk_packages(qaindex.__path__, "qaindex.")
-    if not (name := info.name).endswith("__main__")
+    name for info in pkgutil.walk_packages(qaindex.__path__, "qaindex.") if not (name := info.name).endswith("__main__")
 )
 OPTIONAL = {"qaindex.integrations.langchain": "langchain_core", "qaindex.integrations.llamaindex": "llama_index.core"}
 
@@ -42,7 +40,15 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for i, rec in enumerate(records[:6]):
         for j, other in enumerate(records[:6]):
             label = int(i == j)
-            lines.append({"qid": f"q{i}", "question": rec["questions"][0], "aid": other["id"], "answer": other["answer"], "label": label})
+            lines.append(
+                {
+                    "qid": f"q{i}",
+                    "question": rec["questions"][0],
+                    "aid": other["id"],
+                    "answer": other["answer"],
+                    "label": label,
+                }
+            )
     (tmp_path / "test.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -52,7 +58,7 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_docstring_examples_run(name: str, scratch: Path, default_model: Model) -> None:
     if name in OPTIONAL:
         pytest.importorskip(OPTIONAL[name])
-    if name == "qaindex.inspect_model":
+    if name == "qaindex.eval.inspect":
         pytest.importorskip("matplotlib")
     module = importlib.import_module(name)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

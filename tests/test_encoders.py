@@ -25,7 +25,7 @@ from qaindex_export.train import (  # noqa: E402
 )
 
 from qaindex import Model, Ranker  # noqa: E402
-from qaindex.tokenizer import Tokenizer  # noqa: E402
+from qaindex.text.tokenizer import Tokenizer  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -16,13 +16,13 @@ from click.testing import CliRunner
 from helpers.onnx_models import make_model, point_model
 
 from qaindex.cli import main
-from qaindex.cli_eval import eval_command, inspect_command
-from qaindex.datasets import Candidate, QuestionGroup, read_labelled
+from qaindex.cli.eval import eval_command, inspect_command
 from qaindex.errors import CorpusError, ModelFormatError
-from qaindex.evaluate import _answer_ids, evaluate_model, evaluate_via_index
-from qaindex.metrics import evaluate_scores
+from qaindex.eval.datasets import Candidate, QuestionGroup, read_labelled
+from qaindex.eval.evaluate import _answer_ids, evaluate_model, evaluate_via_index
+from qaindex.eval.metrics import evaluate_scores
 from qaindex.model import Model
-from qaindex.tokenizer import Tokenizer
+from qaindex.text.tokenizer import Tokenizer
 
 ROWS = [
     # q1: positives listed first (TrecQA style)
@@ -239,7 +239,7 @@ def test_bad_batch_size(model_dir: Path, data_file: Path) -> None:
 
 def test_runtime_modules_import_neither_torch_nor_matplotlib() -> None:
     code = (
-        "import sys, qaindex.metrics, qaindex.evaluate, qaindex.inspect_model, qaindex.cli_eval; "
+        "import sys, qaindex.eval.metrics, qaindex.eval.evaluate, qaindex.eval.inspect, qaindex.cli.eval; "
         "print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -28,7 +28,7 @@ from qaindex_export.synthetic import planted_word_groups, write_benchmark  # noq
 from qaindex_export.train import TrainConfig, sha256_file, train  # noqa: E402
 
 from qaindex import Model, Ranker  # noqa: E402
-from qaindex.hyperbolic import project  # noqa: E402
+from qaindex.geometry.hyperbolic import project  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -220,7 +220,7 @@ def test_relative_scorer_graph_matches_formula() -> None:
         export_scorer(PoincareScorer(2.0, 0.5, "relative"), 6), providers=["CPUExecutionProvider"]
     )
     score, dist = sess.run(["score", "distance"], {"query": q, "candidates": c})
-    from qaindex import hyperbolic as H
+    from qaindex.geometry import hyperbolic as H
 
     d = H.distance(q[:, None, :].astype(np.float64), c.astype(np.float64))
     np.testing.assert_allclose(dist, d, rtol=1e-4, atol=1e-5)  # the plain distance, as documented

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from helpers.onnx_models import point_model
 
-from qaindex import QueryError, Ranker, filters
-from qaindex.filters import compile_where
+from qaindex import QueryError, Ranker
+from qaindex.search import filters
+from qaindex.search.filters import compile_where
 from qaindex.vector_index import CONCRETE_KINDS
 
 N = 600

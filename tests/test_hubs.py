@@ -18,11 +18,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from qaindex import Ranker, hyperbolic
+from qaindex import Ranker
 from qaindex.cli import main
 from qaindex.errors import ModelFormatError
+from qaindex.geometry import hyperbolic
 from qaindex.model import Model
-from qaindex.tokenizer import Tokenizer
+from qaindex.text.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from qaindex import IndexFormatError, MissingDependencyError, ModelFormatError, QueryError, Ranker
 from qaindex.cli import main
-from qaindex.fusion import DEFAULT_FUSION, Fusion, dense_weight, fuse, fusion_from, hybrid_arrays
-from qaindex.lexical import LexicalIndex, top_rows
+from qaindex.search.fusion import DEFAULT_FUSION, Fusion, dense_weight, fuse, fusion_from, hybrid_arrays
+from qaindex.text.lexical import LexicalIndex, top_rows
 
 bm25s = pytest.importorskip("bm25s")
 Stemmer = pytest.importorskip("Stemmer")
@@ -61,7 +61,7 @@ def _brute_force(
     ranker: Ranker, question: str, k: int, m: int, fusion: Fusion, lexical: np.ndarray, dense_rows: set[int],
     lexical_rows: set[int] | None = None,
 ) -> list[str]:  # fmt: skip
-    """The fused top k, computed without qaindex.fusion: union, exact model scores, ranks, fusion.
+    """The fused top k, computed without qaindex.search.fusion: union, exact model scores, ranks, fusion.
 
     ``lexical_rows``: BM25's candidates (default: its ``m`` best of all answers)."""
     answers = [r.answer for r in ranker.records()]
@@ -205,7 +205,7 @@ def test_a_rare_filter_fuses_every_matching_answer(faq_hybrid: Ranker, category:
 def test_stopwords_are_bm25s_english_list() -> None:
     from bm25s.stopwords import STOPWORDS_EN
 
-    from qaindex.lexical import STOPWORDS_EN as ours
+    from qaindex.text.lexical import STOPWORDS_EN as ours
 
     assert ours == frozenset(STOPWORDS_EN)
 
@@ -227,7 +227,7 @@ def test_hybrid_true_without_a_lexical_index_says_how_to_build_one() -> None:
 def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    import qaindex.lexical as lexical
+    import qaindex.text.lexical as lexical
 
     monkeypatch.setattr(lexical, "_TOKENIZER", None)
     monkeypatch.setitem(sys.modules, "Stemmer", None)
@@ -296,7 +296,7 @@ def test_a_missing_lexical_file_or_entry_is_detected(saved: Path, tmp_path: Path
     (copy / _manifest(copy)["snapshot"] / "lexical" / "offsets.npy").unlink()
     with pytest.raises(IndexFormatError, match=r"offsets\.npy: missing"):
         Ranker.load(copy)
-    from qaindex.index_format import manifest_checksum
+    from qaindex.store.index_format import manifest_checksum
 
     manifest = _manifest(saved)
     del manifest["files"]["lexical/vocab.json"]
@@ -352,7 +352,7 @@ def test_cli_build_search_info_with_hybrid(tmp_path: Path) -> None:
 def test_ray_build_makes_the_lexical_index_on_the_driver(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Ray is not needed: only the encoding runs on Ray workers (replaced here by the local
     encoder); the BM25 index comes from the records the driver validated."""
-    import qaindex.distributed as distributed
+    import qaindex.build.distributed as distributed
 
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in RECORDS[:90]), encoding="utf-8")

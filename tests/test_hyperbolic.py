@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qaindex import hyperbolic as H
+from qaindex.geometry import hyperbolic as H
 
 SEEDS = [0, 1, 2]
 DTYPES = [np.float32, np.float64]
@@ -276,7 +276,7 @@ def test_relative_torch_and_numpy_agree_with_finite_gradients() -> None:
 def test_relative_lift_scores_equal_the_inner_product_with_the_lift(seed: int, dtype: type) -> None:
     rng = np.random.default_rng(seed)
     y = rng.normal(size=(200, 12))
-    y *= (rng.uniform(0.0, 0.999, (200, 1)) / np.linalg.norm(y, axis=1, keepdims=True))
+    y *= rng.uniform(0.0, 0.999, (200, 1)) / np.linalg.norm(y, axis=1, keepdims=True)
     y[0] = 0.0  # the centre, where the lift is largest
     x = rng.uniform(-0.2, 0.2, (1, 12))
     lq = H.relative_lift_query(x)[0]

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 import qaindex.cli
 from qaindex import QAIndexError, Ranker
 from qaindex.corpus import read_corpus, records_from_dicts
-from qaindex.evaluate import evaluate_model, evaluate_via_index
+from qaindex.eval.evaluate import evaluate_model, evaluate_via_index
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -226,8 +226,14 @@ def test_remove_a_list_of_one_id_still_works(faq_model: Path) -> None:
             '{"answer": "a", "id": 9223372036854775808}',
             'field "id" is an integer outside the 64-bit range; use a string id instead',
         ),
-        ('{"qid": 1, "question": "q", "answer": "a", "aid": 1.0, "label": 0}', 'field "aid" must be a string or an integer, got 1.0'),
-        ('{"qid": 1, "question": "q", "answer": "a", "aid": "x", "label": true}', 'field "label" must be 0 or 1, got true'),
+        (
+            '{"qid": 1, "question": "q", "answer": "a", "aid": 1.0, "label": 0}',
+            'field "aid" must be a string or an integer, got 1.0',
+        ),
+        (
+            '{"qid": 1, "question": "q", "answer": "a", "aid": "x", "label": true}',
+            'field "label" must be 0 or 1, got true',
+        ),
         (
             '{"answer": "a", "m": ' + "[" * 70 + "]" * 70 + "}",
             'field "m" is nested more than 64 levels deep; flatten it',
@@ -319,9 +325,15 @@ def test_cli_bad_index_paths(two_dir: Path, faq_model: Path, faq_file: Path, tmp
     )
     build = ["build", str(faq_file), "--model", str(faq_model), "--device", "cpu", "--index"]
     res = runner.invoke(qaindex.cli.main, [*build, "/proc/foo"])
-    assert _one_clean_line(res) == "Error: /proc/foo: cannot create the index directory (No such file or directory); choose another --index path"
+    assert (
+        _one_clean_line(res)
+        == "Error: /proc/foo: cannot create the index directory (No such file or directory); choose another --index path"
+    )
     res = runner.invoke(qaindex.cli.main, [*build, str(faq_file / "ix")])
-    assert _one_clean_line(res) == f"Error: {faq_file / 'ix'}: cannot create the index directory (Not a directory); choose another --index path"
+    assert (
+        _one_clean_line(res)
+        == f"Error: {faq_file / 'ix'}: cannot create the index directory (Not a directory); choose another --index path"
+    )
     res = runner.invoke(qaindex.cli.main, [*build, str(faq_file)])
     assert res.exit_code == 2 and f"Directory '{faq_file}' is a file." in res.stderr
     res = runner.invoke(qaindex.cli.main, ["add", str(faq_file), "--index", str(tmp_path / "nothing")])
@@ -357,7 +369,7 @@ def test_cli_last_resort_is_one_line(
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise exc
 
-    monkeypatch.setattr(qaindex.cli.Ranker, "load", fail)
+    monkeypatch.setattr(qaindex.cli.app.Ranker, "load", fail)
     monkeypatch.delenv("QAINDEX_DEBUG", raising=False)
     res = CliRunner().invoke(qaindex.cli.main, ["search", "reset", "--index", str(two_dir)])
     assert _one_clean_line(res) == f"Error: {message}"
@@ -456,7 +468,7 @@ def test_doctests_of_the_argument_checks() -> None:
     import qaindex.arguments
     import qaindex.corpus
 
-    for module in (qaindex.arguments, qaindex.cli, qaindex.corpus):
+    for module in (qaindex.arguments, qaindex.cli.app, qaindex.corpus):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert result.failed == 0 and result.attempted > 0, module.__name__
 
@@ -515,7 +527,10 @@ def _boundary_cases(index: Path, faq_model: Path) -> dict[str, tuple[Callable[[R
             lambda r: r.search("reset", min_score=10**400),
             f"min_score must be a finite number or None, got {str(10**400)[:57]}...",
         ),
-        "min_score a str": (lambda r: r.search("reset", min_score="1"), "min_score must be a finite number or None, got '1'"),
+        "min_score a str": (
+            lambda r: r.search("reset", min_score="1"),
+            "min_score must be a finite number or None, got '1'",
+        ),
         "verify an array": (
             lambda r: Ranker.load(index, verify=np.array([1, 2])),  # type: ignore[arg-type]
             "verify must be True or False, got ndarray array([1, 2])",
@@ -570,13 +585,13 @@ def _boundary_cases(index: Path, faq_model: Path) -> dict[str, tuple[Callable[[R
 
 
 def _read_labelled(path: Any) -> Any:
-    from qaindex.datasets import read_labelled
+    from qaindex.eval.datasets import read_labelled
 
     return read_labelled(path)
 
 
 def _pooled(*args: Any, **kwargs: Any) -> Any:
-    from qaindex.evaluate import pooled_metrics
+    from qaindex.eval.evaluate import pooled_metrics
 
     return pooled_metrics(*args, **kwargs)
 

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from helpers.onnx_models import make_model, point_model, random_ball
 
 from qaindex.cli import main
-from qaindex.datasets import Candidate, QuestionGroup
 from qaindex.errors import MissingDependencyError, QAIndexError
-from qaindex.inspect_model import (
+from qaindex.eval.datasets import Candidate, QuestionGroup
+from qaindex.eval.inspect import (
     PERCENTILES,
     norm_report,
     plot,

@@ -93,7 +93,9 @@ def test_langchain_retriever_refuses_unknown_arguments_and_bad_paths(ranker: Ran
     pytest.importorskip("langchain_core")
     from qaindex.integrations.langchain import QAIndexRetriever
 
-    with pytest.raises(QueryError, match=r"^QAIndexRetriever got unknown argument\(s\) 'wherex'; it takes ranker, k, where"):
+    with pytest.raises(
+        QueryError, match=r"^QAIndexRetriever got unknown argument\(s\) 'wherex'; it takes ranker, k, where"
+    ):
         QAIndexRetriever(ranker=ranker, wherex=1)
     with pytest.raises(QueryError, match=r"^search_kwargs: unknown Ranker\.search argument\(s\) 'k'; it takes "):
         QAIndexRetriever(ranker=ranker, search_kwargs={"k": 3})
@@ -107,7 +109,9 @@ def test_llamaindex_retriever_refuses_unknown_search_arguments(ranker: Ranker) -
     pytest.importorskip("llama_index.core")
     from qaindex.integrations.llamaindex import QAIndexRetriever
 
-    with pytest.raises(QueryError, match=r"^QAIndexRetriever: unknown Ranker\.search argument\(s\) 'wherex'; it takes "):
+    with pytest.raises(
+        QueryError, match=r"^QAIndexRetriever: unknown Ranker\.search argument\(s\) 'wherex'; it takes "
+    ):
         QAIndexRetriever(ranker, wherex=1)
 
 
@@ -130,8 +134,7 @@ def test_adapter_without_its_package_names_the_extra(
 
 def test_import_qaindex_does_not_import_the_frameworks() -> None:
     code = (
-        "import sys, qaindex; "
-        "print(sorted(m for m in ('langchain_core', 'llama_index', 'torch') if m in sys.modules))"
+        "import sys, qaindex; print(sorted(m for m in ('langchain_core', 'llama_index', 'torch') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

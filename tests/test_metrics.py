@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qaindex.metrics import (
+from qaindex.eval.metrics import (
     average_precision,
     evaluate_scores,
     precision_at_1,
@@ -255,8 +255,8 @@ def test_bad_inputs_are_rejected_with_a_message() -> None:
 
 
 def test_evaluate_groups_reads_labels_from_the_groups() -> None:
-    from qaindex.datasets import Candidate, QuestionGroup
-    from qaindex.metrics import evaluate_groups
+    from qaindex.eval.datasets import Candidate, QuestionGroup
+    from qaindex.eval.metrics import evaluate_groups
 
     groups = [
         QuestionGroup("q1", "?", (Candidate("a", "x", 0), Candidate("b", "y", 1), Candidate("c", "z", 0))),

@@ -46,7 +46,11 @@ def test_eval_and_inspect_accept_default(tmp_path: Path) -> None:
     data = _write(
         tmp_path / "test.jsonl",
         [
-            {"id": "reset", "answer": "Use the reset link on the sign-in page.", "question": "how do I reset my password"},
+            {
+                "id": "reset",
+                "answer": "Use the reset link on the sign-in page.",
+                "question": "how do I reset my password",
+            },
             {"id": "refund", "answer": "Refunds are paid within 14 days.", "question": "can I get my money back"},
             {"id": "dark", "answer": "Dark mode is under Settings, Appearance."},
         ],
@@ -81,7 +85,9 @@ def test_verbose_search_logs_load_encode_and_search_timings(faq_file: Path, faq_
     res = CliRunner().invoke(main, ["-v", "search", "how do I reset my password", "--index", str(index), "-k", "2"])
     assert res.exit_code == 0, res.output
     lines = res.stderr.splitlines()
-    assert re.fullmatch(rf"qaindex: loaded {re.escape(str(index))} \(5 answers, model tiny-test-model\) in \d+\.\d ms", lines[0])
+    assert re.fullmatch(
+        rf"qaindex: loaded {re.escape(str(index))} \(5 answers, model tiny-test-model\) in \d+\.\d ms", lines[0]
+    )
     assert re.fullmatch(r"qaindex: encoded 1 question\(s\) in \d+\.\d\d ms", lines[1])
     assert re.fullmatch(r"qaindex: searched 1 question\(s\), k=2, in \d+\.\d\d ms", lines[2])
     quiet = CliRunner().invoke(main, ["search", "how do I reset my password", "--index", str(index)])
@@ -133,7 +139,10 @@ def test_id_less_answers_continue_after_the_largest_integer_id(faq_model: Path) 
 def test_an_explicit_id_taken_by_a_default_one_is_a_duplicate(faq_model: Path, tmp_path: Path) -> None:
     ranker = Ranker.build([{"answer": "one"}, {"answer": "two"}], model=faq_model, device="cpu")
     more = _write(tmp_path / "m.jsonl", [{"answer": "three"}, {"id": 3, "answer": "also three"}])
-    with pytest.raises(CorpusError, match=rf"^{re.escape(str(more))}:2: duplicate id 3 \(first seen at {re.escape(str(more))}:1\); ids must be unique$"):
+    with pytest.raises(
+        CorpusError,
+        match=rf"^{re.escape(str(more))}:2: duplicate id 3 \(first seen at {re.escape(str(more))}:1\); ids must be unique$",
+    ):
         ranker.add(more)
 
 
@@ -160,7 +169,7 @@ def test_build_refuses_to_replace_an_index_without_force(faq_file: Path, faq_mod
 
 
 def test_count_lines(tmp_path: Path) -> None:
-    from qaindex.building import count_lines
+    from qaindex.build.streaming import count_lines
 
     path = tmp_path / "c.jsonl"
     for content, expected in [(b"", 0), (b"a\n", 1), (b"a\nb", 2), (b"a\n\nb\n", 3), (b"x\n" * 100_000, 100_000)]:
@@ -234,7 +243,7 @@ def test_config_file_accepts_well_typed_settings(tmp_path: Path) -> None:
 
 def test_train_on_answers_without_questions_points_at_the_teacher(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from qaindex.cli_train import train
+    from qaindex.cli.train import train
 
     answers = _write(tmp_path / "answers.jsonl", [{"answer": "Open settings."}, {"answer": "Refunds in 14 days."}])
     out = tmp_path / "m"
@@ -253,7 +262,7 @@ def test_train_summary_has_dev_onnx_for_a_held_out_dev_split(tmp_path: Path) -> 
     pytest.importorskip("torch")
     from qaindex_export.synthetic import planted_word_groups, write_benchmark
 
-    from qaindex.cli_train import train
+    from qaindex.cli.train import train
 
     train_file = write_benchmark(planted_word_groups(80, seed=1), tmp_path / "train.jsonl")
     args = [str(train_file), "--out", str(tmp_path / "m"), "--embeddings", "none", "--epochs", "2", "--dim", "8"]

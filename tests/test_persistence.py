@@ -16,13 +16,13 @@ import pytest
 from click.testing import CliRunner
 from conftest import FAQ
 
-import qaindex.storage
+import qaindex.store.storage
 from qaindex import IndexChangedError, IndexFormatError, IndexLockedError, ModelFormatError, QAIndexError, Ranker
 from qaindex.cli import main
-from qaindex.index_format import manifest_checksum
-from qaindex.locking import index_lock
 from qaindex.model import Model, write_model
-from qaindex.tokenizer import Tokenizer
+from qaindex.store.index_format import manifest_checksum
+from qaindex.store.locking import index_lock
+from qaindex.text.tokenizer import Tokenizer
 
 
 def _ids(ranker: Ranker) -> set[str]:
@@ -78,7 +78,7 @@ def test_save_keeps_snapshot_and_manifest_consistent(index: Path) -> None:
 def _hold_lock(index: Path) -> subprocess.Popen[str]:
     code = (
         "import sys, time\n"
-        "from qaindex.locking import index_lock\n"
+        "from qaindex.store.locking import index_lock\n"
         f"with index_lock({str(index)!r}):\n"
         "    print('held', flush=True)\n"
         "    sys.stdin.readline()\n"
@@ -144,7 +144,10 @@ def test_lock_is_reentrant_in_one_thread_and_exclusive_across_threads(index: Pat
             "save from one thread at a time"
         ]
     assert not (index / ".lock").exists()
-    with pytest.raises(QAIndexError, match=r"^lock timeout must be a non-negative number of seconds \(or None / inf to wait forever\), got -1$"):
+    with pytest.raises(
+        QAIndexError,
+        match=r"^lock timeout must be a non-negative number of seconds \(or None / inf to wait forever\), got -1$",
+    ):
         with index_lock(index, timeout=-1):
             pass
 
@@ -295,7 +298,7 @@ def test_model_paths_must_stay_inside(faq_model: Path, faq_file: Path, tmp_path:
 
 
 def test_copy_model_files_never_writes_outside(faq_model: Path, tmp_path: Path) -> None:
-    from qaindex.model_format import copy_model_files
+    from qaindex.store.model_format import copy_model_files
 
     manifest = _model_manifest(faq_model)
     manifest["files"]["../escape.txt"] = manifest["files"]["vocab.txt"]
@@ -409,13 +412,13 @@ def test_model_manifest_fields_are_validated(faq_model: Path, tmp_path: Path) ->
 # -- verification ---------------------------------------------------------------------------------
 def test_the_default_load_hashes_every_file_once(index: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     hashed: list[str] = []
-    real = qaindex.storage.sha256_file
+    real = qaindex.store.storage.sha256_file
 
     def counting(path: Any) -> str:
         hashed.append(Path(path).relative_to(index).as_posix())
         return real(path)
 
-    monkeypatch.setattr(qaindex.storage, "sha256_file", counting)
+    monkeypatch.setattr(qaindex.store.storage, "sha256_file", counting)
     Ranker.load(index)
     snap = _manifest(index)["snapshot"]
     assert sorted(hashed) == sorted(f"{snap}/{name}" for name in _manifest(index)["files"])
@@ -439,7 +442,7 @@ def test_a_model_copy_that_disagrees_with_its_manifest_is_refused(index: Path) -
 
 # -- debris ---------------------------------------------------------------------------------------
 def test_the_next_save_removes_debris_of_crashed_saves(index: Path) -> None:
-    from qaindex.ownership import write_marker
+    from qaindex.store.ownership import write_marker
 
     (index / ".manifest.json.tmp-123-abcd1234").write_text("{")
     half = index / ".data-20250101T000000000000-123.tmp"

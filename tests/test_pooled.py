@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from helpers.onnx_models import point_model
 
 from qaindex.cli import main
-from qaindex.datasets import Candidate, QuestionGroup
-from qaindex.evaluate import evaluate_pooled, pooled_metrics
+from qaindex.eval.datasets import Candidate, QuestionGroup
+from qaindex.eval.evaluate import evaluate_pooled, pooled_metrics
 from qaindex.model import Model
 
 N_ANSWERS = 240  # more than k * overfetch = 100, so the search goes through FAISS

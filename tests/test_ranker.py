@@ -14,7 +14,7 @@ from qaindex.errors import CorpusError, ModelFormatError
 
 
 def brute_force(queries: np.ndarray, points: np.ndarray) -> np.ndarray:
-    """Poincaré distances in float64, written independently of qaindex.hyperbolic."""
+    """Poincaré distances in float64, written independently of qaindex.geometry.hyperbolic."""
     q = queries.astype(np.float64)[:, None, :]
     p = points.astype(np.float64)[None, :, :]
     sq = ((q - p) ** 2).sum(-1)
@@ -189,19 +189,19 @@ def test_interrupted_save_keeps_previous_index(
 
     bigger = Ranker.build(faq_file, model=faq_model)
     bigger.add([{"id": "extra", "answer": "More text here."}])
-    import qaindex.ranker as ranker_module
+    import qaindex.store.index_format as index_format
 
     def crash(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
     # crash while writing the snapshot's files
-    monkeypatch.setattr(ranker_module.CoarseIndex, "save", crash)
+    monkeypatch.setattr(index_format.CoarseIndex, "save", crash)
     with pytest.raises(KeyboardInterrupt):
         bigger.save(target)
     monkeypatch.undo()
     assert Ranker.load(target).search("refund", k=5) == expected
     # crash after the snapshot is complete, before the manifest is replaced
-    monkeypatch.setattr(ranker_module, "write_json_atomic", crash)
+    monkeypatch.setattr(index_format, "write_json_atomic", crash)
     with pytest.raises(KeyboardInterrupt):
         bigger.save(target)
     monkeypatch.undo()

@@ -21,9 +21,10 @@ from qaindex_export.onnx_export import ExportError  # noqa: E402
 from qaindex_export.recurrent import RecurrentQA, cross_entropy_loss, last_state  # noqa: E402
 from qaindex_export.recurrent_export import check_recurrent_parity, export_graph  # noqa: E402
 
-from qaindex import Model, ModelFormatError, Ranker, bilinear  # noqa: E402
-from qaindex.chunking import Chunking  # noqa: E402
-from qaindex.evaluate import evaluate_model  # noqa: E402
+from qaindex import Model, ModelFormatError, Ranker  # noqa: E402
+from qaindex.eval.evaluate import evaluate_model  # noqa: E402
+from qaindex.geometry import bilinear  # noqa: E402
+from qaindex.text.chunking import Chunking  # noqa: E402
 from qaindex.vector_index import CoarseIndex, exact_search  # noqa: E402
 
 pytestmark = pytest.mark.torch

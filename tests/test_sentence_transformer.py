@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from qaindex.tokenizer import Tokenizer, TokenizerError
+from qaindex.text.tokenizer import Tokenizer, TokenizerError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

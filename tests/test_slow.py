@@ -39,8 +39,8 @@ def test_served_index_reproduces_the_direct_evaluation(tmp_path: Path) -> None:
     from qaindex_export.onnx_export import export_model
     from qaindex_export.train import TrainConfig, train
 
-    from qaindex.datasets import read_labelled
-    from qaindex.evaluate import evaluate_model, evaluate_via_index
+    from qaindex.eval.datasets import read_labelled
+    from qaindex.eval.evaluate import evaluate_model, evaluate_via_index
     from qaindex.model import Model
 
     config = TrainConfig(epochs=1, seed=0, ball="clip")

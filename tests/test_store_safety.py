@@ -1,7 +1,7 @@
 """What qaindex may delete, how long it waits, and what it says when the disk is full.
 
 A folder qaindex did not write is never modified; clean-up removes only qaindex's own
-snapshots and debris (:mod:`qaindex.ownership`); timeouts take None / inf and are checked
+snapshots and debris (:mod:`qaindex.store.ownership`); timeouts take None / inf and are checked
 before any work; a Ranker whose index was replaced verifies what it serves and fails a save
 elsewhere without leaving an empty directory; disk-full and file-size errors name the
 destination; orphan snapshots are reported by ``info`` and removed by ``gc``.
@@ -30,9 +30,9 @@ from helpers.onnx_models import make_model
 from qaindex import IndexChangedError, IndexFormatError, ModelFormatError, QAIndexError, Ranker
 from qaindex.cli import main
 from qaindex.errors import DiskFullError
-from qaindex.index_format import write_snapshot
-from qaindex.locking import index_lock
-from qaindex.ownership import collect_garbage, orphan_snapshots
+from qaindex.store.index_format import write_snapshot
+from qaindex.store.locking import index_lock
+from qaindex.store.ownership import collect_garbage, orphan_snapshots
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -184,7 +184,18 @@ def test_cli_lock_timeout_inf_and_bad_values(faq_model: Path, faq_file: Path, tm
     target = tmp_path / "ix"
     for value in ("inf", "1e308", "none"):
         res = runner.invoke(
-            main, ["build", str(faq_file), "--model", str(faq_model), "--index", str(target), "--lock-timeout", value, "--force"]
+            main,
+            [
+                "build",
+                str(faq_file),
+                "--model",
+                str(faq_model),
+                "--index",
+                str(target),
+                "--lock-timeout",
+                value,
+                "--force",
+            ],
         )
         assert res.exit_code == 0, res.output
     res = runner.invoke(main, ["add", str(faq_file), "--index", str(target), "--lock-timeout", "nan"])
@@ -237,8 +248,8 @@ def test_verify_checks_the_served_snapshot_files(index: Path) -> None:
     with open(snap / "vectors.npy", "r+b") as handle:
         handle.seek(-1, os.SEEK_END)
         handle.write(b"\x01")
-    from qaindex.index_format import manifest_checksum
-    from qaindex.storage import file_entry
+    from qaindex.store.index_format import manifest_checksum
+    from qaindex.store.storage import file_entry
 
     manifest["files"]["vectors.npy"] = file_entry(snap / "vectors.npy")
     manifest["checksum"] = manifest_checksum(manifest)
@@ -268,7 +279,9 @@ def test_disk_full_names_the_destination_not_the_source(
     assert str(faq_model) not in message
     assert isinstance(err.value, QAIndexError) and isinstance(err.value, OSError)
     assert _tree(index) == before  # the previous index is untouched, no debris
-    res = CliRunner().invoke(main, ["build", str(faq_file), "--model", str(faq_model), "--index", str(index), "--force"])
+    res = CliRunner().invoke(
+        main, ["build", str(faq_file), "--model", str(faq_model), "--index", str(index), "--force"]
+    )
     assert res.exit_code == 1 and res.output.count("\n") == 1
     assert res.output.startswith(f"Error: {index}: no space left on the device while writing model")
 
@@ -454,12 +467,12 @@ def test_writing_a_model_on_a_full_disk_names_the_model_directory(
 ) -> None:
     from conftest import vocab_for
 
-    import qaindex.model_format
+    import qaindex.store.model_format
 
     def full(self: Path, data: bytes) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(qaindex.model_format.Path, "write_bytes", full)
+    monkeypatch.setattr(qaindex.store.model_format.Path, "write_bytes", full)
     vocab = vocab_for(["a b c"])
     with pytest.raises(
         DiskFullError, match=rf"^{tmp_path / 'm'}: no space left on the device while writing encoder\.onnx"

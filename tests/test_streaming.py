@@ -11,12 +11,12 @@ from click.testing import CliRunner
 from conftest import FAQ
 
 from qaindex import Ranker
-from qaindex.building import RecordSpool, build_from_file, validate_corpus
+from qaindex.build.streaming import RecordSpool, build_from_file, validate_corpus
 from qaindex.cli import main
 from qaindex.corpus import Record, read_corpus
 from qaindex.errors import CorpusError
 from qaindex.model import Model
-from qaindex.records import RecordStore
+from qaindex.store.records import RecordStore
 
 
 def _corpus(path: Path, count: int = 40) -> Path:
@@ -28,11 +28,19 @@ def _corpus(path: Path, count: int = 40) -> Path:
         lines.append(json.dumps({"id": f"a{i}", "answer": " ".join(words[: 3 + i % 9]), "n": i}))
         if i == 5:
             lines.append("   ")
-    lines.append(json.dumps({"qid": "q1", "question": "reset?", "aid": "b1", "answer": "Use the reset link.", "label": 1}))
-    lines.append(json.dumps({"qid": "q1", "question": "reset?", "aid": "b2", "answer": "Refunds take days.", "label": 0}))
+    lines.append(
+        json.dumps({"qid": "q1", "question": "reset?", "aid": "b1", "answer": "Use the reset link.", "label": 1})
+    )
+    lines.append(
+        json.dumps({"qid": "q1", "question": "reset?", "aid": "b2", "answer": "Refunds take days.", "label": 0})
+    )
     lines += [json.dumps({"id": f"c{i}", "answer": f"Filler answer {i}"}) for i in range(12)]
-    lines.append(json.dumps({"qid": "q2", "question": "refund?", "aid": "b2", "answer": "Refunds take days.", "label": 1}))
-    lines.append(json.dumps({"qid": "q3", "question": "link?", "aid": "b1", "answer": "Use the reset link.", "label": 1}))
+    lines.append(
+        json.dumps({"qid": "q2", "question": "refund?", "aid": "b2", "answer": "Refunds take days.", "label": 1})
+    )
+    lines.append(
+        json.dumps({"qid": "q3", "question": "link?", "aid": "b1", "answer": "Use the reset link.", "label": 1})
+    )
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
@@ -49,7 +57,9 @@ def test_chunked_build_equals_in_memory(faq_model: Path, tmp_path: Path, chunk: 
     assert merged == {"b1": ("reset?", "link?"), "b2": ("refund?",)}  # questions added after spooling
     answers = [r.answer for r in expected]
     # each chunk is one Model.encode call: bit-identical to encoding the chunks one by one ...
-    by_chunk = [model.encode(answers[i : i + chunk], role="answer", batch_size=4) for i in range(0, len(answers), chunk)]
+    by_chunk = [
+        model.encode(answers[i : i + chunk], role="answer", batch_size=4) for i in range(0, len(answers), chunk)
+    ]
     np.testing.assert_array_equal(vectors, np.concatenate(by_chunk))
     # ... and equal to encoding everything at once up to float32 rounding (padding differs per batch)
     np.testing.assert_allclose(vectors, model.encode(answers, role="answer"), rtol=0, atol=1e-6)
@@ -130,11 +140,13 @@ def test_cli_error_in_a_late_line_leaves_the_index_untouched(faq_model: Path, fa
 def test_a_chunked_index_is_the_in_memory_one(kind: str) -> None:
     """assemble_index (streamed and Ray builds) sizes and trains like Ranker.build: the defaults
     follow the whole count and training uses the same seeded sample of every answer."""
-    from qaindex.building import assemble_index
+    from qaindex import geometry as geometries
+    from qaindex.build.streaming import assemble_index
     from qaindex.vector_index import CoarseIndex
 
     class Geometry:  # what assemble_index reads of a model
         geometry, dimension, ranking = "poincare", 16, "relative"
+        space = geometries.get("poincare", "relative")
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(3000, 16))

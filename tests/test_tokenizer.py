@@ -1,4 +1,4 @@
-"""Tests for qaindex.tokenizer: BERT-compatible WordPiece and whole-word tokenization."""
+"""Tests for qaindex.text.tokenizer: BERT-compatible WordPiece and whole-word tokenization."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import qaindex.tokenizer as tokenizer_module
-from qaindex.tokenizer import TOKENIZER_KINDS, Tokenizer, TokenizerError
+import qaindex.text.tokenizer as tokenizer_module
+from qaindex.text.tokenizer import TOKENIZER_KINDS, Tokenizer, TokenizerError
 
 # A small hand-made WordPiece vocabulary in BERT's layout.
 WP_VOCAB = [

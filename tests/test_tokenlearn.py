@@ -24,8 +24,9 @@ from qaindex_export.tokenlearn import (  # noqa: E402
     train_tokenlearn,
 )
 
-from qaindex import Model, hyperbolic  # noqa: E402
-from qaindex.tokenizer import Tokenizer  # noqa: E402
+from qaindex import Model  # noqa: E402
+from qaindex.geometry import hyperbolic  # noqa: E402
+from qaindex.text.tokenizer import Tokenizer  # noqa: E402
 
 VOCAB, WIDTH = 60, 8
 

@@ -41,7 +41,7 @@ from qaindex_export.train import (  # noqa: E402
     train,
 )
 
-from qaindex.cli_train import train as train_command  # noqa: E402
+from qaindex.cli.train import train as train_command  # noqa: E402
 from qaindex.errors import CorpusError  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -349,9 +349,11 @@ def test_cli_train_writes_model(tmp_path: Path) -> None:
     assert manifest["training"]["config"]["epochs"] == 3
     assert manifest["training"]["data"]["train"]["sha256"] == sha256_file(train_file)
     assert manifest["score"]["higher_is_better"] is True
-    # calibrated on the held-out dev file (qaindex.calibration), reported in the summary
+    # calibrated on the held-out dev file (qaindex.eval.calibration), reported in the summary
     assert manifest["calibration"]["data"] == "dev.jsonl" and manifest["calibration"]["labels"] == "labelled"
-    assert summary["calibration"]["calibrated"] is True and summary["calibration"]["ece"] == manifest["calibration"]["ece"]
+    assert (
+        summary["calibration"]["calibrated"] is True and summary["calibration"]["ece"] == manifest["calibration"]["ece"]
+    )
     assert "epoch 3/3" in res.stderr
     assert sorted(p.name for p in (tmp_path / "best.ckpt").iterdir()) == ["checkpoint.json", "weights.safetensors"]
     assert load_checkpoint(tmp_path / "best.ckpt").best_epoch == summary["best_epoch"]
@@ -425,15 +427,25 @@ def test_cli_train_config_file_and_options(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "name", "message"),
     [
-        ("epochs = 2\nbogus = 1\n", "t.toml", "unknown setting 'bogus'; settings are the options of `qaindex train --help`"),
+        (
+            "epochs = 2\nbogus = 1\n",
+            "t.toml",
+            "unknown setting 'bogus'; settings are the options of `qaindex train --help`",
+        ),
         ("epochs = [\n", "t.toml", "not valid TOML"),
         ('{"epochs": 0}', "t.json", "epochs must be at least 1, got 0"),
-        ('{"ball": "square"}', "t.json", "ball must be one of ('clip', 'expmap', 'radius', 'weighted', 'lognorm', 'auto'), got 'square'"),
+        (
+            '{"ball": "square"}',
+            "t.json",
+            "ball must be one of ('clip', 'expmap', 'radius', 'weighted', 'lognorm', 'auto'), got 'square'",
+        ),
     ],
 )
 def test_cli_train_config_file_errors(tmp_path: Path, text: str, name: str, message: str) -> None:
     config = tmp_path / name
     config.write_text(text, encoding="utf-8")
-    res = CliRunner().invoke(train_command, [str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "m"), "--config", str(config)])
+    res = CliRunner().invoke(
+        train_command, [str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "m"), "--config", str(config)]
+    )
     assert res.exit_code == 1
     assert message in res.stderr and "Traceback" not in res.output

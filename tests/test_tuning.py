@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from qaindex import IndexFormatError, QAIndexError, QueryError, Ranker, hyperbolic
+from qaindex import IndexFormatError, QAIndexError, QueryError, Ranker
+from qaindex.build.tuning import answer_spans, recall_at, tune_breadth
 from qaindex.cli import main
 from qaindex.corpus import read_corpus
-from qaindex.index_format import manifest_checksum
-from qaindex.tuning import answer_spans, recall_at, tune_breadth
+from qaindex.geometry import hyperbolic
+from qaindex.store.index_format import manifest_checksum
 from qaindex.vector_index import CoarseIndex, default_params, exact_search
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,7 +95,9 @@ def test_an_unreachable_target_keeps_the_largest_breadth_and_says_so() -> None:
     assert out["recall"] < 1.0
 
 
-@pytest.mark.parametrize(("geometry", "ranking"), [("poincare", "relative"), ("poincare", "distance"), ("cosine", "distance")])
+@pytest.mark.parametrize(
+    ("geometry", "ranking"), [("poincare", "relative"), ("poincare", "distance"), ("cosine", "distance")]
+)
 def test_pq_refines_its_codes_with_the_float_vectors(geometry: str, ranking: str) -> None:
     vectors = ball_points(3000, 16, seed=3)
     queries = ball_points(50, 16, seed=4)

@@ -65,7 +65,7 @@ from benchmarks.pooled_eval import (  # noqa: E402
     real_answers,
     with_junk,
 )
-from qaindex.datasets import Candidate, QuestionGroup  # noqa: E402
+from qaindex.eval.datasets import Candidate, QuestionGroup  # noqa: E402
 from qaindex.model import DEFAULT_MODEL_DIR, Model  # noqa: E402
 
 QUICKSTART = ("How do I reset my password?", "account-reset-password")
@@ -191,7 +191,7 @@ def build_candidate(args: argparse.Namespace, out: Path, log: Any = print) -> di
         train_tokenlearn,
     )
 
-    from qaindex.tokenizer import Tokenizer
+    from qaindex.text.tokenizer import Tokenizer
 
     started = time.perf_counter()
     texts, sources, pairs = load_corpus(args.corpus)

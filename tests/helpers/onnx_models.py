@@ -15,7 +15,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from qaindex.model import write_model
-from qaindex.tokenizer import Tokenizer
+from qaindex.text.tokenizer import Tokenizer
 
 OPSET = 17
 TINY32 = float(np.finfo(np.float32).eps) ** 2

@@ -1,0 +1,204 @@
+"""A corpus encoded into the pieces of an index: stored records, answer vectors, coarse index.
+
+:meth:`qaindex.Ranker.build` checks its arguments and calls :func:`encode_corpus`; a file is
+streamed chunk by chunk (:mod:`.streaming`), records in memory are encoded at once.
+:func:`rebuilt_coarse` remakes the coarse index after answers are removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import fast_paths
+from ..arguments import MAX_SETTING, choice, flag, path_arg, path_or_records, positive_int
+from ..corpus import Record, records_from_dicts
+from ..errors import QueryError
+from ..model import Model
+from ..reranker import Reranker
+from ..store.records import RecordStore
+from ..text.lexical import build_hybrid
+from ..vector_index import INDEX_KINDS, CoarseIndex, choose_kind
+from .tuning import check_target, tune_for_corpus
+
+__all__ = ["Built", "check_hnsw", "encode_answers", "encode_corpus", "rebuilt_coarse"]
+
+_log = logging.getLogger("qaindex.ranker")
+
+
+def check_hnsw(hnsw: Any) -> dict[str, int] | None:
+    """The ``hnsw`` argument of a build: index parameters by name, each a bounded positive int."""
+    if hnsw is None:
+        return None
+    if not isinstance(hnsw, Mapping):
+        raise QueryError(f"hnsw must be a mapping of M, ef_construction, ef_search; got {type(hnsw).__name__}")
+    limits = {
+        "M": 256,
+        "ef_construction": 1 << 16,
+        "ef_search": MAX_SETTING,
+        "nlist": 1 << 16,
+        "nprobe": 1 << 16,
+        "refine": MAX_SETTING,
+    }
+    out = {}
+    for key, value in hnsw.items():
+        if key not in limits:
+            raise QueryError(
+                f"unknown index parameter {key!r}; use {', '.join(limits)} (nlist, nprobe: IVF; M, refine: PQ)"
+            )
+        out[key] = positive_int(value, f"hnsw[{key!r}]", maximum=limits[key])
+    return out
+
+
+def encode_answers(model: Model, texts: list[str], batch_size: int, progress: bool) -> np.ndarray:
+    """The answers' vectors, with a progress bar on stderr when asked."""
+    if not progress:
+        return model.encode(texts, role="answer", batch_size=batch_size)
+    from tqdm import tqdm
+
+    with tqdm(total=len(texts), desc="encoding answers", unit="answer", disable=None) as bar:
+        return model.encode(texts, role="answer", batch_size=batch_size, progress=bar.update)
+
+
+@dataclass
+class Built:
+    """What :func:`encode_corpus` makes: the pieces of a new index and the checked options."""
+
+    model: Model
+    records: RecordStore
+    vectors: np.ndarray
+    coarse: CoarseIndex
+    reranker: Reranker | None
+    overfetch: int
+    hybrid: bool
+
+
+def encode_corpus(
+    corpus: str | os.PathLike[str] | Iterable[Mapping[str, Any] | Record],
+    *,
+    model: str | os.PathLike[str] | Model | None,
+    device: str,
+    index_kind: str,
+    hnsw: Mapping[str, int] | None,
+    overfetch: int,
+    batch_size: int,
+    progress: bool,
+    recall: float | None,
+    reranker: str | os.PathLike[str] | Reranker | None,
+    hybrid: bool | None,
+) -> Built:
+    """:meth:`qaindex.Ranker.build`'s work: check every argument, then encode and index.
+
+    Every argument is checked before any model is loaded or text encoded (a missing
+    extra for ``hybrid`` too). A file is read, encoded and stored in chunks, one chunk of
+    texts in memory at a time; with ``recall``, the coarse stage's search breadth is tuned
+    (:mod:`.tuning`).
+    """
+    overfetch = positive_int(overfetch, "overfetch", maximum=MAX_SETTING)
+    batch_size = positive_int(batch_size, "batch_size")
+    flag(progress, "progress")
+    use_hybrid = build_hybrid(hybrid)  # a missing extra fails before any encoding
+    choice(device, "device", ("auto", "cpu", "cuda"))
+    choice(index_kind, "index_kind", INDEX_KINDS)
+    hnsw = check_hnsw(hnsw)
+    if recall is not None:
+        recall = check_target(recall)
+    if model is not None and not isinstance(model, str | os.PathLike | Model):
+        raise QueryError(f"model must be a model directory, a Model or None, got {type(model).__name__}")
+    if isinstance(model, str | os.PathLike):
+        path_arg(model, "model", what="a model directory")
+    if reranker is not None and not isinstance(reranker, Reranker):
+        path_arg(reranker, "reranker", what="a reranker model directory")
+    is_path = path_or_records(corpus, "corpus")
+    # Encoding overlaps Python work (a file's next chunk, qaindex.build.streaming; the stored
+    # records), which takes one core: onnxruntime gets the other (with two threads it
+    # competes with that work, and it is much slower on a loaded machine).
+    threads = 1 if fast_paths.enabled() else None
+    loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=threads)
+    if reranker is not None and not isinstance(reranker, Reranker):
+        reranker = Reranker.load(reranker, device=device)
+    store, vectors, coarse = _encode(
+        corpus, loaded, is_path=is_path, index_kind=index_kind, hnsw=hnsw, device=device,
+        batch_size=batch_size, progress=progress, recall=recall, overfetch=overfetch,
+    )  # fmt: skip
+    return Built(loaded, store, vectors, coarse, reranker, overfetch, use_hybrid)
+
+
+def _encode(
+    corpus: str | os.PathLike[str] | Iterable[Mapping[str, Any] | Record],
+    model: Model,
+    *,
+    is_path: bool,
+    index_kind: str,
+    hnsw: Mapping[str, int] | None,
+    device: str,
+    batch_size: int,
+    progress: bool,
+    recall: float | None,
+    overfetch: int,
+) -> tuple[RecordStore, np.ndarray, CoarseIndex]:
+    started = time.perf_counter()
+    if is_path:  # streamed: one chunk of texts in memory at a time (qaindex.build.streaming)
+        store, vectors, coarse = _from_file(corpus, model, index_kind, hnsw, device, batch_size, progress)  # type: ignore[arg-type]
+        tuned_on: RecordStore | list[Record] = store
+    else:
+        records = records_from_dicts(corpus)  # type: ignore[arg-type]
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qaindex-records") as pool:
+            # The stored lines are encoded while onnxruntime (which releases the GIL) runs.
+            stored = pool.submit(RecordStore.from_records, records) if fast_paths.enabled() else None
+            vectors = encode_answers(model, [r.answer for r in records], batch_size, progress)
+            store = RecordStore.from_records(records) if stored is None else stored.result()
+        coarse = CoarseIndex(
+            model.space, model.dimension, choose_kind(index_kind, len(records)), hnsw, device=device, count=len(records)
+        )
+        coarse.add(vectors)
+        tuned_on = records
+    _log.info("encoded %d answers with %s in %.2f s", len(store), model.name, time.perf_counter() - started)
+    if recall is not None and coarse.kind != "flat":  # flat is exact: nothing to tune
+        tune_for_corpus(coarse, model, tuned_on, vectors, target=recall, overfetch=overfetch)
+    return store, vectors, coarse
+
+
+def _from_file(
+    corpus: str | os.PathLike[str],
+    model: Model,
+    index_kind: str,
+    hnsw: Mapping[str, int] | None,
+    device: str,
+    batch_size: int,
+    progress: bool,
+) -> tuple[RecordStore, np.ndarray, CoarseIndex]:
+    from .streaming import build_from_file, count_lines
+
+    if not progress:
+        return build_from_file(corpus, model, index_kind=index_kind, hnsw=hnsw, device=device, batch_size=batch_size)
+    from tqdm import tqdm
+
+    with tqdm(total=count_lines(corpus), desc="encoding answers", unit="answer", disable=None) as bar:
+        built = build_from_file(
+            corpus, model, index_kind=index_kind, hnsw=hnsw, device=device, batch_size=batch_size, progress=bar.update
+        )
+        bar.total = bar.n  # lines counted blank lines and repeated benchmark answers too: end at 100%
+        return built
+
+
+def rebuilt_coarse(coarse: CoarseIndex, requested: str, model: Model, vectors: np.ndarray) -> CoarseIndex:
+    """A coarse index of ``vectors`` (after removals), of the kind ``requested`` chooses for
+    their count, keeping ``coarse``'s parameters and tuning where the kind is the same."""
+    count = len(vectors)
+    kind = choose_kind(requested, count) if requested == "auto" else coarse.kind
+    params = dict(coarse.params) if kind == coarse.kind else {}
+    if params.get("nlist", 0) > count:  # IVF lists need an answer each to train
+        params.pop("nlist")
+    out = CoarseIndex(model.space, model.dimension, kind, params or None, device=coarse.device, count=count)
+    out.add(np.asarray(vectors))
+    if kind == coarse.kind:
+        out.tuning = coarse.tuning
+    return out

@@ -1,0 +1,123 @@
+"""``qaindex calibrate``: fit a model's score calibration (:mod:`qaindex.eval.calibration`).
+
+Also the lines ``qaindex info`` prints about hybrid search and scores.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..eval.calibrate import calibrate_model, measure
+from ..eval.calibration import CALIBRATION_METHODS, DEFAULT_DEPTH, expected_calibration_error
+
+__all__ = ["calibrate_command", "calibration_line", "hybrid_line"]
+
+
+def hybrid_line(hybrid: dict[str, Any] | None) -> str:
+    """What ``info`` says about the index's lexical index."""
+    if hybrid is None:
+        return "no lexical index (dense search only; build with --hybrid for hybrid search)"
+    return (
+        f"BM25 index of {hybrid['terms']:,} terms (k1 {hybrid['k1']}, b {hybrid['b']}); "
+        "searches fuse dense and BM25 rankings"
+    )
+
+
+def calibration_line(calibration: dict[str, Any]) -> str:
+    """What ``info`` says about the model's score calibration."""
+    if not calibration.get("calibrated"):
+        return "uncalibrated: score = sigmoid(raw score), not a probability (run qaindex calibrate)"
+    ece = calibration.get("ece")
+    where = f" on {calibration['data']}" if calibration.get("data") else ""
+    return (
+        f"calibrated ({calibration['method']}{where}, {calibration.get('labels', 'labelled')}"
+        + (f", ECE {ece:.3f}" if isinstance(ece, float) else "")
+        + "): score estimates P(relevant)"
+    )
+
+
+@click.command("calibrate")
+@click.argument("model_dir", type=click.Path(path_type=Path, file_okay=False, exists=True))
+@click.argument("data", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option(
+    "--method", type=click.Choice(CALIBRATION_METHODS), default="platt", show_default=True,
+    help="Platt scaling (a sigmoid of the raw score) or isotonic regression.",
+)  # fmt: skip
+@click.option(
+    "--depth", type=click.IntRange(min=1), default=DEFAULT_DEPTH, show_default=True,
+    help="Hits per question used as (score, relevant?) pairs.",
+)  # fmt: skip
+@click.option(
+    "--teacher",
+    type=click.Choice(["minilm"]),
+    default=None,
+    help="DATA is a corpus of answers (no labels needed): pseudo-questions are cut from them and "
+    "all-MiniLM-L6-v2 judges which answer is relevant (needs the train extra).",
+)
+@click.option(
+    "--per-answer", type=click.IntRange(min=1), default=2, show_default=True,
+    help="With --teacher: pseudo-questions cut from each answer.",
+)  # fmt: skip
+@click.option(
+    "--check",
+    "checks",
+    multiple=True,
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Held-out labelled data (repeatable) to report expected calibration error on after fitting.",
+)
+@click.option("--dry-run", is_flag=True, help="Fit and report, but leave the model directory unchanged.")
+def calibrate_command(
+    model_dir: Path,
+    data: Path,
+    method: str,
+    depth: int,
+    teacher: str | None,
+    per_answer: int,
+    checks: tuple[Path, ...],
+    dry_run: bool,
+) -> None:
+    """Calibrate MODEL_DIR's scores on held-out DATA (JSONL) and store the calibration in its manifest.
+
+    DATA is labelled (benchmark format, or a corpus with questions) and must not be what the
+    model was trained on; with --teacher it is a corpus of answers judged by the teacher.
+    Hits then get score = estimated probability of relevance (docs/scores.md).
+    """
+    from ..eval.datasets import read_labelled
+    from ..model import Model
+
+    if teacher is not None:
+        from ..corpus import read_corpus
+        from .train import _require_torch
+
+        _require_torch()
+        from qaindex_export.calibrate import teacher_groups
+        from qaindex_export.distill import minilm_sentence_teacher
+
+        answers = [r.answer for r in read_corpus(data)]
+        groups = teacher_groups(answers, minilm_sentence_teacher(), per_answer=per_answer)
+        labels = "teacher: all-MiniLM-L6-v2 top-1 on pseudo-questions cut from the answers"
+    else:
+        groups = read_labelled(data)
+        labels = "labelled"
+    stored = calibrate_model(
+        model_dir, groups, method=method, depth=depth, source=data.name, labels=labels, write=not dry_run
+    )
+    report: dict[str, Any] = {"model": str(model_dir), "written": not dry_run, "calibration": stored}
+    if checks:
+        model = Model.load(model_dir)
+        from ..eval.calibration import Calibration
+
+        fitted = Calibration.from_manifest(stored)
+        report["checks"] = {}
+        for path in checks:
+            raw, best, y = measure(model, read_labelled(path), depth=depth)
+            report["checks"][path.name] = {
+                "pairs": len(y),
+                "relevant": round(float(y.mean()), 4),
+                "ece": round(expected_calibration_error(fitted(raw, best), y), 4),
+            }
+    click.echo(json.dumps(report, indent=2))

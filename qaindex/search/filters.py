@@ -1,0 +1,506 @@
+"""Metadata filters (``where``): which answers match, and how to search only those.
+
+A ``where`` is a mapping ``{field: value}`` or ``{field: [values]}`` (every field must match;
+``"id"`` is the answer's id, any other field is looked up in its metadata; a list matches any
+of its values, by Python equality), or a function of a :class:`~qaindex.Record` returning
+True or False.
+
+A mapping is answered from a per-field value index (:class:`FieldIndex`: ``value → rows``,
+built in one pass over the stored records the first time a metadata field is filtered on,
+and again after ``add``/``remove``; ids use the store's id map and need no pass), so the
+matching rows are known, and counted, before any search:
+
+- **pre-filter** when few answers match: their stored vectors are scored exactly with the
+  model's scorer (the same ONNX graph and tie order as an unfiltered search), so the result
+  is the exact top ``k`` of the matching answers whatever the index kind;
+- **post-filter** when many match: the ANN index recalls ``k · overfetch · N / matches``
+  candidates (so that about ``k · overfetch`` of them match, as many as an unfiltered search
+  reranks), and only the matching ones are scored exactly; a question left with fewer than
+  ``k`` matching candidates falls back to the exact pre-filter.
+
+The planner picks the pre-filter when ``matches ≤ max(PREFILTER_MIN, √(c · k · overfetch · N))``:
+the post-filter recalls ``k · overfetch · N / matches`` candidates at ``c`` times the cost of
+scoring one match (:data:`POST_FILTER_COST`), the pre-filter scores ``matches`` vectors, and
+the two cost the same there (``benchmarks/filters.py`` measures both).
+An index of at most ``k · overfetch`` answers is searched whole and filtered.
+
+A field that no stored answer has is an error naming the fields that exist (a misspelt field
+would otherwise silently return nothing). A function cannot be indexed: its search widens the
+coarse stage until about ``k · overfetch`` candidates pass, and past half the index calls it on
+every stored record.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import threading
+import weakref
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..corpus import Record
+from ..errors import QueryError
+from ..store.records import RecordStore
+
+__all__ = [
+    "POST_FILTER_COST",
+    "PREFILTER_MIN",
+    "FieldIndex",
+    "Filter",
+    "compile_where",
+    "exact_among",
+    "field_index",
+    "matching_rows",
+    "parse_where_options",
+    "plan",
+    "prefilter_limit",
+]
+
+#: Up to this many matching answers the pre-filter (exact scoring) is always used.
+PREFILTER_MIN = 2048
+#: Cost of one coarse candidate of the post-filter, in exact scorings of one match (measured by
+#: benchmarks/filters.py on a 50,000-answer pq index: 5,000 candidates of a 10 % filter cost
+#: about as much as scoring 70,000 matches).
+POST_FILTER_COST = 16
+_DECODE_BLOCK = 8192  # records decoded per json.loads call when building a field index
+_SCORE_BLOCK = 1 << 22  # floats of candidate vectors per scorer call (16 MiB)
+
+Where = Mapping[str, Any] | Callable[[Record], bool]
+
+
+@dataclass(frozen=True)
+class Filter:
+    """A checked ``where``: field conditions, or a record predicate.
+
+    Attributes
+    ----------
+    conditions : tuple of (field, values)
+        Each field must equal one of its values (a single value is a one-element tuple).
+    predicate : callable or None
+        A function of a Record (then ``conditions`` is empty).
+    """
+
+    conditions: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    predicate: Callable[[Record], bool] | None = None
+
+    def matches(self, record: Record) -> bool:
+        """Whether ``record`` passes (reference semantics, used by tests and predicates).
+
+        Example
+        -------
+        >>> compile_where({"category": ["a", "b"]}).matches(Record(id=1, answer="x", metadata={"category": "b"}))
+        True
+        """
+        if self.predicate is not None:
+            return bool(self.predicate(record))
+        for key, values in self.conditions:
+            if key == "id":
+                got = record.id
+            elif key in record.metadata:
+                got = record.metadata[key]
+            else:
+                return False
+            if not any(got == v for v in values):
+                return False
+        return True
+
+
+def compile_where(where: Where | None) -> Filter | None:
+    """Check a ``where`` argument; None when it filters nothing (None or ``{}``).
+
+    Raises
+    ------
+    QueryError
+        ``where`` is neither a mapping with string keys nor a callable.
+
+    Example
+    -------
+    >>> compile_where({"category": "billing", "id": [1, 2]}).conditions
+    (('category', ('billing',)), ('id', (1, 2)))
+    """
+    if where is None:
+        return None
+    if callable(where):
+        return Filter(predicate=where)
+    if not isinstance(where, Mapping) or not all(isinstance(key, str) for key in where):
+        raise QueryError(
+            "where must be a mapping of metadata fields to values (or lists of values), or a function "
+            f"of a Record returning True or False; got {type(where).__name__}"
+        )
+    if not where:
+        return None
+    conditions = []
+    for key, value in where.items():
+        many = isinstance(value, list | tuple | set | frozenset)
+        conditions.append((key, tuple(value) if many else (value,)))
+    return Filter(conditions=tuple(conditions))
+
+
+def parse_where_options(items: Sequence[str]) -> dict[str, Any] | None:
+    """``where`` from the CLI's ``--where FIELD=VALUE`` options (repeated: every field must
+    match; the same field twice: any of its values). A value is read as JSON when it is JSON
+    (``3``, ``true``, ``"007"``), else as text.
+
+    Raises
+    ------
+    QueryError
+        An option without ``=`` or with an empty field name.
+
+    Example
+    -------
+    >>> parse_where_options(["category=billing", "year=2024", "category=account"])
+    {'category': ['billing', 'account'], 'year': 2024}
+    """
+    values: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise QueryError(f"--where {item!r}: expected FIELD=VALUE, e.g. --where category=billing")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        values.setdefault(key, []).append(value)
+    return {key: vs[0] if len(vs) == 1 else vs for key, vs in values.items()} or None
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+class FieldIndex:
+    """``value → rows`` for every metadata field of a record store, and the fields that exist.
+
+    Built in one pass that decodes every stored record (a few hundred milliseconds for 50,000
+    answers); unhashable values (lists, objects) are kept aside and compared one by one.
+
+    Parameters
+    ----------
+    store : RecordStore
+
+    Example
+    -------
+    >>> store = RecordStore.from_records([Record(id=i, answer="a", metadata={"c": i % 2}) for i in range(4)])
+    >>> ix = FieldIndex(store)
+    >>> sorted(ix.fields), ix.rows("c", 1).tolist()
+    (['c', 'id'], [1, 3])
+    """
+
+    def __init__(self, store: RecordStore) -> None:
+        values: dict[str, dict[Hashable, list[int]]] = {}
+        others: dict[str, list[tuple[int, Any]]] = {}
+        data, offsets = store.data, store.offsets
+        for first in range(0, len(store), _DECODE_BLOCK):
+            last = min(len(store), first + _DECODE_BLOCK)
+            # stored lines are JSON objects without raw newlines: join them into one array
+            chunk = bytes(data[int(offsets[first]) : int(offsets[last])]).rstrip(b"\n").replace(b"\n", b",")
+            for row, obj in enumerate(json.loads(b"[" + chunk + b"]"), start=first):
+                for key, value in obj.get("metadata", {}).items():
+                    if _hashable(value):
+                        values.setdefault(key, {}).setdefault(value, []).append(row)
+                    else:
+                        others.setdefault(key, []).append((row, value))
+        self._values = {key: {v: np.asarray(r, np.int64) for v, r in table.items()} for key, table in values.items()}
+        self._others = others
+        self.fields = frozenset({"id", *values, *others})
+
+    def rows(self, key: str, value: Any) -> np.ndarray:
+        """Sorted rows whose metadata field ``key`` equals ``value`` (int64)."""
+        parts = []
+        if _hashable(value):
+            hit = self._values.get(key, {}).get(value)
+            if hit is not None:
+                parts.append(hit)
+        extra = [row for row, got in self._others.get(key, ()) if got == value]
+        if extra:
+            parts.append(np.asarray(extra, np.int64))
+        if not parts:
+            return np.zeros(0, np.int64)
+        return parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
+
+
+_INDEXES: weakref.WeakKeyDictionary[RecordStore, FieldIndex] = weakref.WeakKeyDictionary()
+_INDEXES_LOCK = threading.Lock()
+
+
+def field_index(store: RecordStore) -> FieldIndex:
+    """The :class:`FieldIndex` of ``store``, built on first use and kept as long as the store.
+
+    ``Ranker.add``/``remove`` replace the store, so the next filter builds a fresh index.
+    """
+    with _INDEXES_LOCK:
+        found = _INDEXES.get(store)
+        if found is None:
+            found = FieldIndex(store)
+            _INDEXES[store] = found
+        return found
+
+
+def _id_rows(store: RecordStore, values: tuple[Any, ...]) -> np.ndarray:
+    """Rows whose id equals one of ``values`` (ids are unique; no pass over the records)."""
+    ids = store.ids()
+    found = set()
+    for value in values:
+        if isinstance(value, bool):
+            value = int(value)
+        elif isinstance(value, numbers.Integral):
+            value = int(value)
+        elif isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, str | int):
+            continue
+        row = ids.get(str(value))
+        if row is not None and store.get(row).id == value:
+            found.add(row)
+    return np.asarray(sorted(found), np.int64)
+
+
+def matching_rows(store: RecordStore, flt: Filter) -> np.ndarray:
+    """Sorted rows of the answers that pass ``flt`` (int64).
+
+    Raises
+    ------
+    QueryError
+        A field of ``flt`` is on no stored answer: the message names the fields that exist.
+
+    Example
+    -------
+    >>> store = RecordStore.from_records([Record(id=i, answer="a", metadata={"c": i % 3}) for i in range(6)])
+    >>> matching_rows(store, compile_where({"c": [0, 2], "id": [0, 1, 2]})).tolist()
+    [0, 2]
+    """
+    if flt.predicate is not None:
+        keep = [row for row in range(len(store)) if flt.predicate(store.get(row))]
+        return np.asarray(keep, np.int64)
+    index = None
+    if any(key != "id" for key, _ in flt.conditions):
+        index = field_index(store)
+        unknown = [key for key, _ in flt.conditions if key not in index.fields]
+        if unknown:
+            fields = ", ".join(sorted(index.fields, key=lambda f: (f != "id", f)))
+            raise QueryError(
+                f"where: no answer has the field {unknown[0]!r}; the fields are: {fields} "
+                "(names are matched exactly, case included)"
+            )
+    result: np.ndarray | None = None
+    for key, values in flt.conditions:
+        if key == "id":
+            rows = _id_rows(store, values)
+        else:
+            assert index is not None
+            parts = [index.rows(key, v) for v in values]
+            rows = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+        result = rows if result is None else np.intersect1d(result, rows, assume_unique=True)
+        if len(result) == 0:
+            break
+    return result if result is not None else np.arange(len(store), dtype=np.int64)
+
+
+# An index search: (question vectors, k) -> (scores, distances, rows), as Ranker.search_vectors.
+Search = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
+# The coarse stage: (question vectors, m) -> candidate rows (n, m), -1 where missing.
+Candidates = Callable[[np.ndarray, int], np.ndarray]
+Scorer = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+Found = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def exact_among(
+    queries: np.ndarray, vectors: np.ndarray, rows: np.ndarray, k: int, scorer: Scorer
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``k`` best of ``rows`` for each query, scored exactly by ``scorer``.
+
+    Ordered as :meth:`qaindex.Ranker.search_vectors` orders: best score first, ties by
+    distance, then by row. Arrays are ``(n, min(k, len(rows)))``.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> dot = lambda q, c: (np.einsum("nd,nmd->nm", q, c), -np.einsum("nd,nmd->nm", q, c))
+    >>> vecs = np.eye(3, dtype=np.float32)
+    >>> exact_among(vecs[:1], vecs, np.array([1, 0]), 1, dot)[2].tolist()
+    [[0]]
+    """
+    n, dim = queries.shape
+    w = min(k, len(rows))
+    top_s = np.full((n, w), -np.inf, np.float32)
+    top_d = np.full((n, w), np.inf, np.float32)
+    top_r = np.full((n, w), -1, np.int64)
+    if w == 0:
+        return top_s, top_d, top_r
+    gathered = np.ascontiguousarray(np.asarray(vectors)[rows], dtype=np.float32)
+    step = max(1, _SCORE_BLOCK // max(1, len(rows) * dim))
+    for start in range(0, n, step):
+        q = np.ascontiguousarray(queries[start : start + step], dtype=np.float32)
+        shape = (len(q), *gathered.shape)
+        cands = gathered[None] if len(q) == 1 else np.ascontiguousarray(np.broadcast_to(gathered, shape))
+        score, dist = scorer(q, cands)
+        keys = np.broadcast_to(rows, score.shape)
+        order = np.lexsort((keys, dist, -score), axis=-1)[:, :w]
+        top_s[start : start + len(q)] = np.take_along_axis(score, order, axis=-1)
+        top_d[start : start + len(q)] = np.take_along_axis(dist, order, axis=-1)
+        top_r[start : start + len(q)] = rows[order]
+    return top_s, top_d, top_r
+
+
+def prefilter_limit(k: int, overfetch: int, total: int) -> int:
+    """Matches up to which the pre-filter is used (see the module docstring).
+
+    Example
+    -------
+    >>> prefilter_limit(10, 10, 50_000)
+    8944
+    """
+    return max(PREFILTER_MIN, math.isqrt(POST_FILTER_COST * k * overfetch * total))
+
+
+def plan(
+    store: RecordStore,
+    vectors: np.ndarray,
+    queries: np.ndarray,
+    k: int,
+    flt: Filter,
+    *,
+    search: Search,
+    candidates: Candidates,
+    scorer: Scorer,
+    overfetch: int,
+) -> list[Found]:
+    """Filtered search: per query, ``(scores, distances, rows)`` of its best matching answers.
+
+    Parameters
+    ----------
+    store : RecordStore
+    vectors : array (N, dimension)
+        The stored answer vectors.
+    queries : array (n, dimension)
+        Question vectors (checked).
+    k : int
+        Hits per question (at most N).
+    flt : Filter
+    search : callable
+        ``search(queries, k)``: the index's whole search (``Ranker.search_vectors``).
+    candidates : callable
+        ``candidates(queries, m)``: the index's coarse stage (rows, ``-1`` where missing).
+    scorer : callable
+        The model's exact scorer (``Model.score_checked``).
+    overfetch : int
+        The index's over-fetch (coarse candidates per hit).
+
+    Returns
+    -------
+    list of (scores, distances, rows)
+        One triple of 1-D arrays per query, best first, at most ``k`` long.
+    """
+    total = len(store)
+    if total <= k * overfetch:
+        # An unfiltered search of so small an index scores every answer in row order; filtering
+        # that ranking keeps its scores bit for bit (the scorer's float32 rounding can depend
+        # on a candidate's position in the batch), and costs no more than scoring the matches.
+        s, d, r = search(queries, total)
+        out = []
+        for i in range(len(queries)):
+            valid = [j for j, row in enumerate(r[i].tolist()) if row >= 0]
+            keep = [j for j, ok in zip(valid, _passes(store, flt, r[i, valid]), strict=True) if ok][:k]
+            out.append((s[i, keep], d[i, keep], r[i, keep]))
+        return out
+    rows: np.ndarray | None = None
+    if flt.predicate is None:
+        rows = matching_rows(store, flt)
+        count = len(rows)
+        if count == 0:
+            empty = (np.zeros(0, np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64))
+            return [empty for _ in range(len(queries))]
+        if count <= k or count <= prefilter_limit(k, overfetch, total):
+            es, ed, er = exact_among(queries, vectors, rows, k, scorer)
+            return [(es[i], ed[i], er[i]) for i in range(len(queries))]
+        # post-filter: enough coarse candidates that about k * overfetch of them match
+        m = min(total, math.ceil(k * overfetch * total / count))
+        found = _post_filter(store, vectors, queries, k, flt, rows, m, candidates, scorer)
+    else:
+        found = [_predicate_search(store, vectors, q[None], k, flt, candidates, scorer, overfetch) for q in queries]
+    short = [i for i, f in enumerate(found) if f is None]
+    if short:  # the matching answers are not among the question's neighbours: score them all
+        rows = matching_rows(store, flt) if rows is None else rows
+        es, ed, er = exact_among(queries[short], vectors, rows, k, scorer)
+        for j, i in enumerate(short):
+            found[i] = (es[j], ed[j], er[j])
+    return [f for f in found if f is not None]
+
+
+def _passes(store: RecordStore, flt: Filter, rows: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """Whether each of ``rows`` passes ``flt`` (from ``mask`` of matching rows when given)."""
+    if mask is not None:
+        return np.asarray(mask[rows], dtype=bool)
+    if flt.predicate is None:
+        mask = np.zeros(len(store), bool)
+        mask[matching_rows(store, flt)] = True
+        return np.asarray(mask[rows], dtype=bool)
+    return np.asarray([flt.matches(store.get(int(row))) for row in rows.tolist()], dtype=bool)
+
+
+def _predicate_search(
+    store: RecordStore,
+    vectors: np.ndarray,
+    query: np.ndarray,
+    k: int,
+    flt: Filter,
+    candidates: Candidates,
+    scorer: Scorer,
+    overfetch: int,
+) -> Found | None:
+    """Post-filter for a predicate (selectivity unknown): widen the coarse stage until about
+    ``k * overfetch`` candidates match (the rerank margin of an unfiltered search), guessing the
+    selectivity from the previous pass; None when that would recall over half the answers."""
+    total = len(store)
+    want = k * overfetch
+    m = want
+    while True:
+        recalled = candidates(query, m)[0]
+        recalled = recalled[recalled >= 0]
+        keep = recalled[_passes(store, flt, recalled)]
+        if len(keep) >= want or m >= total:
+            es, ed, er = exact_among(query, vectors, keep, k, scorer)
+            return es[0], ed[0], er[0]
+        m = m * 8 if len(keep) == 0 else math.ceil(1.25 * m * want / len(keep))
+        if m > total // 2:
+            return None
+        m = min(m, total)
+
+
+def _post_filter(
+    store: RecordStore,
+    vectors: np.ndarray,
+    queries: np.ndarray,
+    k: int,
+    flt: Filter,
+    rows: np.ndarray | None,
+    m: int,
+    candidates: Candidates,
+    scorer: Scorer,
+) -> list[Found | None]:
+    """The coarse stage's ``m`` candidates, the matching ones scored exactly; None for a
+    question with fewer than ``k`` matching candidates (unless they are all the answers)."""
+    mask = None
+    if rows is not None:
+        mask = np.zeros(len(store), bool)
+        mask[rows] = True
+    cand = candidates(queries, m)
+    out: list[Found | None] = []
+    for i in range(len(queries)):
+        recalled = cand[i][cand[i] >= 0]
+        keep = recalled[_passes(store, flt, recalled, mask)]
+        if len(keep) < k and m < len(store):
+            out.append(None)
+            continue
+        es, ed, er = exact_among(queries[i : i + 1], vectors, keep, k, scorer)
+        out.append((es[0], ed[0], er[0]))
+    return out

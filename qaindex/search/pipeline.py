@@ -1,0 +1,322 @@
+"""The query pipeline behind :class:`~qaindex.Ranker`'s searches: coarse recall, exact scoring,
+filters, fusion with BM25 and the reranking stage, each within the request's memory budget.
+
+``question → encoder → coarse rows (FAISS, or every row) → exact scores → where / fusion →
+reranker → hits``. The functions take the Ranker whose state they read (its records, vectors,
+coarse and lexical indexes); the Ranker holds the locks and documents the arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..arguments import MAX_SETTING, finite_number, finite_vectors, flag, positive_int, text_list
+from ..corpus import Record
+from ..errors import QueryError
+from ..reranker import Reranker, rerank_stage
+from ..store.index_checks import stored_vectors_error
+from . import budget, filters
+from .fusion import Fusion, fusion_from, hybrid_arrays
+from .hits import Hit, cut, hit_bytes, make_hits
+
+if TYPE_CHECKING:
+    from ..ranker import Ranker
+
+__all__ = ["candidate_rows", "candidates", "check_k", "check_questions", "search_batch", "search_vectors"]
+
+Where = Mapping[str, Any] | Callable[[Record], bool]
+_QUERY_CHUNK = 256
+
+
+def check_k(k: Any) -> int:
+    """``k``: any positive integer (searches bound it by the index size before allocating)."""
+    return positive_int(k, "k")
+
+
+def check_questions(questions: Any) -> list[str]:
+    """A list of non-empty question texts (a single string is refused)."""
+    if isinstance(questions, str):
+        raise QueryError("search_batch takes a list of questions; use search() for one question")
+    out = text_list(questions, "questions", what="question")
+    for i, q in enumerate(out):
+        if not q.strip():
+            where = "the question" if len(out) == 1 else f"question {i + 1}"
+            raise QueryError(f"{where} is empty; ask a question with at least one word")
+    return out
+
+
+def check_queries(ranker: Ranker, queries: Any) -> np.ndarray:
+    """Question vectors of the index's dimension, finite (inside the ball for Poincaré)."""
+    return finite_vectors(queries, "queries", shape=(None, ranker.dimension), ball=ranker.model.space.ball)
+
+
+def check_settings(**settings: Any) -> dict[str, int]:
+    """The settings of :meth:`~qaindex.Ranker.configure` that are not None, each checked: the
+    over-fetch factor and breadths (positive, at most ``MAX_SETTING``), the memory budget."""
+    out = {}
+    for name, value in settings.items():
+        if value is None:
+            continue
+        if name == "memory_budget":
+            out[name] = budget.check_budget_value(value)
+        else:
+            out[name] = positive_int(value, name, maximum=MAX_SETTING)
+    return out
+
+
+def hybrid_setting(ranker: Ranker, hybrid: Any, fusion: Any) -> Fusion | None:
+    """The fusion a search uses, or None for a dense search."""
+    if hybrid is not None:
+        flag(hybrid, "hybrid")
+    chosen = fusion_from(fusion, ranker.model)
+    if hybrid is False or (hybrid is None and ranker._lexical is None):
+        return None
+    if ranker._lexical is None:
+        raise QueryError(
+            "this index has no lexical index, so it cannot search with hybrid=True; build it with "
+            "`qaindex build CORPUS --hybrid` (Python: Ranker.build(..., hybrid=True) or ranker.enable_hybrid())"
+        )
+    return chosen
+
+
+def search_batch(
+    ranker: Ranker,
+    questions: Sequence[str],
+    k: int,
+    *,
+    where: Where | None,
+    min_score: float | None,
+    rerank: Reranker | str | os.PathLike[str] | bool | None,
+    depth: int | None,
+    hybrid: bool | None,
+    fusion: Fusion | Mapping[str, Any] | None,
+) -> list[list[Hit]]:
+    """:meth:`~qaindex.Ranker.search_batch`: one list of hits per question."""
+    qs = check_questions(questions)
+    k = check_k(k)
+    flt = filters.compile_where(where)
+    if min_score is not None:
+        min_score = finite_number(min_score, "min_score", optional=True)
+    stage = rerank_stage(ranker.reranker, rerank, depth, k, min_score)
+    fused = hybrid_setting(ranker, hybrid, fusion)
+    if stage is not None:  # the first stage finds `depth` candidates; the reranker orders and cuts them
+        k, min_score = stage.depth, None
+    if not qs:
+        return []
+    total = len(ranker)
+    k = min(k, total)
+    records, vectors = ranker._records, ranker._vectors
+    budget.check_result(
+        len(qs) * k * hit_bytes(records),
+        budget.request_budget(ranker.memory_budget),
+        f"a search of {len(qs):,} question(s) for {k:,} hits each",
+        "ask fewer questions per call or a smaller k (or rerank depth)",
+    )
+    qv = ranker.model.encode(qs, role="question")
+
+    def hits(
+        scores: np.ndarray, distances: np.ndarray, rows: np.ndarray, probabilities: np.ndarray | None = None
+    ) -> list[list[Hit]]:
+        return make_hits(
+            records, ranker.model.calibration, scores, distances, rows, ranker.memory_budget, probabilities
+        )
+
+    def first_stage(pick: list[int], width: int) -> list[list[Hit]]:
+        if fused is None:
+            return hits(*search_vectors(ranker, qv[pick], width))
+        rows = candidate_rows(ranker, qv[pick], min(total, width * ranker.overfetch))
+        picked = [qs[i] for i in pick]
+        arrays = hybrid_arrays(ranker.model, vectors, ranker._lexical, picked, qv[pick], rows, width, fused)
+        if np.isnan(arrays[0]).any():  # queries are checked: a damaged vectors.npy loaded with verify=False
+            raise stored_vectors_error(ranker._disk.vectors_source(ranker.path), arrays[2][np.isnan(arrays[0])])
+        return hits(*arrays)
+
+    if flt is None:
+        first = [cut(row, k, min_score) for row in first_stage(list(range(len(qs))), k)]
+        return stage.apply(qs, first) if stage is not None else first
+    out: list[list[Hit]]
+    if fused is None:
+        # pre-filter (exact scoring of the matching answers) or post-filter: qaindex.search.filters
+        found = filters.plan(
+            records, vectors, qv, k, flt, search=functools.partial(search_vectors, ranker),
+            candidates=functools.partial(candidate_rows, ranker), scorer=ranker.model.score_checked,
+            overfetch=ranker.overfetch,
+        )  # fmt: skip
+        out = [cut(hits(s[None], d[None], r[None])[0], k, min_score) for s, d, r in found]
+    else:
+        rows = filters.matching_rows(records, flt) if flt.predicate is None else None
+        if rows is not None and len(rows) <= filters.prefilter_limit(k, ranker.overfetch, total):
+            out = _fused_among(ranker, qs, qv, rows, k, fused, min_score)
+        else:  # a fused search widens its first stage until each question has k matching hits
+            out = [[] for _ in qs]
+            pending = list(range(len(qs)))
+            width = min(total, 4 * k)
+            while pending:
+                still = []
+                for i, row_hits in zip(pending, first_stage(pending, width), strict=True):
+                    kept = cut([h for h in row_hits if flt.matches(records.get(h.row))], k, min_score)
+                    out[i] = kept
+                    if len(kept) < k and width < total:  # fused scores need not fall with rank: go on
+                        still.append(i)
+                pending = still
+                width = min(total, width * 4)
+    return stage.apply(qs, out) if stage is not None else out
+
+
+def _fused_among(
+    ranker: Ranker, qs: list[str], qv: np.ndarray, rows: np.ndarray, k: int, fused: Fusion, min_score: float | None
+) -> list[list[Hit]]:
+    """Hybrid search among ``rows`` (a filter's few matches): every one scored exactly and by
+    BM25, then fused, as an unfiltered hybrid search ranks its candidates."""
+    if len(rows) == 0:
+        return [[] for _ in qs]
+    allowed = np.zeros(len(ranker), dtype=bool)
+    allowed[rows] = True
+    dense = np.ascontiguousarray(np.broadcast_to(rows, (len(qs), len(rows))))
+    arrays = hybrid_arrays(ranker.model, ranker._vectors, ranker._lexical, qs, qv, dense, k, fused, allowed=allowed)
+    scores, distances, found_rows, probabilities = arrays
+    found = make_hits(
+        ranker._records, ranker.model.calibration, scores, distances, found_rows, ranker.memory_budget, probabilities
+    )
+    return [cut(row, k, min_score) for row in found]
+
+
+def search_vectors(
+    ranker: Ranker, queries: np.ndarray, k: int, *, use_coarse: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:meth:`~qaindex.Ranker.search_vectors`: search with question vectors, in query chunks.
+
+    Parameters
+    ----------
+    ranker : Ranker
+    queries : array (n, dimension)
+        Question vectors (from ``model.encode(..., role="question")``): integer or float
+        numbers, all finite (inside the unit ball for Poincaré models).
+    k : int
+        Any positive integer; the arrays have ``min(k, len(ranker))`` columns, so a huge
+        ``k`` costs no more than ``k = len(ranker)``.
+    use_coarse : bool, keyword-only
+        Go through FAISS even when ``k * overfetch`` covers every answer (by default such
+        small searches rerank every answer exactly and skip FAISS).
+
+    Returns
+    -------
+    scores : numpy.ndarray (n, min(k, len(ranker))), float32, ``-inf`` where missing
+    distances : numpy.ndarray (n, min(k, len(ranker))), float32, ``inf`` where missing
+    rows : numpy.ndarray (n, min(k, len(ranker))), int64, ``-1`` where missing (an
+        approximate index may recall fewer candidates than asked)
+    """
+    k = min(check_k(k), len(ranker))
+    flag(use_coarse, "use_coarse")
+    q = check_queries(ranker, queries)
+    limit = budget.request_budget(ranker.memory_budget)
+    budget.check_result(
+        len(q) * k * budget.ARRAY_ENTRY_BYTES,
+        limit,
+        f"a search of {len(q):,} question vectors for {k:,} hits each",
+        "search fewer vectors per call or a smaller k",
+    )
+    m = min(len(ranker), k * ranker.overfetch)
+    budget.check_work(
+        m * budget.CANDIDATE_BYTES,
+        limit,
+        f"ranking {m:,} candidates (k={k:,} x overfetch {ranker.overfetch})",
+        "use a smaller k or overfetch",
+    )
+    step = budget.chunk(m * budget.CANDIDATE_BYTES, limit, _QUERY_CHUNK)
+    parts = [_search_chunk(ranker, q[s : s + step], k, use_coarse, limit) for s in range(0, len(q), step)]
+    if not parts:
+        return np.zeros((0, k), np.float32), np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
+    return tuple(np.concatenate(p) for p in zip(*parts, strict=True))  # type: ignore[return-value]
+
+
+def candidates(ranker: Ranker, queries: np.ndarray, m: int, *, use_coarse: bool = False) -> np.ndarray:
+    """:meth:`~qaindex.Ranker.candidates`: the coarse stage's rows, in chunks within the budget.
+
+    Parameters
+    ----------
+    ranker : Ranker
+    queries : array (n, dimension)
+        Question vectors, as for :func:`search_vectors`.
+    m : int
+        Candidates per question, any positive integer (bounded by the index size).
+    use_coarse : bool, keyword-only
+        Search FAISS even when ``m`` covers every answer.
+
+    Returns
+    -------
+    numpy.ndarray (n, min(m, len(ranker))), int64, ``-1`` where fewer were recalled
+    """
+    m = min(positive_int(m, "m"), len(ranker))
+    flag(use_coarse, "use_coarse")
+    queries = check_queries(ranker, queries)
+    limit = budget.request_budget(ranker.memory_budget)
+    budget.check_result(
+        len(queries) * m * 8,
+        limit,
+        f"candidates of {len(queries):,} question vectors, {m:,} each",
+        "pass fewer vectors per call or a smaller m",
+    )
+    step = budget.chunk(m * budget.CANDIDATE_BYTES, limit, max(1, len(queries)))
+    if step >= len(queries):
+        return candidate_rows(ranker, queries, m, use_coarse=use_coarse)
+    starts = range(0, len(queries), step)
+    return np.concatenate([candidate_rows(ranker, queries[s : s + step], m, use_coarse=use_coarse) for s in starts])
+
+
+def candidate_rows(ranker: Ranker, queries: np.ndarray, m: int, *, use_coarse: bool = False) -> np.ndarray:
+    """Rows recalled for checked queries: every row when ``m`` covers them, else FAISS's."""
+    total = len(ranker)
+    if m >= total and not use_coarse:
+        return np.broadcast_to(np.arange(total, dtype=np.int64), (len(queries), total)).copy()
+    ranker._refresh_coarse()
+    # a plain ndarray view of the memory map: fancy indexing skips np.memmap's overhead
+    return ranker._coarse.search(queries, m, vectors=np.asarray(ranker._vectors))
+
+
+def _search_chunk(
+    ranker: Ranker, q: np.ndarray, k: int, use_coarse: bool, limit: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n, dim = len(q), ranker.dimension
+    rows = candidate_rows(ranker, q, min(len(ranker), k * ranker.overfetch), use_coarse=use_coarse)
+    valid = rows >= 0
+    all_valid = bool(valid.all())
+    safe_rows = rows if all_valid else np.where(valid, rows, 0)
+    # the candidates' vectors are gathered and scored in column blocks within the budget
+    width = rows.shape[1]
+    block = budget.chunk(n * dim * 4 * budget.SCORER_COPIES, limit, max(1, width))
+    vectors = np.asarray(ranker._vectors)
+    score_checked = ranker.model.score_checked
+    if block >= width:
+        gathered = np.asarray(vectors[safe_rows.ravel()], dtype=np.float32)
+        score, dist = score_checked(q, gathered.reshape(n, width, dim))
+    else:
+        score = np.empty((n, width), np.float32)
+        dist = np.empty((n, width), np.float32)
+        for c in range(0, width, block):
+            cols = safe_rows[:, c : c + block]
+            gathered = np.asarray(vectors[cols.ravel()], dtype=np.float32)
+            score[:, c : c + block], dist[:, c : c + block] = score_checked(q, gathered.reshape(n, cols.shape[1], dim))
+    if not np.isfinite(score).all():  # queries are checked: a damaged vectors.npy loaded with verify=False
+        raise stored_vectors_error(ranker._disk.vectors_source(ranker.path), safe_rows[~np.isfinite(score)])
+    if not all_valid:
+        score = np.where(valid, score, -np.inf)
+        dist = np.where(valid, dist, np.inf)
+        rows = np.where(valid, rows, np.iinfo(np.int64).max)
+    # best score first; ties by distance, then by row (missing rows sort last)
+    order = np.lexsort((rows, dist, -score), axis=-1)[:, :k]
+    pick = (np.arange(n)[:, None], order)
+    w = order.shape[1]
+    # k <= len(ranker) here (search_vectors bounds it), so nothing below scales with a huge k
+    top_s = np.full((n, k), -np.inf, dtype=np.float32)
+    top_d = np.full((n, k), np.inf, dtype=np.float32)
+    top_r = np.full((n, k), -1, dtype=np.int64)
+    top_s[:, :w] = score[pick]
+    top_d[:, :w] = dist[pick]
+    top_r[:, :w] = np.where(np.isneginf(top_s[:, :w]), -1, rows[pick])
+    return top_s, top_d, top_r

@@ -1,0 +1,184 @@
+"""The record store of an index: answers as JSON lines with byte offsets.
+
+A snapshot keeps ``records.jsonl`` (one ``{"id", "answer", "questions", "metadata"}`` object
+per line) and ``records.offsets.npy`` (``n + 1`` int64 byte offsets). :class:`RecordStore`
+serves rows from memory-mapped bytes and decodes a record only when it is asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from .. import fast_paths
+from ..corpus import Record
+from ..errors import IndexFormatError
+from .index_checks import parse_record
+
+__all__ = ["RecordStore", "encode_record", "encode_records"]
+
+_RECORD_CACHE = 4096  # decoded records kept per index (cleared when full)
+
+
+# What ``json.dumps(..., ensure_ascii=False)`` uses for a str, and an encoder with its settings.
+_quote: Callable[[str], str] = getattr(json.encoder, "c_encode_basestring", None) or json.encoder.py_encode_basestring
+_ENCODER = json.JSONEncoder(ensure_ascii=False)
+
+
+def encode_record(record: Record) -> bytes:
+    """One stored line: the record's JSON (UTF-8, not ASCII-escaped) and a newline.
+
+    The bytes are exactly ``json.dumps(record.to_json(), ensure_ascii=False) + "\\n"``; the
+    usual shapes (a str or int id, str questions, a dict of metadata) are assembled from
+    their parts without building the dict.
+
+    Example
+    -------
+    >>> encode_record(Record(id=1, answer="Yes.", questions=(), metadata={}))
+    b'{"id": 1, "answer": "Yes.", "questions": [], "metadata": {}}\\n'
+    """
+    return _record_line(record).encode("utf-8")
+
+
+def encode_records(records: Sequence[Record]) -> list[bytes]:
+    """:func:`encode_record` of each record, in order.
+
+    Example
+    -------
+    >>> encode_records([Record(id="a", answer="Oui.", questions=("Q?",))])
+    [b'{"id": "a", "answer": "Oui.", "questions": ["Q?"], "metadata": {}}\\n']
+    """
+    return [_record_line(record).encode("utf-8") for record in records]
+
+
+def _record_line(record: Record) -> str:
+    if not fast_paths.enabled():
+        return json.dumps(record.to_json(), ensure_ascii=False) + "\n"
+    ident, questions, metadata = record.id, record.questions, record.metadata
+    kind = type(ident)
+    if kind is int:
+        id_text = int.__repr__(ident)
+    elif isinstance(ident, str) and kind is str:
+        id_text = _quote(ident)
+    else:
+        return json.dumps(record.to_json(), ensure_ascii=False) + "\n"
+    if type(metadata) is not dict or type(questions) not in (tuple, list):
+        return json.dumps(record.to_json(), ensure_ascii=False) + "\n"
+    if questions:
+        if not all(type(q) is str for q in questions):
+            return json.dumps(record.to_json(), ensure_ascii=False) + "\n"
+        questions_text = "[" + ", ".join(map(_quote, questions)) + "]"
+    else:
+        questions_text = "[]"
+    metadata_text = _ENCODER.encode(metadata) if metadata else "{}"
+    return (
+        '{"id": '
+        + id_text
+        + ', "answer": '
+        + _quote(record.answer)
+        + ', "questions": '
+        + questions_text
+        + ', "metadata": '
+        + metadata_text
+        + "}\n"
+    )
+
+
+class RecordStore:
+    """Answers stored as JSON lines with byte offsets; decoded only when needed.
+
+    Parameters
+    ----------
+    data : bytes or mmap.mmap
+        The concatenated lines.
+    offsets : numpy.ndarray
+        ``n + 1`` int64 byte offsets of the lines in ``data``.
+
+    Example
+    -------
+    >>> store = RecordStore.from_records([Record(id="a", answer="Yes.", questions=(), metadata={})])
+    >>> len(store), store.get(0).answer, store.ids()
+    (1, 'Yes.', {'a': 0})
+    """
+
+    def __init__(self, data: bytes | mmap.mmap, offsets: np.ndarray, *, source: Path | None = None) -> None:
+        self.data = data
+        self.offsets = offsets
+        self.source = source  # the file the lines came from, for errors about damaged lines
+        self._ids: dict[str, int] | None = None
+        self._cache: dict[int, Record] = {}
+
+    @classmethod
+    def from_lines(cls, lines: Sequence[bytes]) -> RecordStore:
+        """A store of already encoded lines (each ending with a newline)."""
+        offsets = np.zeros(len(lines) + 1, dtype=np.int64)
+        np.cumsum([len(line) for line in lines], out=offsets[1:])
+        return cls(b"".join(lines), offsets)
+
+    @classmethod
+    def from_records(cls, records: Sequence[Record]) -> RecordStore:
+        """A store of these records, in order."""
+        return cls.from_lines(encode_records(records))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def raw(self, row: int) -> bytes:
+        """The stored line of ``row`` (with its newline)."""
+        return bytes(self.data[int(self.offsets[row]) : int(self.offsets[row + 1])])
+
+    def content(self) -> bytes:
+        """Every stored line, as written to ``records.jsonl``."""
+        return bytes(self.data[: int(self.offsets[-1])])
+
+    def write_to(self, handle: BinaryIO, block: int = 1 << 22) -> None:
+        """Write :meth:`content` to a binary file in blocks (no copy of the whole store in memory)."""
+        end = int(self.offsets[-1])
+        view = memoryview(self.data)
+        for start in range(0, end, block):
+            handle.write(view[start : min(end, start + block)])
+
+    def get(self, row: int) -> Record:
+        """The decoded record of ``row`` (cached)."""
+        cached = self._cache.get(row)
+        if cached is None:
+            try:
+                cached = Record.from_json(parse_record(self.raw(row)))
+            except ValueError as exc:  # a damaged line of a loaded index (qaindex.store.index_checks)
+                raise IndexFormatError(
+                    f"{self.source or 'records.jsonl'}: line {row + 1}: {exc}; the index is corrupted, rebuild it"
+                ) from None
+            if len(self._cache) >= _RECORD_CACHE:
+                self._cache.clear()
+            self._cache[row] = cached
+        return cached
+
+    def ids(self) -> dict[str, int]:
+        """``{str(id): row}`` for every record."""
+        if self._ids is None:
+            ids: dict[str, int] = {}
+            for row in range(len(self)):
+                key = str(self.get(row).id)
+                if key in ids:
+                    raise IndexFormatError(
+                        f"{self.source or 'records.jsonl'}: id {json.dumps(self.get(row).id)} is on lines "
+                        f"{ids[key] + 1} and {row + 1}; ids must be unique; the index is corrupted, rebuild it"
+                    )
+                ids[key] = row
+            self._ids = ids
+        return self._ids
+
+    def append(self, records: Sequence[Record]) -> RecordStore:
+        """A new store: these rows followed by ``records``."""
+        extra = RecordStore.from_records(records)
+        offsets = np.concatenate([self.offsets, extra.offsets[1:] + self.offsets[-1]])
+        return RecordStore(self.content() + bytes(extra.data), offsets)
+
+    def keep(self, rows: np.ndarray) -> RecordStore:
+        """A new store of the given rows, in that order."""
+        return RecordStore.from_lines([self.raw(int(r)) for r in rows])

@@ -1,0 +1,455 @@
+"""The lexical (BM25) index of hybrid search, stored beside the vectors of an index snapshot.
+
+Answers are tokenized the way bm25s does by default (lower case, words of two or more word
+characters, Lucene's 33 English stopwords removed: bm25s's ``STOPWORDS_EN``) and stemmed with
+PyStemmer's English (Snowball) stemmer: the scores equal bm25s's with that stemmer. The
+index keeps, per answer, its distinct terms and their counts (a CSR matrix); the BM25
+postings are derived from it when first needed, so ``add`` and ``remove`` are cheap and
+always give the same scores as a fresh build of the same answers.
+
+Scoring is BM25 in the Lucene variant (bm25s's default, ``k1`` = 1.5, ``b`` = 0.75)::
+
+    idf(t)      = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
+    score(q, d) = sum over the terms t of q of
+                  idf(t) * tf(t, d) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
+
+with ``N`` answers, ``df(t)`` of them containing ``t``, ``|d|`` the answer's token count after
+stopword removal and ``avgdl`` its mean; a term repeated in the question counts once per
+occurrence (as in bm25s).
+
+On disk (``SNAPSHOT/lexical/``), no pickle anywhere::
+
+    terms.npy      int32 (nnz,)   term ids of each answer's distinct terms, answer after answer
+    counts.npy     int32 (nnz,)   their counts in the answer
+    offsets.npy    int64 (n + 1,) where each answer's terms start in terms.npy/counts.npy
+    vocab.json     {"format", "format_version", "tokenizer", "k1", "b", "vocab": [stem, ...],
+                    "dense_ratio": {...} (optional: the corpus's dense/BM25 ratio, qaindex.fusion)}
+
+Tokenizing needs PyStemmer (in the ``cpu`` and ``gpu`` extras, or ``pip install
+'qaindex[hybrid]'``); loading and validating a stored index does not.
+
+Example
+-------
+>>> lex = LexicalIndex.from_texts(["Reset your password from the login page.", "Refunds take 5 days."])
+>>> scores = lex.scores("how do I reset my password?")
+>>> int(scores.argmax()), bool(scores[1] == 0.0)
+(0, True)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import IndexFormatError, MissingDependencyError, QueryError
+
+__all__ = [
+    "DIRECTORY",
+    "LEXICAL_FORMAT",
+    "LexicalIndex",
+    "build_hybrid",
+    "check_entry",
+    "tokenizer_available",
+    "top_rows",
+]
+
+LEXICAL_FORMAT = "qaindex-lexical"
+LEXICAL_FORMAT_VERSION = 1
+DIRECTORY = "lexical"  # inside the snapshot
+FILES = ("terms.npy", "counts.npy", "offsets.npy", "vocab.json")
+K1 = 1.5
+B = 0.75
+TOKEN_PATTERN = r"(?u)\b\w\w+\b"  # bm25s's default
+# Lucene's English stopword set, as bm25s's STOPWORDS_EN
+STOPWORDS_EN = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the their then there these "
+    "they this to was will with".split()
+)
+TOKENIZER = {"pattern": TOKEN_PATTERN, "lower": True, "stopwords": "en (Lucene)", "stemmer": "english (PyStemmer)"}
+INSTALL_HINT = "install PyStemmer: pip install 'qaindex[hybrid]' (the cpu and gpu extras include it)"
+
+
+class _Tokenizer:
+    """Lower case, bm25s's token pattern, English stopwords, English Snowball stemming."""
+
+    def __init__(self) -> None:
+        try:
+            import Stemmer
+        except ImportError:
+            raise MissingDependencyError(
+                f"hybrid search needs PyStemmer, which is not installed; {INSTALL_HINT}"
+            ) from None
+        self._stem = Stemmer.Stemmer("english").stemWords
+        self._stop = STOPWORDS_EN
+        self._pattern = re.compile(TOKEN_PATTERN)
+
+    def __call__(self, text: str) -> list[str]:
+        words = [w for w in self._pattern.findall(text.lower()) if w not in self._stop]
+        return list(self._stem(words)) if words else []
+
+
+_TOKENIZER: _Tokenizer | None = None
+
+
+def _tokenizer() -> _Tokenizer:
+    global _TOKENIZER
+    if _TOKENIZER is None:
+        _TOKENIZER = _Tokenizer()
+    return _TOKENIZER
+
+
+def tokenizer_available(strict: bool = False) -> bool:
+    """Whether PyStemmer (the ``hybrid`` extra) is installed (``strict``: raise
+    :class:`~qaindex.MissingDependencyError` saying what to install when it is not).
+
+    Example
+    -------
+    >>> isinstance(tokenizer_available(), bool)
+    True
+    """
+    try:
+        _tokenizer()
+    except MissingDependencyError:
+        if strict:
+            raise
+        return False
+    return True
+
+
+def build_hybrid(hybrid: object) -> bool:
+    """Whether a build makes a lexical index: ``None`` when PyStemmer is installed, True (it
+    must be: :class:`~qaindex.MissingDependencyError` otherwise) or False.
+
+    Example
+    -------
+    >>> build_hybrid(False)
+    False
+    """
+    if hybrid is None:
+        return tokenizer_available()
+    if not isinstance(hybrid, bool | np.bool_):
+        raise QueryError(f"hybrid must be True, False or None, got {hybrid!r}")
+    return tokenizer_available(strict=True) if hybrid else False
+
+
+def tokenize(text: str) -> list[str]:
+    """The BM25 terms of a text (stems, stopwords removed), in order.
+
+    Example
+    -------
+    >>> tokenize("Resetting the passwords")
+    ['reset', 'password']
+    """
+    return _tokenizer()(text)
+
+
+class LexicalIndex:
+    """BM25 over a list of answers (row ``i`` is the index's answer ``i``).
+
+    Build with :meth:`from_texts`, open a stored one with :meth:`load`.
+    """
+
+    def __init__(
+        self, terms: np.ndarray, counts: np.ndarray, offsets: np.ndarray, vocab: list[str], *, k1: float = K1,
+        b: float = B,
+    ) -> None:  # fmt: skip
+        self._terms = terms
+        self._counts = counts
+        self._offsets = offsets
+        self.vocab = vocab
+        self._ids = {term: i for i, term in enumerate(vocab)}
+        self.k1 = float(k1)
+        self.b = float(b)
+        self._postings: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._forward: np.ndarray | None = None  # BM25 weight of each (answer, term) entry, CSR order
+        self._impact: np.ndarray | None = None  # each term's postings, highest weight first
+        # the corpus's label-free dense/BM25 ratio (qaindex.fusion.dense_ratio); None: not measured
+        self.ratio_info: dict[str, Any] | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        """The measured dense/BM25 ratio of the corpus (``adaptive`` fusion), or None."""
+        return None if self.ratio_info is None else float(self.ratio_info["ratio"])
+
+    def with_ratio(self, info: Mapping[str, Any] | None) -> LexicalIndex:
+        """This index (same arrays, shared) with a measured dense/BM25 ratio attached."""
+        out = LexicalIndex(self._terms, self._counts, self._offsets, self.vocab, k1=self.k1, b=self.b)
+        out._ids, out._postings, out._forward, out._impact = self._ids, self._postings, self._forward, self._impact
+        out.ratio_info = None if info is None else dict(info)
+        return out
+
+    # -- construction ---------------------------------------------------------------------
+    @classmethod
+    def from_texts(cls, texts: Sequence[str]) -> LexicalIndex:
+        """Tokenize and index ``texts`` (needs PyStemmer)."""
+        empty = cls(np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(1, np.int64), [])
+        return empty.appended(texts)
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def appended(self, texts: Sequence[str]) -> LexicalIndex:
+        """A new index with ``texts`` appended as new rows (this one is unchanged)."""
+        tok = _tokenizer()
+        vocab = list(self.vocab)
+        ids = dict(self._ids)
+        terms: list[int] = []
+        counts: list[int] = []
+        lengths = np.zeros(len(texts), np.int64)
+        for row, text in enumerate(texts):
+            bag: dict[int, int] = {}
+            for term in tok(text):
+                tid = ids.get(term)
+                if tid is None:
+                    tid = ids[term] = len(vocab)
+                    vocab.append(term)
+                bag[tid] = bag.get(tid, 0) + 1
+            terms.extend(bag)
+            counts.extend(bag.values())
+            lengths[row] = len(bag)
+        offsets = np.concatenate([self._offsets, self._offsets[-1] + np.cumsum(lengths)]).astype(np.int64)
+        return LexicalIndex(
+            np.concatenate([self._terms, np.asarray(terms, np.int32)]),
+            np.concatenate([self._counts, np.asarray(counts, np.int32)]),
+            offsets, vocab, k1=self.k1, b=self.b,
+        )  # fmt: skip
+
+    def kept(self, rows: np.ndarray) -> LexicalIndex:
+        """A new index of the given rows only, in that order (the vocabulary is kept)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        starts, ends = self._offsets[rows], self._offsets[rows + 1]
+        lengths = ends - starts
+        take = _ranges(starts, lengths)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        return LexicalIndex(self._terms[take], self._counts[take], offsets, self.vocab, k1=self.k1, b=self.b)
+
+    # -- scoring -----------------------------------------------------------------------------
+    def _build_postings(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._postings is None:
+            n = len(self)
+            rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(self._offsets))
+            doc_len = np.bincount(rows, weights=self._counts, minlength=n) if n else np.zeros(0)
+            avgdl = float(doc_len.mean()) if n and doc_len.sum() > 0 else 1.0
+            df = np.bincount(self._terms, minlength=len(self.vocab)).astype(np.float64)
+            idf = np.log1p((n - df + 0.5) / (df + 0.5))
+            tf = self._counts.astype(np.float64)
+            norm = self.k1 * (1.0 - self.b + self.b * doc_len[rows] / avgdl)
+            weight = idf[self._terms] * tf / (tf + norm)
+            order = np.argsort(self._terms, kind="stable")
+            indptr = np.zeros(len(self.vocab) + 1, np.int64)
+            np.cumsum(df.astype(np.int64), out=indptr[1:])
+            self._forward = weight.astype(np.float32)
+            self._postings = (indptr, rows[order], self._forward[order])
+        return self._postings
+
+    def query_terms(self, question: str) -> np.ndarray:
+        """Term ids of a question's terms that occur in the index (repeats kept)."""
+        return self.query(question)[0]
+
+    def query(self, question: str) -> tuple[np.ndarray, int]:
+        """A question's term ids that occur in the index (repeats kept) and its number of
+        terms (known or not): what :meth:`scores_of_terms` and the fusion need."""
+        tokens = _tokenizer()(question)
+        ids = [self._ids.get(term, -1) for term in tokens]
+        return np.asarray([i for i in ids if i >= 0], dtype=np.int64), len(tokens)
+
+    def scores_of_terms(self, terms: np.ndarray) -> np.ndarray:
+        """:meth:`scores` of a question given as its term ids (:meth:`query`)."""
+        indptr, docs, weights = self._build_postings()
+        n = len(self)
+        if not len(terms):
+            return np.zeros(n, np.float32)
+        take = _ranges(indptr[terms], indptr[terms + 1] - indptr[terms])
+        return np.bincount(docs[take], weights=weights[take], minlength=n).astype(np.float32)
+
+    def impact_rows(self, terms: np.ndarray, per_term: int) -> np.ndarray:
+        """The answers among the ``per_term`` highest-weighted postings of each of the
+        question's terms (impact-ordered postings), sorted: a candidate list for BM25's best
+        answers that costs ``per_term`` per term, not a scan of the postings. For a one-term
+        question its best ``per_term`` (by :meth:`scores_of_rows`) are BM25's best.
+
+        Example
+        -------
+        >>> lex = LexicalIndex.from_texts(["cats purr", "dogs bark", "cats cats cats"])
+        >>> lex.impact_rows(lex.query("cats")[0], 1).tolist()
+        [2]
+        """
+        indptr, docs, weights = self._build_postings()
+        if self._impact is None:
+            term_of = np.repeat(np.arange(len(self.vocab)), np.diff(indptr))
+            self._impact = docs[np.lexsort((docs, -weights, term_of))].astype(np.int32)
+        unique = np.unique(np.asarray(terms, dtype=np.int64))
+        starts = indptr[unique]
+        take = _ranges(starts, np.minimum(indptr[unique + 1] - starts, per_term))
+        return np.unique(self._impact[take]).astype(np.int64)
+
+    def scores_of_rows(self, terms: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """BM25 scores (float32) of the given rows only, for a question's term ids: equal to
+        ``scores_of_terms(terms)[rows]``, at a cost in the rows' lengths, not in ``N`` (the
+        lexical side of a hybrid search at scale).
+
+        Example
+        -------
+        >>> lex = LexicalIndex.from_texts(["cats purr", "dogs bark", "cats and dogs"])
+        >>> terms, _ = lex.query("cats?")
+        >>> bool(np.allclose(lex.scores_of_rows(terms, np.array([2, 0])), lex.scores_of_terms(terms)[[2, 0]]))
+        True
+        """
+        self._build_postings()
+        forward = self._forward
+        assert forward is not None
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(terms) or not len(rows):
+            return np.zeros(len(rows), np.float32)
+        unique, count = np.unique(terms, return_counts=True)
+        starts, lengths = self._offsets[rows], self._offsets[rows + 1] - self._offsets[rows]
+        take = _ranges(starts, lengths)
+        t = self._terms[take]
+        at = np.minimum(np.searchsorted(unique, t), len(unique) - 1)
+        hit = unique[at] == t
+        owner = np.repeat(np.arange(len(rows)), lengths)
+        weights = np.where(hit, forward[take].astype(np.float64) * count[at], 0.0)
+        return np.bincount(owner, weights=weights, minlength=len(rows)).astype(np.float32)
+
+    def scores(self, question: str) -> np.ndarray:
+        """BM25 score (float32) of every answer for a question (0 where no term matches).
+
+        Example
+        -------
+        >>> [round(float(s), 3) for s in LexicalIndex.from_texts(["cats purr", "dogs bark"]).scores("cats purr?")]
+        [0.555, 0.0]
+        """
+        return self.scores_of_terms(self.query_terms(question))
+
+    def top(self, question: str, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``m`` best rows by BM25 among the answers with a matching term (fewer when
+        fewer match): ``(rows int64, scores float32)``, best first, ties by row."""
+        scores = self.scores(question)
+        hit = top_rows(scores, m)
+        rows = hit[np.lexsort((hit, -scores[hit]))]
+        return rows, scores[rows]
+
+    # -- persistence -------------------------------------------------------------------------
+    def save(self, directory: Path) -> None:
+        """Write the four files into ``directory`` (a new snapshot's; published by its rename)."""
+        directory.mkdir(parents=True, exist_ok=True)
+        np.save(directory / "terms.npy", self._terms.astype(np.int32), allow_pickle=False)
+        np.save(directory / "counts.npy", self._counts.astype(np.int32), allow_pickle=False)
+        np.save(directory / "offsets.npy", self._offsets.astype(np.int64), allow_pickle=False)
+        meta = {
+            "format": LEXICAL_FORMAT,
+            "format_version": LEXICAL_FORMAT_VERSION,
+            "kind": "bm25",
+            "tokenizer": TOKENIZER,
+            "k1": self.k1,
+            "b": self.b,
+            "vocab": self.vocab,
+        }
+        if self.ratio_info is not None:
+            meta["dense_ratio"] = self.ratio_info
+        (directory / "vocab.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
+
+    @classmethod
+    def load(cls, directory: Path, count: int) -> LexicalIndex:
+        """Read and validate a stored lexical index of ``count`` answers (raises :class:`IndexFormatError`)."""
+
+        def bad(name: str, why: str) -> IndexFormatError:
+            return IndexFormatError(f"{directory / name}: {why}; the index is corrupted, rebuild it with --hybrid")
+
+        try:
+            meta = json.loads((directory / "vocab.json").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise bad("vocab.json", f"cannot be read ({exc})") from None
+        if not isinstance(meta, dict) or meta.get("format") != LEXICAL_FORMAT:
+            raise bad("vocab.json", f'field "format" must be {LEXICAL_FORMAT!r}')
+        if meta.get("format_version") != LEXICAL_FORMAT_VERSION:
+            raise IndexFormatError(
+                f"{directory / 'vocab.json'}: lexical format version {meta.get('format_version')!r} is not "
+                f"supported (this qaindex reads {LEXICAL_FORMAT_VERSION}); upgrade qaindex or rebuild the index"
+            )
+        vocab = meta.get("vocab")
+        if not isinstance(vocab, list) or not all(isinstance(t, str) for t in vocab) or len(set(vocab)) != len(vocab):
+            raise bad("vocab.json", 'field "vocab" must be a list of distinct strings')
+        params = {}
+        for key in ("k1", "b"):
+            value = meta.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise bad("vocab.json", f'field "{key}" must be a non-negative number, got {value!r}')
+            params[key] = float(value)
+        arrays = {}
+        for name, dtype in (("terms.npy", np.int32), ("counts.npy", np.int32), ("offsets.npy", np.int64)):
+            try:
+                arrays[name] = np.load(directory / name, allow_pickle=False)
+            except (OSError, ValueError) as exc:
+                raise bad(name, f"cannot be read ({exc})") from None
+            if arrays[name].dtype != dtype or arrays[name].ndim != 1:
+                raise bad(name, f"must be a 1-D {np.dtype(dtype).name} array")
+        terms, counts, offsets = arrays["terms.npy"], arrays["counts.npy"], arrays["offsets.npy"]
+        if len(offsets) != count + 1 or offsets[0] != 0 or np.any(np.diff(offsets) < 0) or offsets[-1] != len(terms):
+            raise bad("offsets.npy", f"must hold {count + 1} non-decreasing offsets from 0 to {len(terms)}")
+        if len(counts) != len(terms) or (len(counts) and counts.min() < 1):
+            raise bad("counts.npy", f"must hold {len(terms)} positive counts")
+        if len(terms) and (terms.min() < 0 or terms.max() >= len(vocab)):
+            raise bad("terms.npy", f"term ids must be in [0, {len(vocab) - 1}]")
+        out = cls(terms, counts, offsets, vocab, k1=params["k1"], b=params["b"])
+        ratio = meta.get("dense_ratio")
+        if ratio is not None:
+            value = ratio.get("ratio") if isinstance(ratio, dict) else None
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise bad(
+                    "vocab.json", f'field "dense_ratio" must be an object with a non-negative "ratio", got {ratio!r}'
+                )
+            out.ratio_info = dict(ratio)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """What ``info`` shows: kind, terms, parameters, the measured dense/BM25 ratio."""
+        return {"kind": "bm25", "terms": len(self.vocab), "k1": self.k1, "b": self.b, "tokenizer": TOKENIZER,
+                "dense_ratio": self.ratio}  # fmt: skip
+
+
+def top_rows(scores: np.ndarray, m: int) -> np.ndarray:
+    """The rows of the ``m`` highest positive scores (ties: lower rows), in row order; O(n).
+
+    Example
+    -------
+    >>> top_rows(np.array([0.0, 2.0, 1.0, 2.0, 1.0]), 3).tolist()
+    [1, 2, 3]
+    """
+    hit = np.flatnonzero(scores > 0)
+    if len(hit) <= m:
+        return hit.astype(np.int64)
+    s = scores[hit]
+    cut = np.partition(s, len(s) - m)[len(s) - m]  # the m-th highest score
+    above = hit[s > cut]
+    ties = hit[s == cut][: m - len(above)]
+    return np.sort(np.concatenate([above, ties])).astype(np.int64)
+
+
+def check_entry(entry: object, files: Mapping[str, Any], mpath: Path) -> None:
+    """Validate an index manifest's ``lexical`` field: the lexical files must be listed (so verified)."""
+    missing = [f"{DIRECTORY}/{name}" for name in FILES if f"{DIRECTORY}/{name}" not in files]
+    if not isinstance(entry, dict) or entry.get("directory") != DIRECTORY or entry.get("kind") != "bm25" or missing:
+        raise IndexFormatError(
+            f'{mpath}: field "lexical" must be {{"kind": "bm25", "directory": "lexical"}} with every lexical file '
+            f'listed in "files" (missing: {", ".join(missing) or "none"}), got {entry!r}; the index is corrupted, '
+            "rebuild it with --hybrid"
+        )
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(s, s + l)`` for each start and length (vectorised)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    ends = np.cumsum(lengths)
+    idx = np.arange(total, dtype=np.int64) - np.repeat(ends - lengths, lengths)
+    out: np.ndarray = np.repeat(np.asarray(starts, dtype=np.int64), lengths) + idx
+    return out

@@ -1,0 +1,178 @@
+"""The runtime's layout: no import circles, no module over 700 lines, no torch on import.
+
+Imports are read from the source with :mod:`ast`: every ``import`` and ``from ... import`` of
+a ``qaindex`` module, at module level or inside a function (a function-level import still
+closes a circle when it runs), except those under ``if TYPE_CHECKING:`` (never run). An
+import of a package's name counts as an import of its ``__init__``; the parent packages
+Python imports first are not counted (they would make every module depend on ``qaindex``).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "qaindex"
+MAX_LINES = 700
+LONGER = {"qaindex.text.tokenizer"}  # one tokenizer, kept whole (its fast paths beside the reference code)
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The ``qaindex`` modules that module ``name`` imports (run-time imports only)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = _type_checking_lines(tree)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target not in modules:
+                continue
+            named = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in modules]
+            out.update(named)
+            if len(named) < len(node.names):  # names defined in the module itself
+                out.add(target)
+    out.discard(name)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: imports(name, path, modules) for name, path in modules.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_circle_finder_finds_circles() -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_import_reader_resolves_relative_and_package_imports() -> None:
+    graph = import_graph()
+    assert "qaindex.geometry.hyperbolic" in graph["qaindex.vector_index"] or "qaindex.geometry" in graph[
+        "qaindex.vector_index"
+    ]
+    assert "qaindex.cli.app" in graph["qaindex.cli"]
+    assert "qaindex.store.index_format" in graph["qaindex.ranker"]
+    assert "qaindex.ranker" not in graph["qaindex.search.pipeline"]  # TYPE_CHECKING only
+
+
+def test_no_import_circles() -> None:
+    found = circles(import_graph())
+    assert found == [], f"import circles in qaindex/: {found}"
+
+
+def test_no_module_over_700_lines_but_the_tokenizer() -> None:
+    sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in _modules().items()}
+    over = {name: n for name, n in sizes.items() if n > MAX_LINES and name not in LONGER}
+    assert over == {}, f"modules over {MAX_LINES} lines: {over}"
+
+
+def test_every_wing_says_its_job() -> None:
+    wings = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+    assert {"build", "cli", "eval", "geometry", "search", "store", "text"} <= set(wings)
+    for wing in wings:
+        doc = ast.get_docstring(ast.parse((PACKAGE / wing / "__init__.py").read_text(encoding="utf-8")))
+        assert doc and len(doc.split()) >= 8, f"qaindex/{wing}/__init__.py needs a docstring saying its job"
+
+
+def test_importing_the_runtime_and_the_cli_loads_no_torch_and_no_exporter() -> None:
+    code = (
+        "import sys, json, qaindex, qaindex.cli; "
+        "print(json.dumps(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in ('torch', 'onnx', 'qaindex_export', 'transformers', 'sentence_transformers'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
+
+
+def test_the_public_names_stay_at_the_top() -> None:
+    import qaindex
+    from qaindex.cli import main
+    from qaindex.vector_index import CoarseIndex
+
+    assert {"Ranker", "Model", "Reranker", "Hit", "Record", "QAIndexError", "read_corpus"} <= set(qaindex.__all__)
+    assert qaindex.Ranker.__module__ == "qaindex.ranker" and callable(main) and CoarseIndex.__module__ == "qaindex.vector_index"
+
+
+def test_the_old_documented_paths_still_work_and_warn() -> None:
+    """Modules whose functions the documentation named before the wings: aliases that warn."""
+    import importlib
+
+    import pytest
+
+    moved = {
+        "qaindex.evaluate": ("qaindex.eval.evaluate", "evaluate_model"),
+        "qaindex.calibration": ("qaindex.eval.calibrate", "calibrate_model"),
+        "qaindex.ownership": ("qaindex.store.ownership", "collect_garbage"),
+        "qaindex.hyperbolic": ("qaindex.geometry.hyperbolic", "lognorm_map"),
+    }
+    for old, (new, name) in moved.items():
+        sys.modules.pop(old, None)
+        with pytest.warns(DeprecationWarning, match=f"{old} moved to"):
+            alias = importlib.import_module(old)
+        assert getattr(alias, name) is getattr(importlib.import_module(new), name)
