@@ -272,7 +272,8 @@ def test_label_free_adaptation_improves_a_weak_start_and_spreads_norms(tmp_path:
     table, answers, teacher = planted_teacher()
     start = write_start(tmp_path / "weak", table)
     config = TrainConfig(**{**FAST, "epochs": 10, "lr": 0.02})
-    result = adapt_unlabelled(config, AdaptConfig(), answers, teacher, start=start)
+    # the ranking term on the pseudo-questions (with its norm term) on, as well as the cosine term
+    result = adapt_unlabelled(config, AdaptConfig(pair_weight=1.0), answers, teacher, start=start)
     report = result.diagnostics["adaptation"]
     assert result.history[0]["epoch"] == 0 and report["kept_epoch"] > 0
     assert report["final_metrics"]["mrr@10"] > report["start_metrics"]["mrr@10"] + 0.1
@@ -418,11 +419,11 @@ def test_paired_gain_test_counts_and_p_values() -> None:
 def test_a_noisy_gain_on_a_tiny_held_out_split_keeps_the_start(tmp_path: Path) -> None:
     """Six held-out questions, half the training labels wrong: some epoch beats the start model
     on the held-out mean by chance (so a best-mean rule would keep it), but not beyond noise."""
-    rng = np.random.default_rng(11)
+    rng = np.random.default_rng(2)
     answers, questions = static_corpus(rng)
     labelled = [(q, i if k % 2 else (i + 5) % len(answers)) for k, (q, i) in enumerate(questions[:30])]
     start = write_static_start(tmp_path / "start")
-    config = TrainConfig(**{**FAST, "epochs": 6, "lr": 0.05})
+    config = TrainConfig(**{**FAST, "epochs": 6, "lr": 0.05, "seed": 2})
     train = groups(answers, labelled, "n")
     loose = adapt_supervised(config, AdaptConfig(holdout=0.2, significance=1.0, adapt_patience=6), train, start=start)
     report = loose.diagnostics["adaptation"]
