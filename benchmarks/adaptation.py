@@ -261,6 +261,19 @@ def doc_body(out: dict[str, Any]) -> str:
     )
 
 
+def cached(teacher: Any) -> Any:
+    """``teacher`` remembering every text's vector (each system of a corpus embeds the same answers)."""
+    memory: dict[str, np.ndarray] = {}
+
+    def run(texts: Any) -> np.ndarray:
+        new = [t for t in dict.fromkeys(texts) if t not in memory]
+        if new:
+            memory.update(zip(new, teacher(new), strict=True))
+        return np.stack([memory[t] for t in texts])
+
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "datasets"), help="WikiQA/TrecQA folder")
@@ -285,7 +298,7 @@ def main() -> None:
         return
     from qaindex_export.distill import minilm_sentence_teacher
 
-    teacher = minilm_sentence_teacher()
+    teacher = cached(minilm_sentence_teacher())
     started = time.perf_counter()
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmpdir:

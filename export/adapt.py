@@ -83,6 +83,8 @@ __all__ = [
     "adapt_supervised",
     "adapt_unlabelled",
     "load_start",
+    "paired_gain_test",
+    "teacher_alignment",
 ]
 
 Log = Callable[[str], None]
@@ -409,10 +411,106 @@ class _Task:
     teacher_weight: float
     mode: str
     data: dict[str, Any]
+    targets: Tensor | None = None  # (len(table), dim): the teacher's aligned sentence targets (cosine term)
+    cos_rows: np.ndarray | None = None  # text rows the cosine term fits (never a held-out query)
+    alignment: dict[str, Any] | None = None
+
+
+def teacher_alignment(sums: np.ndarray, teacher: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The teacher's space as the start model sees it: mean ``mu`` (D,) and map ``Q`` (dim, D).
+
+    The built-in model was trained so that its summed vector ``s`` of a text points where
+    ``P (t - mu)`` points (``t`` the teacher's sentence vector, ``mu`` and ``P`` the mean and
+    principal directions of its training corpus; :mod:`qaindex_export.tokenlearn`). The model
+    directory does not keep ``P``, so it is recovered on the user's texts: ``mu`` is their
+    teacher mean, and ``Q`` the orthogonal Procrustes solution
+    ``argmax_Q Σ_i <s_i/|s_i|, Q (t_i - mu)>`` (``Q = U Vᵀ`` from the SVD of
+    ``Σ_i ŝ_i (t_i - mu)ᵀ``), a rotation, so the targets ``Q (t - mu)`` keep the teacher's
+    geometry while sitting where the start model's vectors already are.
+
+    Example
+    -------
+    >>> rng = np.random.default_rng(0)
+    >>> t = rng.normal(size=(200, 6)); q0 = np.linalg.qr(rng.normal(size=(6, 6)))[0]
+    >>> mu, q = teacher_alignment((t - t.mean(0)) @ q0.T, t)
+    >>> bool(np.allclose(q, q0, atol=1e-6))
+    True
+    """
+    s = np.asarray(sums, np.float64)
+    s = s / np.maximum(np.linalg.norm(s, axis=1, keepdims=True), 1e-12)
+    t = np.asarray(teacher, np.float64)
+    mu = t.mean(axis=0)
+    u, _, vt = np.linalg.svd(s.T @ (t - mu), full_matrices=False)
+    return mu.astype(np.float32), (u @ vt).astype(np.float32)
+
+
+@torch.no_grad()
+def _student_sums(model: DualEncoderQA, table: TextTable, rows: np.ndarray, device: torch.device) -> Tensor:
+    """The encoder's summed vectors of ``rows`` (direction columns only), in chunks."""
+    encoder = cast(AdaptedTable, model.encoder)
+    parts = []
+    for i in range(0, len(rows), 1024):
+        flat, offsets = table.gather(rows[i : i + 1024])
+        parts.append(encoder.bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device)))
+    return torch.cat(parts)[:, : encoder.dim]
+
+
+def _with_targets(task: _Task, model: DualEncoderQA, rows: np.ndarray, device: torch.device) -> _Task:
+    """``task`` with the cosine term's targets: the teacher's vectors of ``rows``, centred and
+    aligned to the start model (:func:`teacher_alignment`)."""
+    sums = _student_sums(model, task.table, rows, cast(AdaptedTable, model.encoder).base.device)
+    teacher = task.teacher.vectors[torch.from_numpy(rows)].cpu().numpy()
+    mu, q = teacher_alignment(sums.cpu().numpy(), teacher)
+    aligned = torch.from_numpy((teacher - mu) @ q.T).float()
+    targets = torch.zeros(len(task.table), aligned.shape[1])
+    targets[torch.from_numpy(rows)] = aligned
+    start_cos = float(F.cosine_similarity(sums.cpu(), aligned, dim=-1).mean())
+    info = {
+        "space": "the teacher's vectors of the user's texts, centred on their mean and rotated onto the start "
+        "model's summed vectors (orthogonal Procrustes)",
+        "texts": len(rows),
+        "start_cosine": round(start_cos, 4),
+    }
+    return replace(task, targets=targets.to(device), cos_rows=np.asarray(rows, np.int64), alignment=info)
+
+
+def _reciprocal_ranks(ranked: list[np.ndarray], relevant: list[np.ndarray]) -> np.ndarray:
+    out = np.zeros(len(ranked))
+    for i, (ids, rel) in enumerate(zip(ranked, relevant, strict=True)):
+        hits = np.flatnonzero(np.isin(ids, rel))
+        out[i] = 1.0 / (hits[0] + 1) if len(hits) else 0.0
+    return out
+
+
+def paired_gain_test(start: np.ndarray, epoch: np.ndarray, *, resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """Is ``epoch``'s per-question score above ``start``'s beyond noise? (paired, one-sided)
+
+    Returns the mean gain, how many questions got better / worse, the sign test's p-value
+    (``P(Bin(better + worse, 1/2) >= better)``, ties dropped) and the paired bootstrap's
+    (share of resamples of the questions whose mean gain is ``<= 0``).
+
+    Example
+    -------
+    >>> t = paired_gain_test(np.zeros(6), np.array([1.0, 1.0, 1.0, 1.0, 0.0, -0.5]))
+    >>> t["better"], t["worse"], round(t["sign_p"], 4)
+    (4, 1, 0.1875)
+    """
+    diff = np.asarray(epoch, np.float64) - np.asarray(start, np.float64)
+    better, worse = int((diff > 1e-12).sum()), int((diff < -1e-12).sum())
+    n = better + worse
+    sign_p = sum(math.comb(n, k) for k in range(better, n + 1)) / 2.0**n if n else 1.0
+    if len(diff):
+        draws = np.random.default_rng(seed).integers(0, len(diff), size=(resamples, len(diff)))
+        boot_p = float((diff[draws].mean(axis=1) <= 0.0).mean())
+    else:
+        boot_p = 1.0
+    return {"gain": float(diff.mean()) if len(diff) else 0.0, "better": better, "worse": worse,
+            "sign_p": float(sign_p), "bootstrap_p": boot_p}  # fmt: skip
 
 
 def _held_out_metrics(model: DualEncoderQA, task: _Task, device: torch.device) -> dict[str, Any]:
-    """MRR@10, recall@10 and P@1 of the held-out queries over the pool (or their own candidates)."""
+    """MRR@10, recall@10 and P@1 of the held-out queries over the pool (or their own candidates);
+    ``"rr"``: each query's reciprocal rank (0 outside the top 10)."""
     model.eval()
     rows = np.unique(np.concatenate([task.pool, task.dev_query]))
     vectors = encode_texts(model, task.table, rows, device)
@@ -434,7 +532,7 @@ def _held_out_metrics(model: DualEncoderQA, task: _Task, device: torch.device) -
             top = torch.topk(s, k=min(K, s.shape[1]), dim=1)
             ids = top.indices.cpu().numpy()
             ranked.extend(np.where(np.isfinite(top.values.cpu().numpy()), ids, -1))
-    return pooled_metrics(ranked, task.dev_relevant, K)
+    return {**pooled_metrics(ranked, task.dev_relevant, K), "rr": _reciprocal_ranks(ranked, task.dev_relevant)}
 
 
 def _answer_norms(model: DualEncoderQA, task: _Task, device: torch.device) -> dict[str, Any] | None:
@@ -456,6 +554,33 @@ def _norm_term(points: Tensor, specificity: Tensor, spread: float) -> Tensor:
     centred, z = norms - norms.mean(), specificity - specificity.mean()
     corr = (centred * z).sum() / (centred.norm() * z.norm()).clamp(min=1e-12)
     return (F.relu(spread - std) / spread) ** 2 + (1.0 - corr) / 10.0
+
+
+def _selection_why(best_epoch: int, tests: dict[int, dict[str, Any]], start_mrr: float, final_mrr: float,
+                   alpha: float) -> str:  # fmt: skip
+    """The report's ``why``: which epoch was kept, and the held-out evidence for it."""
+
+    def evidence(t: dict[str, Any]) -> str:
+        return (
+            f"{t['better']} of {t['questions']} held-out questions better, {t['worse']} worse, "
+            f"sign-test p {t['sign_p']:.3g}, bootstrap p {t['bootstrap_p']:.3g}"
+        )
+
+    if best_epoch > 0:
+        return (
+            f"epoch {best_epoch} had the best held-out MRR@10 beyond noise ({final_mrr:.4f} against the start "
+            f"model's {start_mrr:.4f}; {evidence(tests[best_epoch])})"
+        )
+    gaining = {e: t for e, t in tests.items() if t["gain"] > 0}
+    if not gaining:
+        return "no epoch beat the start model on the held-out split, so the start model is kept unchanged"
+    e = max(gaining, key=lambda k: (gaining[k]["gain"], -k))
+    t = gaining[e]
+    return (
+        f"no epoch beat the start model on the held-out split beyond noise (best: epoch {e}, MRR@10 "
+        f"{start_mrr + t['gain']:.4f} against {start_mrr:.4f}; {evidence(t)}; needed both p <= {alpha:g}), "
+        "so the start model is kept unchanged"
+    )
 
 
 def _fit(
@@ -483,9 +608,11 @@ def _fit(
         z = torch.from_numpy(task.teacher.specificity(task.pool)).float().to(device)
         specificity[torch.from_numpy(task.pool).to(device)] = z
     positive_sets = [set(p.tolist()) for p in task.positives]
+    per_question: dict[int, np.ndarray] = {}
 
     def evaluate(epoch: int, loss: float | None, seconds: float) -> dict[str, Any]:
         metrics = _held_out_metrics(model, task, device)
+        per_question[epoch] = metrics.pop("rr")
         norms = _answer_norms(model, task, device)
         row = {"epoch": epoch, "loss": loss, "held_out": metrics, "seconds": seconds}
         if norms is not None:
@@ -495,49 +622,70 @@ def _fit(
 
     history = [evaluate(0, None, 0.0)]
     start_metrics = history[0]["held_out"]
-    best_score, best_epoch = start_metrics["mrr@10"], 0
+    start_score = start_metrics["mrr@10"]
+    best_score, best_epoch, top_score = start_score, 0, start_score
     best_state = copy.deepcopy(model.state_dict())
+    tests: dict[int, dict[str, Any]] = {}
     say(
-        f"[adapt/{task.mode}] epoch 0 (the start model)  held-out MRR@10 {best_score:.4f}  "
+        f"[adapt/{task.mode}] epoch 0 (the start model)  held-out MRR@10 {start_score:.4f}  "
         f"P@1 {start_metrics['p@1']:.4f}  ({start_metrics['questions']} queries)"
     )
-    since_best, stop = 0, "every epoch ran"
+    since_top, stop = 0, "every epoch ran"
+    # the ranking terms: label-free, the teacher's soft targets weighted by pair_weight; supervised, labels + teacher
     beta = task.teacher_weight
+    rank_weight = settings.pair_weight if task.mode == "teacher" else 1.0
+    cosine = task.targets is not None and task.cos_rows is not None and settings.cosine_weight > 0
+    cos_rows = task.cos_rows if task.cos_rows is not None else np.zeros(0, np.int64)
+    encoder = cast(AdaptedTable, model.encoder)
     n_items = len(task.query)
+    item_steps = math.ceil(n_items / config.batch_size) if rank_weight > 0 else 0
+    cos_steps = math.ceil(len(cos_rows) / config.batch_size) if cosine else 0
     for epoch in range(1, config.epochs + 1):
         t0 = time.perf_counter()
         model.train()
-        order = rng.permutation(n_items)
+        order, cos_order = rng.permutation(n_items), rng.permutation(len(cos_rows))
         total, steps = 0.0, 0
-        for begin in range(0, n_items, config.batch_size):
-            idx = order[begin : begin + config.batch_size]
-            if len(idx) < 2:
+        for step in range(max(item_steps, cos_steps)):  # the shorter stream cycles
+            loss = torch.zeros((), device=device)
+            if item_steps:
+                begin = (step % item_steps) * config.batch_size
+                idx = order[begin : begin + config.batch_size]
+                if len(idx) >= 2:
+                    q = task.query[idx]
+                    own = np.concatenate([task.positives[i] for i in idx])
+                    size = min(config.negatives, len(task.pool))
+                    extra = task.pool[rng.integers(0, len(task.pool), size=size)]
+                    cands = np.unique(np.concatenate([own, extra]))
+                    rows, inverse = np.unique(np.concatenate([q, cands]), return_inverse=True)
+                    flat, offsets = task.table.gather(rows)
+                    vectors = model.encode_bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device))
+                    inv = torch.from_numpy(inverse).to(device)
+                    b = len(idx)
+                    qv, cv = vectors[inv[:b]], vectors[inv[b:]]
+                    logits = model.score(qv[:, None, :], cv[None, :, :].expand(b, -1, -1))[0]
+                    log_p = torch.log_softmax(logits, dim=1)
+                    if beta < 1.0:
+                        mask = np.array([[c in positive_sets[i] for c in cands.tolist()] for i in idx], dtype=bool)
+                        mask_t = torch.from_numpy(mask).to(device)
+                        supervised = -torch.logsumexp(log_p.masked_fill(~mask_t, -math.inf), dim=1).mean()
+                        loss = loss + rank_weight * (1.0 - beta) * supervised
+                    if beta > 0.0:
+                        q_t, c_t = torch.from_numpy(q).to(device), torch.from_numpy(cands).to(device)
+                        target = torch.softmax(task.teacher.logits(q_t, c_t), dim=1)
+                        loss = loss + rank_weight * beta * -(target * log_p).sum(dim=1).mean()
+                    if specificity is not None:
+                        z = specificity[torch.from_numpy(cands).to(device)]
+                        loss = loss + settings.norm_weight * _norm_term(cv, z, settings.norm_spread)
+            if cos_steps:
+                begin = (step % cos_steps) * config.batch_size
+                chosen = cos_rows[cos_order[begin : begin + config.batch_size]]
+                flat, offsets = task.table.gather(chosen)
+                sums = encoder.bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device))
+                target_t = cast(Tensor, task.targets)[torch.from_numpy(chosen).to(device)]
+                fit = (1.0 - F.cosine_similarity(sums[:, : encoder.dim], target_t, dim=-1)).mean()
+                loss = loss + settings.cosine_weight * fit
+            if not loss.requires_grad:
                 continue
-            q = task.query[idx]
-            own = np.concatenate([task.positives[i] for i in idx])
-            extra = task.pool[rng.integers(0, len(task.pool), size=min(config.negatives, len(task.pool)))]
-            cands = np.unique(np.concatenate([own, extra]))
-            rows, inverse = np.unique(np.concatenate([q, cands]), return_inverse=True)
-            flat, offsets = task.table.gather(rows)
-            vectors = model.encode_bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device))
-            inv = torch.from_numpy(inverse).to(device)
-            b = len(idx)
-            qv, cv = vectors[inv[:b]], vectors[inv[b:]]
-            logits = model.score(qv[:, None, :], cv[None, :, :].expand(b, -1, -1))[0]
-            log_p = torch.log_softmax(logits, dim=1)
-            loss = logits.new_zeros(())
-            if beta < 1.0:
-                mask = np.array([[c in positive_sets[i] for c in cands.tolist()] for i in idx], dtype=bool)
-                mask_t = torch.from_numpy(mask).to(device)
-                supervised = -torch.logsumexp(log_p.masked_fill(~mask_t, -math.inf), dim=1).mean()
-                loss = loss + (1.0 - beta) * supervised
-            if beta > 0.0:
-                q_t, c_t = torch.from_numpy(q).to(device), torch.from_numpy(cands).to(device)
-                target = torch.softmax(task.teacher.logits(q_t, c_t), dim=1)
-                loss = loss + beta * -(target * log_p).sum(dim=1).mean()
-            if specificity is not None:
-                z = specificity[torch.from_numpy(cands).to(device)]
-                loss = loss + settings.norm_weight * _norm_term(cv, z, settings.norm_spread)
             if settings.anchor > 0:
                 pull = sum(((p - initial[name]) ** 2).sum() for name, p in model.named_parameters())
                 loss = loss + settings.anchor * cast(Tensor, pull)
@@ -549,30 +697,33 @@ def _fit(
         row = evaluate(epoch, total / max(1, steps), time.perf_counter() - t0)
         history.append(row)
         score = row["held_out"]["mrr@10"]
-        improved = score > best_score
-        if improved:
-            best_score, best_epoch, since_best = score, epoch, 0
+        test = paired_gain_test(per_question[0], per_question[epoch], seed=config.seed + epoch)
+        test["questions"] = len(per_question[epoch])
+        alpha = settings.significance
+        test["significant"] = bool(test["gain"] > 0 and test["sign_p"] <= alpha and test["bootstrap_p"] <= alpha)
+        tests[epoch] = test
+        row["versus_start"] = test
+        kept = test["significant"] and score > best_score
+        if kept:
+            best_score, best_epoch = score, epoch
             best_state = copy.deepcopy(model.state_dict())
+        if score > top_score:
+            top_score, since_top = score, 0
         else:
-            since_best += 1
+            since_top += 1
         norm_note = f"  answer-norm std {row['answer_norm_std']:.3f}" if "answer_norm_std" in row else ""
         say(
             f"[adapt/{task.mode}] epoch {epoch}/{config.epochs}  loss {row['loss']:.4f}  held-out MRR@10 "
-            f"{score:.4f}{norm_note}  {row['seconds']:.1f}s{'  *best' if improved else ''}"
+            f"{score:.4f} ({test['better']} better, {test['worse']} worse, sign p {test['sign_p']:.3g}, bootstrap "
+            f"p {test['bootstrap_p']:.3g}){norm_note}  {row['seconds']:.1f}s{'  *kept' if kept else ''}"
         )
-        if since_best >= settings.adapt_patience:
+        if since_top >= settings.adapt_patience:
             stop = f"stopped early: no better held-out MRR@10 for {settings.adapt_patience} epochs"
             break
     model.load_state_dict(best_state)
     model.eval()
     final = history[best_epoch]["held_out"]
-    if best_epoch == 0:
-        why = "no epoch beat the start model on the held-out split, so the start model is kept unchanged"
-    else:
-        why = (
-            f"epoch {best_epoch} had the best held-out MRR@10 ({final['mrr@10']:.4f} against the start model's "
-            f"{start_metrics['mrr@10']:.4f})"
-        )
+    why = _selection_why(best_epoch, tests, start_score, final["mrr@10"], settings.significance)
     say(f"[adapt/{task.mode}] kept epoch {best_epoch}: {why}; {stop}")
     norms = _answer_norms(model, task, device)
     report = {
@@ -583,9 +734,15 @@ def _fit(
         "final_metrics": final,
         "kept_epoch": best_epoch,
         "why": why,
+        "selection": {
+            "rule": "keep the best epoch whose held-out gain over the start model passes a one-sided sign test and "
+            f"a paired bootstrap at p <= {settings.significance:g}; else keep the start model",
+            "epochs": [{"epoch": e, **t} for e, t in tests.items()],
+        },
         "stopping": stop,
         "teacher": task.teacher.describe,
         "teacher_weight": beta,
+        "cosine_term": task.alignment if cosine else None,
         "settings": settings.to_dict(),
         "answer_norms": {
             "start_std": history[0].get("answer_norm_std"),
@@ -673,13 +830,19 @@ def adapt_unlabelled(
     pseudo_per_answer: int = 4,
     dev_per_answer: int = 2,
     max_dev: int = 400,
+    neighbours: bool = True,
 ) -> TrainResult:
     """Adapt a start model to a corpus's answers against a sentence teacher (no labels).
 
     The answers are split: the pseudo-questions of ``settings.holdout`` of them (``dev_per_answer``
     each, at most ``max_dev``) are the held-out split, each one's correct answer being the
-    teacher's top answer over the whole corpus; the others' ``pseudo_per_answer``
-    pseudo-questions train. Every answer stays in the pool that queries rank.
+    teacher's top answer among the *other* answers (``neighbours``; the answer it was cut from
+    is left out of its pool, so a lexical copy cannot score and the split measures whether the
+    model ranks like the teacher), else over the whole corpus; the others'
+    ``pseudo_per_answer`` pseudo-questions train. With ``settings.cosine_weight > 0`` every
+    answer and training pseudo-question is also fitted by the cosine term (the teacher's
+    sentence vector, centred and aligned to the start: :func:`teacher_alignment`); with
+    ``settings.pair_weight > 0`` the pseudo-questions also train the ranking term.
 
     Parameters
     ----------
@@ -724,16 +887,23 @@ def adapt_unlabelled(
                 query.append(table.add(pq, "question"))
                 positives.append(pool[i : i + 1])
         dev_rng = np.random.default_rng(config.seed + 1)
-        dev_query = []
+        source_of: dict[int, int] = {}  # held-out pseudo-question row -> position of the answer it was cut from
         for i in np.flatnonzero(held):
             for pq in pseudo_questions(texts[i], dev_rng, dev_per_answer):
-                dev_query.append(table.add(pq, "question"))
-        dev_query = list(dict.fromkeys(dev_query))[:max_dev]
+                source_of.setdefault(table.add(pq, "question"), int(i))
+        dev_query = list(source_of)[:max_dev]
         all_rows = np.unique(np.concatenate([pool, np.array(query), np.array(dev_query)]))
         teach = _sentence_teacher(teacher, table, all_rows, say)
         dev_q = np.array(dev_query, dtype=np.int64)
         t_pool = teach.vectors[torch.from_numpy(pool)]
-        best = (teach.vectors[torch.from_numpy(dev_q)] @ t_pool.T).argmax(dim=1).numpy()
+        sims = teach.vectors[torch.from_numpy(dev_q)] @ t_pool.T
+        candidates: list[np.ndarray] | None = None
+        if neighbours:  # the source answer is out of the query's pool: the teacher's nearest *other* answer is right
+            sources = np.array([source_of[r] for r in dev_query], dtype=np.int64)
+            sims[torch.arange(len(dev_q)), torch.from_numpy(sources)] = -math.inf
+            everyone = np.arange(n)
+            candidates = [everyone[everyone != s] for s in sources]
+        best = sims.argmax(dim=1).numpy()
         task = _Task(
             table=table,
             pool=pool,
@@ -741,7 +911,7 @@ def adapt_unlabelled(
             positives=positives,
             dev_query=dev_q,
             dev_relevant=[np.array([b]) for b in best],
-            dev_candidates=None,
+            dev_candidates=candidates,
             teacher=teach,
             teacher_weight=1.0,
             mode="teacher",
@@ -750,11 +920,17 @@ def adapt_unlabelled(
                 "held_out": {
                     "answers": int(n_dev),
                     "pseudo_questions": len(dev_query),
-                    "correct": "the teacher's top answer over the whole corpus",
+                    "correct": "the teacher's top answer among the corpus's other answers (the source answer "
+                    "left out of the query's pool)"
+                    if neighbours
+                    else "the teacher's top answer over the whole corpus",
                 },
             },
         )
-        return _with_rows(start_point, table), task
+        adapted = _with_rows(start_point, table)
+        if settings.cosine_weight > 0:  # answers and training pseudo-questions; never a held-out query
+            task = _with_targets(task, adapted.model, np.unique(np.concatenate([pool, task.query])), device)
+        return adapted, task
 
     return _run(config, settings, build, say)
 
@@ -858,6 +1034,9 @@ def adapt_supervised(
             mode="supervised",
             data={"train": {**info, "questions": len(train_groups)}, "dev": dev_info, "held_out": dev_info},
         )  # fmt: skip
+        if teacher is not None and settings.cosine_weight > 0:  # answers and training questions
+            cos_rows = np.unique(np.concatenate([pool, np.array(query, dtype=np.int64)]))
+            task = _with_targets(task, adapted.model, cos_rows, device)
         return adapted, task
 
     return _run(config, settings, build, say)

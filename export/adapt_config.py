@@ -63,6 +63,22 @@ class AdaptConfig:
         1.0,
         "Weight of the norm term.",
     )
+    cosine_weight: float = _setting(
+        1.0,
+        "With a sentence teacher (--teacher): weight of the term that fits the table rows so that each text's "
+        "summed vector points where the teacher's sentence vector points (centred, in the start model's space: "
+        "the objective the built-in model was trained with). 0: off.",
+    )
+    pair_weight: float = _setting(
+        0.0,
+        "Without labels: weight of the pseudo-question -> answer ranking term (cross-entropy to the teacher's "
+        "softmax over each step's answers). 0: off (the cosine term alone).",
+    )
+    significance: float = _setting(
+        0.05,
+        "An epoch replaces the start model only when its held-out gain is beyond noise: one-sided sign test "
+        "(better vs worse held-out questions) and paired bootstrap both at this level or below.",
+    )
     adapt_patience: int = _setting(
         3,
         "Stop after this many epochs without a better held-out MRR@10.",
@@ -74,7 +90,9 @@ class AdaptConfig:
             raise ValueError(f"holdout must be in (0, 1), got {self.holdout}")
         if not 0.0 <= self.teacher_weight <= 1.0:
             raise ValueError(f"teacher_weight must be in [0, 1], got {self.teacher_weight}")
-        for name in ("anchor", "norm_spread", "norm_weight"):
+        if not 0.0 < self.significance <= 1.0:
+            raise ValueError(f"significance must be in (0, 1], got {self.significance}")
+        for name in ("anchor", "norm_spread", "norm_weight", "cosine_weight", "pair_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
         if self.adapt_patience < 1:

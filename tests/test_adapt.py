@@ -5,6 +5,7 @@ adaptation, and `qaindex train --start`."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -238,7 +239,8 @@ def test_tiny_noisy_supervision_never_ends_below_the_start(start_dir: Path, tmp_
     report = result.diagnostics["adaptation"]
     assert report["final_metrics"]["mrr@10"] >= report["start_metrics"]["mrr@10"]
     assert report["final_metrics"] == result.history[result.best_epoch]["held_out"]
-    assert max(h["held_out"]["mrr@10"] for h in result.history) == report["final_metrics"]["mrr@10"]
+    kept = [e["epoch"] for e in report["selection"]["epochs"] if e["significant"]]
+    assert result.best_epoch == (max(kept, key=lambda e: result.history[e]["held_out"]["mrr@10"]) if kept else 0)
     assert report["teacher"] == "the start model's own softmax(score)"
 
 
@@ -255,7 +257,8 @@ def test_label_free_adaptation_improves_a_weak_start_and_spreads_norms(tmp_path:
     table, answers, teacher = planted_teacher()
     start = write_start(tmp_path / "weak", table)
     config = TrainConfig(**{**FAST, "epochs": 10, "lr": 0.02})
-    result = adapt_unlabelled(config, AdaptConfig(), answers, teacher, start=start)
+    # the ranking term on the pseudo-questions (with its norm term) on, as well as the cosine term
+    result = adapt_unlabelled(config, AdaptConfig(pair_weight=1.0), answers, teacher, start=start)
     report = result.diagnostics["adaptation"]
     assert result.history[0]["epoch"] == 0 and report["kept_epoch"] > 0
     assert report["final_metrics"]["mrr@10"] > report["start_metrics"]["mrr@10"] + 0.1
@@ -304,3 +307,124 @@ def test_cli_train_starts_from_an_exported_model_directory(start_dir: Path, tmp_
     # ... and a start directory that is not a model is a clear error
     res = runner.invoke(main, ["train", str(corpus), "--start", str(tmp_path / "nothing"), "--out", str(out)])
     assert res.exit_code == 1 and str(tmp_path / "nothing") in res.output
+
+
+# -- static-table starts (the built-in model's form): the teacher's objective, and noise-proof selection ----------
+
+WORDS = [f"top{a}{b}" for a in "abcdef" for b in "abcde"]  # 30 topic words
+FILL = ["thex", "andx", "withx", "fromx", "intox", "ontox"]
+STATIC_VOCAB = ["[PAD]", "[UNK]", *FILL, *WORDS]
+
+
+def write_static_start(directory: Path, seed: int = 3) -> Path:
+    """A weak static start in the built-in model's form (table + evidence column, lognorm ball,
+    relative ranking): random rows, the filler words' rows five times longer than the topics'."""
+    from qaindex_export.tokenlearn import BallFit, export_tokenlearn_model
+
+    rng = np.random.default_rng(seed)
+    table = rng.normal(size=(len(STATIC_VOCAB), 12)).astype(np.float32)
+    table[0] = 0.0
+    table[2 : 2 + len(FILL)] *= 5.0
+    evidence = np.ones(len(STATIC_VOCAB), np.float32)
+    evidence[:2] = 0.0
+    fit = BallFit(a=1.0, b=-1.0, max_norm=0.999, dev_mrr=0.0, answer_norm_std=0.0, answer_norm_median=0.0)
+    return Path(export_tokenlearn_model(table, evidence, fit, Tokenizer(STATIC_VOCAB, kind="word"), directory))
+
+
+def topic_teacher(seed: int = 4) -> Callable[[list[str]], np.ndarray]:
+    """A fake sentence teacher that sees only topics: a text's vector is the sum of its topic words' hidden
+    vectors (plus a common offset, which the alignment's centring must remove)."""
+    rng = np.random.default_rng(seed)
+    hidden = {w: rng.normal(size=10) for w in WORDS}
+    offset = 3.0 * rng.normal(size=10)
+
+    def teacher(texts: list[str]) -> np.ndarray:
+        return np.stack([offset + sum((hidden[w] for w in t.split() if w in hidden), np.zeros(10)) for t in texts])
+
+    return teacher
+
+
+def static_corpus(rng: np.random.Generator) -> tuple[list[str], list[tuple[str, int]]]:
+    answers = [
+        " ".join(rng.permutation([*rng.choice(WORDS, 2, replace=False), *rng.choice(FILL, 6)]).tolist())
+        for _ in range(60)
+    ]
+    questions = [(" ".join([a.split()[[w in WORDS for w in a.split()].index(True)], *rng.choice(FILL, 2)]), i)
+                 for i, a in enumerate(answers)]  # fmt: skip
+    return answers, questions
+
+
+def test_teacher_alignment_recovers_a_rotated_centred_space() -> None:
+    from qaindex_export.adapt import teacher_alignment
+
+    rng = np.random.default_rng(1)
+    teacher = rng.normal(size=(300, 8)) + 4.0
+    q0 = np.linalg.qr(rng.normal(size=(8, 8)))[0]  # a rotation
+    sums = ((teacher - teacher.mean(axis=0)) @ q0.T) * rng.uniform(0.5, 3.0, size=(300, 1))  # any per-text scale
+    mu, q = teacher_alignment(sums, teacher)
+    np.testing.assert_allclose(mu, teacher.mean(axis=0), atol=1e-5)
+    np.testing.assert_allclose(q, q0, atol=1e-5)
+
+
+def test_label_free_adaptation_moves_a_static_start_towards_the_teacher(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    answers, questions = static_corpus(rng)
+    start = write_static_start(tmp_path / "start")
+    config = TrainConfig(**{**FAST, "epochs": 8, "lr": 0.05, "batch_size": 32})
+    result = adapt_unlabelled(config, AdaptConfig(adapt_patience=8), answers, topic_teacher(), start=start)
+    report = result.diagnostics["adaptation"]
+    assert report["cosine_term"]["texts"] > len(answers) and 0.0 < report["cosine_term"]["start_cosine"] < 0.9
+    assert report["kept_epoch"] > 0, report["why"]
+    assert report["final_metrics"]["mrr@10"] > report["start_metrics"]["mrr@10"] + 0.1
+    chosen = report["selection"]["epochs"][report["kept_epoch"] - 1]
+    assert chosen["significant"] and chosen["sign_p"] <= 0.05 and chosen["bootstrap_p"] <= 0.05
+    assert report["why"] == (
+        f"epoch {report['kept_epoch']} had the best held-out MRR@10 beyond noise "
+        f"({report['final_metrics']['mrr@10']:.4f} against the start model's {report['start_metrics']['mrr@10']:.4f}; "
+        f"{chosen['better']} of {chosen['questions']} held-out questions better, {chosen['worse']} worse, "
+        f"sign-test p {chosen['sign_p']:.3g}, bootstrap p {chosen['bootstrap_p']:.3g})"
+    )
+    # real questions (never seen: neither they nor their words' labels), through the exported model
+    out = export_model(result, tmp_path / "adapted")
+    assert brute_force_mrr10(out, answers, questions) > brute_force_mrr10(start, answers, questions) + 0.1
+
+
+def test_paired_gain_test_counts_and_p_values() -> None:
+    from qaindex_export.adapt import paired_gain_test
+
+    t = paired_gain_test(np.zeros(6), np.array([1.0, 0.5, 0.5, 0.0, 0.0, -0.5]))
+    assert (t["better"], t["worse"]) == (3, 1)
+    assert t["sign_p"] == pytest.approx(5 / 16)  # P(Bin(4, 1/2) >= 3)
+    assert t["gain"] == pytest.approx(0.25) and 0.0 < t["bootstrap_p"] < 0.5
+    all_up = paired_gain_test(np.zeros(6), np.full(6, 0.5))
+    assert all_up["sign_p"] == pytest.approx(1 / 64) and all_up["bootstrap_p"] == 0.0
+    assert paired_gain_test(np.ones(3), np.ones(3))["sign_p"] == 1.0
+
+
+def test_a_noisy_gain_on_a_tiny_held_out_split_keeps_the_start(tmp_path: Path) -> None:
+    """Six held-out questions, half the training labels wrong: some epoch beats the start model
+    on the held-out mean by chance (so a best-mean rule would keep it), but not beyond noise."""
+    rng = np.random.default_rng(2)
+    answers, questions = static_corpus(rng)
+    labelled = [(q, i if k % 2 else (i + 5) % len(answers)) for k, (q, i) in enumerate(questions[:30])]
+    start = write_static_start(tmp_path / "start")
+    config = TrainConfig(**{**FAST, "epochs": 6, "lr": 0.05, "seed": 2})
+    train = groups(answers, labelled, "n")
+    loose = adapt_supervised(config, AdaptConfig(holdout=0.2, significance=1.0, adapt_patience=6), train, start=start)
+    report = loose.diagnostics["adaptation"]
+    assert report["held_out"]["questions"] == 6
+    assert report["kept_epoch"] > 0  # any gain counts: a noisy epoch is kept
+    result = adapt_supervised(config, AdaptConfig(holdout=0.2, adapt_patience=6), train, start=start)
+    report = result.diagnostics["adaptation"]
+    assert report["kept_epoch"] == 0 and result.best_epoch == 0
+    assert report["final_metrics"] == report["start_metrics"]
+    gaining = [e for e in report["selection"]["epochs"] if e["gain"] > 0]
+    assert gaining and not any(e["significant"] for e in report["selection"]["epochs"])
+    best = max(gaining, key=lambda e: (e["gain"], -e["epoch"]))
+    start_mrr = report["start_metrics"]["mrr@10"]
+    assert report["why"] == (
+        f"no epoch beat the start model on the held-out split beyond noise (best: epoch {best['epoch']}, MRR@10 "
+        f"{start_mrr + best['gain']:.4f} against {start_mrr:.4f}; {best['better']} of 6 held-out questions better, "
+        f"{best['worse']} worse, sign-test p {best['sign_p']:.3g}, bootstrap p {best['bootstrap_p']:.3g}; needed both "
+        "p <= 0.05), so the start model is kept unchanged"
+    )

@@ -113,9 +113,10 @@ def test_the_circle_finder_finds_circles() -> None:
 
 def test_the_import_reader_resolves_relative_and_package_imports() -> None:
     graph = import_graph()
-    assert "qaindex.geometry.hyperbolic" in graph["qaindex.vector_index"] or "qaindex.geometry" in graph[
-        "qaindex.vector_index"
-    ]
+    assert (
+        "qaindex.geometry.hyperbolic" in graph["qaindex.vector_index"]
+        or "qaindex.geometry" in graph["qaindex.vector_index"]
+    )
     assert "qaindex.cli.app" in graph["qaindex.cli"]
     assert "qaindex.store.index_format" in graph["qaindex.ranker"]
     assert "qaindex.ranker" not in graph["qaindex.search.pipeline"]  # TYPE_CHECKING only
@@ -156,7 +157,11 @@ def test_the_public_names_stay_at_the_top() -> None:
     from qaindex.vector_index import CoarseIndex
 
     assert {"Ranker", "Model", "Reranker", "Hit", "Record", "QAIndexError", "read_corpus"} <= set(qaindex.__all__)
-    assert qaindex.Ranker.__module__ == "qaindex.ranker" and callable(main) and CoarseIndex.__module__ == "qaindex.vector_index"
+    assert (
+        qaindex.Ranker.__module__ == "qaindex.ranker"
+        and callable(main)
+        and CoarseIndex.__module__ == "qaindex.vector_index"
+    )
 
 
 def test_the_old_documented_paths_still_work_and_warn() -> None:
