@@ -10,6 +10,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from helpers.graphs import circles as cycles
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 700
@@ -51,41 +52,6 @@ def import_graph(folder: Path, package: str) -> dict[str, dict[str, int]]:
                         add(parts[1], node.lineno)
         graph[path.stem] = found
     return graph
-
-
-def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
-    """The import circles of ``graph``: strongly connected components of two or more modules."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    out: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                out.append(sorted(component))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return sorted(out)
 
 
 def test_the_checker_finds_a_circle_behind_a_function_level_import(tmp_path: Path) -> None:

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers.graphs import circles
+
 PACKAGE = Path(__file__).resolve().parents[1] / "qaindex"
 MAX_LINES = 700
 LONGER = {"qaindex.text.tokenizer"}  # one tokenizer, kept whole (its fast paths beside the reference code)
@@ -69,41 +71,6 @@ def imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
 def import_graph() -> dict[str, set[str]]:
     modules = _modules()
     return {name: imports(name, path, modules) for name, path in modules.items()}
-
-
-def circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan's algorithm)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(graph[v]):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
 
 
 def test_the_circle_finder_finds_circles() -> None:
