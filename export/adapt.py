@@ -54,31 +54,31 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from qaindex.errors import QAIndexError
 from qaindex.eval.datasets import QuestionGroup
 from qaindex.eval.evaluate import pooled_metrics
-from qaindex.text.tokenizer import Tokenizer
 
 from .adapt_config import AdaptConfig
+from .adapt_selection import paired_gain_test, reciprocal_ranks, selection_why
+from .adapt_start import AdaptedTable, StartError, StartPoint, load_start
+from .adapt_teachers import Teacher, self_teacher, sentence_teacher, teacher_alignment
 from .config import TrainConfig
 from .data import TextTable
 from .data import load_groups as _load
 from .evaluation import encode_texts
-from .models import BagOfWords, BallMap, CosineQA, DualEncoderQA, HyperQA, _inverse_softplus, norm_statistics
+from .models import BagOfWords, DualEncoderQA, norm_statistics
 from .result import TrainResult, resolve_device
 from .unlabelled import pseudo_questions
-from .unlabelled import unit_rows as _unit
 
 __all__ = [
     "AdaptedTable",
+    "StartError",
     "StartPoint",
     "adapt_supervised",
     "adapt_unlabelled",
@@ -89,308 +89,6 @@ __all__ = [
 
 Log = Callable[[str], None]
 K = 10
-TEACHER_TEMPERATURE = 0.05
-
-
-class StartError(QAIndexError):
-    """The start model directory cannot be adapted (unreadable, or an encoder of another form)."""
-
-
-# ------------------------------------------------------------------------ the adapted encoder
-
-
-class AdaptedTable(nn.Module):
-    """A start model's per-token table, adapted: ``x_t = (I + M)(T_t + Δ_t)``, then a masked sum.
-
-    Parameters
-    ----------
-    base : Tensor (vocab_size, width)
-        The start model's table ``T`` (a buffer: never trained).
-    trainable_ids : array of int
-        Tokens that get a row change ``Δ_t`` (the tokens of the training texts); others keep
-        ``T_t`` (still through ``M``). Empty: no row changes.
-    depth : bool
-        The last column is the ``weighted`` ball map's per-token depth weight: it gets ``Δ``
-        but not ``M``, and stays non-negative (``ReLU``; the start values are positive).
-
-    Example
-    -------
-    >>> enc = AdaptedTable(torch.eye(4), np.array([2]), depth=False)
-    >>> enc(torch.tensor([[1, 2, 0]]), torch.tensor([[1, 1, 0]])).tolist()   # rows 1 + 2 (M = 0, Δ = 0)
-    [[0.0, 1.0, 1.0, 0.0]]
-    """
-
-    def __init__(self, base: Tensor, trainable_ids: np.ndarray, *, depth: bool = False) -> None:
-        super().__init__()
-        base = base.detach().to(torch.float32).clone()
-        vocab, width = base.shape
-        ids = np.unique(np.asarray(trainable_ids, dtype=np.int64))
-        if len(ids) and (ids.min() < 0 or ids.max() >= vocab):
-            raise ValueError(f"trainable token ids must be in [0, {vocab}), got {ids.min()}..{ids.max()}")
-        slot = torch.full((vocab,), len(ids), dtype=torch.int64)
-        slot[torch.from_numpy(ids)] = torch.arange(len(ids))
-        self.base: Tensor
-        self.slot: Tensor
-        self.register_buffer("base", base)
-        self.register_buffer("slot", slot)
-        self.delta = nn.Parameter(torch.zeros(len(ids), width))
-        self.depth_column = bool(depth)
-        self.dim = width - (1 if depth else 0)
-        self.mix = nn.Parameter(torch.zeros(self.dim, self.dim))
-
-    @property
-    def embedding(self) -> Tensor:
-        """The start table (what the exporter reads the vocabulary size from)."""
-        return self.base
-
-    @property
-    def width(self) -> int:
-        return int(self.base.shape[1])
-
-    def _rows(self, ids: Tensor) -> Tensor:
-        """``T + Δ`` of ``ids`` (the depth column kept non-negative)."""
-        padded = torch.cat([self.delta, self.delta.new_zeros(1, self.width)])
-        x = F.embedding(ids, self.base) + F.embedding(self.slot[ids], padded)
-        if self.depth_column:
-            return torch.cat([x[..., :-1], F.relu(x[..., -1:])], dim=-1)
-        return x
-
-    def _mix(self, x: Tensor) -> Tensor:
-        """``(I + M)`` on the direction columns (linear: the same on a token row or on a sum of rows)."""
-        if self.depth_column:
-            v = x[..., :-1]
-            return torch.cat([v + v @ self.mix.T, x[..., -1:]], dim=-1)
-        return x + x @ self.mix.T
-
-    def token_vectors(self, ids: Tensor) -> Tensor:
-        """``(I + M)(T + Δ)`` of ``ids``, shape ``ids.shape + (width,)``."""
-        return self._mix(self._rows(ids))
-
-    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        x = self._rows(input_ids)
-        return self._mix((x * attention_mask.unsqueeze(-1).to(x.dtype)).sum(dim=1))
-
-    def bags(self, flat_ids: Tensor, offsets: Tensor) -> Tensor:
-        """Sums of ragged texts (as :meth:`qaindex_export.models.BagOfWords.bags`); ``M`` applied to the sums."""
-        if flat_ids.numel() == 0:
-            return self.base.new_zeros((offsets.numel(), self.width))
-        unique, inverse = torch.unique(flat_ids, return_inverse=True)
-        return self._mix(F.embedding_bag(inverse, self._rows(unique), offsets, mode="sum"))
-
-    @torch.no_grad()
-    def folded_table(self, chunk: int = 8192) -> Tensor:
-        """The adapted table for every token id: what the export writes."""
-        ids = torch.arange(self.base.shape[0], device=self.base.device)
-        return torch.cat([self.token_vectors(ids[i : i + chunk]) for i in range(0, len(ids), chunk)])
-
-
-# ------------------------------------------------------------------------ the start point
-
-
-@dataclass
-class StartPoint:
-    """A model directory read back as a trainable torch model."""
-
-    directory: Path
-    manifest: dict[str, Any]
-    tokenizer: Tokenizer
-    model: DualEncoderQA
-    max_tokens: dict[str, int]
-
-    @property
-    def config(self) -> TrainConfig:
-        """The :class:`TrainConfig` fields the start model fixes (model kind, width, truncation, ball)."""
-        geo = self.manifest["geometry"]
-        return TrainConfig(
-            model="hyperqa" if geo["name"] == "poincare" else "cosineqa",
-            embeddings=f"start:{self.manifest.get('name', self.directory.name)}",
-            dim=int(self.manifest["dimension"]),
-            ball=geo.get("ball_map", "clip") if geo["name"] == "poincare" else "clip",
-            ranking=geo.get("ranking", "distance") if geo["name"] == "poincare" else "relative",
-            max_norm=float(geo.get("max_norm", 0.999)),
-            max_question_tokens=self.max_tokens["question"],
-            max_answer_tokens=self.max_tokens["answer"],
-        )
-
-
-def _initializers(path: Path) -> dict[str, np.ndarray]:
-    import onnx
-    from onnx import numpy_helper
-
-    try:
-        proto = onnx.load(os.fspath(path))
-    except Exception as exc:  # noqa: BLE001 - any unreadable graph is the same user-facing problem
-        raise StartError(f"{path}: cannot be read as an ONNX graph ({exc}); pass another --start directory") from None
-    return {init.name: numpy_helper.to_array(init) for init in proto.graph.initializer}
-
-
-def load_start(
-    directory: str | os.PathLike[str] | None = None,
-    trainable_ids: np.ndarray | None = None,
-    *,
-    check: bool = True,
-) -> StartPoint:
-    """Read a qaindex model directory (per-token table + masked sum + ball map) as a torch model.
-
-    Parameters
-    ----------
-    directory : path-like, optional
-        A model directory written by ``qaindex train`` / the exporter (any version whose
-        encoder is a per-token table, a masked sum and a ball map); default: the built-in model.
-    trainable_ids : array of int, optional
-        Tokens that get a row change (see :class:`AdaptedTable`).
-    check : bool, keyword-only
-        Compare the torch model with the directory's ``encoder.onnx`` (onnxruntime) on random
-        token ids and refuse a model they disagree on.
-
-    Raises
-    ------
-    StartError
-        Not a dual encoder with one shared per-token-table encoder this version can read back.
-
-    Example
-    -------
-    >>> start = load_start()  # doctest: +SKIP
-    >>> start.model.encoder.base.shape  # doctest: +SKIP
-    torch.Size([30522, 300])
-    """
-    from qaindex.model import DEFAULT_MODEL_DIR, Model
-
-    root = Path(directory) if directory is not None else DEFAULT_MODEL_DIR
-    manifest = Model.read_manifest(root)
-    hint = "train with --from-scratch, or pass another --start directory"
-    graphs = manifest.get("graphs", {})
-    if manifest.get("kind") != "dual_encoder" or graphs.get("question_encoder") != graphs.get("answer_encoder"):
-        raise StartError(f"{root}: only a dual encoder with one shared encoder can be adapted; {hint}")
-    if manifest.get("chunking"):
-        raise StartError(f"{root}: a chunking (hierarchical) encoder cannot be adapted; {hint}")
-    geo = manifest["geometry"]
-    if geo["name"] not in ("poincare", "cosine"):
-        raise StartError(f"{root}: geometry {geo['name']!r} cannot be adapted; {hint}")
-    tokenizer = Tokenizer.from_config(manifest["tokenizer"], root)
-    encoder_path = root / graphs["answer_encoder"]
-    weights = _initializers(encoder_path)
-    table = weights.get("table")
-    if table is None or table.ndim != 2 or table.shape[0] != len(tokenizer.vocab):
-        raise StartError(
-            f"{encoder_path}: no per-token table ('table', {len(tokenizer.vocab)} rows) among the graph's "
-            f"weights; {hint}"
-        )
-    kind = geo.get("ball_map", "clip") if geo["name"] == "poincare" else "none"
-    depth = kind in ("weighted", "lognorm")  # the table's last column is the per-token depth/evidence
-    width = int(table.shape[1])
-    ball = BallMap(kind, max_norm=float(geo.get("max_norm", 0.999)), dim=width - (1 if depth else 0))
-    # weights the exporter may fold into constants, and where the manifest records them
-    from_manifest: dict[tuple[str, str], tuple[str, Callable[[float], float]]] = {
-        ("lognorm", "log_a"): ("a", math.log),
-        ("lognorm", "lognorm_b"): ("b", float),
-    }
-    state = {}
-    for name, value in ball.state_dict().items():
-        found = weights.get(f"ball.{name}")
-        if found is None and (kind, name) in from_manifest and from_manifest[kind, name][0] in geo:
-            field, convert = from_manifest[kind, name]
-            found = np.asarray(convert(float(geo[field])), dtype=np.float32)
-        if found is None or tuple(found.shape) != tuple(value.shape):
-            raise StartError(f"{encoder_path}: the {kind} ball map's weight {name!r} is missing; {hint}")
-        state[name] = torch.from_numpy(np.asarray(found, dtype=np.float32).copy())
-    ball.load_state_dict(state)
-    encoder = AdaptedTable(
-        torch.from_numpy(np.array(table, dtype=np.float32)),
-        np.zeros(0, np.int64) if trainable_ids is None else trainable_ids,
-        depth=depth,
-    )
-    bag = cast(BagOfWords, encoder)  # duck-typed: the models only use the bag-of-words interface
-    model: DualEncoderQA
-    if geo["name"] == "poincare":
-        model = HyperQA(bag, ball, ranking=geo.get("ranking", "distance"))
-    else:
-        model = CosineQA(bag, ball)
-    params = manifest["score"]["parameters"]
-    with torch.no_grad():
-        model.w_raw.fill_(_inverse_softplus(float(params["w_f"])))
-        model.b_f.fill_(float(params["b_f"]))
-    model.eval()
-    if check:
-        _check_against_onnx(model, encoder_path, len(tokenizer.vocab), hint)
-    max_tokens = {role: int(manifest["max_tokens"][role]) for role in ("question", "answer")}
-    return StartPoint(root, manifest, tokenizer, model, max_tokens)
-
-
-def _check_against_onnx(model: DualEncoderQA, path: Path, vocab: int, hint: str) -> None:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(0)
-    ids = rng.integers(1, vocab, size=(6, 9)).astype(np.int64)
-    mask = (np.arange(9)[None, :] < np.array([9, 1, 4, 7, 2, 5])[:, None]).astype(np.int64)
-    ids = np.where(mask == 1, ids, 0)
-    (got,) = session.run(None, {"input_ids": ids, "attention_mask": mask})[:1]
-    with torch.no_grad():
-        want = model(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
-    diff = float(np.abs(got - want).max()) if got.shape == want.shape else math.inf
-    if not diff <= 1e-4:
-        raise StartError(
-            f"{path}: the encoder read back as table + masked sum + ball map differs from the graph by {diff:.3g}; "
-            f"this model's encoder has another form; {hint}"
-        )
-
-
-# ------------------------------------------------------------------------ teachers
-
-
-class _Teacher:
-    """Soft targets ``softmax(logits(q, c))`` over a step's candidates, from fixed text vectors."""
-
-    def __init__(self, vectors: Tensor, scorer: Callable[[Tensor, Tensor], Tensor], describe: str) -> None:
-        self.vectors = vectors  # (n_texts, D), indexed by text row
-        self.scorer = scorer
-        self.describe = describe
-
-    def logits(self, q_rows: Tensor, c_rows: Tensor) -> Tensor:
-        return self.scorer(self.vectors[q_rows][:, None, :], self.vectors[c_rows][None, :, :])
-
-    def specificity(self, rows: np.ndarray) -> np.ndarray:
-        """``-mean cos`` of each text to the others (standardised): high is specific, low generic."""
-        v = F.normalize(self.vectors[torch.from_numpy(rows)], dim=-1)
-        sims = []
-        for start in range(0, len(rows), 2048):
-            sims.append((v[start : start + 2048] @ v.T).mean(dim=1))
-        s = -torch.cat(sims).double().cpu().numpy()
-        return (s - s.mean()) / max(float(s.std()), 1e-12)
-
-
-def _sentence_teacher(
-    teacher: Callable[[Sequence[str]], np.ndarray], table: TextTable, rows: np.ndarray, say: Log
-) -> _Teacher:
-    texts = [_text_of(table, r) for r in rows]
-    say(f"[adapt] the teacher embeds {len(texts)} texts")
-    vecs = _unit(teacher(texts))
-    full = torch.zeros(len(table), vecs.shape[1])
-    full[torch.from_numpy(rows)] = torch.from_numpy(vecs)
-    return _Teacher(full, lambda q, c: (q * c).sum(-1) / TEACHER_TEMPERATURE, "sentence teacher, softmax(cos / 0.05)")
-
-
-def _self_teacher(start: DualEncoderQA, table: TextTable, rows: np.ndarray, device: torch.device) -> _Teacher:
-    vectors = encode_texts(start, table, rows, device)
-    assert isinstance(vectors, Tensor)
-    full = torch.zeros(len(table), vectors.shape[1], device=device)
-    full[torch.from_numpy(rows).to(device)] = vectors
-
-    def scores(q: Tensor, c: Tensor) -> Tensor:
-        with torch.no_grad():
-            return start.score(q, c)[0]
-
-    return _Teacher(full, scores, "the start model's own softmax(score)")
-
-
-def _text_of(table: TextTable, row: int) -> str:
-    if not hasattr(table, "_texts"):
-        texts: dict[int, str] = {i: text for (_, text), i in table._index.items()}
-        table._texts = texts  # type: ignore[attr-defined]
-    return str(table._texts[int(row)])  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------------ the task and its loop
@@ -407,41 +105,13 @@ class _Task:
     dev_query: np.ndarray
     dev_relevant: list[np.ndarray]  # per dev query: positions in ``pool`` that are correct
     dev_candidates: list[np.ndarray] | None  # per dev query: positions in ``pool`` it ranks (None: all)
-    teacher: _Teacher
+    teacher: Teacher
     teacher_weight: float
     mode: str
     data: dict[str, Any]
     targets: Tensor | None = None  # (len(table), dim): the teacher's aligned sentence targets (cosine term)
     cos_rows: np.ndarray | None = None  # text rows the cosine term fits (never a held-out query)
     alignment: dict[str, Any] | None = None
-
-
-def teacher_alignment(sums: np.ndarray, teacher: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The teacher's space as the start model sees it: mean ``mu`` (D,) and map ``Q`` (dim, D).
-
-    The built-in model was trained so that its summed vector ``s`` of a text points where
-    ``P (t - mu)`` points (``t`` the teacher's sentence vector, ``mu`` and ``P`` the mean and
-    principal directions of its training corpus; :mod:`qaindex_export.tokenlearn`). The model
-    directory does not keep ``P``, so it is recovered on the user's texts: ``mu`` is their
-    teacher mean, and ``Q`` the orthogonal Procrustes solution
-    ``argmax_Q Σ_i <s_i/|s_i|, Q (t_i - mu)>`` (``Q = U Vᵀ`` from the SVD of
-    ``Σ_i ŝ_i (t_i - mu)ᵀ``), a rotation, so the targets ``Q (t - mu)`` keep the teacher's
-    geometry while sitting where the start model's vectors already are.
-
-    Example
-    -------
-    >>> rng = np.random.default_rng(0)
-    >>> t = rng.normal(size=(200, 6)); q0 = np.linalg.qr(rng.normal(size=(6, 6)))[0]
-    >>> mu, q = teacher_alignment((t - t.mean(0)) @ q0.T, t)
-    >>> bool(np.allclose(q, q0, atol=1e-6))
-    True
-    """
-    s = np.asarray(sums, np.float64)
-    s = s / np.maximum(np.linalg.norm(s, axis=1, keepdims=True), 1e-12)
-    t = np.asarray(teacher, np.float64)
-    mu = t.mean(axis=0)
-    u, _, vt = np.linalg.svd(s.T @ (t - mu), full_matrices=False)
-    return mu.astype(np.float32), (u @ vt).astype(np.float32)
 
 
 @torch.no_grad()
@@ -474,40 +144,6 @@ def _with_targets(task: _Task, model: DualEncoderQA, rows: np.ndarray, device: t
     return replace(task, targets=targets.to(device), cos_rows=np.asarray(rows, np.int64), alignment=info)
 
 
-def _reciprocal_ranks(ranked: list[np.ndarray], relevant: list[np.ndarray]) -> np.ndarray:
-    out = np.zeros(len(ranked))
-    for i, (ids, rel) in enumerate(zip(ranked, relevant, strict=True)):
-        hits = np.flatnonzero(np.isin(ids, rel))
-        out[i] = 1.0 / (hits[0] + 1) if len(hits) else 0.0
-    return out
-
-
-def paired_gain_test(start: np.ndarray, epoch: np.ndarray, *, resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
-    """Is ``epoch``'s per-question score above ``start``'s beyond noise? (paired, one-sided)
-
-    Returns the mean gain, how many questions got better / worse, the sign test's p-value
-    (``P(Bin(better + worse, 1/2) >= better)``, ties dropped) and the paired bootstrap's
-    (share of resamples of the questions whose mean gain is ``<= 0``).
-
-    Example
-    -------
-    >>> t = paired_gain_test(np.zeros(6), np.array([1.0, 1.0, 1.0, 1.0, 0.0, -0.5]))
-    >>> t["better"], t["worse"], round(t["sign_p"], 4)
-    (4, 1, 0.1875)
-    """
-    diff = np.asarray(epoch, np.float64) - np.asarray(start, np.float64)
-    better, worse = int((diff > 1e-12).sum()), int((diff < -1e-12).sum())
-    n = better + worse
-    sign_p = sum(math.comb(n, k) for k in range(better, n + 1)) / 2.0**n if n else 1.0
-    if len(diff):
-        draws = np.random.default_rng(seed).integers(0, len(diff), size=(resamples, len(diff)))
-        boot_p = float((diff[draws].mean(axis=1) <= 0.0).mean())
-    else:
-        boot_p = 1.0
-    return {"gain": float(diff.mean()) if len(diff) else 0.0, "better": better, "worse": worse,
-            "sign_p": float(sign_p), "bootstrap_p": boot_p}  # fmt: skip
-
-
 def _held_out_metrics(model: DualEncoderQA, task: _Task, device: torch.device) -> dict[str, Any]:
     """MRR@10, recall@10 and P@1 of the held-out queries over the pool (or their own candidates);
     ``"rr"``: each query's reciprocal rank (0 outside the top 10)."""
@@ -532,7 +168,7 @@ def _held_out_metrics(model: DualEncoderQA, task: _Task, device: torch.device) -
             top = torch.topk(s, k=min(K, s.shape[1]), dim=1)
             ids = top.indices.cpu().numpy()
             ranked.extend(np.where(np.isfinite(top.values.cpu().numpy()), ids, -1))
-    return {**pooled_metrics(ranked, task.dev_relevant, K), "rr": _reciprocal_ranks(ranked, task.dev_relevant)}
+    return {**pooled_metrics(ranked, task.dev_relevant, K), "rr": reciprocal_ranks(ranked, task.dev_relevant)}
 
 
 def _answer_norms(model: DualEncoderQA, task: _Task, device: torch.device) -> dict[str, Any] | None:
@@ -554,33 +190,6 @@ def _norm_term(points: Tensor, specificity: Tensor, spread: float) -> Tensor:
     centred, z = norms - norms.mean(), specificity - specificity.mean()
     corr = (centred * z).sum() / (centred.norm() * z.norm()).clamp(min=1e-12)
     return (F.relu(spread - std) / spread) ** 2 + (1.0 - corr) / 10.0
-
-
-def _selection_why(best_epoch: int, tests: dict[int, dict[str, Any]], start_mrr: float, final_mrr: float,
-                   alpha: float) -> str:  # fmt: skip
-    """The report's ``why``: which epoch was kept, and the held-out evidence for it."""
-
-    def evidence(t: dict[str, Any]) -> str:
-        return (
-            f"{t['better']} of {t['questions']} held-out questions better, {t['worse']} worse, "
-            f"sign-test p {t['sign_p']:.3g}, bootstrap p {t['bootstrap_p']:.3g}"
-        )
-
-    if best_epoch > 0:
-        return (
-            f"epoch {best_epoch} had the best held-out MRR@10 beyond noise ({final_mrr:.4f} against the start "
-            f"model's {start_mrr:.4f}; {evidence(tests[best_epoch])})"
-        )
-    gaining = {e: t for e, t in tests.items() if t["gain"] > 0}
-    if not gaining:
-        return "no epoch beat the start model on the held-out split, so the start model is kept unchanged"
-    e = max(gaining, key=lambda k: (gaining[k]["gain"], -k))
-    t = gaining[e]
-    return (
-        f"no epoch beat the start model on the held-out split beyond noise (best: epoch {e}, MRR@10 "
-        f"{start_mrr + t['gain']:.4f} against {start_mrr:.4f}; {evidence(t)}; needed both p <= {alpha:g}), "
-        "so the start model is kept unchanged"
-    )
 
 
 def _fit(
@@ -723,7 +332,7 @@ def _fit(
     model.load_state_dict(best_state)
     model.eval()
     final = history[best_epoch]["held_out"]
-    why = _selection_why(best_epoch, tests, start_score, final["mrr@10"], settings.significance)
+    why = selection_why(best_epoch, tests, start_score, final["mrr@10"], settings.significance)
     say(f"[adapt/{task.mode}] kept epoch {best_epoch}: {why}; {stop}")
     norms = _answer_norms(model, task, device)
     report = {
@@ -893,7 +502,7 @@ def adapt_unlabelled(
                 source_of.setdefault(table.add(pq, "question"), int(i))
         dev_query = list(source_of)[:max_dev]
         all_rows = np.unique(np.concatenate([pool, np.array(query), np.array(dev_query)]))
-        teach = _sentence_teacher(teacher, table, all_rows, say)
+        teach = sentence_teacher(teacher, table, all_rows, say)
         dev_q = np.array(dev_query, dtype=np.int64)
         t_pool = teach.vectors[torch.from_numpy(pool)]
         sims = teach.vectors[torch.from_numpy(dev_q)] @ t_pool.T
@@ -1018,9 +627,9 @@ def adapt_supervised(
         rows = np.unique(np.concatenate([pool, np.array(query, dtype=np.int64), dev_query]))
         adapted = _with_rows(start_point, table)
         if teacher is not None:
-            teach = _sentence_teacher(teacher, table, rows, say)
+            teach = sentence_teacher(teacher, table, rows, say)
         else:
-            teach = _self_teacher(copy.deepcopy(start_point.model).to(device), table, rows, device)
+            teach = self_teacher(copy.deepcopy(start_point.model).to(device), table, rows, device)
         task = _Task(
             table=table,
             pool=pool,
