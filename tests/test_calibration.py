@@ -199,7 +199,7 @@ def test_cli_calibrate_writes_the_manifest_and_reports_ece(planted_model: Path, 
     )
     assert res.exit_code == 0, res.output
     report = json.loads(res.output)
-    assert report["calibration"]["method"] == "isotonic" and report["checks"]["test.jsonl"]["ece"] < 0.1
+    assert report["calibration"]["method"] == "isotonic" and report["checks"][str(check)]["ece"] < 0.1
     manifest = json.loads((model_dir / "manifest.json").read_text())
     assert manifest["calibration"] == report["calibration"]
     Ranker.build([{"id": 1, "answer": "topic1"}], model=model_dir).save(tmp_path / "ix")

@@ -115,7 +115,7 @@ def calibrate_command(
         report["checks"] = {}
         for path in checks:
             raw, best, y = measure(model, read_labelled(path), depth=depth)
-            report["checks"][path.name] = {
+            report["checks"][str(path)] = {  # as given: two test.jsonl of different folders stay apart
                 "pairs": len(y),
                 "relevant": round(float(y.mean()), 4),
                 "ece": round(expected_calibration_error(fitted(raw, best), y), 4),
