@@ -1,8 +1,8 @@
-"""Build speed (issue #10): answers per second of each build stage and of whole builds.
+"""Build speed: answers per second of each build stage and of whole builds.
 
 For each corpus size, every stage is timed twice in the same run: with the fast paths
 (what qaindex does) and with :func:`qaindex.fast_paths.generic_only` (the generic code they
-shortcut, i.e. the build before issue #10's work), and the ratio is reported:
+shortcut, i.e. the build before the fast paths), and the ratio is reported:
 
 - ``validate``: ``records_from_dicts`` on ``{"id", "answer"}`` dicts;
 - ``read_validate_file``: ``read_corpus`` of the same corpus as a JSONL file;
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     sentences, _ = read_texts(args.data)
     model = Model.load(None)
     results: dict[str, Any] = {
-        "benchmark": "build speed, fast paths vs generic code in the same run (issue #10)",
+        "benchmark": "build speed, fast paths vs generic code in the same run",
         "command": "python -m benchmarks.bench_build_speed " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "model": model.name,

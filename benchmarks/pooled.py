@@ -9,7 +9,7 @@ searched against all of them (MRR@10, recall@10, P@1):
 
 Every pool also holds the fixed junk answers ``JUNK_ANSWERS`` (one character, digits,
 punctuation runs, emoji, out-of-vocabulary scripts; never relevant): real corpora hold such
-records, and a model that puts them near every question (a hub, issue 11) must show it here.
+records, and a model that puts them near every question (a hub) must show it here.
 Besides MRR@10 / recall@10 / P@1 (measured *with* the junk present), each system reports
 ``junk@10``: the share of questions with at least one junk answer in its top 10.
 

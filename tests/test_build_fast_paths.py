@@ -1,4 +1,4 @@
-"""The build's fast paths give exactly what the generic code gives (issue #10).
+"""The build's fast paths give exactly what the generic code gives.
 
 Each fast path (tokenizer, padding, corpus validation, JSONL parsing, stored record lines,
 the pipelined streaming build) is checked against the generic code it shortcuts, which

@@ -1,4 +1,4 @@
-"""Answers near the ball's centre must not be hubs (issue 11).
+"""Answers near the ball's centre must not be hubs.
 
 A corpus of real answers with one-character, punctuation-only and out-of-vocabulary answers
 beside them: no junk answer may rank above a relevant real answer, with the built-in default

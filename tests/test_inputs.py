@@ -1,6 +1,6 @@
 """Every user error is a QAIndexError with an exact message (API) and one line, exit 1/2 (CLI).
 
-The reproducers of issue 6, each with the message a user sees.
+Reproducers of bad input, each with the message a user sees.
 """
 
 from __future__ import annotations
