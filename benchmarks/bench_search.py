@@ -29,8 +29,9 @@ import numpy as np
 
 from benchmarks.common import ROOT, per_call_ms, synthetic, write_results
 from benchmarks.readme_markers import replace_section
-from qaindex import Ranker, hyperbolic
+from qaindex import Ranker
 from qaindex.corpus import read_corpus
+from qaindex.geometry import hyperbolic
 from qaindex.model import Model
 
 
