@@ -67,7 +67,7 @@ from qaindex.eval.evaluate import pooled_metrics
 from .adapt_config import AdaptConfig
 from .adapt_selection import paired_gain_test, reciprocal_ranks, selection_why
 from .adapt_start import AdaptedTable, StartError, StartPoint, load_start
-from .adapt_teachers import Teacher, self_teacher, sentence_teacher, teacher_alignment
+from .adapt_teachers import Log, Teacher, self_teacher, sentence_teacher, teacher_alignment
 from .config import TrainConfig
 from .data import TextTable
 from .data import load_groups as _load
@@ -87,7 +87,6 @@ __all__ = [
     "teacher_alignment",
 ]
 
-Log = Callable[[str], None]
 K = 10
 
 

@@ -58,16 +58,12 @@ def main() -> None:
     if args.first:
         # the appended texts come source by source: shuffle them (seeded) before cutting parts
         lines = args.first + np.random.default_rng(0).permutation(len(texts) - args.first)
-        order = np.concatenate(
-            [lines[p : p + part][np.argsort(lengths[lines[p : p + part]], kind="stable")]
-             for p in range(0, len(lines), part)]
-        )  # fmt: skip
         shards = args.corpus / f"shards-{args.first}"
-    else:
-        order = np.concatenate(
-            [p + np.argsort(lengths[p : p + part], kind="stable") for p in range(0, len(texts), part)]
-        )
+    else:  # texts.jsonl is already in a seeded random order
+        lines = np.arange(len(texts))
         shards = args.corpus / "shards"
+    parts = (lines[p : p + part] for p in range(0, len(lines), part))
+    order = np.concatenate([rows[np.argsort(lengths[rows], kind="stable")] for rows in parts])
     total = len(order) if not args.limit else min(args.limit, len(order))
     shards.mkdir(exist_ok=True)
     np.save(shards / "order.npy", order)
