@@ -366,6 +366,7 @@ class Ranker:
         for row in range(len(self)):
             yield self._records.get(row)
 
+    @reading
     def search(
         self,
         question: str,
@@ -427,9 +428,9 @@ class Ranker:
         """
         if not isinstance(question, str):
             raise QueryError(f"the question must be text, got {type(question).__name__}")
-        return self.search_batch(
-            [question], k, where=where, min_score=min_score, rerank=rerank, depth=depth, hybrid=hybrid, fusion=fusion
-        )[0]
+        self._refresh_coarse()
+        options: dict[str, Any] = {"where": where, "min_score": min_score, "rerank": rerank, "depth": depth}
+        return pipeline.search_batch(self, [question], k, **options, hybrid=hybrid, fusion=fusion)[0]
 
     @reading
     def search_batch(
@@ -455,6 +456,7 @@ class Ranker:
         >>> [len(h) for h in ranker.search_batch(["refund?", "reset password"], k=2)]
         [2, 2]
         """
+        self._refresh_coarse()
         options: dict[str, Any] = {"where": where, "min_score": min_score, "rerank": rerank, "depth": depth}
         return pipeline.search_batch(self, questions, k, **options, hybrid=hybrid, fusion=fusion)
 
@@ -492,6 +494,7 @@ class Ranker:
         >>> ranker.search_vectors(qv, 10**12)[2].shape == (1, len(ranker))
         True
         """
+        self._refresh_coarse()
         return pipeline.search_vectors(self, queries, k, use_coarse=use_coarse)
 
     @reading
@@ -504,16 +507,12 @@ class Ranker:
         >>> ranker.candidates(ranker.model.encode(["refund?"], role="question"), 3).shape
         (1, 3)
         """
+        self._refresh_coarse()
         return pipeline.candidates(self, queries, m, use_coarse=use_coarse)
 
     @reading
     def recall(
-        self,
-        k: int = 10,
-        *,
-        questions: Sequence[str] | None = None,
-        sample: int = 200,
-        seed: int = 0,
+        self, k: int = 10, *, questions: Sequence[str] | None = None, sample: int = 200, seed: int = 0
     ) -> dict[str, Any]:
         """Recall@k of the coarse stage and of the full pipeline against exact search.
 

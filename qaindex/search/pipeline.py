@@ -3,7 +3,8 @@ filters, fusion with BM25 and the reranking stage, each within the request's mem
 
 ``question → encoder → coarse rows (FAISS, or every row) → exact scores → where / fusion →
 reranker → hits``. The functions take the Ranker whose state they read (its records, vectors,
-coarse and lexical indexes); the Ranker holds the locks and documents the arguments.
+coarse and lexical indexes) and never call back into it: the Ranker holds the locks, brings
+its coarse index up to date before it delegates, and documents the arguments.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def check_questions(questions: Any) -> list[str]:
 
 def check_queries(ranker: Ranker, queries: Any) -> np.ndarray:
     """Question vectors of the index's dimension, finite (inside the ball for Poincaré)."""
-    return finite_vectors(queries, "queries", shape=(None, ranker.dimension), ball=ranker.model.space.ball)
+    return finite_vectors(queries, "queries", shape=(None, ranker.model.dimension), ball=ranker.model.space.ball)
 
 
 def check_settings(**settings: Any) -> dict[str, int]:
@@ -108,7 +109,7 @@ def search_batch(
         k, min_score = stage.depth, None
     if not qs:
         return []
-    total = len(ranker)
+    total = len(ranker._records)
     k = min(k, total)
     records, vectors = ranker._records, ranker._vectors
     budget.check_result(
@@ -175,7 +176,7 @@ def _fused_among(
     BM25, then fused, as an unfiltered hybrid search ranks its candidates."""
     if len(rows) == 0:
         return [[] for _ in qs]
-    allowed = np.zeros(len(ranker), dtype=bool)
+    allowed = np.zeros(len(ranker._records), dtype=bool)
     allowed[rows] = True
     dense = np.ascontiguousarray(np.broadcast_to(rows, (len(qs), len(rows))))
     arrays = hybrid_arrays(ranker.model, ranker._vectors, ranker._lexical, qs, qv, dense, k, fused, allowed=allowed)
@@ -211,7 +212,7 @@ def search_vectors(
     rows : numpy.ndarray (n, min(k, len(ranker))), int64, ``-1`` where missing (an
         approximate index may recall fewer candidates than asked)
     """
-    k = min(check_k(k), len(ranker))
+    k = min(check_k(k), len(ranker._records))
     flag(use_coarse, "use_coarse")
     q = check_queries(ranker, queries)
     limit = budget.request_budget(ranker.memory_budget)
@@ -221,7 +222,7 @@ def search_vectors(
         f"a search of {len(q):,} question vectors for {k:,} hits each",
         "search fewer vectors per call or a smaller k",
     )
-    m = min(len(ranker), k * ranker.overfetch)
+    m = min(len(ranker._records), k * ranker.overfetch)
     budget.check_work(
         m * budget.CANDIDATE_BYTES,
         limit,
@@ -252,7 +253,7 @@ def candidates(ranker: Ranker, queries: np.ndarray, m: int, *, use_coarse: bool 
     -------
     numpy.ndarray (n, min(m, len(ranker))), int64, ``-1`` where fewer were recalled
     """
-    m = min(positive_int(m, "m"), len(ranker))
+    m = min(positive_int(m, "m"), len(ranker._records))
     flag(use_coarse, "use_coarse")
     queries = check_queries(ranker, queries)
     limit = budget.request_budget(ranker.memory_budget)
@@ -271,10 +272,9 @@ def candidates(ranker: Ranker, queries: np.ndarray, m: int, *, use_coarse: bool 
 
 def candidate_rows(ranker: Ranker, queries: np.ndarray, m: int, *, use_coarse: bool = False) -> np.ndarray:
     """Rows recalled for checked queries: every row when ``m`` covers them, else FAISS's."""
-    total = len(ranker)
+    total = len(ranker._records)
     if m >= total and not use_coarse:
         return np.broadcast_to(np.arange(total, dtype=np.int64), (len(queries), total)).copy()
-    ranker._refresh_coarse()
     # a plain ndarray view of the memory map: fancy indexing skips np.memmap's overhead
     return ranker._coarse.search(queries, m, vectors=np.asarray(ranker._vectors))
 
@@ -282,8 +282,8 @@ def candidate_rows(ranker: Ranker, queries: np.ndarray, m: int, *, use_coarse: b
 def _search_chunk(
     ranker: Ranker, q: np.ndarray, k: int, use_coarse: bool, limit: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    n, dim = len(q), ranker.dimension
-    rows = candidate_rows(ranker, q, min(len(ranker), k * ranker.overfetch), use_coarse=use_coarse)
+    n, dim = len(q), ranker.model.dimension
+    rows = candidate_rows(ranker, q, min(len(ranker._records), k * ranker.overfetch), use_coarse=use_coarse)
     valid = rows >= 0
     all_valid = bool(valid.all())
     safe_rows = rows if all_valid else np.where(valid, rows, 0)
