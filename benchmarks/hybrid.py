@@ -33,7 +33,8 @@ corpus, added latency at scale, calibration error of hybrid hits.
    labelled corpus: dense search, hybrid hits scored by the model's calibration alone, and
    hybrid hits as they ship (the hybrid score calibration, ``qaindex.search.fusion.hybrid_probability``,
    fitted with ``--fit`` by logistic regression on the top-10 hybrid hits of half A of the
-   fit pools).
+   fit pools, and on those of the built-in off-topic questions' ``fit`` split searched in each
+   fit pool, as not relevant: ``benchmarks/offtopic.py``).
 
 Writes ``benchmarks/results/hybrid.json`` and the tables of ``docs/hybrid.md``.
 
@@ -63,6 +64,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 from benchmarks.common import ROOT
+from benchmarks.offtopic import OFFTOPIC_FIT, offtopic_collected
 from benchmarks.pooled import load_corpora
 from benchmarks.pooled_eval import JUNK_AID, JUNK_ANSWERS
 from benchmarks.readme_markers import replace_section
@@ -298,10 +300,19 @@ def hit_features(
     return np.asarray(feats), np.asarray(labels, np.float64)
 
 
-def fit_score(collected: dict[str, Collected], pools: dict[str, Pool], fusion: Fusion, model: Model) -> Fusion:
+def fit_score(
+    collected: dict[str, Collected],
+    pools: dict[str, Pool],
+    fusion: Fusion,
+    model: Model,
+    offtopic: dict[str, tuple[Collected, Pool]] | None = None,
+) -> Fusion:
     """``fusion`` with the calibration of its hits' ``score`` fitted (logistic regression) on
-    the top-``K`` hits of the fit pools' half A."""
+    the top-``K`` hits of the fit pools' half A, and on those of ``offtopic`` questions searched
+    in the same pools (all not relevant; ``benchmarks.offtopic.offtopic_collected``)."""
     parts_ = [hit_features(c, pools[n], fusion, model, half_a(len(pools[n].questions))) for n, c in collected.items()]
+    for c, pool in (offtopic or {}).values():
+        parts_.append(hit_features(c, pool, fusion, model, np.ones(len(pool.questions), dtype=bool)))
     x = np.concatenate([p[0] for p in parts_])
     y = np.concatenate([p[1] for p in parts_])
     w = _logistic(x, y)
@@ -635,8 +646,9 @@ def main(argv: list[str] | None = None) -> int:
     fit_set = {n: collected[n] for n in fit_names if n in collected}
     if args.fit:
         fitted, info = fit(fit_set, pools, GRID_TERMS)
-        fitted = fit_score(fit_set, pools, fitted, model)
+        fitted = fit_score(fit_set, pools, fitted, model, offtopic_collected(model, pools, fit_set, collect))
         entry = {**fitted.to_json(), "fitted_on": fit_names, "half": "A (seed 0)", **info}
+        entry["score_offtopic"] = OFFTOPIC_FIT
         store_fusion(args.model, fitted, entry)
         model.manifest["fusion"] = entry  # the model every index above searches with
         print("fitted", fitted, info, flush=True)
