@@ -283,8 +283,9 @@ def fit(
 def hit_features(
     c: Collected, pool: Pool, fusion: Fusion, model: Model, mask: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Features (the model's calibrated logit, BM25 over the best candidate's, fused value) and
-    labels of the top-``K`` hybrid hits of the questions in ``mask`` (as ``hybrid_arrays``)."""
+    """Features (the model's calibrated logit, BM25 over the best candidate's, fused value, the
+    question's BM25 coverage) and labels of the top-``K`` hybrid hits of the questions in
+    ``mask`` (as ``hybrid_arrays``)."""
     feats: list[list[float]] = []
     labels: list[int] = []
     for i in np.flatnonzero(mask):
@@ -294,8 +295,10 @@ def hit_features(
         p = np.clip(model.calibration(s[order], float(s[order].max())), 1e-6, 1 - 1e-6)
         best = float(lex.max())
         ln = lex[order] / best if best > 0 else np.zeros(len(order))
+        bound = c.ranker._lexical.score_bound(*c.ranker._lexical.query(pool.questions[i]))  # type: ignore[union-attr]
+        coverage = best / bound if bound > 0 else 0.0
         for j, row in enumerate(order):
-            feats.append([float(np.log(p[j] / (1 - p[j]))), float(ln[j]), float(fused[row])])
+            feats.append([float(np.log(p[j] / (1 - p[j]))), float(ln[j]), float(fused[row]), coverage])
             labels.append(int(rows[row] in pool.relevant[i]))
     return np.asarray(feats), np.asarray(labels, np.float64)
 
@@ -316,8 +319,7 @@ def fit_score(
     x = np.concatenate([p[0] for p in parts_])
     y = np.concatenate([p[1] for p in parts_])
     w = _logistic(x, y)
-    bias, w_dense, w_bm25, w_fused = (round(float(v), 6) for v in (w[3], w[0], w[1], w[2]))
-    return replace(fusion, score=(bias, w_dense, w_bm25, w_fused))
+    return replace(fusion, score=tuple(round(float(v), 6) for v in (w[4], w[0], w[1], w[2], w[3])))
 
 
 def store_fusion(model_dir: Path, fusion: Fusion, info: dict[str, Any]) -> None:

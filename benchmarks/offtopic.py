@@ -50,6 +50,7 @@ K = 10
 THRESHOLDS = (0.2, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7)
 FAQ = "faq (examples)"
 DECISION_CORPORA = (FAQ, "product-faq", "aws-docs")
+DECISION_KEYS = ("answered_right", "answered_wrong", "offtopic_refused")
 ECE_ONLY = ("wikiqa", "stackfaq")  # off-topic questions may be on topic there: calibration error only
 
 # The built-in model's score calibrations before off-topic negatives (manifest of version 0.1:
@@ -165,13 +166,15 @@ def table(results: dict[str, Any]) -> str:
     corpora = results["corpora"]
     shown = ("0.3", "0.35", "0.4", "0.5")
     lines += [
-        "The support-bot decision on the best hit's `score`: **right** = share of answerable questions whose "
-        "top hit is relevant and scores at least the threshold; **off** = share of the held-out off-topic "
+        "The support-bot decision on the best hit's `score`: **right** / **wrong** = share of answerable "
+        "questions whose top hit is relevant / not relevant and scores at least the threshold (answered); "
+        "**off** = share of the held-out off-topic "
         f"questions ({corpora[FAQ]['dense after']['decision']['offtopic_questions']}, never fitted on) whose top "
-        'hit scores below it and so get "I don\'t know". *Before*: scores calibrated on answerable questions '
+        'hit scores below it and so get "I don\'t know". Cells: right / wrong / off. '
+        "*Before*: scores calibrated on answerable questions "
         "only; *after*: with off-topic negatives (as shipped).",
         "",
-        "| corpus | search | calibration | top-1 right | " + " | ".join(f"t = {t}: right / off" for t in shown) + " |",
+        "| corpus | search | calibration | top-1 right | " + " | ".join(f"t = {t}" for t in shown) + " |",
         "|---|---|---|---|" + "---|" * len(shown),
     ]
     for name in DECISION_CORPORA:
@@ -179,10 +182,7 @@ def table(results: dict[str, Any]) -> str:
         for search in ("dense", "hybrid"):
             for label in ("before", "after"):
                 d = row[f"{search} {label}"]["decision"]
-                cells = [
-                    f"{d['thresholds'][t]['answered_right']:.2f} / {d['thresholds'][t]['offtopic_refused']:.2f}"
-                    for t in shown
-                ]
+                cells = [" / ".join(f"{d['thresholds'][t][key]:.2f}" for key in DECISION_KEYS) for t in shown]
                 lines.append(f"| {name} | {search} | {label} | {d['top1_right']:.2f} | " + " | ".join(cells) + " |")
     lines += [
         "",

@@ -151,3 +151,71 @@ def test_cli_calibrate_offtopic_options(planted_model: Path, tmp_path: Path) -> 
     assert (model_dir / "manifest.json").read_bytes() == before
     help_text = runner.invoke(main, ["calibrate", "--help"]).output
     assert "--offtopic" in help_text and "--no-offtopic" in help_text
+
+
+# -- the hybrid score's BM25 coverage --------------------------------------------------------------
+def test_score_bound_is_the_sum_of_idf_and_no_answer_reaches_it() -> None:
+    pytest.importorskip("Stemmer")
+    from qaindex.text.lexical import LexicalIndex
+
+    rng = np.random.default_rng(0)
+    words = [f"w{i}x" for i in range(30)]
+    texts = [" ".join(rng.choice(words, size=int(rng.integers(1, 8)))) for _ in range(40)]
+    ix = LexicalIndex.from_texts(texts)
+    n = len(texts)
+    for question in ("w1x w2x w3x", "w4x w4x nothere", "nothere either", "w5x w6x w7x w8x w9x"):
+        terms, length = ix.query(question)
+        # brute force: document frequency of each token over the texts (tokens as the index sees them)
+        tokens = [ix.vocab[t] for t in terms]
+        docs = [set(ix.vocab[t] for t in ix.query(t)[0]) for t in texts]
+        idf = [
+            np.log1p((n - sum(tok in d for d in docs) + 0.5) / (sum(tok in d for d in docs) + 0.5)) for tok in tokens
+        ]
+        unknown = length - len(terms)
+        expected = sum(idf) + unknown * np.log1p((n + 0.5) / 0.5)
+        assert ix.score_bound(terms, length) == pytest.approx(expected)
+        assert ix.scores_of_terms(terms).max(initial=0.0) < ix.score_bound(terms, length)
+
+
+def test_fusion_score_with_and_without_coverage() -> None:
+    from qaindex.search.fusion import Fusion, fusion_from, hybrid_probability
+
+    old = fusion_from({"rule": "adaptive", "score": {"bias": -1.0, "dense": 0.5, "bm25": 1.0, "fused": 2.0}})
+    assert old.score == (-1.0, 0.5, 1.0, 2.0) and "coverage" not in old.to_json()["score"]
+    p = hybrid_probability(old, np.array([0.3]), np.array([0.5]), np.array([0.8]), coverage=0.9)
+    z = -1.0 + 0.5 * np.log(0.3 / 0.7) + 1.0 * 0.5 + 2.0 * 0.8  # a 4-weight score ignores coverage
+    assert p[0] == pytest.approx(1 / (1 + np.exp(-z)))
+    new = fusion_from({"rule": "adaptive", "score": {**old.to_json()["score"], "coverage": 3.0}})
+    assert new.score == (-1.0, 0.5, 1.0, 2.0, 3.0) and fusion_from(new.to_json()) == new
+    p = hybrid_probability(new, np.array([0.3]), np.array([0.5]), np.array([0.8]), coverage=0.9)
+    assert p[0] == pytest.approx(1 / (1 + np.exp(-(z + 3.0 * 0.9))))
+    with pytest.raises(Exception, match="4 or 5 finite numbers"):
+        Fusion("adaptive", score=(1.0, 2.0, 3.0, 4.0, 5.0, 6.0))
+    with pytest.raises(Exception, match=r"needs exactly bias, dense, bm25, fused \(and optionally coverage\)"):
+        fusion_from({"rule": "adaptive", "score": {"bias": 0, "dense": 1, "bm25": 1, "fused": 1, "extra": 1}})
+
+
+# -- the built-in model ----------------------------------------------------------------------------
+def test_builtin_model_refuses_held_out_offtopic_questions_on_the_example_faq() -> None:
+    """The shipped calibrations (dense, and hybrid with its coverage feature), fitted with the
+    fit split, on questions of the held-out split: at the support bot's threshold most are
+    refused, while most FAQ questions whose best hit is right are still answered."""
+    pytest.importorskip("Stemmer")
+    from qaindex.corpus import read_corpus
+
+    records = read_corpus(Path(__file__).resolve().parents[1] / "examples" / "faq.jsonl")
+    ranker = Ranker.build([{"id": r.id, "answer": r.answer} for r in records], hybrid=True)
+    questions = [q for r in records for q in r.questions]
+    gold = [r.id for r in records for _ in r.questions]
+    held = read_offtopic(BUILTIN_OFFTOPIC, split="held-out")
+    calibration = Model.load().manifest["calibration"]
+    assert calibration["offtopic"]["questions"] == len(read_offtopic(BUILTIN_OFFTOPIC, split="fit"))
+    for hybrid, refused_at_least in ((True, 0.9), (False, 0.65)):
+        answers = ranker.search_batch(questions, 5, hybrid=hybrid)
+        off = np.array([hs[0].score for hs in ranker.search_batch(held, 5, hybrid=hybrid)])
+        right = np.array([hs[0].id == g for hs, g in zip(answers, gold, strict=True)])
+        top = np.array([hs[0].score for hs in answers])
+        threshold = 0.35 if hybrid else 0.3
+        assert (off < threshold).mean() >= refused_at_least
+        assert (top[right] >= threshold).mean() >= 0.7
+        assert np.median(off) < np.median(top[right]) - 0.1
