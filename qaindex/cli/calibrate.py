@@ -122,11 +122,16 @@ def calibrate_command(
         from .train import _require_torch
 
         _require_torch()
-        from qaindex_export.calibrate import teacher_groups
+        from qaindex_export.calibrate import teacher_calibration_data
         from qaindex_export.distill import minilm_sentence_teacher
 
         answers = [r.answer for r in read_corpus(data)]
-        groups = teacher_groups(answers, minilm_sentence_teacher(), per_answer=per_answer)
+        given = len(off_questions)
+        groups, off_questions = teacher_calibration_data(
+            answers, minilm_sentence_teacher(), off_questions, per_answer=per_answer
+        )
+        if len(off_questions) < given:
+            off_source += f"; {given - len(off_questions)} of {given} left out, close to an answer for the teacher"
         labels = "teacher: all-MiniLM-L6-v2 top-1 on pseudo-questions cut from the answers"
     else:
         groups = read_labelled(data)
