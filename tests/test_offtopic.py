@@ -149,6 +149,11 @@ def test_cli_calibrate_offtopic_options(planted_model: Path, tmp_path: Path) -> 
     res = runner.invoke(main, ["calibrate", str(model_dir), str(data), "--offtopic", str(off), "--no-offtopic"])
     assert res.exit_code == 2 and "--offtopic and --no-offtopic exclude each other" in res.output
     assert (model_dir / "manifest.json").read_bytes() == before
+    res = runner.invoke(main, ["calibrate", str(model_dir), str(data), "--offtopic", str(off)])
+    assert res.exit_code == 0, res.output
+    Ranker.build([{"id": 1, "answer": "topic1"}], model=model_dir).save(tmp_path / "ix")
+    info = runner.invoke(main, ["info", "--index", str(tmp_path / "ix")]).output
+    assert "scores:     calibrated (platt on dev.jsonl, labelled, 40 off-topic questions, ECE " in info
     help_text = runner.invoke(main, ["calibrate", "--help"]).output
     assert "--offtopic" in help_text and "--no-offtopic" in help_text
 

@@ -45,8 +45,10 @@ def calibration_line(calibration: dict[str, Any]) -> str:
         return "uncalibrated: score = sigmoid(raw score), not a probability (run qaindex calibrate)"
     ece = calibration.get("ece")
     where = f" on {calibration['data']}" if calibration.get("data") else ""
+    off = calibration.get("offtopic")
     return (
         f"calibrated ({calibration['method']}{where}, {calibration.get('labels', 'labelled')}"
+        + (f", {off['questions']} off-topic questions" if isinstance(off, dict) and "questions" in off else "")
         + (f", ECE {ece:.3f}" if isinstance(ece, float) else "")
         + "): score estimates P(relevant)"
     )
