@@ -284,7 +284,7 @@ def hit_features(
     c: Collected, pool: Pool, fusion: Fusion, model: Model, mask: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Features (the model's calibrated logit, BM25 over the best candidate's, fused value, the
-    question's BM25 coverage) and labels of the top-``K`` hybrid hits of the questions in
+    question's BM25 match) and labels of the top-``K`` hybrid hits of the questions in
     ``mask`` (as ``hybrid_arrays``)."""
     feats: list[list[float]] = []
     labels: list[int] = []
@@ -296,9 +296,9 @@ def hit_features(
         best = float(lex.max())
         ln = lex[order] / best if best > 0 else np.zeros(len(order))
         bound = c.ranker._lexical.score_bound(*c.ranker._lexical.query(pool.questions[i]))  # type: ignore[union-attr]
-        coverage = best / bound if bound > 0 else 0.0
+        match = best / bound if bound > 0 else 0.0
         for j, row in enumerate(order):
-            feats.append([float(np.log(p[j] / (1 - p[j]))), float(ln[j]), float(fused[row]), coverage])
+            feats.append([float(np.log(p[j] / (1 - p[j]))), float(ln[j]), float(fused[row]), match])
             labels.append(int(rows[row] in pool.relevant[i]))
     return np.asarray(feats), np.asarray(labels, np.float64)
 

@@ -158,7 +158,7 @@ def test_cli_calibrate_offtopic_options(planted_model: Path, tmp_path: Path) -> 
     assert "--offtopic" in help_text and "--no-offtopic" in help_text
 
 
-# -- the hybrid score's BM25 coverage --------------------------------------------------------------
+# -- the hybrid score's BM25 match -----------------------------------------------------------------
 def test_score_bound_is_the_sum_of_idf_and_no_answer_reaches_it() -> None:
     pytest.importorskip("Stemmer")
     from qaindex.text.lexical import LexicalIndex
@@ -182,27 +182,27 @@ def test_score_bound_is_the_sum_of_idf_and_no_answer_reaches_it() -> None:
         assert ix.scores_of_terms(terms).max(initial=0.0) < ix.score_bound(terms, length)
 
 
-def test_fusion_score_with_and_without_coverage() -> None:
+def test_fusion_score_with_and_without_match() -> None:
     from qaindex.search.fusion import Fusion, fusion_from, hybrid_probability
 
     old = fusion_from({"rule": "adaptive", "score": {"bias": -1.0, "dense": 0.5, "bm25": 1.0, "fused": 2.0}})
-    assert old.score == (-1.0, 0.5, 1.0, 2.0) and "coverage" not in old.to_json()["score"]
-    p = hybrid_probability(old, np.array([0.3]), np.array([0.5]), np.array([0.8]), coverage=0.9)
-    z = -1.0 + 0.5 * np.log(0.3 / 0.7) + 1.0 * 0.5 + 2.0 * 0.8  # a 4-weight score ignores coverage
+    assert old.score == (-1.0, 0.5, 1.0, 2.0) and "match" not in old.to_json()["score"]
+    p = hybrid_probability(old, np.array([0.3]), np.array([0.5]), np.array([0.8]), match=0.9)
+    z = -1.0 + 0.5 * np.log(0.3 / 0.7) + 1.0 * 0.5 + 2.0 * 0.8  # a 4-weight score ignores the match
     assert p[0] == pytest.approx(1 / (1 + np.exp(-z)))
-    new = fusion_from({"rule": "adaptive", "score": {**old.to_json()["score"], "coverage": 3.0}})
+    new = fusion_from({"rule": "adaptive", "score": {**old.to_json()["score"], "match": 3.0}})
     assert new.score == (-1.0, 0.5, 1.0, 2.0, 3.0) and fusion_from(new.to_json()) == new
-    p = hybrid_probability(new, np.array([0.3]), np.array([0.5]), np.array([0.8]), coverage=0.9)
+    p = hybrid_probability(new, np.array([0.3]), np.array([0.5]), np.array([0.8]), match=0.9)
     assert p[0] == pytest.approx(1 / (1 + np.exp(-(z + 3.0 * 0.9))))
     with pytest.raises(Exception, match="4 or 5 finite numbers"):
         Fusion("adaptive", score=(1.0, 2.0, 3.0, 4.0, 5.0, 6.0))
-    with pytest.raises(Exception, match=r"needs exactly bias, dense, bm25, fused \(and optionally coverage\)"):
+    with pytest.raises(Exception, match=r"needs exactly bias, dense, bm25, fused \(and optionally match\)"):
         fusion_from({"rule": "adaptive", "score": {"bias": 0, "dense": 1, "bm25": 1, "fused": 1, "extra": 1}})
 
 
 # -- the built-in model ----------------------------------------------------------------------------
 def test_builtin_model_refuses_held_out_offtopic_questions_on_the_example_faq() -> None:
-    """The shipped calibrations (dense, and hybrid with its coverage feature), fitted with the
+    """The shipped calibrations (dense, and hybrid with its BM25 match feature), fitted with the
     fit split, on questions of the held-out split: at the support bot's threshold most are
     refused, while most FAQ questions whose best hit is right are still answered."""
     pytest.importorskip("Stemmer")

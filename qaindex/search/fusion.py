@@ -101,7 +101,7 @@ class Fusion:
     score : tuple of 4 or 5 float, optional
         The calibration of hybrid hits' ``score`` (:func:`hybrid_probability`): bias and the
         weights of the model's calibrated logit, the normalised BM25 score, the fused value
-        and (optional) the question's BM25 coverage. None: hits keep the model's calibrated
+        and (optional) the question's BM25 match. None: hits keep the model's calibrated
         probability.
     """
 
@@ -138,7 +138,7 @@ class Fusion:
         if self.rule == "adaptive":
             out.update(a=self.a, b=self.b, terms=None if math.isinf(self.terms) else self.terms)
         if self.score is not None:
-            out["score"] = dict(zip((*SCORE_FIELDS, COVERAGE_FIELD), self.score, strict=False))
+            out["score"] = dict(zip((*SCORE_FIELDS, MATCH_FIELD), self.score, strict=False))
         return out
 
 
@@ -147,7 +147,6 @@ class Fusion:
 DEFAULT_FUSION = Fusion("adaptive", weight=0.5, a=-0.25, b=1.0, terms=10.0)
 FIELDS = ("rule", "c", "weight", "a", "b", "terms", "score")
 SCORE_FIELDS = ("bias", "dense", "bm25", "fused")
-COVERAGE_FIELD = "coverage"  # optional fifth weight (models fitted before it have four)
 
 
 def _from_mapping(value: Mapping[str, Any]) -> Fusion:
@@ -159,13 +158,13 @@ def _from_mapping(value: Mapping[str, Any]) -> Fusion:
         fields["terms"] = math.inf
     score = fields.get("score")
     if isinstance(score, Mapping):
-        if set(score) - {COVERAGE_FIELD} != set(SCORE_FIELDS):
+        if set(score) - {MATCH_FIELD} != set(SCORE_FIELDS):
             raise QueryError(
                 f"the hybrid score calibration needs exactly {', '.join(SCORE_FIELDS)} (and optionally "
-                f"{COVERAGE_FIELD}), got {sorted(score)}"
+                f"{MATCH_FIELD}), got {sorted(score)}"
             )
         fields["score"] = tuple(score[k] for k in SCORE_FIELDS) + (
-            (score[COVERAGE_FIELD],) if COVERAGE_FIELD in score else ()
+            (score[MATCH_FIELD],) if MATCH_FIELD in score else ()
         )
     elif isinstance(score, list):
         fields["score"] = tuple(score)
@@ -202,19 +201,20 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
     raise QueryError(f"fusion must be a Fusion, a mapping or None, got {type(value).__name__}")
 
 
-def hybrid_probability(
-    fusion: Fusion, dense_probability: Any, bm25: Any, fused: Any, coverage: Any = 0.0
-) -> np.ndarray:
+MATCH_FIELD = "match"  # the optional fifth weight of Fusion.score (models fitted before it have four)
+
+
+def hybrid_probability(fusion: Fusion, dense_probability: Any, bm25: Any, fused: Any, match: Any = 0.0) -> np.ndarray:
     """The calibrated ``score`` of hybrid hits, from what a fused search knows of each hit::
 
-        p = sigmoid(bias + w_d * logit(p_dense) + w_l * bm25 + w_f * fused + w_c * coverage)
+        p = sigmoid(bias + w_d * logit(p_dense) + w_l * bm25 + w_f * fused + w_m * match)
 
     ``p_dense`` is the model's calibrated probability, ``bm25`` the hit's BM25 score over the
-    best among the candidates, ``fused`` its fused value, ``coverage`` the best candidate's
+    best among the candidates, ``fused`` its fused value, ``match`` the best candidate's
     BM25 score over the question's bound
     (:meth:`~qaindex.text.lexical.LexicalIndex.score_bound`: how much of the question's term
     evidence the corpus matches at all; one value per question, so it changes no order within
-    a search, and low for questions the corpus does not answer). ``w_c`` is 0 for a 4-weight
+    a search, and low for questions the corpus does not answer). ``w_m`` is 0 for a 4-weight
     ``fusion.score``. Without ``fusion.score`` the model's probability is returned unchanged.
 
     Example
@@ -227,10 +227,10 @@ def hybrid_probability(
     if fusion.score is None:
         return p
     bias, w_dense, w_bm25, w_fused = fusion.score[:4]
-    w_cover = fusion.score[4] if len(fusion.score) > 4 else 0.0
+    w_match = fusion.score[4] if len(fusion.score) > 4 else 0.0
     clipped = np.clip(p, 1e-6, 1.0 - 1e-6)
     z = bias + w_dense * np.log(clipped / (1.0 - clipped)) + w_bm25 * np.asarray(bm25) + w_fused * np.asarray(fused)
-    z = z + w_cover * np.asarray(coverage, dtype=np.float64)
+    z = z + w_match * np.asarray(match, dtype=np.float64)
     return np.asarray(1.0 / (1.0 + np.exp(-z)))
 
 
