@@ -53,9 +53,9 @@ DECISION_CORPORA = (FAQ, "product-faq", "aws-docs")
 DECISION_KEYS = ("answered_right", "answered_wrong", "offtopic_refused")
 ECE_ONLY = ("wikiqa", "stackfaq")  # off-topic questions may be on topic there: calibration error only
 
-# The built-in model's score calibrations before off-topic negatives (manifest of version 0.1:
+# The built-in model's score calibrations as shipped before off-topic negatives were used:
 # `qaindex calibrate qaindex/models/default examples/faq.jsonl --teacher minilm`, and the hybrid
-# score of `python -m benchmarks.hybrid --fit`, both fitted on answerable questions only).
+# score of `python -m benchmarks.hybrid --fit`, both fitted on answerable questions only.
 BEFORE: dict[str, Any] = {
     "calibration": {"method": "platt", "a": 0.4073973220959526, "b": 0.11919974778926967, "c": 10.65919523270658},
     "fusion_score": {"bias": -9.841132, "dense": 0.031249, "bm25": 3.17675, "fused": 7.16549},
