@@ -33,7 +33,8 @@ corpus, added latency at scale, calibration error of hybrid hits.
    labelled corpus: dense search, hybrid hits scored by the model's calibration alone, and
    hybrid hits as they ship (the hybrid score calibration, ``qaindex.search.fusion.hybrid_probability``,
    fitted with ``--fit`` by logistic regression on the top-10 hybrid hits of half A of the
-   fit pools).
+   fit pools, and on those of the built-in off-topic questions' ``fit`` split searched in each
+   fit pool, as not relevant: ``benchmarks/offtopic.py``).
 
 Writes ``benchmarks/results/hybrid.json`` and the tables of ``docs/hybrid.md``.
 
@@ -63,6 +64,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 from benchmarks.common import ROOT
+from benchmarks.offtopic import OFFTOPIC_FIT, offtopic_collected
 from benchmarks.pooled import load_corpora
 from benchmarks.pooled_eval import JUNK_AID, JUNK_ANSWERS
 from benchmarks.readme_markers import replace_section
@@ -281,8 +283,9 @@ def fit(
 def hit_features(
     c: Collected, pool: Pool, fusion: Fusion, model: Model, mask: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Features (the model's calibrated logit, BM25 over the best candidate's, fused value) and
-    labels of the top-``K`` hybrid hits of the questions in ``mask`` (as ``hybrid_arrays``)."""
+    """Features (the model's calibrated logit, BM25 over the best candidate's, fused value, the
+    question's BM25 match) and labels of the top-``K`` hybrid hits of the questions in
+    ``mask`` (as ``hybrid_arrays``)."""
     feats: list[list[float]] = []
     labels: list[int] = []
     for i in np.flatnonzero(mask):
@@ -292,21 +295,31 @@ def hit_features(
         p = np.clip(model.calibration(s[order], float(s[order].max())), 1e-6, 1 - 1e-6)
         best = float(lex.max())
         ln = lex[order] / best if best > 0 else np.zeros(len(order))
+        bound = c.ranker._lexical.score_bound(*c.ranker._lexical.query(pool.questions[i]))  # type: ignore[union-attr]
+        match = best / bound if bound > 0 else 0.0
         for j, row in enumerate(order):
-            feats.append([float(np.log(p[j] / (1 - p[j]))), float(ln[j]), float(fused[row])])
+            feats.append([float(np.log(p[j] / (1 - p[j]))), float(ln[j]), float(fused[row]), match])
             labels.append(int(rows[row] in pool.relevant[i]))
     return np.asarray(feats), np.asarray(labels, np.float64)
 
 
-def fit_score(collected: dict[str, Collected], pools: dict[str, Pool], fusion: Fusion, model: Model) -> Fusion:
+def fit_score(
+    collected: dict[str, Collected],
+    pools: dict[str, Pool],
+    fusion: Fusion,
+    model: Model,
+    offtopic: dict[str, tuple[Collected, Pool]] | None = None,
+) -> Fusion:
     """``fusion`` with the calibration of its hits' ``score`` fitted (logistic regression) on
-    the top-``K`` hits of the fit pools' half A."""
+    the top-``K`` hits of the fit pools' half A, and on those of ``offtopic`` questions searched
+    in the same pools (all not relevant; ``benchmarks.offtopic.offtopic_collected``)."""
     parts_ = [hit_features(c, pools[n], fusion, model, half_a(len(pools[n].questions))) for n, c in collected.items()]
+    for c, pool in (offtopic or {}).values():
+        parts_.append(hit_features(c, pool, fusion, model, np.ones(len(pool.questions), dtype=bool)))
     x = np.concatenate([p[0] for p in parts_])
     y = np.concatenate([p[1] for p in parts_])
     w = _logistic(x, y)
-    bias, w_dense, w_bm25, w_fused = (round(float(v), 6) for v in (w[3], w[0], w[1], w[2]))
-    return replace(fusion, score=(bias, w_dense, w_bm25, w_fused))
+    return replace(fusion, score=tuple(round(float(v), 6) for v in (w[4], w[0], w[1], w[2], w[3])))
 
 
 def store_fusion(model_dir: Path, fusion: Fusion, info: dict[str, Any]) -> None:
@@ -635,8 +648,9 @@ def main(argv: list[str] | None = None) -> int:
     fit_set = {n: collected[n] for n in fit_names if n in collected}
     if args.fit:
         fitted, info = fit(fit_set, pools, GRID_TERMS)
-        fitted = fit_score(fit_set, pools, fitted, model)
+        fitted = fit_score(fit_set, pools, fitted, model, offtopic_collected(model, pools, fit_set, collect))
         entry = {**fitted.to_json(), "fitted_on": fit_names, "half": "A (seed 0)", **info}
+        entry["score_offtopic"] = OFFTOPIC_FIT
         store_fusion(args.model, fitted, entry)
         model.manifest["fusion"] = entry  # the model every index above searches with
         print("fitted", fitted, info, flush=True)

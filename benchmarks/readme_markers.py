@@ -28,6 +28,7 @@ GENERATORS: dict[str, str] = {
     "summary": "benchmarks.summary_table",
     "adaptation": "benchmarks.adaptation",
     "hybrid-table": "benchmarks.hybrid",
+    "offtopic-table": "benchmarks.offtopic",
 }
 
 _MARKER = re.compile(r"<!-- ([a-z0-9-]+):start -->")

@@ -4,7 +4,10 @@
 labelled question: from each answer of the corpus a few pseudo-questions are cut
 (:func:`qaindex_export.train.pseudo_questions`, with a seed of its own so that they are not
 those a model trained by ``qaindex train --teacher`` saw), and the teacher (all-MiniLM-L6-v2)
-judges which answer is relevant: its top-1 answer by cosine for the pseudo-question.
+judges which answer is relevant: its top-1 answer by cosine for the pseudo-question. The
+teacher also judges the off-topic questions fitted as not relevant
+(:func:`teacher_calibration_data`): one as close to an answer as the median pseudo-question is
+to its best answer may well be answered by the corpus, and is left out.
 
 Example
 -------
@@ -25,10 +28,11 @@ import numpy as np
 
 from qaindex.eval.calibrate import calibrate_model
 from qaindex.eval.datasets import Candidate, QuestionGroup, read_labelled
+from qaindex.eval.offtopic import BUILTIN_OFFTOPIC, read_offtopic
 
 from .unlabelled import pseudo_questions
 
-__all__ = ["CALIBRATION_SEED", "calibrate_trained", "held_out_groups", "teacher_groups"]
+__all__ = ["CALIBRATION_SEED", "calibrate_trained", "held_out_groups", "teacher_calibration_data", "teacher_groups"]
 
 CALIBRATION_SEED = 20_251_125  # not the training seeds: held-out pseudo-questions
 
@@ -52,16 +56,46 @@ def teacher_groups(
         Pseudo-questions cut from each answer.
     seed : int
     """
+    return teacher_calibration_data(answers, teacher, per_answer=per_answer, seed=seed)[0]
+
+
+def teacher_calibration_data(
+    answers: Sequence[str],
+    teacher: Callable[[Sequence[str]], np.ndarray],
+    offtopic: Sequence[str] = (),
+    *,
+    per_answer: int = 2,
+    seed: int = CALIBRATION_SEED,
+) -> tuple[list[QuestionGroup], list[str]]:
+    """:func:`teacher_groups`, and the ``offtopic`` questions the teacher does not find answered.
+
+    An off-topic question whose best cosine to the answers is at least the median of the
+    pseudo-questions' best cosines is as close to an answer as a typical answerable question:
+    it is left out of the negatives (a general off-topic set may hold a question the corpus
+    answers).
+
+    Example
+    -------
+    >>> fake = lambda texts: np.eye(2, dtype=np.float32)[[int("zebra" in t) for t in texts]]  # zebras apart
+    >>> answers = ["one two three four", "five six seven eight"]
+    >>> groups, kept = teacher_calibration_data(answers, fake, ["a zebra?", "five six"], per_answer=1)
+    >>> len(groups), kept
+    (2, ['a zebra?'])
+    """
     rng = np.random.default_rng(seed)
     questions = [q for a in answers for q in pseudo_questions(a, rng, per_answer)]
     a_vec = np.asarray(teacher(list(answers)), dtype=np.float32)
-    q_vec = np.asarray(teacher(questions), dtype=np.float32)
-    best = (q_vec @ a_vec.T).argmax(axis=1)
+    q_cos = np.asarray(teacher(questions), dtype=np.float32) @ a_vec.T
+    best = q_cos.argmax(axis=1)
     groups = []
     for i, (question, top) in enumerate(zip(questions, best.tolist(), strict=True)):
         cands = tuple(Candidate(f"a{j}", text, int(j == top)) for j, text in enumerate(answers))
         groups.append(QuestionGroup(f"pseudo-{i}", question, cands))
-    return groups
+    if not offtopic:
+        return groups, []
+    bar = float(np.median(q_cos.max(axis=1)))
+    o_best = (np.asarray(teacher(list(offtopic)), dtype=np.float32) @ a_vec.T).max(axis=1)
+    return groups, [q for q, cos in zip(offtopic, o_best.tolist(), strict=True) if cos < bar]
 
 
 def held_out_groups(train_data: str | os.PathLike[str], seed: int, dev_fraction: float) -> list[QuestionGroup]:
@@ -92,14 +126,25 @@ def calibrate_trained(
     - label-free training (``answers`` and ``teacher``): the teacher's judgements of
       pseudo-questions cut with :data:`CALIBRATION_SEED` (not the training draw);
     - with a dev file: its questions;
-    - otherwise: the questions training held out of ``train_data`` (:func:`held_out_groups`).
+    - otherwise: the questions training held out of ``train_data`` (:func:`held_out_groups`);
+
+    with the ``fit`` split of the built-in off-topic questions as not relevant, as
+    ``qaindex calibrate`` does by default (:mod:`qaindex.eval.offtopic`).
     """
+    offtopic = read_offtopic(BUILTIN_OFFTOPIC, split="fit")
+    off_source = "built-in off-topic questions (fit split)"
     if answers is not None and teacher is not None:
-        groups = teacher_groups(answers, teacher)
+        groups, kept = teacher_calibration_data(answers, teacher, offtopic)
+        if len(kept) < len(offtopic):
+            left_out = len(offtopic) - len(kept)
+            off_source += f"; {left_out} of {len(offtopic)} left out, close to an answer for the teacher"
+        offtopic = kept
         source, labels = Path(train_data).name + " answers", "teacher: all-MiniLM-L6-v2 top-1 on pseudo-questions"
     elif dev_data is not None:
         groups, source, labels = read_labelled(dev_data), Path(dev_data).name, "labelled"
     else:
         groups = held_out_groups(train_data, seed, dev_fraction)
         source, labels = Path(train_data).name + " (questions held out of training)", "labelled"
-    return calibrate_model(model_dir, groups, source=source, labels=labels)
+    return calibrate_model(
+        model_dir, groups, source=source, labels=labels, offtopic=offtopic, offtopic_source=off_source
+    )

@@ -232,6 +232,9 @@ def test_cli_train_with_teacher_on_answers_only(tmp_path: Path) -> None:
     # calibrated on the teacher's judgements of held-out pseudo-questions
     calibration = json.loads((out / "manifest.json").read_text())["calibration"]
     assert summary["calibration"]["calibrated"] and calibration["labels"].startswith("teacher: all-MiniLM-L6-v2")
+    # and on the built-in off-topic questions as not relevant (those the teacher finds answered left out)
+    assert calibration["offtopic"]["data"].startswith("built-in off-topic questions (fit split)")
+    assert 0 < calibration["offtopic"]["questions"] <= 114
     # without --teacher the same corpus cannot train: it has no question
     res = runner.invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m2"), "--quiet"])
     assert res.exit_code == 1 and "no questions found" in res.output

@@ -14,7 +14,19 @@ import click
 from ..eval.calibrate import calibrate_model, measure
 from ..eval.calibration import CALIBRATION_METHODS, DEFAULT_DEPTH, expected_calibration_error
 
-__all__ = ["calibrate_command", "calibration_line", "hybrid_line"]
+__all__ = ["calibrate_command", "calibration_line", "hybrid_line", "offtopic_questions"]
+
+
+def offtopic_questions(path: Path | None, none: bool) -> tuple[list[str], str]:
+    """The off-topic questions ``calibrate`` fits as not relevant, and their provenance:
+    ``path``'s (every line), none, or the built-in set's ``fit`` split."""
+    from ..eval.offtopic import BUILTIN_OFFTOPIC, read_offtopic
+
+    if none:
+        return [], ""
+    if path is not None:
+        return read_offtopic(path), path.name
+    return read_offtopic(BUILTIN_OFFTOPIC, split="fit"), "built-in off-topic questions (fit split)"
 
 
 def hybrid_line(hybrid: dict[str, Any] | None) -> str:
@@ -33,8 +45,10 @@ def calibration_line(calibration: dict[str, Any]) -> str:
         return "uncalibrated: score = sigmoid(raw score), not a probability (run qaindex calibrate)"
     ece = calibration.get("ece")
     where = f" on {calibration['data']}" if calibration.get("data") else ""
+    off = calibration.get("offtopic")
     return (
         f"calibrated ({calibration['method']}{where}, {calibration.get('labels', 'labelled')}"
+        + (f", {off['questions']} off-topic questions" if isinstance(off, dict) and "questions" in off else "")
         + (f", ECE {ece:.3f}" if isinstance(ece, float) else "")
         + "): score estimates P(relevant)"
     )
@@ -69,6 +83,15 @@ def calibration_line(calibration: dict[str, Any]) -> str:
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
     help="Held-out labelled data (repeatable) to report expected calibration error on after fitting.",
 )
+@click.option(
+    "--offtopic",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=None,
+    help='JSONL of questions DATA does not answer, one {"question": ...} per line: their top hits are '
+    "fitted as not relevant, so that off-topic questions score low. Default: the built-in set of general "
+    "off-topic questions (docs/scores.md).",
+)
+@click.option("--no-offtopic", is_flag=True, help="Fit on DATA's questions only, without off-topic questions.")
 @click.option("--dry-run", is_flag=True, help="Fit and report, but leave the model directory unchanged.")
 def calibrate_command(
     model_dir: Path,
@@ -78,34 +101,47 @@ def calibrate_command(
     teacher: str | None,
     per_answer: int,
     checks: tuple[Path, ...],
+    offtopic: Path | None,
+    no_offtopic: bool,
     dry_run: bool,
 ) -> None:
     """Calibrate MODEL_DIR's scores on held-out DATA (JSONL) and store the calibration in its manifest.
 
     DATA is labelled (benchmark format, or a corpus with questions) and must not be what the
     model was trained on; with --teacher it is a corpus of answers judged by the teacher.
-    Hits then get score = estimated probability of relevance (docs/scores.md).
+    Hits then get score = estimated probability of relevance (docs/scores.md). The top hits
+    of off-topic questions (--offtopic, or a built-in set) are fitted as not relevant.
     """
     from ..eval.datasets import read_labelled
     from ..model import Model
+
+    if offtopic is not None and no_offtopic:
+        raise click.UsageError("--offtopic and --no-offtopic exclude each other; give one")
+    off_questions, off_source = offtopic_questions(offtopic, no_offtopic)
 
     if teacher is not None:
         from ..corpus import read_corpus
         from .train import _require_torch
 
         _require_torch()
-        from qaindex_export.calibrate import teacher_groups
+        from qaindex_export.calibrate import teacher_calibration_data
         from qaindex_export.distill import minilm_sentence_teacher
 
         answers = [r.answer for r in read_corpus(data)]
-        groups = teacher_groups(answers, minilm_sentence_teacher(), per_answer=per_answer)
+        given = len(off_questions)
+        groups, off_questions = teacher_calibration_data(
+            answers, minilm_sentence_teacher(), off_questions, per_answer=per_answer
+        )
+        if len(off_questions) < given:
+            off_source += f"; {given - len(off_questions)} of {given} left out, close to an answer for the teacher"
         labels = "teacher: all-MiniLM-L6-v2 top-1 on pseudo-questions cut from the answers"
     else:
         groups = read_labelled(data)
         labels = "labelled"
     stored = calibrate_model(
-        model_dir, groups, method=method, depth=depth, source=data.name, labels=labels, write=not dry_run
-    )
+        model_dir, groups, method=method, depth=depth, source=data.name, labels=labels, write=not dry_run,
+        offtopic=off_questions, offtopic_source=off_source,
+    )  # fmt: skip
     report: dict[str, Any] = {"model": str(model_dir), "written": not dry_run, "calibration": stored}
     if checks:
         model = Model.load(model_dir)

@@ -98,10 +98,11 @@ class Fusion:
     terms : float
         ``adaptive``: questions of more BM25 terms than this lower the dense weight in
         proportion (``inf``: never).
-    score : tuple of 4 float, optional
+    score : tuple of 4 or 5 float, optional
         The calibration of hybrid hits' ``score`` (:func:`hybrid_probability`): bias and the
-        weights of the model's calibrated logit, the normalised BM25 score and the fused
-        value. None: hits keep the model's calibrated probability.
+        weights of the model's calibrated logit, the normalised BM25 score, the fused value
+        and (optional) the question's BM25 match. None: hits keep the model's calibrated
+        probability.
     """
 
     rule: str = "rrf"
@@ -110,7 +111,7 @@ class Fusion:
     a: float = 0.0
     b: float = 1.0
     terms: float = math.inf
-    score: tuple[float, float, float, float] | None = None
+    score: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.rule not in FUSION_RULES:
@@ -127,17 +128,17 @@ class Fusion:
             raise QueryError(f"the adaptive constant terms must be a positive number (or inf), got {self.terms!r}")
         if self.score is not None and (
             not isinstance(self.score, tuple)
-            or len(self.score) != 4
+            or len(self.score) not in (4, 5)
             or not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in self.score)
         ):
-            raise QueryError(f"the hybrid score calibration must be 4 finite numbers, got {self.score!r}")
+            raise QueryError(f"the hybrid score calibration must be 4 or 5 finite numbers, got {self.score!r}")
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"rule": self.rule, "c": self.c, "weight": self.weight}
         if self.rule == "adaptive":
             out.update(a=self.a, b=self.b, terms=None if math.isinf(self.terms) else self.terms)
         if self.score is not None:
-            out["score"] = dict(zip(SCORE_FIELDS, self.score, strict=True))
+            out["score"] = dict(zip((*SCORE_FIELDS, MATCH_FIELD), self.score, strict=False))
         return out
 
 
@@ -157,11 +158,14 @@ def _from_mapping(value: Mapping[str, Any]) -> Fusion:
         fields["terms"] = math.inf
     score = fields.get("score")
     if isinstance(score, Mapping):
-        if set(score) != set(SCORE_FIELDS):
+        if set(score) - {MATCH_FIELD} != set(SCORE_FIELDS):
             raise QueryError(
-                f"the hybrid score calibration needs exactly {', '.join(SCORE_FIELDS)}, got {sorted(score)}"
+                f"the hybrid score calibration needs exactly {', '.join(SCORE_FIELDS)} (and optionally "
+                f"{MATCH_FIELD}), got {sorted(score)}"
             )
-        fields["score"] = tuple(score[k] for k in SCORE_FIELDS)
+        fields["score"] = tuple(score[k] for k in SCORE_FIELDS) + (
+            (score[MATCH_FIELD],) if MATCH_FIELD in score else ()
+        )
     elif isinstance(score, list):
         fields["score"] = tuple(score)
     base = DEFAULT_FUSION if fields.get("rule", DEFAULT_FUSION.rule) == DEFAULT_FUSION.rule else Fusion()
@@ -197,14 +201,21 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
     raise QueryError(f"fusion must be a Fusion, a mapping or None, got {type(value).__name__}")
 
 
-def hybrid_probability(fusion: Fusion, dense_probability: Any, bm25: Any, fused: Any) -> np.ndarray:
+MATCH_FIELD = "match"  # the optional fifth weight of Fusion.score (models fitted before it have four)
+
+
+def hybrid_probability(fusion: Fusion, dense_probability: Any, bm25: Any, fused: Any, match: Any = 0.0) -> np.ndarray:
     """The calibrated ``score`` of hybrid hits, from what a fused search knows of each hit::
 
-        p = sigmoid(bias + w_d * logit(p_dense) + w_l * bm25 + w_f * fused)
+        p = sigmoid(bias + w_d * logit(p_dense) + w_l * bm25 + w_f * fused + w_m * match)
 
     ``p_dense`` is the model's calibrated probability, ``bm25`` the hit's BM25 score over the
-    best among the candidates, ``fused`` its fused value. Without ``fusion.score`` the model's
-    probability is returned unchanged.
+    best among the candidates, ``fused`` its fused value, ``match`` the best candidate's
+    BM25 score over the question's bound
+    (:meth:`~qaindex.text.lexical.LexicalIndex.score_bound`: how much of the question's term
+    evidence the corpus matches at all; one value per question, so it changes no order within
+    a search, and low for questions the corpus does not answer). ``w_m`` is 0 for a 4-weight
+    ``fusion.score``. Without ``fusion.score`` the model's probability is returned unchanged.
 
     Example
     -------
@@ -215,9 +226,11 @@ def hybrid_probability(fusion: Fusion, dense_probability: Any, bm25: Any, fused:
     p = np.asarray(dense_probability, dtype=np.float64)
     if fusion.score is None:
         return p
-    bias, w_dense, w_bm25, w_fused = fusion.score
+    bias, w_dense, w_bm25, w_fused = fusion.score[:4]
+    w_match = fusion.score[4] if len(fusion.score) > 4 else 0.0
     clipped = np.clip(p, 1e-6, 1.0 - 1e-6)
     z = bias + w_dense * np.log(clipped / (1.0 - clipped)) + w_bm25 * np.asarray(bm25) + w_fused * np.asarray(fused)
+    z = z + w_match * np.asarray(match, dtype=np.float64)
     return np.asarray(1.0 / (1.0 + np.exp(-z)))
 
 
@@ -465,7 +478,9 @@ def hybrid_arrays(
         if top_p is not None and len(order):
             dense_p = model.calibration(s[order], float(s[order].max()))  # as Ranker.hits: best of the hits
             best_lex = float(lex.max())
+            bound = lexical.score_bound(terms, length)
             top_p[i, : len(order)] = hybrid_probability(
-                fusion, dense_p, lex[order] / best_lex if best_lex > 0 else np.zeros(len(order)), fused[order]
-            )
+                fusion, dense_p, lex[order] / best_lex if best_lex > 0 else np.zeros(len(order)), fused[order],
+                best_lex / bound if bound > 0 else 0.0,
+            )  # fmt: skip
     return top_s, top_d, top_r, top_p

@@ -259,6 +259,26 @@ class LexicalIndex:
         ids = [self._ids.get(term, -1) for term in tokens]
         return np.asarray([i for i in ids if i >= 0], dtype=np.int64), len(tokens)
 
+    def score_bound(self, terms: np.ndarray, length: int) -> float:
+        """The BM25 score no answer can reach for a question (:meth:`query`'s ``terms`` and
+        ``length``): the sum of its terms' idf (a term's weight tends to its idf as its count
+        grows), a term no answer has at the idf of document frequency 0. ``best score /
+        bound`` is the share of the question's term evidence its best answer matches.
+
+        Example
+        -------
+        >>> ix = LexicalIndex.from_texts(["cats purr", "dogs bark"])
+        >>> terms, length = ix.query("cats fly")
+        >>> round(float(ix.scores_of_terms(terms).max() / ix.score_bound(terms, length)), 3)
+        0.112
+        """
+        indptr, _, _ = self._build_postings()
+        n = len(self)
+        known = np.asarray(terms, dtype=np.int64)
+        df = (indptr[known + 1] - indptr[known]).astype(np.float64)
+        idf = np.log1p((n - df + 0.5) / (df + 0.5))
+        return float(idf.sum() + max(0, int(length) - len(known)) * math.log1p((n + 0.5) / 0.5))
+
     def scores_of_terms(self, terms: np.ndarray) -> np.ndarray:
         """:meth:`scores` of a question given as its term ids (:meth:`query`)."""
         indptr, docs, weights = self._build_postings()
