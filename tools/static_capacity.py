@@ -1,0 +1,102 @@
+"""How far a static token table can go on the evaluation corpora: an upper bound, not a model.
+
+The built-in default is a static table (every token one vector, a text the sum of its tokens')
+distilled from all-MiniLM-L6-v2 on a general corpus. Where it misses its targets (BM25, or 0.80×
+MiniLM), two causes are possible: the general corpus does not teach these domains, or no static
+table can reproduce the teacher's ranking there. This tool tells them apart by cheating on
+purpose: it distils the same recipe (``tools/build_default_model.py``: the Model2Vec start, the
+teacher term, the ball) on the evaluation corpora's *own* texts, then evaluates that table on
+the same corpora, beside the shipped default, bm25s and MiniLM, in one run.
+
+- ``--texts all``: every answer and every test question of the pools gets its teacher vector
+  (the most a static table can be taught about these corpora);
+- ``--texts answers``: the answers only, what ``qaindex train --teacher`` sees of a user's corpus.
+
+A corpus where even ``--texts all`` stays below a target is beyond a static table distilled
+from this teacher; one where it clears the target is a data gap. The tables are never shipped
+(they have seen the test questions). Writes ``benchmarks/results/static_capacity_<texts>.json``.
+
+Usage::
+
+    python tools/static_capacity.py --evaldata DIR [--texts all|answers] [--epochs 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the benchmarks package
+sys.path.insert(0, str(ROOT / "tools"))
+
+from build_default_model import cached_encoder, load_evaldata  # noqa: E402
+
+from benchmarks.pooled_eval import FAQ, _questions_and_relevant, minilm_encoder, pool_answers, with_junk  # noqa: E402
+from qaindex.eval.datasets import read_labelled  # noqa: E402
+
+
+def write_corpus(pools: dict, folder: Path, texts_kind: str) -> dict[str, int]:
+    """``folder/texts.jsonl``, ``pairs.npy`` (question → relevant answer rows: the ball's held-out
+    pairs) and the teacher vectors (``teacher.npy``, or with ``answers`` a ``shards-0/`` of the
+    answer rows only) of every pool's answers and questions."""
+    texts: list[str] = []
+    sources: list[str] = []
+    pairs: list[tuple[int, int]] = []
+    for label, groups in pools.items():
+        first = len(texts)
+        answers = pool_answers(groups)
+        texts += answers
+        sources += [label] * len(answers)
+        questions, relevant = _questions_and_relevant(groups)
+        for question, rows in zip(questions, relevant, strict=True):
+            texts.append(question)
+            sources.append(f"{label} (questions)")
+            pairs += [(len(texts) - 1, first + int(r)) for r in rows]
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "texts.jsonl", "w", encoding="utf-8") as fh:
+        for text, source in zip(texts, sources, strict=True):
+            fh.write(json.dumps({"text": text, "source": source}) + "\n")
+    np.save(folder / "pairs.npy", np.asarray(pairs, dtype=np.int64).reshape(-1, 2))
+    shared = folder.parent / "minilm-cache.npz"  # one cache for both kinds, read again by the evaluation
+    vectors = cached_encoder(minilm_encoder(), shared)(texts).astype(np.float16)
+    if not (folder / "minilm-eval-cache.npz").exists():
+        (folder / "minilm-eval-cache.npz").symlink_to(shared.resolve())
+    if texts_kind == "all":
+        np.save(folder / "teacher.npy", vectors)
+    else:
+        rows = np.asarray([i for i, s in enumerate(sources) if not s.endswith("(questions)")], dtype=np.int64)
+        (folder / "shards-0").mkdir(exist_ok=True)
+        np.save(folder / "shards-0" / "order.npy", rows)
+        np.save(folder / "shards-0" / "00000.npy", vectors[rows])
+    return {"texts": len(texts), "pairs": len(pairs)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--evaldata", type=Path, required=True, help="folder of NAME/{answers,questions}.jsonl pools")
+    parser.add_argument("--texts", choices=("all", "answers"), default="all", help="which texts get teacher vectors")
+    parser.add_argument("--epochs", type=int, default=10, help="passes over the teacher vectors")
+    parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / ".cache" / "static-capacity",
+                        help="scratch folder (texts, teacher vectors: git-ignored)")  # fmt: skip
+    args = parser.parse_args()
+    pools = {FAQ: with_junk(read_labelled(ROOT / "examples" / "faq.jsonl")), **load_evaldata(args.evaldata)}
+    corpus = args.work / args.texts
+    print(write_corpus(pools, corpus, args.texts), flush=True)
+    results = ROOT / "benchmarks" / "results" / f"static_capacity_{args.texts}.json"
+    command = [sys.executable, str(ROOT / "tools" / "build_default_model.py"), "--corpus", str(corpus),
+               "--evaldata", str(args.evaldata), "--epochs", str(args.epochs), "--no-install", "--no-speed",
+               "--results", str(results)]  # fmt: skip
+    subprocess.run(command, check=True)
+    report = json.loads(results.read_text())
+    report["capacity"] = {"texts": args.texts, "epochs": args.epochs, "command": " ".join(["python", *sys.argv])}
+    results.write_text(json.dumps(report, indent=2, default=float) + "\n")
+
+
+if __name__ == "__main__":
+    main()
