@@ -7,22 +7,30 @@ True or False.
 
 A mapping is answered from a per-field value index (:class:`FieldIndex`: ``value → rows``,
 built in one pass over the stored records the first time a metadata field is filtered on,
-and again after ``add``/``remove``; ids use the store's id map and need no pass), so the
-matching rows are known, and counted, before any search:
+and again after ``add``/``remove``; ids use the store's id map and need no pass; the rows of
+recent filters are kept), so the matching rows are known, and counted, before any search:
 
-- **pre-filter** when few answers match: their stored vectors are scored exactly with the
-  model's scorer (the same ONNX graph and tie order as an unfiltered search), so the result
-  is the exact top ``k`` of the matching answers whatever the index kind;
-- **post-filter** when many match: the ANN index recalls ``k · overfetch · N / matches``
-  candidates (so that about ``k · overfetch`` of them match, as many as an unfiltered search
-  reranks), and only the matching ones are scored exactly; a question left with fewer than
-  ``k`` matching candidates falls back to the exact pre-filter.
+- **exact** (the default up to a few tens of millions of vector floats): a screening pass
+  scores the matching answers from one matrix product (the geometry's
+  ``screened_distance`` from squared norms and inner products: the vectors of the matches
+  gathered, or every vector streamed when the matches are many), keeps the
+  ``max(4k, k + 64)`` best, and the model's scorer (the same ONNX graph and tie order as an
+  unfiltered search) ranks those. The result is the exact top ``k`` of the matching answers,
+  whatever the index kind: it is checked, not assumed — the scorer's ``k`` best must be the
+  screening's ``k`` best (within :data:`SCREEN_TOLERANCE`) and beat every answer left out by
+  more than that tolerance, else the short list widens ×8, up to every match scored by the
+  scorer;
+- **post-filter** when the exact pass would read more than :data:`EXACT_FLOATS` floats and
+  the matches are too many for the old cost rule (:func:`prefilter_limit`): the ANN index
+  recalls ``k · overfetch · N / matches`` candidates (so that about ``k · overfetch`` of them
+  match, as many as an unfiltered search reranks), and only the matching ones are scored
+  exactly; a question left with fewer than ``k`` matching candidates falls back to the
+  exact pass. Its recall is an unfiltered search's, not brute force's.
 
-The planner picks the pre-filter when ``matches ≤ max(PREFILTER_MIN, √(c · k · overfetch · N))``:
-the post-filter recalls ``k · overfetch · N / matches`` candidates at ``c`` times the cost of
-scoring one match (:data:`POST_FILTER_COST`), the pre-filter scores ``matches`` vectors, and
-the two cost the same there (``benchmarks/filters.py`` measures both).
-An index of at most ``k · overfetch`` answers is searched whole and filtered.
+The exact pass costs ``min(GATHER_COST · matches, N)`` streamed vectors: at 50,000 answers of
+256 dimensions it streams 12.8 M floats at most, a few milliseconds (``benchmarks/filters.py``
+measures every selectivity against brute force). An index of at most ``k · overfetch``
+answers is searched whole and filtered.
 
 A field that no stored answer has is an error naming the fields that exist (a misspelt field
 would otherwise silently return nothing). A function cannot be indexed: its search widens the
@@ -45,13 +53,18 @@ import numpy as np
 
 from ..corpus import Record
 from ..errors import QueryError
+from ..geometry.spaces import Geometry
 from ..store.records import RecordStore
 
 __all__ = [
+    "EXACT_FLOATS",
+    "GATHER_COST",
     "POST_FILTER_COST",
     "PREFILTER_MIN",
+    "SCREEN_TOLERANCE",
     "FieldIndex",
     "Filter",
+    "choose_plan",
     "compile_where",
     "exact_among",
     "field_index",
@@ -59,6 +72,8 @@ __all__ = [
     "parse_where_options",
     "plan",
     "prefilter_limit",
+    "screened_among",
+    "squared_norms",
 ]
 
 #: Up to this many matching answers the pre-filter (exact scoring) is always used.
@@ -67,6 +82,17 @@ PREFILTER_MIN = 2048
 #: benchmarks/filters.py on a 50,000-answer pq index: 5,000 candidates of a 10 % filter cost
 #: about as much as scoring 70,000 matches).
 POST_FILTER_COST = 16
+#: The exact plan is used while it reads at most this many vector floats per question
+#: (``min(GATHER_COST · matches, N) · dimension``; 2**25 float32 are 128 MiB, about 8 ms of
+#: memory bandwidth): every selectivity of a 50,000 × 256 index is searched exactly.
+EXACT_FLOATS = 1 << 25
+#: Gathering one matching vector costs about as much as streaming this many (measured: 5,000
+#: of 50,000 rows gathered and multiplied in 0.65 ms, all 50,000 streamed in 3.1 ms).
+GATHER_COST = 3
+#: Relative margin by which the screening pass's order must agree with the scorer's (float32
+#: inner products against the scorer's float32 graph: both err by about 1e-5 relative).
+SCREEN_TOLERANCE = 1e-3
+_ROWS_CACHE = 64  # filters whose matching rows are kept per store
 _DECODE_BLOCK = 8192  # records decoded per json.loads call when building a field index
 _SCORE_BLOCK = 1 << 22  # floats of candidate vectors per scorer call (16 MiB)
 
@@ -228,8 +254,24 @@ class FieldIndex:
         return parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
 
 
-_INDEXES: weakref.WeakKeyDictionary[RecordStore, FieldIndex] = weakref.WeakKeyDictionary()
-_INDEXES_LOCK = threading.Lock()
+class _StoreCache:
+    """What filters keep per record store: its field index, the rows of recent filters."""
+
+    def __init__(self) -> None:
+        self.index: FieldIndex | None = None
+        self.rows: dict[Hashable, np.ndarray] = {}
+
+
+_CACHES: weakref.WeakKeyDictionary[RecordStore, _StoreCache] = weakref.WeakKeyDictionary()
+_CACHES_LOCK = threading.Lock()
+
+
+def _cache(store: RecordStore) -> _StoreCache:
+    with _CACHES_LOCK:
+        found = _CACHES.get(store)
+        if found is None:
+            found = _CACHES[store] = _StoreCache()
+        return found
 
 
 def field_index(store: RecordStore) -> FieldIndex:
@@ -237,12 +279,41 @@ def field_index(store: RecordStore) -> FieldIndex:
 
     ``Ranker.add``/``remove`` replace the store, so the next filter builds a fresh index.
     """
-    with _INDEXES_LOCK:
-        found = _INDEXES.get(store)
-        if found is None:
-            found = FieldIndex(store)
-            _INDEXES[store] = found
-        return found
+    cache = _cache(store)
+    with _CACHES_LOCK:
+        if cache.index is None:
+            cache.index = FieldIndex(store)
+        return cache.index
+
+
+_NORMS: dict[int, tuple[weakref.ref[np.ndarray], np.ndarray]] = {}
+
+
+def squared_norms(vectors: np.ndarray) -> np.ndarray:
+    """``|a|²`` of every stored vector (float64), computed once per vectors array.
+
+    Example
+    -------
+    >>> squared_norms(np.array([[3.0, 4.0]], dtype=np.float32)).tolist()
+    [25.0]
+    """
+    with _CACHES_LOCK:
+        hit = _NORMS.get(id(vectors))
+        if hit is not None and hit[0]() is vectors:
+            return hit[1]
+    view = np.asarray(vectors)
+    norms = np.empty(len(view), np.float64)
+    for start in range(0, len(view), 1 << 16):
+        block = np.asarray(view[start : start + (1 << 16)], dtype=np.float64)
+        norms[start : start + len(block)] = np.einsum("ij,ij->i", block, block)
+    with _CACHES_LOCK:
+        for key in [key for key, (ref, _) in _NORMS.items() if ref() is None]:
+            del _NORMS[key]
+        try:
+            _NORMS[id(vectors)] = (weakref.ref(vectors), norms)
+        except TypeError:  # not weak-referenceable: not cached
+            pass
+    return norms
 
 
 def _id_rows(store: RecordStore, values: tuple[Any, ...]) -> np.ndarray:
@@ -281,6 +352,24 @@ def matching_rows(store: RecordStore, flt: Filter) -> np.ndarray:
     if flt.predicate is not None:
         keep = [row for row in range(len(store)) if flt.predicate(store.get(row))]
         return np.asarray(keep, np.int64)
+    cache = _cache(store)
+    key: Hashable | None = flt.conditions if _hashable(flt.conditions) else None
+    if key is not None:
+        with _CACHES_LOCK:
+            hit = cache.rows.get(key)
+        if hit is not None:
+            return hit
+    rows = _matching_rows(store, flt)
+    rows.setflags(write=False)  # shared by later searches with the same filter
+    if key is not None:
+        with _CACHES_LOCK:
+            if len(cache.rows) >= _ROWS_CACHE:
+                cache.rows.pop(next(iter(cache.rows)))
+            cache.rows[key] = rows
+    return rows
+
+
+def _matching_rows(store: RecordStore, flt: Filter) -> np.ndarray:
     index = None
     if any(key != "id" for key, _ in flt.conditions):
         index = field_index(store)
@@ -298,7 +387,10 @@ def matching_rows(store: RecordStore, flt: Filter) -> np.ndarray:
         else:
             assert index is not None
             parts = [index.rows(key, v) for v in values]
-            rows = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+            if len(parts) == 1:
+                rows = parts[0]  # sorted and unique already
+            else:
+                rows = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
         result = rows if result is None else np.intersect1d(result, rows, assume_unique=True)
         if len(result) == 0:
             break
@@ -351,6 +443,134 @@ def exact_among(
     return top_s, top_d, top_r
 
 
+def _screen_keep(k: int) -> int:
+    return max(4 * k, k + 64)
+
+
+def screened_among(
+    queries: np.ndarray,
+    vectors: np.ndarray,
+    rows: np.ndarray,
+    k: int,
+    scorer: Scorer,
+    space: Geometry,
+    *,
+    stream: bool | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`exact_among` (same arrays, same result) through a screening pass.
+
+    ``space.screened_distance`` of every row (from ``|q|²``, ``|a|²`` and one matrix product)
+    keeps each query's ``max(4k, k + 64)`` best rows, ``scorer`` ranks those. The result is
+    checked: the scorer's ``k`` best must be the screening's ``k`` best and beat every row
+    left out, each within :data:`SCREEN_TOLERANCE` (relative); else the short list widens ×8,
+    up to :func:`exact_among` of every row.
+
+    Parameters
+    ----------
+    queries : array (n, dimension)
+    vectors : array (N, dimension)
+    rows : int array (sorted, unique)
+        The rows to rank.
+    k : int
+    scorer : callable
+        The model's exact scorer, ``scorer(q (n, d), candidates (n, m, d)) -> (score, distance)``.
+    space : Geometry
+        The model's geometry (the scorer ranks by its distance).
+    stream : bool, keyword-only, optional
+        True: one product with every stored vector, the rows picked from it; False: the
+        rows' vectors gathered first. None: whichever reads less (:data:`GATHER_COST`).
+
+    Example
+    -------
+    >>> from qaindex import geometry
+    >>> dot = lambda q, c: (np.einsum("nd,nmd->nm", q, c), -np.einsum("nd,nmd->nm", q, c))
+    >>> vecs = np.eye(3, dtype=np.float32)
+    >>> screened_among(vecs[:1], vecs, np.array([1, 2]), 1, dot, geometry.get("bilinear"))[2].tolist()
+    [[1]]
+    """
+    n = len(queries)
+    count = len(rows)
+    keep = _screen_keep(k)
+    if count <= keep or n == 0:
+        return exact_among(queries, vectors, rows, k, scorer)
+    view = np.asarray(vectors)
+    if stream is None:
+        stream = GATHER_COST * count > len(view)
+    a_sq = squared_norms(vectors)[rows]
+    q32 = np.ascontiguousarray(queries, dtype=np.float32)
+    q_sq = np.einsum("ij,ij->i", q32.astype(np.float64), q32.astype(np.float64))
+    gathered = None if stream else np.ascontiguousarray(view[rows], dtype=np.float32)
+    w = min(k, count)
+    top_s = np.full((n, w), -np.inf, np.float32)
+    top_d = np.full((n, w), np.inf, np.float32)
+    top_r = np.full((n, w), -1, np.int64)
+    step = max(1, min(n, (1 << 22) // max(1, len(view) if stream else count)))  # (step, rows) floats
+    for start in range(0, n, step):
+        q = q32[start : start + step]
+        block = view if stream else gathered
+        assert block is not None
+        if len(q) < 8:
+            # einsum's own loops, not BLAS: a matrix-vector product that OpenBLAS splits over
+            # threads took 8 ms instead of 0.2 ms on a busy machine (thread wake-ups)
+            dot = np.einsum("nd,md->mn", block, q)
+        else:  # a matrix product: BLAS
+            dot = q @ block.T
+        if stream:
+            dot = dot[:, rows]  # every vector streamed once, the matching ones kept
+        screen = np.asarray(space.screened_distance(q_sq[start : start + step], a_sq, dot.astype(np.float64)))
+        for j in range(len(q)):
+            i = start + j
+            found = _screened_one(queries[i : i + 1], vectors, rows, k, scorer, screen[j], keep)
+            top_s[i], top_d[i], top_r[i] = found
+    return top_s, top_d, top_r
+
+
+def _screened_one(
+    query: np.ndarray,
+    vectors: np.ndarray,
+    rows: np.ndarray,
+    k: int,
+    scorer: Scorer,
+    screen: np.ndarray,
+    keep: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One query of :func:`screened_among`: ``screen`` is its screened distance of each row."""
+    count = len(rows)
+    screen = np.where(np.isnan(screen), np.inf, screen)
+    while keep < count:
+        part = np.argpartition(screen, keep)
+        short = np.sort(part[:keep])  # positions in rows, ascending: the tie order of exact_among
+        left_out = float(screen[part[keep]])  # the smallest screened distance not kept
+        es, ed, er = exact_among(query, vectors, rows[short], k, scorer)
+        chosen = screen[short][np.searchsorted(rows[short], er[0])]
+        kth = float(np.partition(screen[short], k - 1)[k - 1])  # k <= keep
+        worst = float(chosen.max())
+        tolerance = SCREEN_TOLERANCE * (1.0 + abs(left_out))
+        if np.isfinite(worst) and worst + tolerance < left_out and worst <= kth + tolerance:
+            return es[0], ed[0], er[0]
+        if worst > kth + tolerance:
+            break  # the scorer does not rank by this geometry: score every row
+        keep *= 8
+    es, ed, er = exact_among(query, vectors, rows, k, scorer)
+    return es[0], ed[0], er[0]
+
+
+def choose_plan(count: int, total: int, dimension: int, k: int, overfetch: int) -> str:
+    """``"exact"`` or ``"post"`` (post-filter) for a filter with ``count`` of ``total`` matches.
+
+    Exact while its screening pass reads at most :data:`EXACT_FLOATS` floats or the matches
+    are few for the post-filter (:func:`prefilter_limit`).
+
+    Example
+    -------
+    >>> choose_plan(25_000, 50_000, 256, 10, 10), choose_plan(500_000, 1_000_000, 256, 10, 10)
+    ('exact', 'post')
+    """
+    if count <= k or count <= prefilter_limit(k, overfetch, total):
+        return "exact"
+    return "exact" if min(GATHER_COST * count, total) * dimension <= EXACT_FLOATS else "post"
+
+
 def prefilter_limit(k: int, overfetch: int, total: int) -> int:
     """Matches up to which the pre-filter is used (see the module docstring).
 
@@ -373,6 +593,7 @@ def plan(
     candidates: Candidates,
     scorer: Scorer,
     overfetch: int,
+    space: Geometry | None = None,
 ) -> list[Found]:
     """Filtered search: per query, ``(scores, distances, rows)`` of its best matching answers.
 
@@ -394,6 +615,9 @@ def plan(
         The model's exact scorer (``Model.score_checked``).
     overfetch : int
         The index's over-fetch (coarse candidates per hit).
+    space : Geometry, optional
+        The model's geometry: the exact plan screens with it (:func:`screened_among`);
+        without it every match is scored (:func:`exact_among`).
 
     Returns
     -------
@@ -419,8 +643,8 @@ def plan(
         if count == 0:
             empty = (np.zeros(0, np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64))
             return [empty for _ in range(len(queries))]
-        if count <= k or count <= prefilter_limit(k, overfetch, total):
-            es, ed, er = exact_among(queries, vectors, rows, k, scorer)
+        if choose_plan(count, total, queries.shape[1], k, overfetch) == "exact":
+            es, ed, er = _exact(queries, vectors, rows, k, scorer, space)
             return [(es[i], ed[i], er[i]) for i in range(len(queries))]
         # post-filter: enough coarse candidates that about k * overfetch of them match
         m = min(total, math.ceil(k * overfetch * total / count))
@@ -430,10 +654,18 @@ def plan(
     short = [i for i, f in enumerate(found) if f is None]
     if short:  # the matching answers are not among the question's neighbours: score them all
         rows = matching_rows(store, flt) if rows is None else rows
-        es, ed, er = exact_among(queries[short], vectors, rows, k, scorer)
+        es, ed, er = _exact(queries[short], vectors, rows, k, scorer, space)
         for j, i in enumerate(short):
             found[i] = (es[j], ed[j], er[j])
     return [f for f in found if f is not None]
+
+
+def _exact(
+    queries: np.ndarray, vectors: np.ndarray, rows: np.ndarray, k: int, scorer: Scorer, space: Geometry | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if space is None:
+        return exact_among(queries, vectors, rows, k, scorer)
+    return screened_among(queries, vectors, rows, k, scorer, space)
 
 
 def _passes(store: RecordStore, flt: Filter, rows: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
