@@ -45,7 +45,7 @@ import numpy as np
 from benchmarks.common import ROOT, synthetic, write_results
 from qaindex import Ranker
 from qaindex.corpus import read_corpus
-from qaindex.search import filters, pipeline
+from qaindex.search import exact, filters, pipeline
 from qaindex.search.filters import compile_where, matching_rows
 
 RESULTS = ROOT / "benchmarks" / "results" / "filters.json"
@@ -84,14 +84,13 @@ def _plan(ranker: Ranker, qv: np.ndarray, flt: filters.Filter) -> list[Any]:
 
 def _forced(name: str) -> Callable[[], None]:
     """Force one plan of qaindex.search.filters; returns the function that undoes it."""
-    saved = {key: getattr(filters, key) for key in ("choose_plan", "screened_among")}
+    saved = filters.choose_plan, exact.screened_among
     filters.choose_plan = lambda *a: "post" if name == "post" else "exact"  # type: ignore[assignment]
     if name == "scored":
-        filters.screened_among = lambda q, v, rows, k, scorer, space: filters.exact_among(q, v, rows, k, scorer)  # type: ignore[assignment]
+        exact.screened_among = lambda q, v, rows, k, scorer, space: exact.exact_among(q, v, rows, k, scorer)  # type: ignore[assignment]
 
     def undo() -> None:
-        for key, value in saved.items():
-            setattr(filters, key, value)
+        filters.choose_plan, exact.screened_among = saved
 
     return undo
 

@@ -12,7 +12,7 @@ import pytest
 from helpers.onnx_models import point_model
 
 from qaindex import QueryError, Ranker
-from qaindex.search import filters
+from qaindex.search import exact, filters
 from qaindex.search.filters import compile_where
 from qaindex.vector_index import CONCRETE_KINDS
 
@@ -104,7 +104,7 @@ SCREENS = {
     "gather": {"GATHER_COST": 0},  # the matches' vectors gathered
     "stream": {"GATHER_COST": 10**9},  # every vector streamed
     "narrow": {"_screen_keep": lambda k: k + 1},  # a short list of k + 1: widened on near ties
-    "unscreened": {"screened_among": lambda q, v, rows, k, scorer, space: filters.exact_among(q, v, rows, k, scorer)},
+    "unscreened": {"screened_among": lambda q, v, rows, k, scorer, space: exact.exact_among(q, v, rows, k, scorer)},
 }
 
 
@@ -115,7 +115,7 @@ def test_exact_plan_equals_brute_force_every_way(
 ) -> None:
     monkeypatch.setattr(filters, "choose_plan", lambda *a: "exact")
     for name, value in SCREENS[screen].items():
-        monkeypatch.setattr(filters, name, value)
+        monkeypatch.setattr(exact, name, value)
     _check_brute_force(_ranker(points_model, "hnsw"), points_model[1], where)
 
 
@@ -138,11 +138,11 @@ def test_screen_widens_on_ties_and_distrusts_a_scorer_of_another_geometry() -> N
     queries = np.stack([vectors[0], rng.normal(size=6).astype(np.float32)])
     bilinear = geometry.get("bilinear")
     for scorer in (_dot_scorer(1.0), _dot_scorer(-1.0)):  # -1: ranks against the geometry
-        want = filters.exact_among(queries, vectors, rows, 5, scorer)
-        got = filters.screened_among(queries, vectors, rows, 5, scorer, bilinear)
+        want = exact.exact_among(queries, vectors, rows, 5, scorer)
+        got = exact.screened_among(queries, vectors, rows, 5, scorer, bilinear)
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(a, b)
-    assert filters.exact_among(queries, vectors, rows, 5, _dot_scorer(1.0))[2][0].tolist() == [0, 100, 102, 104, 106]
+    assert exact.exact_among(queries, vectors, rows, 5, _dot_scorer(1.0))[2][0].tolist() == [0, 100, 102, 104, 106]
 
 
 def test_both_plans_are_exercised(points_model: tuple[Path, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -150,13 +150,13 @@ def test_both_plans_are_exercised(points_model: tuple[Path, list[str]], monkeypa
     post-filters a common filter past it."""
     ranker = _ranker(points_model, "hnsw")
     calls: list[int] = []
-    real = filters.exact_among
+    real = exact.exact_among
 
     def spy(queries: np.ndarray, vectors: np.ndarray, rows: np.ndarray, k: int, scorer: Any) -> Any:
         calls.append(len(rows))
         return real(queries, vectors, rows, k, scorer)
 
-    monkeypatch.setattr(filters, "exact_among", spy)
+    monkeypatch.setattr(exact, "exact_among", spy)
     ranker.search("p610", K, where={"pct": 3})
     assert calls == [6]  # every match scored
     ranker.search("p610", K, where={"half": 0})
