@@ -1,6 +1,8 @@
 """Filtered search (``where``) against a brute force over every matching answer, for every
-index kind, both plans (pre-filter: exact scoring of the matches; post-filter: a wider ANN
-search) and selectivities from one answer to all; strict field names."""
+index kind, both plans (exact: a screening pass and the scorer on its checked short list, or
+on every match; post-filter: a wider ANN search), every way of screening (gathered, streamed,
+a short list that must widen, none) and selectivities from one answer to all; strict field
+names; filters after add and remove."""
 
 from __future__ import annotations
 
