@@ -10,16 +10,15 @@ built in one pass over the stored records the first time a metadata field is fil
 and again after ``add``/``remove``; ids use the store's id map and need no pass; the rows of
 recent filters are kept), so the matching rows are known, and counted, before any search:
 
-- **exact** (the default up to a few tens of millions of vector floats): a screening pass
-  scores the matching answers from one matrix product (the geometry's
-  ``screened_distance`` from squared norms and inner products: the vectors of the matches
-  gathered, or every vector streamed when the matches are many), keeps the
-  ``max(4k, k + 64)`` best, and the model's scorer (the same ONNX graph and tie order as an
-  unfiltered search) ranks those. The result is the exact top ``k`` of the matching answers,
-  whatever the index kind: it is checked, not assumed — the scorer's ``k`` best must be the
-  screening's ``k`` best (within :data:`~qaindex.search.exact.SCREEN_TOLERANCE`) and beat every answer left out by
-  more than that tolerance, else the short list widens ×8, up to every match scored by the
-  scorer;
+- **exact** (while it reads at most :data:`EXACT_FLOATS` vector floats, or the matches are
+  few): :func:`qaindex.search.exact.screened_among` screens the matching answers with one
+  matrix product (the geometry's ``screened_distance`` from squared norms and inner
+  products: the vectors of the matches gathered, or every vector streamed when the matches
+  are many), keeps the ``max(4k, k + 64)`` best, and the model's scorer (the same ONNX graph
+  and tie order as an unfiltered search) ranks those. The result is the exact top ``k`` of
+  the matching answers, whatever the index kind: it is checked, not assumed (the scorer's
+  ``k`` best must be the screening's ``k`` best and beat every answer left out, within a
+  relative tolerance, else the short list widens ×8, up to every match scored);
 - **post-filter** when the exact pass would read more than :data:`EXACT_FLOATS` floats and
   the matches are too many for the old cost rule (:func:`prefilter_limit`): the ANN index
   recalls ``k · overfetch · N / matches`` candidates (so that about ``k · overfetch`` of them
@@ -27,7 +26,8 @@ recent filters are kept), so the matching rows are known, and counted, before an
   exactly; a question left with fewer than ``k`` matching candidates falls back to the
   exact pass. Its recall is an unfiltered search's, not brute force's.
 
-The exact pass costs ``min(GATHER_COST · matches, N)`` streamed vectors: at 50,000 answers of
+The exact pass costs ``min(3 · matches, N)`` streamed vectors (a gathered vector costs about
+three streamed ones): at 50,000 answers of
 256 dimensions it streams 12.8 M floats at most, a few milliseconds (``benchmarks/filters.py``
 measures every selectivity against brute force). An index of at most ``k · overfetch``
 answers is searched whole and filtered.
