@@ -338,7 +338,7 @@ def main() -> None:
 
 
 def readme_body(results: dict[str, Any]) -> str:
-    """The generated section of ``docs/adaptation.md`` (checked by ``tests/test_claims.py``)."""
+    """The generated section of ``docs/adaptation.md`` (checked by ``tests/docs/test_claims.py``)."""
     return doc_body(results)
 
 

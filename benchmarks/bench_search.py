@@ -45,7 +45,7 @@ README_SECTION = "search-bench"
 
 
 def readme_body(results: dict[str, Any]) -> str:
-    """The README's search table, rendered from a results file (also checked by tests/test_claims.py)."""
+    """The README's search table, rendered from a results file (also checked by tests/docs/test_claims.py)."""
     rows = [
         "| answers | index | p50 ms | p99 ms | exact brute force p50 ms | speed-up | recall@10 vs exact | MB on disk |",
         "|---|---|---|---|---|---|---|---|",

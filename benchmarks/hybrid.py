@@ -595,7 +595,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 def readme_body(results: dict[str, Any]) -> str:
-    """The generated section of ``docs/hybrid.md`` (checked by ``tests/test_claims.py``)."""
+    """The generated section of ``docs/hybrid.md`` (checked by ``tests/docs/test_claims.py``)."""
     return table(results)
 
 

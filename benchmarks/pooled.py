@@ -585,7 +585,7 @@ _README_SYSTEMS = ("current default", "distilled 256-d sif (no training)", "Mini
 
 def readme_body(results: dict[str, Any]) -> str:
     """The whole-corpus table of docs/models.md: the shipped default beside MiniLM and BM25 (checked by
-    tests/test_claims.py against ``benchmarks/results/pooled.json``)."""
+    tests/docs/test_claims.py against ``benchmarks/results/pooled.json``)."""
     pools = list(results["pools"])
     systems = [name for name in results["results"] if name.startswith(_README_SYSTEMS)]
     minilm = results["results"]["MiniLM exact cosine"]

@@ -27,7 +27,7 @@ POOLS = {
 }
 FAQ = "FAQ (examples/faq.jsonl)"
 K = 10
-# Junk answers added to every pool (never relevant): the JUNK list of tests/test_hubs.py, then
+# Junk answers added to every pool (never relevant): the JUNK list of tests/search/test_hubs.py, then
 # more single letters, digits, punctuation runs, emoji and scripts outside the English vocabulary.
 JUNK_ANSWERS = [
     ".", "a", "?", "!", ",", "-", "x", "...", "!!", "?!", "()", "--", "…", "—", "ꙮꙮ", "𝔵𝔶𝔷", "ඞ", "☃☃ ⟁",

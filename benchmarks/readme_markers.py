@@ -4,7 +4,7 @@ Every generated section is owned by one benchmark, listed in :data:`GENERATORS`:
 (run as ``python -m benchmarks.NAME``) has a ``RESULTS`` path (its results file) and a ``readme_body(results)``
 function that renders the section from it. The script calls :func:`replace_section` after a
 run, which rewrites the section in whichever documentation file holds its markers (README.md
-or a page under docs/), and ``tests/test_claims.py`` checks that every section in every such
+or a page under docs/), and ``tests/docs/test_claims.py`` checks that every section in every such
 file equals what its results file renders today, so a documented number can never drift from
 the figure its script measured.
 """

@@ -9,7 +9,7 @@ Usage::
 
     python -m benchmarks.reliability_report        # rewrite the README section from the results
 
-``tests/test_claims.py`` checks that the README section equals what these files render.
+``tests/docs/test_claims.py`` checks that the README section equals what these files render.
 """
 
 from __future__ import annotations

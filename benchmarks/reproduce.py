@@ -574,7 +574,7 @@ README_SECTION = "reproduction"
 
 
 def readme_body(results: dict[str, Any]) -> str:
-    """The README's summary table, rendered from a results file (also checked by tests/test_claims.py)."""
+    """The README's summary table, rendered from a results file (also checked by tests/docs/test_claims.py)."""
     runs = results["runs"]
     seeds = ", ".join(str(s) for s in sorted({r["seed"] for r in runs}))
     lines = [

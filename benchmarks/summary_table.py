@@ -14,7 +14,7 @@ Usage::
 
     python -m benchmarks.summary_table     # rewrite the README section from the files
 
-``tests/test_claims.py`` checks that the README section equals what these files render.
+``tests/docs/test_claims.py`` checks that the README section equals what these files render.
 """
 
 from __future__ import annotations

@@ -7,22 +7,30 @@ True or False.
 
 A mapping is answered from a per-field value index (:class:`FieldIndex`: ``value → rows``,
 built in one pass over the stored records the first time a metadata field is filtered on,
-and again after ``add``/``remove``; ids use the store's id map and need no pass), so the
-matching rows are known, and counted, before any search:
+and again after ``add``/``remove``; ids use the store's id map and need no pass; the rows of
+recent filters are kept), so the matching rows are known, and counted, before any search:
 
-- **pre-filter** when few answers match: their stored vectors are scored exactly with the
-  model's scorer (the same ONNX graph and tie order as an unfiltered search), so the result
-  is the exact top ``k`` of the matching answers whatever the index kind;
-- **post-filter** when many match: the ANN index recalls ``k · overfetch · N / matches``
-  candidates (so that about ``k · overfetch`` of them match, as many as an unfiltered search
-  reranks), and only the matching ones are scored exactly; a question left with fewer than
-  ``k`` matching candidates falls back to the exact pre-filter.
+- **exact** (while it reads at most :data:`EXACT_FLOATS` vector floats, or the matches are
+  few): :func:`qaindex.search.exact.screened_among` screens the matching answers with one
+  matrix product (the geometry's ``screened_distance`` from squared norms and inner
+  products: the vectors of the matches gathered, or every vector streamed when the matches
+  are many), keeps the ``max(4k, k + 64)`` best, and the model's scorer (the same ONNX graph
+  and tie order as an unfiltered search) ranks those. The result is the exact top ``k`` of
+  the matching answers, whatever the index kind: it is checked, not assumed (the scorer's
+  ``k`` best must be the screening's ``k`` best and beat every answer left out, within a
+  relative tolerance, else the short list widens ×8, up to every match scored);
+- **post-filter** when the exact pass would read more than :data:`EXACT_FLOATS` floats and
+  the matches are too many for the old cost rule (:func:`prefilter_limit`): the ANN index
+  recalls ``k · overfetch · N / matches`` candidates (so that about ``k · overfetch`` of them
+  match, as many as an unfiltered search reranks), and only the matching ones are scored
+  exactly; a question left with fewer than ``k`` matching candidates falls back to the
+  exact pass. Its recall is an unfiltered search's, not brute force's.
 
-The planner picks the pre-filter when ``matches ≤ max(PREFILTER_MIN, √(c · k · overfetch · N))``:
-the post-filter recalls ``k · overfetch · N / matches`` candidates at ``c`` times the cost of
-scoring one match (:data:`POST_FILTER_COST`), the pre-filter scores ``matches`` vectors, and
-the two cost the same there (``benchmarks/filters.py`` measures both).
-An index of at most ``k · overfetch`` answers is searched whole and filtered.
+The exact pass costs ``min(3 · matches, N)`` streamed vectors (a gathered vector costs about
+three streamed ones): at 50,000 answers of
+256 dimensions it streams 12.8 M floats at most, a few milliseconds (``benchmarks/filters.py``
+measures every selectivity against brute force). An index of at most ``k · overfetch``
+answers is searched whole and filtered.
 
 A field that no stored answer has is an error naming the fields that exist (a misspelt field
 would otherwise silently return nothing). A function cannot be indexed: its search widens the
@@ -45,15 +53,19 @@ import numpy as np
 
 from ..corpus import Record
 from ..errors import QueryError
+from ..geometry.spaces import Geometry
 from ..store.records import RecordStore
+from . import exact
+from .exact import Scorer
 
 __all__ = [
+    "EXACT_FLOATS",
     "POST_FILTER_COST",
     "PREFILTER_MIN",
     "FieldIndex",
     "Filter",
+    "choose_plan",
     "compile_where",
-    "exact_among",
     "field_index",
     "matching_rows",
     "parse_where_options",
@@ -67,8 +79,12 @@ PREFILTER_MIN = 2048
 #: benchmarks/filters.py on a 50,000-answer pq index: 5,000 candidates of a 10 % filter cost
 #: about as much as scoring 70,000 matches).
 POST_FILTER_COST = 16
+#: The exact plan is used while it reads at most this many vector floats per question
+#: (``min(GATHER_COST · matches, N) · dimension``; 2**25 float32 are 128 MiB, about 8 ms of
+#: memory bandwidth): every selectivity of a 50,000 × 256 index is searched exactly.
+EXACT_FLOATS = 1 << 25
+_ROWS_CACHE = 64  # filters whose matching rows are kept per store
 _DECODE_BLOCK = 8192  # records decoded per json.loads call when building a field index
-_SCORE_BLOCK = 1 << 22  # floats of candidate vectors per scorer call (16 MiB)
 
 Where = Mapping[str, Any] | Callable[[Record], bool]
 
@@ -228,8 +244,24 @@ class FieldIndex:
         return parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
 
 
-_INDEXES: weakref.WeakKeyDictionary[RecordStore, FieldIndex] = weakref.WeakKeyDictionary()
-_INDEXES_LOCK = threading.Lock()
+class _StoreCache:
+    """What filters keep per record store: its field index, the rows of recent filters."""
+
+    def __init__(self) -> None:
+        self.index: FieldIndex | None = None
+        self.rows: dict[Hashable, np.ndarray] = {}
+
+
+_CACHES: weakref.WeakKeyDictionary[RecordStore, _StoreCache] = weakref.WeakKeyDictionary()
+_CACHES_LOCK = threading.Lock()
+
+
+def _cache(store: RecordStore) -> _StoreCache:
+    with _CACHES_LOCK:
+        found = _CACHES.get(store)
+        if found is None:
+            found = _CACHES[store] = _StoreCache()
+        return found
 
 
 def field_index(store: RecordStore) -> FieldIndex:
@@ -237,12 +269,11 @@ def field_index(store: RecordStore) -> FieldIndex:
 
     ``Ranker.add``/``remove`` replace the store, so the next filter builds a fresh index.
     """
-    with _INDEXES_LOCK:
-        found = _INDEXES.get(store)
-        if found is None:
-            found = FieldIndex(store)
-            _INDEXES[store] = found
-        return found
+    cache = _cache(store)
+    with _CACHES_LOCK:
+        if cache.index is None:
+            cache.index = FieldIndex(store)
+        return cache.index
 
 
 def _id_rows(store: RecordStore, values: tuple[Any, ...]) -> np.ndarray:
@@ -281,6 +312,24 @@ def matching_rows(store: RecordStore, flt: Filter) -> np.ndarray:
     if flt.predicate is not None:
         keep = [row for row in range(len(store)) if flt.predicate(store.get(row))]
         return np.asarray(keep, np.int64)
+    cache = _cache(store)
+    key: Hashable | None = flt.conditions if _hashable(flt.conditions) else None
+    if key is not None:
+        with _CACHES_LOCK:
+            hit = cache.rows.get(key)
+        if hit is not None:
+            return hit
+    rows = _matching_rows(store, flt)
+    rows.setflags(write=False)  # shared by later searches with the same filter
+    if key is not None:
+        with _CACHES_LOCK:
+            if len(cache.rows) >= _ROWS_CACHE:
+                cache.rows.pop(next(iter(cache.rows)))
+            cache.rows[key] = rows
+    return rows
+
+
+def _matching_rows(store: RecordStore, flt: Filter) -> np.ndarray:
     index = None
     if any(key != "id" for key, _ in flt.conditions):
         index = field_index(store)
@@ -298,7 +347,10 @@ def matching_rows(store: RecordStore, flt: Filter) -> np.ndarray:
         else:
             assert index is not None
             parts = [index.rows(key, v) for v in values]
-            rows = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+            if len(parts) == 1:
+                rows = parts[0]  # sorted and unique already
+            else:
+                rows = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
         result = rows if result is None else np.intersect1d(result, rows, assume_unique=True)
         if len(result) == 0:
             break
@@ -309,46 +361,23 @@ def matching_rows(store: RecordStore, flt: Filter) -> np.ndarray:
 Search = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
 # The coarse stage: (question vectors, m) -> candidate rows (n, m), -1 where missing.
 Candidates = Callable[[np.ndarray, int], np.ndarray]
-Scorer = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 Found = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-def exact_among(
-    queries: np.ndarray, vectors: np.ndarray, rows: np.ndarray, k: int, scorer: Scorer
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The ``k`` best of ``rows`` for each query, scored exactly by ``scorer``.
+def choose_plan(count: int, total: int, dimension: int, k: int, overfetch: int) -> str:
+    """``"exact"`` or ``"post"`` (post-filter) for a filter with ``count`` of ``total`` matches.
 
-    Ordered as :meth:`qaindex.Ranker.search_vectors` orders: best score first, ties by
-    distance, then by row. Arrays are ``(n, min(k, len(rows)))``.
+    Exact while its screening pass reads at most :data:`EXACT_FLOATS` floats or the matches
+    are few for the post-filter (:func:`prefilter_limit`).
 
     Example
     -------
-    >>> import numpy as np
-    >>> dot = lambda q, c: (np.einsum("nd,nmd->nm", q, c), -np.einsum("nd,nmd->nm", q, c))
-    >>> vecs = np.eye(3, dtype=np.float32)
-    >>> exact_among(vecs[:1], vecs, np.array([1, 0]), 1, dot)[2].tolist()
-    [[0]]
+    >>> choose_plan(25_000, 50_000, 256, 10, 10), choose_plan(500_000, 1_000_000, 256, 10, 10)
+    ('exact', 'post')
     """
-    n, dim = queries.shape
-    w = min(k, len(rows))
-    top_s = np.full((n, w), -np.inf, np.float32)
-    top_d = np.full((n, w), np.inf, np.float32)
-    top_r = np.full((n, w), -1, np.int64)
-    if w == 0:
-        return top_s, top_d, top_r
-    gathered = np.ascontiguousarray(np.asarray(vectors)[rows], dtype=np.float32)
-    step = max(1, _SCORE_BLOCK // max(1, len(rows) * dim))
-    for start in range(0, n, step):
-        q = np.ascontiguousarray(queries[start : start + step], dtype=np.float32)
-        shape = (len(q), *gathered.shape)
-        cands = gathered[None] if len(q) == 1 else np.ascontiguousarray(np.broadcast_to(gathered, shape))
-        score, dist = scorer(q, cands)
-        keys = np.broadcast_to(rows, score.shape)
-        order = np.lexsort((keys, dist, -score), axis=-1)[:, :w]
-        top_s[start : start + len(q)] = np.take_along_axis(score, order, axis=-1)
-        top_d[start : start + len(q)] = np.take_along_axis(dist, order, axis=-1)
-        top_r[start : start + len(q)] = rows[order]
-    return top_s, top_d, top_r
+    if count <= k or count <= prefilter_limit(k, overfetch, total):
+        return "exact"
+    return "exact" if min(exact.GATHER_COST * count, total) * dimension <= EXACT_FLOATS else "post"
 
 
 def prefilter_limit(k: int, overfetch: int, total: int) -> int:
@@ -373,6 +402,7 @@ def plan(
     candidates: Candidates,
     scorer: Scorer,
     overfetch: int,
+    space: Geometry | None = None,
 ) -> list[Found]:
     """Filtered search: per query, ``(scores, distances, rows)`` of its best matching answers.
 
@@ -394,6 +424,10 @@ def plan(
         The model's exact scorer (``Model.score_checked``).
     overfetch : int
         The index's over-fetch (coarse candidates per hit).
+    space : Geometry, optional
+        The model's geometry: the exact plan screens with it
+        (:func:`~qaindex.search.exact.screened_among`); without it every match is scored
+        (:func:`~qaindex.search.exact.exact_among`).
 
     Returns
     -------
@@ -419,8 +453,8 @@ def plan(
         if count == 0:
             empty = (np.zeros(0, np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64))
             return [empty for _ in range(len(queries))]
-        if count <= k or count <= prefilter_limit(k, overfetch, total):
-            es, ed, er = exact_among(queries, vectors, rows, k, scorer)
+        if choose_plan(count, total, queries.shape[1], k, overfetch) == "exact":
+            es, ed, er = _exact(queries, vectors, rows, k, scorer, space)
             return [(es[i], ed[i], er[i]) for i in range(len(queries))]
         # post-filter: enough coarse candidates that about k * overfetch of them match
         m = min(total, math.ceil(k * overfetch * total / count))
@@ -430,10 +464,18 @@ def plan(
     short = [i for i, f in enumerate(found) if f is None]
     if short:  # the matching answers are not among the question's neighbours: score them all
         rows = matching_rows(store, flt) if rows is None else rows
-        es, ed, er = exact_among(queries[short], vectors, rows, k, scorer)
+        es, ed, er = _exact(queries[short], vectors, rows, k, scorer, space)
         for j, i in enumerate(short):
             found[i] = (es[j], ed[j], er[j])
     return [f for f in found if f is not None]
+
+
+def _exact(
+    queries: np.ndarray, vectors: np.ndarray, rows: np.ndarray, k: int, scorer: Scorer, space: Geometry | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if space is None:
+        return exact.exact_among(queries, vectors, rows, k, scorer)
+    return exact.screened_among(queries, vectors, rows, k, scorer, space)
 
 
 def _passes(store: RecordStore, flt: Filter, rows: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
@@ -468,7 +510,7 @@ def _predicate_search(
         recalled = recalled[recalled >= 0]
         keep = recalled[_passes(store, flt, recalled)]
         if len(keep) >= want or m >= total:
-            es, ed, er = exact_among(query, vectors, keep, k, scorer)
+            es, ed, er = exact.exact_among(query, vectors, keep, k, scorer)
             return es[0], ed[0], er[0]
         m = m * 8 if len(keep) == 0 else math.ceil(1.25 * m * want / len(keep))
         if m > total // 2:
@@ -501,6 +543,6 @@ def _post_filter(
         if len(keep) < k and m < len(store):
             out.append(None)
             continue
-        es, ed, er = exact_among(queries[i : i + 1], vectors, keep, k, scorer)
+        es, ed, er = exact.exact_among(queries[i : i + 1], vectors, keep, k, scorer)
         out.append((es[0], ed[0], er[0]))
     return out

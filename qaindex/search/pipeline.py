@@ -146,7 +146,7 @@ def search_batch(
         found = filters.plan(
             records, vectors, qv, k, flt, search=functools.partial(search_vectors, ranker),
             candidates=functools.partial(candidate_rows, ranker), scorer=ranker.model.score_checked,
-            overfetch=ranker.overfetch,
+            overfetch=ranker.overfetch, space=ranker.model.space,
         )  # fmt: skip
         out = [cut(hits(s[None], d[None], r[None])[0], k, min_score) for s, d, r in found]
     else:

@@ -1,6 +1,8 @@
 """Filtered search (``where``) against a brute force over every matching answer, for every
-index kind, both plans (pre-filter: exact scoring of the matches; post-filter: a wider ANN
-search) and selectivities from one answer to all; strict field names."""
+index kind, both plans (exact: a screening pass and the scorer on its checked short list, or
+on every match; post-filter: a wider ANN search), every way of screening (gathered, streamed,
+a short list that must widen, none) and selectivities from one answer to all; strict field
+names; filters after add and remove."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 from helpers.onnx_models import point_model
 
 from qaindex import QueryError, Ranker
-from qaindex.search import filters
+from qaindex.search import exact, filters
 from qaindex.search.filters import compile_where
 from qaindex.vector_index import CONCRETE_KINDS
 
@@ -78,43 +80,114 @@ WHERES = [
 ]
 
 
-@pytest.mark.parametrize("plan", ["auto", "pre", "post"])
+@pytest.mark.parametrize("plan", ["auto", "exact", "post"])
 @pytest.mark.parametrize("kind", CONCRETE_KINDS)
 @pytest.mark.parametrize("where", WHERES)
 def test_filtered_search_equals_brute_force(
     points_model: tuple[Path, list[str]], kind: str, plan: str, where: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if plan != "auto":  # force one plan whatever the selectivity
-        monkeypatch.setattr(filters, "prefilter_limit", lambda *a: N if plan == "pre" else 0)
-    ranker = _ranker(points_model, kind)
-    _, words = points_model
+        monkeypatch.setattr(filters, "choose_plan", lambda *a: plan)
+    _check_brute_force(_ranker(points_model, kind), points_model[1], where)
+
+
+def _check_brute_force(ranker: Ranker, words: list[str], where: Any) -> None:
     questions = words[N : N + QUESTIONS : 4]
-    batch = ranker.search_batch(questions, K, where=where)
+    batch = ranker.search_batch(questions, K, where=where)  # 10 questions: one matrix product
     for question, hits in zip(questions, batch, strict=True):
         want = _brute(ranker, question, K, where)
-        assert [h.id for h in hits] == [w[0] for w in want], (question, kind)
+        assert [h.id for h in hits] == [w[0] for w in want], question
         np.testing.assert_allclose([h.raw_score for h in hits], [w[1] for w in want], rtol=1e-5, atol=1e-6)
+        # one question: a matrix-vector product
         assert [h.id for h in ranker.search(question, K, where=where)] == [h.id for h in hits]
 
 
+SCREENS = {
+    "gather": {"GATHER_COST": 0},  # the matches' vectors gathered
+    "stream": {"GATHER_COST": 10**9},  # every vector streamed
+    "narrow": {"_screen_keep": lambda k: k + 1},  # a short list of k + 1: widened on near ties
+    "unscreened": {"screened_among": lambda q, v, rows, k, scorer, space: exact.exact_among(q, v, rows, k, scorer)},
+}
+
+
+@pytest.mark.parametrize("screen", sorted(SCREENS))
+@pytest.mark.parametrize("where", WHERES)
+def test_exact_plan_equals_brute_force_every_way(
+    points_model: tuple[Path, list[str]], screen: str, where: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(filters, "choose_plan", lambda *a: "exact")
+    for name, value in SCREENS[screen].items():
+        monkeypatch.setattr(exact, name, value)
+    _check_brute_force(_ranker(points_model, "hnsw"), points_model[1], where)
+
+
+def _dot_scorer(sign: float) -> Any:
+    def score(q: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        dot = np.einsum("nd,nmd->nm", q, c)
+        return (sign * dot).astype(np.float32), (-sign * dot).astype(np.float32)
+
+    return score
+
+
+def test_screen_widens_on_ties_and_distrusts_a_scorer_of_another_geometry() -> None:
+    from qaindex import geometry
+
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(1000, 6))
+    vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+    vectors[100:400] = vectors[0]  # 301 equal vectors: ties far past the short list
+    rows = np.arange(0, 1000, 2)  # 151 of the tied rows match
+    queries = np.stack([vectors[0], rng.normal(size=6).astype(np.float32)])
+    bilinear = geometry.get("bilinear")
+    for scorer in (_dot_scorer(1.0), _dot_scorer(-1.0)):  # -1: ranks against the geometry
+        want = exact.exact_among(queries, vectors, rows, 5, scorer)
+        got = exact.screened_among(queries, vectors, rows, 5, scorer, bilinear)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert exact.exact_among(queries, vectors, rows, 5, _dot_scorer(1.0))[2][0].tolist() == [0, 100, 102, 104, 106]
+
+
 def test_both_plans_are_exercised(points_model: tuple[Path, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
-    """The default planner pre-filters a rare filter and post-filters a common one."""
+    """The default planner searches exactly while the screening pass is small, and
+    post-filters a common filter past it."""
     ranker = _ranker(points_model, "hnsw")
     calls: list[int] = []
-    real = filters.exact_among
+    real = exact.exact_among
 
     def spy(queries: np.ndarray, vectors: np.ndarray, rows: np.ndarray, k: int, scorer: Any) -> Any:
         calls.append(len(rows))
         return real(queries, vectors, rows, k, scorer)
 
-    monkeypatch.setattr(filters, "exact_among", spy)
-    monkeypatch.setattr(filters, "PREFILTER_MIN", 0)
-    monkeypatch.setattr(filters, "POST_FILTER_COST", 1)
+    monkeypatch.setattr(exact, "exact_among", spy)
     ranker.search("p610", K, where={"pct": 3})
     assert calls == [6]  # every match scored
     ranker.search("p610", K, where={"half": 0})
+    assert calls[1:] == [max(4 * K, K + 64)]  # 300 matches screened, the best 69 scored
+    monkeypatch.setattr(filters, "PREFILTER_MIN", 0)
+    monkeypatch.setattr(filters, "POST_FILTER_COST", 1)
+    monkeypatch.setattr(filters, "EXACT_FLOATS", 0)
+    ranker.search("p610", K, where={"pct": 3})
+    assert calls[2:] == [6]
+    ranker.search("p610", K, where={"half": 0})
     # 300 matches > sqrt(5 * 10 * 600): only the matching ones of 5 * 10 * 600 / 300 coarse candidates
-    assert len(calls) == 2 and K <= calls[1] <= 100
+    assert len(calls) == 4 and K <= calls[3] <= 100
+
+
+def test_choose_plan() -> None:
+    assert filters.choose_plan(25_000, 50_000, 256, 10, 10) == "exact"  # 12.8 M floats streamed
+    assert filters.choose_plan(40_000, 1_000_000, 256, 10, 10) == "exact"  # 120,000 gathered
+    assert filters.choose_plan(50_000, 1_000_000, 256, 10, 10) == "post"
+    assert filters.choose_plan(2_000, 10**9, 256, 10, 10) == "exact"  # few: post-filter costs more
+
+
+def test_filter_rows_are_cached_per_store(points_model: tuple[Path, list[str]]) -> None:
+    ranker = _ranker(points_model, "flat")
+    flt = compile_where({"decile": [1, 2]})
+    assert flt is not None
+    rows = filters.matching_rows(ranker._records, flt)
+    assert filters.matching_rows(ranker._records, compile_where({"decile": [1, 2]})) is rows
+    assert not rows.flags.writeable
+    assert rows.tolist() == [i for i in range(N) if i % 10 in (1, 2)]
 
 
 def test_unknown_field_is_an_error_naming_the_fields(points_model: tuple[Path, list[str]]) -> None:
@@ -148,6 +221,27 @@ def test_filters_follow_add_and_remove(points_model: tuple[Path, list[str]]) -> 
     ranker.remove(["new"])
     with pytest.raises(QueryError, match="no answer has the field 'colour'"):
         ranker.search("p610", 3, where={"colour": "red"})
+
+
+def test_exact_plan_follows_add_and_remove(points_model: tuple[Path, list[str]]) -> None:
+    """The screening pass's cached rows and squared norms belong to one store: after add and
+    remove the filtered search is brute force's again."""
+    directory, words = points_model
+    records = [{"id": f"a{i}", "answer": words[i], **_metadata(i)} for i in range(N)]
+    ranker = Ranker.build(records[:400], model=directory, device="cpu", hybrid=False)
+    questions = words[N : N + QUESTIONS : 8]
+    where = {"half": 1}
+
+    def check() -> None:
+        for question in questions:
+            got = [h.id for h in ranker.search(question, K, where=where)]
+            assert got == [w[0] for w in _brute(ranker, question, K, where)], question
+
+    check()
+    ranker.add(records[400:])
+    check()
+    ranker.remove([f"a{i}" for i in range(1, N, 4)])  # a quarter of the matches
+    check()
 
 
 def test_id_filters_compare_like_python_equality(points_model: tuple[Path, list[str]]) -> None:

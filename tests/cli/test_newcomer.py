@@ -17,7 +17,7 @@ from qaindex import CorpusError, Ranker
 from qaindex.cli import main
 from qaindex.model import DEFAULT_MODEL_DIR, resolve_model_path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _write(path: Path, rows: list[dict]) -> Path:

@@ -34,7 +34,7 @@ from qaindex.store.index_format import write_snapshot
 from qaindex.store.locking import index_lock
 from qaindex.store.ownership import collect_garbage, orphan_snapshots
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tree(folder: Path) -> dict[str, str]:

@@ -20,7 +20,7 @@ import pytest
 import qaindex
 from qaindex import Model, Ranker
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODULES = sorted(
     name for info in pkgutil.walk_packages(qaindex.__path__, "qaindex.") if not (name := info.name).endswith("__main__")
 )

@@ -17,7 +17,7 @@ from qaindex import Model, Ranker
 from qaindex.cli import main
 from qaindex.model import DEFAULT_MODEL_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GOLDEN_TEXTS = ["How do I reset my password?", "Refunds are paid within 14 days.", "🙂"]
 # the first 4 coordinates of each text's (question-role) vector, and its norm, rounded to 4 places
 GOLDEN_VECTORS = [[-0.0735, 0.0086, -0.1661, -0.029], [-0.082, -0.0229, -0.0758, 0.0012], [0.0, 0.0, 0.0, 0.0]]

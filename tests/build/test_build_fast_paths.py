@@ -30,7 +30,7 @@ from qaindex.store.records import RecordStore, encode_record, encode_records
 from qaindex.text import tokenizer as tokenizer_module
 from qaindex.text.tokenizer import Tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "datasets"
 
 _MODEL = Model.load(None)

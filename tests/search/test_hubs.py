@@ -25,7 +25,7 @@ from qaindex.geometry import hyperbolic
 from qaindex.model import Model
 from qaindex.text.tokenizer import Tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 JUNK = [".", "a", "?", "!", ",", "-", "x", "...", "!!", "?!", "()", "--", "…", "—", "ꙮꙮ", "𝔵𝔶𝔷", "ඞ", "☃☃ ⟁"]
 

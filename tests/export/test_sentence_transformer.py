@@ -215,7 +215,7 @@ def test_minilm_exports_with_parity(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     model = Model.load(tmp_path / "minilm", device="cpu")
     assert model.dimension == 384 and model.max_tokens == {"question": 256, "answer": 256}
-    faq = [json.loads(line) for line in (Path(__file__).parents[1] / "examples" / "faq.jsonl").open(encoding="utf-8")]
+    faq = [json.loads(line) for line in (Path(__file__).parents[2] / "examples" / "faq.jsonl").open(encoding="utf-8")]
     answers = [r["answer"] for r in faq]
     questions = [q for r in faq for q in r.get("questions", [])][:60]
     st = SentenceTransformer(os.fspath(minilm_dir()), device="cpu", local_files_only=True)

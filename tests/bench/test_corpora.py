@@ -14,7 +14,7 @@ from helpers.onnx_models import point_model
 from benchmarks import corpora, pooled, pooled_eval
 from qaindex.model import Model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 STACKFAQ_XML = """<root>
 <qapair>

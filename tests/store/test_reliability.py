@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 from benchmarks import reliability  # noqa: E402
 from qaindex import Ranker  # noqa: E402

@@ -29,7 +29,7 @@ from qaindex import Ranker
 from qaindex.cli import main
 
 PACKAGE = Path(qaindex.__file__).resolve().parent
-FAQ = Path(__file__).resolve().parents[1] / "examples" / "faq.jsonl"
+FAQ = Path(__file__).resolve().parents[2] / "examples" / "faq.jsonl"
 MAX_FILES = 8
 
 

@@ -25,7 +25,7 @@ from qaindex.geometry import hyperbolic
 from qaindex.store.index_format import manifest_checksum
 from qaindex.vector_index import CoarseIndex, default_params, exact_search
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def brute_force(queries: np.ndarray, vectors: np.ndarray, k: int, ranking: str) -> np.ndarray:

@@ -208,7 +208,7 @@ def test_builtin_model_refuses_held_out_offtopic_questions_on_the_example_faq() 
     pytest.importorskip("Stemmer")
     from qaindex.corpus import read_corpus
 
-    records = read_corpus(Path(__file__).resolve().parents[1] / "examples" / "faq.jsonl")
+    records = read_corpus(Path(__file__).resolve().parents[2] / "examples" / "faq.jsonl")
     ranker = Ranker.build([{"id": r.id, "answer": r.answer} for r in records], hybrid=True)
     questions = [q for r in records for q in r.questions]
     gold = [r.id for r in records for _ in r.questions]

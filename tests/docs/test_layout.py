@@ -17,7 +17,17 @@ from pathlib import Path
 
 from helpers.graphs import circles
 
-PACKAGE = Path(__file__).resolve().parents[1] / "qaindex"
+PACKAGE = Path(__file__).resolve().parents[2] / "qaindex"
+TESTS = Path(__file__).resolve().parents[1]
+# the runtime's wings, and the folders of what is not one: the model, the adapters, training
+# and export, the benchmarks' code, the documentation and the layout
+TEST_FOLDERS = {"build", "cli", "eval", "geometry", "search", "store", "text"} | {
+    "model",
+    "integrations",
+    "export",
+    "bench",
+    "docs",
+}
 MAX_LINES = 700
 LONGER = {"qaindex.text.tokenizer"}  # one tokenizer, kept whole (its fast paths beside the reference code)
 
@@ -148,3 +158,25 @@ def test_the_old_documented_paths_still_work_and_warn() -> None:
         with pytest.warns(DeprecationWarning, match=f"{old} moved to"):
             alias = importlib.import_module(old)
         assert getattr(alias, name) is getattr(importlib.import_module(new), name)
+
+
+def test_tests_are_grouped_by_wing() -> None:
+    loose = sorted(p.name for p in TESTS.glob("test_*.py"))
+    assert loose == [], f"tests/ holds folders, conftest.py and helpers/ only: move {loose} into a folder"
+    files = sorted(TESTS.rglob("test_*.py"))
+    folders = {p.relative_to(TESTS).parts[0] for p in files}
+    assert folders <= TEST_FOLDERS, f"test folders that mirror no wing: {sorted(folders - TEST_FOLDERS)}"
+    assert {"search", "store", "build", "cli", "docs"} <= folders
+    # no __init__.py in the folders (pytest imports test files by their base name): names are unique
+    names = [p.name for p in files]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
+    assert sorted(str(p.relative_to(TESTS)) for p in TESTS.rglob("__init__.py")) == ["helpers/__init__.py"]
+    assert sorted(str(p.relative_to(TESTS)) for p in TESTS.rglob("conftest.py")) == ["conftest.py"]
+
+
+def test_pytest_collects_every_test_folder() -> None:
+    import tomllib
+
+    config = tomllib.loads((TESTS.parent / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["pytest"]
+    skipped = set(config["ini_options"].get("norecursedirs", ["build", "dist"]))  # pytest's default skips build/
+    assert sorted(skipped & TEST_FOLDERS) == []

@@ -20,7 +20,7 @@ from qaindex.text.lexical import LexicalIndex, top_rows
 bm25s = pytest.importorskip("bm25s")
 Stemmer = pytest.importorskip("Stemmer")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAQ_PATH = ROOT / "examples" / "faq.jsonl"
 RECORDS = [json.loads(line) for line in FAQ_PATH.read_text(encoding="utf-8").splitlines() if line.strip()]
 ANSWERS = [r["answer"] for r in RECORDS]

@@ -16,7 +16,7 @@ from qaindex import Ranker
 from qaindex.corpus import read_corpus
 from qaindex.geometry import hyperbolic
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 from benchmarks import bench_scale, common  # noqa: E402
 
 

@@ -14,7 +14,7 @@ from helpers.onnx_models import make_model
 
 from qaindex import Ranker, read_corpus
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAQ = ROOT / "examples" / "faq.jsonl"
 
 
