@@ -484,3 +484,26 @@ def test_a_noisy_gain_on_a_tiny_held_out_split_keeps_the_start(tmp_path: Path) -
         f"{best['worse']} worse, sign-test p {best['sign_p']:.3g}, bootstrap p {best['bootstrap_p']:.3g}; needed both "
         "p <= 0.05), so the start model is kept unchanged"
     )
+
+
+def test_cli_train_without_labels_uses_the_label_free_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import qaindex_export.distill as distill
+
+    monkeypatch.setattr(distill, "minilm_sentence_teacher", lambda **_kw: topic_teacher())
+    answers, _ = varied_corpus(np.random.default_rng(7), n=40)
+    corpus = tmp_path / "answers.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"a{i}", "answer": a}) + "\n" for i, a in enumerate(answers)))
+    start = write_static_start(tmp_path / "start")
+    out = tmp_path / "adapted"
+    common = ["train", str(corpus), "--teacher", "minilm", "--start", str(start), "--out", str(out), "--epochs", "2",
+              "--threads", "1", "--device", "cpu", "--quiet"]  # fmt: skip
+    res = CliRunner().invoke(main, common)
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    config = manifest["training"]["config"]
+    assert (config["lr"], config["epochs"]) == (0.002, 2)  # label-free step size; --epochs given wins
+    settings = manifest["metrics"]["adaptation"]["settings"]
+    assert (settings["anchor"], settings["pseudo_questions"]) == (0.0, 0)
+    res = CliRunner().invoke(main, [*common, "--pair-weight", "1"])
+    assert res.exit_code == 1
+    assert "pair_weight 1.0 ranks pseudo-questions: set pseudo_questions to 1 or more" in res.output
