@@ -34,6 +34,7 @@ Usage::
 
     python -m benchmarks.adaptation [--data DATASETS] [--evaldata DIR] [--start MODEL_DIR] [--corpus NAME ...]
     python -m benchmarks.adaptation --render     # the docs table again, from the results file
+    python -m benchmarks.adaptation --teacher-only --settings '{"anchor": 0.001}' --out FILE   # a label-free variant
 """
 
 from __future__ import annotations
