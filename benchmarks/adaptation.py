@@ -34,6 +34,7 @@ Usage::
 
     python -m benchmarks.adaptation [--data DATASETS] [--evaldata DIR] [--start MODEL_DIR] [--corpus NAME ...]
     python -m benchmarks.adaptation --render     # the docs table again, from the results file
+    python -m benchmarks.adaptation --teacher-only --settings '{"anchor": 0.001}' --out FILE   # a label-free variant
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def run_corpus(
     tmp: Path,
 ) -> dict[str, Any]:
     from qaindex_export.adapt import adapt_supervised, adapt_unlabelled
-    from qaindex_export.adapt_config import ADAPT_DEFAULTS, AdaptConfig
+    from qaindex_export.adapt_config import ADAPT_DEFAULTS, LABEL_FREE_DEFAULTS, AdaptConfig
     from qaindex_export.config import TrainConfig
     from qaindex_export.onnx_export import export_model
 
@@ -166,7 +167,9 @@ def run_corpus(
     test_groups = groups_of(answers, test, "test")
     start_dir = Path(args.start) if args.start else DEFAULT_MODEL_DIR
     overrides = {k: v for k, v in (("lr", args.lr), ("epochs", args.epochs)) if v is not None}
-    config = TrainConfig(**{**ADAPT_DEFAULTS, **overrides, "seed": args.seed, "device": "cpu", "threads": args.threads})
+    fixed = {"seed": args.seed, "device": "cpu", "threads": args.threads}
+    config = TrainConfig(**{**ADAPT_DEFAULTS, **overrides, **fixed})
+    label_free = TrainConfig(**{**LABEL_FREE_DEFAULTS, **overrides, **fixed})  # what `train --teacher` uses
     settings = AdaptConfig(start=str(start_dir), **json.loads(args.settings))
     out: dict[str, Any] = {"answers": len(answers), "labelled": len(labelled), "test_questions": len(test)}
     say = (lambda m: print(f"  {m}", flush=True)) if args.verbose else None
@@ -191,10 +194,10 @@ def run_corpus(
 
     measure("start", start_dir)
     t0 = time.perf_counter()
-    result = adapt_unlabelled(config, settings, list(answers.values()), teacher, log=say)
+    result = adapt_unlabelled(label_free, settings, list(answers.values()), teacher, log=say)
     export_model(result, tmp / f"{name}-teacher", name="adapted-teacher")
     measure("train --teacher", tmp / f"{name}-teacher", result, time.perf_counter() - t0)
-    if len(labelled) >= 4:
+    if len(labelled) >= 4 and not args.teacher_only:
         train_groups = groups_of(answers, labelled, "train")
         for system, mix in (("train", None), ("train + teacher", teacher)):
             t0 = time.perf_counter()
@@ -288,6 +291,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=None, help="learning rate (default: adaptation's)")
     parser.add_argument("--epochs", type=int, default=None, help="epochs (default: adaptation's)")
     parser.add_argument("--settings", default="{}", help="AdaptConfig fields as JSON, e.g. '{\"anchor\": 0.1}'")
+    parser.add_argument("--teacher-only", action="store_true", help="only the start model and `train --teacher`")
     parser.add_argument("--render", action="store_true", help="only rewrite the docs table from the results file")
     parser.add_argument("--merge", action="store_true", help="keep the other corpora of the results file")
     parser.add_argument("--verbose", action="store_true", help="per-epoch progress")

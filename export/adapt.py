@@ -3,10 +3,12 @@
 Both training modes of ``qaindex train`` start from a model directory (the built-in default
 unless told otherwise) instead of from random weights:
 
-- **label-free** (:func:`adapt_unlabelled`): a corpus's answers and a sentence teacher. Each
-  answer gets pseudo-questions (:func:`qaindex_export.train.pseudo_questions`); the loss is
-  the cross-entropy between the teacher's ``softmax(cos / τ)`` over a step's candidate
-  answers and the student's ``softmax(score)``;
+- **label-free** (:func:`adapt_unlabelled`): a corpus's answers and a sentence teacher. The
+  table is fitted so that each answer's summed vector points where the teacher's sentence
+  vector points (the cosine term); optionally (``pseudo_questions``, ``pair_weight``) also
+  pseudo-questions cut from the answers, and a ranking term: the cross-entropy between the
+  teacher's ``softmax(cos / τ)`` over a step's candidate answers and the student's
+  ``softmax(score)``;
 - **supervised** (:func:`adapt_supervised`): labelled questions. The loss mixes the labels'
   cross-entropy (``1 - teacher_weight``) with the same distillation loss
   (``teacher_weight``), the teacher being MiniLM when given, else the start model itself
@@ -22,8 +24,8 @@ What keeps the result from ending worse than the start:
    epoch after it is compared with it, and the best one is kept (ties keep the earlier, so
    the start model wins unless training beats it); training stops after ``adapt_patience``
    epochs without a better MRR@10;
-3. **an L2 pull towards the start point**: ``anchor · Σ_p |θ_p - θ_p⁰|²`` over every adapted
-   weight.
+3. **an L2 pull towards the start point** (with labels; off by default without): ``anchor ·
+   Σ_p |θ_p - θ_p⁰|²`` over every adapted weight.
 
 What is adapted: the start model's per-token table ``T`` (read from its ``encoder.onnx``),
 as ``x_t = (I + M)(T_t + Δ_t)`` with a shared linear map ``M`` (generalises to words that
@@ -239,6 +241,7 @@ def _fit(
         f"P@1 {start_metrics['p@1']:.4f}  ({start_metrics['questions']} queries)"
     )
     since_top, stop = 0, "every epoch ran"
+    anchor = settings.anchor_for(labelled=task.mode != "teacher")
     # the ranking terms: label-free, the teacher's soft targets weighted by pair_weight; supervised, labels + teacher
     beta = task.teacher_weight
     rank_weight = settings.pair_weight if task.mode == "teacher" else 1.0
@@ -294,9 +297,9 @@ def _fit(
                 loss = loss + settings.cosine_weight * fit
             if not loss.requires_grad:
                 continue
-            if settings.anchor > 0:
+            if anchor > 0:
                 pull = sum(((p - initial[name]) ** 2).sum() for name, p in model.named_parameters())
-                loss = loss + settings.anchor * cast(Tensor, pull)
+                loss = loss + anchor * cast(Tensor, pull)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -351,7 +354,7 @@ def _fit(
         "teacher": task.teacher.describe,
         "teacher_weight": beta,
         "cosine_term": task.alignment if cosine else None,
-        "settings": settings.to_dict(),
+        "settings": {**settings.to_dict(), "anchor": anchor},
         "answer_norms": {
             "start_std": history[0].get("answer_norm_std"),
             "final_std": norms["ball_std"] if norms else None,
@@ -435,7 +438,6 @@ def adapt_unlabelled(
     *,
     start: StartPoint | str | os.PathLike[str] | None = None,
     log: Log | None = None,
-    pseudo_per_answer: int = 4,
     dev_per_answer: int = 2,
     max_dev: int = 400,
     neighbours: bool = True,
@@ -446,11 +448,13 @@ def adapt_unlabelled(
     each, at most ``max_dev``) are the held-out split, each one's correct answer being the
     teacher's top answer among the *other* answers (``neighbours``; the answer it was cut from
     is left out of its pool, so a lexical copy cannot score and the split measures whether the
-    model ranks like the teacher), else over the whole corpus; the others'
-    ``pseudo_per_answer`` pseudo-questions train. With ``settings.cosine_weight > 0`` every
-    answer and training pseudo-question is also fitted by the cosine term (the teacher's
-    sentence vector, centred and aligned to the start: :func:`teacher_alignment`); with
-    ``settings.pair_weight > 0`` the pseudo-questions also train the ranking term.
+    model ranks like the teacher), else over the whole corpus. With ``settings.cosine_weight > 0``
+    every answer (held-out ones included: only their pseudo-questions are held out) is fitted by
+    the cosine term (the teacher's sentence vector, centred and aligned to the start:
+    :func:`teacher_alignment`), and so are ``settings.pseudo_questions`` pseudo-questions of
+    each training answer (default 0: on every corpus measured, fitting the cut spans lowered
+    real questions' MRR@10); with ``settings.pair_weight > 0`` those pseudo-questions also
+    train the ranking term.
 
     Parameters
     ----------
@@ -491,7 +495,7 @@ def adapt_unlabelled(
         held[rng.choice(n, size=n_dev, replace=False)] = True
         query, positives = [], []
         for i in np.flatnonzero(~held):
-            for pq in pseudo_questions(texts[i], rng, pseudo_per_answer):
+            for pq in pseudo_questions(texts[i], rng, settings.pseudo_questions):
                 query.append(table.add(pq, "question"))
                 positives.append(pool[i : i + 1])
         dev_rng = np.random.default_rng(config.seed + 1)
@@ -500,7 +504,7 @@ def adapt_unlabelled(
             for pq in pseudo_questions(texts[i], dev_rng, dev_per_answer):
                 source_of.setdefault(table.add(pq, "question"), int(i))
         dev_query = list(source_of)[:max_dev]
-        all_rows = np.unique(np.concatenate([pool, np.array(query), np.array(dev_query)]))
+        all_rows = np.unique(np.concatenate([pool, np.array(query, dtype=np.int64), np.array(dev_query, np.int64)]))
         teach = sentence_teacher(teacher, table, all_rows, say)
         dev_q = np.array(dev_query, dtype=np.int64)
         t_pool = teach.vectors[torch.from_numpy(pool)]

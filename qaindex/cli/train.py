@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from qaindex_export.adapt_config import ADAPT_DEFAULTS, AdaptConfig
+from qaindex_export.adapt_config import ADAPT_DEFAULTS, LABEL_FREE_DEFAULTS, AdaptConfig
 from qaindex_export.config import TrainConfig, read_config_file
 
 from ..errors import MissingDependencyError, QAIndexError
@@ -283,9 +283,10 @@ def train(
 
     With --teacher minilm, TRAIN.jsonl may be a plain corpus of answers with no questions at
     all: the model is then fine-tuned against the teacher's sentence embeddings of the
-    answers and of pseudo-questions cut from them (no labels needed). Adaptation defaults to
-    Adam, lr 0.005, batch 64, 12 epochs; from scratch, to the recipe of the built-in model
-    (Adam, lr 0.02, batch 64, 20 epochs).
+    answers (no labels needed; pseudo-questions cut from them are the held-out split).
+    Adaptation defaults to Adam, lr 0.005, batch 64, 12 epochs (without labels: lr 0.002,
+    20 epochs); from scratch, to the recipe of the built-in model (Adam, lr 0.02, batch 64,
+    20 epochs).
     """
     try:
         _require_torch()
@@ -311,7 +312,8 @@ def train(
             if checkpoint is not None:
                 raise click.UsageError("--checkpoint saves models trained from scratch; add --from-scratch")
             try:
-                config = TrainConfig(**{**ADAPT_DEFAULTS, **values}).validate()
+                defaults = LABEL_FREE_DEFAULTS if answers is not None else ADAPT_DEFAULTS
+                config = TrainConfig(**{**defaults, **values}).validate()
                 result = _adapt(train_file, dev_file, teacher, config, answers, adapt, log)
             except TypeError as exc:  # a wrongly typed value from a config file
                 raise QAIndexError(f"{config_file}: invalid settings ({exc})") from None

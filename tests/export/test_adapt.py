@@ -258,7 +258,8 @@ def test_label_free_adaptation_improves_a_weak_start_and_spreads_norms(tmp_path:
     start = write_start(tmp_path / "weak", table)
     config = TrainConfig(**{**FAST, "epochs": 10, "lr": 0.02})
     # the ranking term on the pseudo-questions (with its norm term) on, as well as the cosine term
-    result = adapt_unlabelled(config, AdaptConfig(pair_weight=1.0), answers, teacher, start=start)
+    settings = AdaptConfig(pair_weight=1.0, pseudo_questions=4)
+    result = adapt_unlabelled(config, settings, answers, teacher, start=start)
     report = result.diagnostics["adaptation"]
     assert result.history[0]["epoch"] == 0 and report["kept_epoch"] > 0
     assert report["final_metrics"]["mrr@10"] > report["start_metrics"]["mrr@10"] + 0.1
@@ -354,6 +355,18 @@ def static_corpus(rng: np.random.Generator) -> tuple[list[str], list[tuple[str, 
     return answers, questions
 
 
+def varied_corpus(rng: np.random.Generator, n: int = 120) -> tuple[list[str], list[tuple[str, int]]]:
+    """Like :func:`static_corpus`, with 0-6 filler words per answer: the answers alone (what
+    label-free adaptation fits by default) then tell the filler words' rows from the topics'."""
+    answers = [
+        " ".join(rng.permutation([*rng.choice(WORDS, 2, replace=False), *rng.choice(FILL, int(rng.integers(0, 7)))]))
+        for _ in range(n)
+    ]
+    questions = [(" ".join([a.split()[[w in WORDS for w in a.split()].index(True)], *rng.choice(FILL, 2)]), i)
+                 for i, a in enumerate(answers)]  # fmt: skip
+    return answers, questions
+
+
 def test_teacher_alignment_recovers_a_rotated_centred_space() -> None:
     from qaindex_export.adapt import teacher_alignment
 
@@ -368,12 +381,14 @@ def test_teacher_alignment_recovers_a_rotated_centred_space() -> None:
 
 def test_label_free_adaptation_moves_a_static_start_towards_the_teacher(tmp_path: Path) -> None:
     rng = np.random.default_rng(7)
-    answers, questions = static_corpus(rng)
+    answers, questions = varied_corpus(rng)
     start = write_static_start(tmp_path / "start")
-    config = TrainConfig(**{**FAST, "epochs": 8, "lr": 0.05, "batch_size": 32})
-    result = adapt_unlabelled(config, AdaptConfig(adapt_patience=8), answers, topic_teacher(), start=start)
+    config = TrainConfig(**{**FAST, "epochs": 12, "lr": 0.1, "batch_size": 32})
+    result = adapt_unlabelled(config, AdaptConfig(), answers, topic_teacher(), start=start)
     report = result.diagnostics["adaptation"]
-    assert report["cosine_term"]["texts"] > len(answers) and 0.0 < report["cosine_term"]["start_cosine"] < 0.9
+    # by default the cosine term fits the answers alone (the pseudo-questions are only the held-out split)
+    assert report["cosine_term"]["texts"] == len(answers) and 0.0 < report["cosine_term"]["start_cosine"] < 0.9
+    assert report["held_out"]["pseudo_questions"] > 0 and report["settings"]["anchor"] == 0.0
     assert report["kept_epoch"] > 0, report["why"]
     assert report["final_metrics"]["mrr@10"] > report["start_metrics"]["mrr@10"] + 0.1
     chosen = report["selection"]["epochs"][report["kept_epoch"] - 1]
@@ -387,6 +402,47 @@ def test_label_free_adaptation_moves_a_static_start_towards_the_teacher(tmp_path
     # real questions (never seen: neither they nor their words' labels), through the exported model
     out = export_model(result, tmp_path / "adapted")
     assert brute_force_mrr10(out, answers, questions) > brute_force_mrr10(start, answers, questions) + 0.1
+
+
+def noise_teacher(seed: int = 5) -> Callable[[list[str]], np.ndarray]:
+    """A fake sentence teacher that knows nothing: each text's vector is random (fixed per text)."""
+    memory: dict[str, np.ndarray] = {}
+    rng = np.random.default_rng(seed)
+
+    def teacher(texts: list[str]) -> np.ndarray:
+        return np.stack([memory.setdefault(t, rng.normal(size=10)) for t in texts])
+
+    return teacher
+
+
+def test_label_free_adaptation_keeps_the_start_when_the_teacher_is_noise(tmp_path: Path) -> None:
+    """Fitting a noise teacher moves the model (held-out ranks change at every epoch) but never
+    beyond noise on the held-out split: the start model is handed back unchanged."""
+    rng = np.random.default_rng(7)
+    answers, questions = varied_corpus(rng)
+    start = write_static_start(tmp_path / "start")
+    config = TrainConfig(**{**FAST, "epochs": 12, "lr": 0.1, "batch_size": 32})
+    result = adapt_unlabelled(config, AdaptConfig(adapt_patience=12), answers, noise_teacher(), start=start)
+    report = result.diagnostics["adaptation"]
+    epochs = report["selection"]["epochs"]
+    assert len(epochs) == 12 and all(e["better"] + e["worse"] > 0 for e in epochs)  # training did move it
+    assert not any(e["significant"] for e in epochs)
+    assert report["kept_epoch"] == 0 and result.best_epoch == 0
+    assert report["final_metrics"] == report["start_metrics"]
+    assert report["why"].endswith("so the start model is kept unchanged")
+    # what is exported is the start model: the same vectors, the same ranking of real questions
+    out = export_model(result, tmp_path / "kept")
+    texts = [*answers[:5], *(q for q, _ in questions[:5])]
+    np.testing.assert_allclose(
+        Model.load(out).encode(texts, role="answer"), Model.load(start).encode(texts, role="answer"), atol=1e-5
+    )
+    assert brute_force_mrr10(out, answers, questions) == pytest.approx(brute_force_mrr10(start, answers, questions))
+
+
+def test_adapt_config_refuses_a_ranking_term_without_pseudo_questions() -> None:
+    with pytest.raises(ValueError, match=r"pair_weight 1\.0 ranks pseudo-questions: set pseudo_questions to 1 or more"):
+        AdaptConfig(pair_weight=1.0).validate()
+    assert AdaptConfig(pair_weight=1.0, pseudo_questions=2).validate().pseudo_questions == 2
 
 
 def test_paired_gain_test_counts_and_p_values() -> None:
@@ -428,3 +484,26 @@ def test_a_noisy_gain_on_a_tiny_held_out_split_keeps_the_start(tmp_path: Path) -
         f"{best['worse']} worse, sign-test p {best['sign_p']:.3g}, bootstrap p {best['bootstrap_p']:.3g}; needed both "
         "p <= 0.05), so the start model is kept unchanged"
     )
+
+
+def test_cli_train_without_labels_uses_the_label_free_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import qaindex_export.distill as distill
+
+    monkeypatch.setattr(distill, "minilm_sentence_teacher", lambda **_kw: topic_teacher())
+    answers, _ = varied_corpus(np.random.default_rng(7), n=40)
+    corpus = tmp_path / "answers.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"a{i}", "answer": a}) + "\n" for i, a in enumerate(answers)))
+    start = write_static_start(tmp_path / "start")
+    out = tmp_path / "adapted"
+    common = ["train", str(corpus), "--teacher", "minilm", "--start", str(start), "--out", str(out), "--epochs", "2",
+              "--threads", "1", "--device", "cpu", "--quiet"]  # fmt: skip
+    res = CliRunner().invoke(main, common)
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    config = manifest["training"]["config"]
+    assert (config["lr"], config["epochs"]) == (0.002, 2)  # label-free step size; --epochs given wins
+    settings = manifest["metrics"]["adaptation"]["settings"]
+    assert (settings["anchor"], settings["pseudo_questions"]) == (0.0, 0)
+    res = CliRunner().invoke(main, [*common, "--pair-weight", "1"])
+    assert res.exit_code == 1
+    assert "pair_weight 1.0 ranks pseudo-questions: set pseudo_questions to 1 or more" in res.output
