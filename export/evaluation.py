@@ -139,6 +139,17 @@ def evaluate_data(
     return out
 
 
+def best_result(
+    model: DualEncoderQA, state: dict[str, Any], split: Split, table: TextTable, device: torch.device, **fields: Any
+) -> TrainResult:
+    """The model at its best epoch (``state`` loaded, eval mode) as a :class:`TrainResult`
+    with its dev :func:`diagnostics`; ``fields`` are the result's other fields."""
+    model.load_state_dict(state)
+    model.eval()
+    norms, extra = diagnostics(model, split, table, device)
+    return TrainResult(model=model, norms=norms, diagnostics=extra, device=device.type, **fields)
+
+
 def diagnostics(
     model: DualEncoderQA, split: Split, table: TextTable, device: torch.device
 ) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -61,7 +61,7 @@ from .checkpoints import load_checkpoint, save_checkpoint
 from .config import OPTIMIZERS, RECURRENT_KINDS, SAMPLINGS, TrainConfig
 from .data import Split, TextTable, hold_out_dev, load_groups, split_groups, training_pairs
 from .embeddings import Embeddings, build_embeddings
-from .evaluation import diagnostics, encode_texts, evaluate, evaluate_data
+from .evaluation import best_result, encode_texts, evaluate, evaluate_data
 from .families import from_config, make_optimizer
 from .models import DualEncoderQA, hinge_loss, riemannian_hook
 from .negatives import hard_negatives, max_of_pool, random_negatives
@@ -282,23 +282,10 @@ def _train_one(
                 say(f"[{tag}] no better dev MAP for {config.patience} epochs; stopping")
                 break
         assert best_state is not None
-        model.load_state_dict(best_state)
-        model.eval()
-        norms, extra = diagnostics(model, dev_split, table, device)
-        return TrainResult(
-            model=model,
-            tokenizer=tokenizer,
-            config=config,
-            best_epoch=best_epoch,
-            dev=best_dev,
-            history=history,
-            norms=norms,
-            data={},
-            embeddings={},
-            seconds=0.0,
-            diagnostics=extra,
-            device=device.type,
-        )
+        return best_result(
+            model, best_state, dev_split, table, device, tokenizer=tokenizer, config=config, best_epoch=best_epoch,
+            dev=best_dev, history=history, data={}, embeddings={}, seconds=0.0,
+        )  # fmt: skip
     finally:
         torch.set_num_threads(old_threads)
         torch.use_deterministic_algorithms(old_deterministic)

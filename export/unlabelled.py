@@ -22,7 +22,7 @@ from qaindex.eval.datasets import Candidate, QuestionGroup
 from .config import TrainConfig
 from .data import TextTable, split_groups
 from .embeddings import Embeddings, build_embeddings
-from .evaluation import diagnostics, evaluate
+from .evaluation import best_result, evaluate
 from .families import build_model, make_optimizer
 from .models import DualEncoderQA
 from .result import Log, TrainResult, resolve_device, stderr_log
@@ -261,17 +261,17 @@ def train_unlabelled(
                 f"[{tag}] epoch {epoch}/{config.epochs}  loss {total / max(1, steps):.4f}  dev MAP {dev['map']:.4f}  "
                 f"MRR {dev['mrr']:.4f}  {seconds:.2f}s{'  *best' if improved else ''}"
             )
-        model.load_state_dict(best_state)
-        model.eval()
-        norms, extra = diagnostics(model, dev_split, table, device)
-        return TrainResult(
-            model=model,
+        return best_result(
+            model,
+            best_state,
+            dev_split,
+            table,
+            device,
             tokenizer=tokenizer,
             config=config,
             best_epoch=best_epoch,
             dev=best_dev,
             history=history,
-            norms=norms,
             data={
                 "train": {"answers": n, "pseudo_questions": n * pseudo_per_answer, "labels": None},
                 "dev": {"pseudo_questions": len(dev_texts), "candidates": dev_candidates, "positive": "teacher top-1"},
@@ -291,8 +291,6 @@ def train_unlabelled(
                 "pseudo_per_answer": pseudo_per_answer,
                 "head_init": f"{init_scale}·[I; -I]",
             },
-            diagnostics=extra,
-            device=device.type,
             dev_groups=groups,
         )
     finally:
