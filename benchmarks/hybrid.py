@@ -72,7 +72,7 @@ from qaindex.errors import ModelFormatError
 from qaindex.eval.calibration import _logistic, labelled_pool, summary
 from qaindex.eval.datasets import read_labelled
 from qaindex.model import DEFAULT_MODEL_DIR, Model
-from qaindex.search.fusion import Fusion, dense_weight, fuse, fusion_from, hybrid_arrays
+from qaindex.search.fusion import Fusion, dense_weight, fuse, fusion_from, hybrid_arrays, question_coverage
 from qaindex.store.storage import read_json_object, write_json_atomic
 from qaindex.text.lexical import top_rows
 
@@ -90,9 +90,11 @@ FIXED = {
     "convex w=0.5": Fusion("convex", weight=0.5),
     "convex w=0.8": Fusion("convex", weight=0.8),
 }
-GRID_A = [round(x, 2) for x in np.arange(-1.5, 0.51, 0.25)]
-GRID_B = [0.5, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0]
-GRID_TERMS = [6.0, 8.0, 10.0, 15.0, math.inf]
+GRID_A = [round(x, 2) for x in np.arange(-1.0, 1.01, 0.25)]
+GRID_B = [0.0, 0.5, 1.0, 1.5, 2.0, 2.5]
+GRID_DE = [(1.0, 0.0)] + [(d, e) for d in (1.0, 1.25, 1.5, 1.75) for e in (0.5, 1.0, 1.5, 2.0, 2.5)]
+GRID_TERMS = [8.0, 10.0, 15.0, math.inf]
+PREVIOUS = "adaptive, previous rule (no coverage)"
 CANDIDATE_ONLY = (100, 1000)
 NO_SCAN = "default, no BM25 scan"
 ORACLE_W = [round(w, 1) for w in np.arange(0.0, 1.01, 0.1)]
@@ -169,6 +171,8 @@ class Collected:
     dense: list[np.ndarray]
     lexical: list[np.ndarray]
     terms: list[int]
+    query_terms: list[np.ndarray]  # the question's BM25 term ids (LexicalIndex.query)
+    coverage: list[float]  # lexical coverage of BM25's best answer (the adaptive rule's cov(q))
     wide_rows: np.ndarray  # dense top max(CANDIDATE_ONLY), exact, best first
     wide_dense: np.ndarray
     wide_lexical: list[np.ndarray]
@@ -183,7 +187,7 @@ def collect(model: Model, pool: Pool) -> Collected:
     qv = model.encode(pool.questions, role="question")
     wide = min(len(ranker), max(CANDIDATE_ONLY))
     w_scores, _, w_rows = ranker.search_vectors(qv, wide)
-    out = Collected(ranker, lexical.ratio, [], [], [], [], w_rows, w_scores, [], [], [])
+    out = Collected(ranker, lexical.ratio, [], [], [], [], [], [], w_rows, w_scores, [], [], [])
     vectors = np.asarray(ranker._vectors)
     for i, question in enumerate(pool.questions):
         terms, length = lexical.query(question)
@@ -195,6 +199,9 @@ def collect(model: Model, pool: Pool) -> Collected:
         out.dense.append(s[0])
         out.lexical.append(full[rows])
         out.terms.append(length)
+        out.query_terms.append(terms)
+        lex = full[rows]
+        out.coverage.append(lexical.coverage(terms, length, int(rows[np.argmax(lex)])) if lex.max() > 0 else 0.0)
         out.wide_lexical.append(full[w_rows[i]])
         out.dense_top.append(w_rows[i, :K].tolist())
         out.bm25_top.append(bm25_rows[:K].tolist())
@@ -209,12 +216,12 @@ def _rr(ranked: list[int], good: set[int]) -> float:
 
 
 def ranked_by(
-    fusion: Fusion, rows: np.ndarray, dense: np.ndarray, lexical: np.ndarray, ratio: Any, terms: int
+    fusion: Fusion, rows: np.ndarray, dense: np.ndarray, lexical: np.ndarray, ratio: Any, terms: int, coverage: float
 ) -> list[int]:
     """The runtime's order of one question's candidates (qaindex.search.fusion.hybrid_arrays)."""
     rule = fusion
     if fusion.rule == "adaptive":
-        rule = Fusion("convex", weight=dense_weight(fusion, ratio, terms))
+        rule = Fusion("convex", weight=dense_weight(fusion, ratio, terms, coverage))
     fused = fuse(dense, lexical, rule)
     return rows[np.lexsort((rows, -dense.astype(np.float64), -fused))][:K].tolist()
 
@@ -224,11 +231,12 @@ def rr_of(c: Collected, pool: Pool, fusion: Fusion, only: int | None = None) -> 
     out = np.empty(len(pool.questions))
     for i, good in enumerate(pool.relevant):
         if only is None:
-            ranked = ranked_by(fusion, c.rows[i], c.dense[i], c.lexical[i], c.ratio, c.terms[i])
+            cov = c.coverage[i] if fusion.rule == "adaptive" and fusion.e else 0.0
+            ranked = ranked_by(fusion, c.rows[i], c.dense[i], c.lexical[i], c.ratio, c.terms[i], cov)
         else:
-            ranked = ranked_by(
-                fusion, c.wide_rows[i, :only], c.wide_dense[i, :only], c.wide_lexical[i][:only], c.ratio, c.terms[i]
-            )
+            rows, lex = c.wide_rows[i, :only], c.wide_lexical[i][:only]
+            cov = question_coverage(fusion, c.ranker._lexical, c.query_terms[i], c.terms[i], rows, lex)
+            ranked = ranked_by(fusion, rows, c.wide_dense[i, :only], lex, c.ratio, c.terms[i], cov)
         out[i] = _rr(ranked, good)
     return out
 
@@ -259,18 +267,36 @@ def parts(c: Collected, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit(
-    collected: dict[str, Collected], pools: dict[str, Pool], terms_grid: list[float]
+    collected: dict[str, Collected],
+    pools: dict[str, Pool],
+    terms_grid: list[float],
+    de_grid: list[tuple[float, float]],
 ) -> tuple[Fusion, dict[str, Any]]:
-    """The adaptive constants with the best worst-case margin over the fit pools' half A."""
-    halves = {n: half_a(len(pools[n].questions)) for n in collected}
+    """The adaptive constants with the best worst-case margin over the fit pools' half A (ties:
+    the best mean MRR@10 there), on the grid ``GRID_A x GRID_B x de_grid x terms_grid``."""
+    halves = {n: np.flatnonzero(half_a(len(pools[n].questions))) for n in collected}
     best_part = {}
     for n, c in collected.items():
         d, b = parts(c, pools[n])
         best_part[n] = max(d[halves[n]].mean(), b[halves[n]].mean())
+    seen: dict[tuple[str, int, float], float] = {}  # reciprocal rank by (pool, question, dense weight)
+
+    def rr_at(n: str, i: int, w: float) -> float:
+        if (n, i, w) not in seen:
+            c = collected[n]
+            ranked = ranked_by(Fusion("convex", weight=w), c.rows[i], c.dense[i], c.lexical[i], None, 1, 0.0)
+            seen[n, i, w] = _rr(ranked, pools[n].relevant[i])
+        return seen[n, i, w]
+
     best: tuple[tuple[float, float], Fusion] | None = None
-    for a, b, terms in itertools.product(GRID_A, GRID_B, terms_grid):
-        fusion = Fusion("adaptive", weight=0.5, a=a, b=b, terms=terms)
-        fused = {n: rr_of(c, pools[n], fusion)[halves[n]].mean() for n, c in collected.items()}
+    for a, b, (d, e), terms in itertools.product(GRID_A, GRID_B, de_grid, terms_grid):
+        fusion = Fusion("adaptive", weight=0.5, a=a, b=b, terms=terms, d=d, e=e)
+        fused = {
+            n: float(np.mean([
+                rr_at(n, int(i), dense_weight(fusion, c.ratio, c.terms[i], c.coverage[i])) for i in halves[n]
+            ]))
+            for n, c in collected.items()
+        }  # fmt: skip
         key = (round(min(fused[n] - best_part[n] for n in fused), 4), float(np.mean(list(fused.values()))))
         if best is None or key > best[0]:
             best = (key, fusion)
@@ -287,7 +313,8 @@ def hit_features(
     labels: list[int] = []
     for i in np.flatnonzero(mask):
         rows, s, lex = c.rows[i], c.dense[i], c.lexical[i]
-        fused = fuse(s, lex, Fusion("convex", weight=dense_weight(fusion, c.ratio, c.terms[i])))
+        cov = c.coverage[i] if fusion.e else 0.0
+        fused = fuse(s, lex, Fusion("convex", weight=dense_weight(fusion, c.ratio, c.terms[i], cov)))
         order = np.lexsort((rows, -s.astype(np.float64), -fused))[:K]
         p = np.clip(model.calibration(s[order], float(s[order].max())), 1e-6, 1 - 1e-6)
         best = float(lex.max())
@@ -324,6 +351,7 @@ def quality_row(c: Collected, pool: Pool, rules: dict[str, Fusion]) -> dict[str,
     a = half_a(len(pool.questions))
     d, b = parts(c, pool)
     row: dict[str, Any] = {"answers": len(pool.records), "questions": len(pool.questions), "ratio": c.ratio}
+    row["median coverage"] = round(float(np.median(c.coverage)), 4)
 
     def put(name: str, rr: np.ndarray) -> None:
         row[name] = round(float(rr.mean()), 4)
@@ -492,6 +520,7 @@ def table(results: dict[str, Any]) -> str:
     corpora = results.get("corpora", {})
     if corpora:
         rules = results["rules"]
+        assert fitted is not None
         cols = ["dense", "BM25", *rules, *(f"default, BM25 on dense top {n}" for n in CANDIDATE_ONLY), NO_SCAN]
         short = {f"default, BM25 on dense top {n}": f"default, BM25 on dense top {n} only" for n in CANDIDATE_ONLY}
         short[NO_SCAN] = "default, no BM25 scan (large indexes)"
@@ -499,14 +528,18 @@ def table(results: dict[str, Any]) -> str:
             "",
             f"MRR@{K}, whole-corpus search (every answer indexed, {len(JUNK_ANSWERS)} junk answers added), "
             f"built-in default model. The default rule is **adaptive** with a = {fitted['a']:g}, b = {fitted['b']:g}, "
-            f"terms = {fitted['terms']:g}, fitted on half A of the fit pools ({', '.join(results['fit_pools'])}): "
-            f"the other corpora are held out entirely. **Bold**: at least as good as both dense and BM25. "
-            f"ρ: the corpus's measured dense/BM25 ratio.",
+            f"d = {fitted.get('d', 1):g}, e = {fitted.get('e', 0):g}, terms = {fitted['terms'] or math.inf:g}, "
+            f"fitted on half A of "
+            f"the fit pools ({', '.join(results['fit_pools'])}): the other corpora are held out entirely. "
+            f"*{PREVIOUS}*: the same fit without the coverage term (a = {rules[PREVIOUS]['a']:g}, "
+            f"b = {rules[PREVIOUS]['b']:g}, terms = {rules[PREVIOUS]['terms'] or math.inf:g}). **Bold**: at least as "
+            f"good as both dense and BM25. ρ: the corpus's measured dense/BM25 ratio; cov: the questions' median "
+            f"lexical coverage.",
             "",
-            "| corpus | answers | questions | ρ | "
+            "| corpus | answers | questions | ρ | cov | "
             + " | ".join(short.get(c, c) for c in cols)
             + " | best convex w (labels: upper bound) |",
-            "|---|---|---|---|" + "---|" * len(cols) + "---|",
+            "|---|---|---|---|---|" + "---|" * len(cols) + "---|",
         ]
         for name, row in corpora.items():
             both = max(row["dense"], row["BM25"])
@@ -517,16 +550,29 @@ def table(results: dict[str, Any]) -> str:
             fit = " (fit pool)" if name in results["fit_pools"] else ""
             lines.append(
                 f"| {name}{fit} | {row['answers']} | {row['questions']} | {row['ratio']:.2f} | "
+                f"{row.get('median coverage', float('nan')):.2f} | "
                 + " | ".join(cells)
                 + f" | {row['best convex (labels)']:.3f} (w = {row['best convex w']}) |"
             )
         held = [n for n in corpora if n not in results["fit_pools"]]
-        wins = [n for n in held if corpora[n]["adaptive (default)"] >= max(corpora[n]["dense"], corpora[n]["BM25"])]
+
+        def wins(names: list[str], rule: str = "adaptive (default)") -> list[str]:
+            return [n for n in names if corpora[n].get(rule, -1) >= max(corpora[n]["dense"], corpora[n]["BM25"])]
+
+        fit_pools = [n for n in corpora if n in results["fit_pools"]]
+        won, won_fit = wins(held), wins(fit_pools)
         lines += [
             "",
-            f"The default is at least as good as both its parts on {len(wins)} of {len(held)} held-out corpora"
-            + (f" (not on: {', '.join(n for n in held if n not in wins)})" if len(wins) < len(held) else "")
-            + ". Half B of the fit pools (questions the fit never saw): "
+            f"The default is at least as good as both its parts on {len(won)} of {len(held)} held-out corpora"
+            + (f" (not on: {', '.join(n for n in held if n not in won)})" if len(won) < len(held) else "")
+            + f" and on {len(won_fit)} of {len(fit_pools)} fit pools"
+            + (
+                f" (not on: {', '.join(n for n in fit_pools if n not in won_fit)})"
+                if len(won_fit) < len(fit_pools)
+                else ""
+            )
+            + f"; the previous rule on {len(wins(held, PREVIOUS))} of {len(held)} and {len(wins(fit_pools, PREVIOUS))} "
+            f"of {len(fit_pools)}. Half B of the fit pools (questions the fit never saw): "
             + ", ".join(
                 f"{n} {corpora[n]['adaptive (default) (half B)']:.3f} vs dense {corpora[n]['dense (half B)']:.3f} / "
                 f"BM25 {corpora[n]['BM25 (half B)']:.3f}"
@@ -634,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     fit_set = {n: collected[n] for n in fit_names if n in collected}
     if args.fit:
-        fitted, info = fit(fit_set, pools, GRID_TERMS)
+        fitted, info = fit(fit_set, pools, GRID_TERMS, GRID_DE)
         fitted = fit_score(fit_set, pools, fitted, model)
         entry = {**fitted.to_json(), "fitted_on": fit_names, "half": "A (seed 0)", **info}
         store_fusion(args.model, fitted, entry)
@@ -644,8 +690,14 @@ def main(argv: list[str] | None = None) -> int:
     results["fitted"] = fusion.to_json()
     results["fit_pools"] = fit_names
     if "quality" not in args.skip:
-        corpus_only, _ = fit(fit_set, pools, [math.inf])
-        rules = {**FIXED, "adaptive, corpus ratio only": corpus_only, "adaptive (default)": fusion}
+        corpus_only, _ = fit(fit_set, pools, [math.inf], [(1.0, 0.0)])
+        previous_rule, _ = fit(fit_set, pools, GRID_TERMS, [(1.0, 0.0)])
+        rules = {
+            **FIXED,
+            "adaptive, corpus ratio only": corpus_only,
+            PREVIOUS: previous_rule,
+            "adaptive (default)": fusion,
+        }
         results["rules"] = {n: f.to_json() for n, f in rules.items()}
         results["corpora"] = {}
         for name, pool in pools.items():
