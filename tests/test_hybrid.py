@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +180,7 @@ def test_hybrid_ranking_equals_brute_force_fusion(faq_hybrid: Ranker, fusion: Fu
     lexical = _bm25s_scores(ANSWERS, QUESTIONS)
     ids = [r["id"] for r in RECORDS]
     from_lexical = 0  # hits that only BM25 recalled: the union is exercised
+    moved = 0  # questions the question part reorders: the coverage is exercised
     for question, lex in zip(QUESTIONS, lexical, strict=True):
         s, d = model.score(model.encode([question], role="question"), av[None])
         dense_rows = _top(s[0].astype(np.float64) - 1e-9 * d[0], m, rows=np.arange(len(ANSWERS)))
@@ -188,7 +190,10 @@ def test_hybrid_ranking_equals_brute_force_fusion(faq_hybrid: Ranker, fusion: Fu
         from_lexical += len(set(got) - {ids[r] for r in dense_rows})
         batch = faq_hybrid.search_batch([question, "refund"], k=k, fusion=fusion)[0]
         assert [h.id for h in batch] == expected
+        if fusion.rule == "adaptive" and fusion.e:
+            moved += got != [h.id for h in faq_hybrid.search(question, k=k, fusion=replace(fusion, d=1.0, e=0.0))]
     assert from_lexical > 0
+    assert moved > 0 or not (fusion.rule == "adaptive" and fusion.e)
 
 
 @pytest.mark.parametrize("kind", ["hnsw", "ivf", "pq"])
