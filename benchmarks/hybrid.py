@@ -3,9 +3,11 @@ corpus, added latency at scale, calibration error of hybrid hits.
 
 1. **Fit** (``--fit``). The ``adaptive`` rule (``qaindex.search.fusion``: a convex combination of
    min-max normalised model and BM25 scores whose dense weight is ``clip(a + b * rho, 0, 1)
-   * min(1, terms / n(q))``, ``rho`` the corpus's label-free dense/BM25 ratio measured at
-   build time, ``n(q)`` the question's BM25 terms) has three constants. They are chosen on
-   **half A** (a seeded half of the questions) of the *fit pools* only: the example FAQ
+   * clip(d - e * cov(q), 0, 1) * min(1, terms / n(q))``, ``rho`` the corpus's label-free
+   dense/BM25 ratio measured at build time, ``cov(q)`` the question's lexical coverage, the
+   IDF share of its terms that BM25's best answer holds, ``n(q)`` the question's BM25 terms)
+   has five constants, chosen on a grid (``GRID_A`` x ``GRID_B`` x ``GRID_DE`` x
+   ``GRID_TERMS``) on **half A** (a seeded half of the questions) of the *fit pools* only: the example FAQ
    (``examples/faq.jsonl``), ``product-faq`` and ``aws-docs`` from ``--evaldata`` (permissive
    licences) and held-out WordNet pairs of the training corpus (``--traindata``: pairs the
    default model never trained on). Objective: the largest worst-case margin of the fused
@@ -17,12 +19,15 @@ corpus, added latency at scale, calibration error of hybrid hits.
    answers of ``benchmarks/pooled.py``, MedQuAD held-out pairs) is indexed whole (flat
    index, ``k`` = 10, candidates: the model's and BM25's 100 best) and every question
    searched: dense, BM25, and every rule tried: RRF (c = 10, 60), convex (w = 0.2, 0.5,
-   0.8), adaptive with the corpus ratio only (``terms`` = inf, refitted), the fitted
+   0.8), adaptive with the corpus ratio only (``terms`` = inf, refitted), the previous
+   adaptive rule (no question part: ``e`` = 0, refitted), the fitted
    adaptive rule (the default; also through the real ``Ranker.search_batch`` path, which
    must agree), the default with BM25 scored on the model's top 100 / 300 / 1,000 only (no
    BM25 scan: the large-index path), and, for reference, the best convex weight per corpus
    chosen with its labels (an upper bound, not a rule). Figures on the whole corpus and on
-   half B (never seen by the fit).
+   half B (never seen by the fit). Per corpus also the question part at work: the median
+   lexical coverage, BM25's MRR@10 minus the model's above and below it, the default's mean
+   dense weight.
 3. **Added latency** at ``--latency-size`` answers (default 100,000: distinct WikiQA/TrecQA
    answers, then sentences recombined from them), default index kind: p50 of a
    single-question ``search(k=10)`` dense and hybrid, interleaved, and of the ranking stages
