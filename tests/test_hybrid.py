@@ -490,6 +490,15 @@ def test_a_planted_question_leans_on_the_side_its_coverage_names() -> None:
     assert question_coverage(Fusion("adaptive"), lex, terms, length, rows, bm25) == 0.0
 
 
+@pytest.mark.parametrize(
+    "rule", [DEFAULT_FUSION, COVERAGE, ADAPTIVE, Fusion("adaptive", d=0.5, e=0.0), Fusion("rrf", c=10)]
+)
+def test_a_fusion_round_trips_through_its_json(rule: Fusion) -> None:
+    stored = json.loads(json.dumps(rule.to_json()))
+    assert fusion_from(stored) == rule
+    assert fusion_from(None, type("M", (), {"manifest": {"fusion": stored}})()) == rule  # as a model manifest
+
+
 def test_the_ratio_is_measured_stored_and_remeasured(faq_hybrid: Ranker, tmp_path: Path) -> None:
     info = faq_hybrid._lexical.ratio_info  # type: ignore[union-attr]
     assert info is not None and info["pool"] == len(faq_hybrid) and info["questions"] == 200

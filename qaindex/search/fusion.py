@@ -150,9 +150,7 @@ class Fusion:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"rule": self.rule, "c": self.c, "weight": self.weight}
         if self.rule == "adaptive":
-            out.update(a=self.a, b=self.b, terms=None if math.isinf(self.terms) else self.terms)
-            if self.e:
-                out.update(d=self.d, e=self.e)
+            out.update(a=self.a, b=self.b, terms=None if math.isinf(self.terms) else self.terms, d=self.d, e=self.e)
         if self.score is not None:
             out["score"] = dict(zip(SCORE_FIELDS, self.score, strict=True))
         return out
