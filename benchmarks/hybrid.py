@@ -3,9 +3,11 @@ corpus, added latency at scale, calibration error of hybrid hits.
 
 1. **Fit** (``--fit``). The ``adaptive`` rule (``qaindex.search.fusion``: a convex combination of
    min-max normalised model and BM25 scores whose dense weight is ``clip(a + b * rho, 0, 1)
-   * min(1, terms / n(q))``, ``rho`` the corpus's label-free dense/BM25 ratio measured at
-   build time, ``n(q)`` the question's BM25 terms) has three constants. They are chosen on
-   **half A** (a seeded half of the questions) of the *fit pools* only: the example FAQ
+   * clip(d - e * cov(q), 0, 1) * min(1, terms / n(q))``, ``rho`` the corpus's label-free
+   dense/BM25 ratio measured at build time, ``cov(q)`` the question's lexical coverage, the
+   IDF share of its terms that BM25's best answer holds, ``n(q)`` the question's BM25 terms)
+   has five constants, chosen on a grid (``GRID_A`` x ``GRID_B`` x ``GRID_DE`` x
+   ``GRID_TERMS``) on **half A** (a seeded half of the questions) of the *fit pools* only: the example FAQ
    (``examples/faq.jsonl``), ``product-faq`` and ``aws-docs`` from ``--evaldata`` (permissive
    licences) and held-out WordNet pairs of the training corpus (``--traindata``: pairs the
    default model never trained on). Objective: the largest worst-case margin of the fused
@@ -17,12 +19,15 @@ corpus, added latency at scale, calibration error of hybrid hits.
    answers of ``benchmarks/pooled.py``, MedQuAD held-out pairs) is indexed whole (flat
    index, ``k`` = 10, candidates: the model's and BM25's 100 best) and every question
    searched: dense, BM25, and every rule tried: RRF (c = 10, 60), convex (w = 0.2, 0.5,
-   0.8), adaptive with the corpus ratio only (``terms`` = inf, refitted), the fitted
+   0.8), adaptive with the corpus ratio only (``terms`` = inf, refitted), the previous
+   adaptive rule (no question part: ``e`` = 0, refitted), the fitted
    adaptive rule (the default; also through the real ``Ranker.search_batch`` path, which
    must agree), the default with BM25 scored on the model's top 100 / 300 / 1,000 only (no
    BM25 scan: the large-index path), and, for reference, the best convex weight per corpus
    chosen with its labels (an upper bound, not a rule). Figures on the whole corpus and on
-   half B (never seen by the fit).
+   half B (never seen by the fit). Per corpus also the question part at work: the median
+   lexical coverage, BM25's MRR@10 minus the model's above and below it, the default's mean
+   dense weight.
 3. **Added latency** at ``--latency-size`` answers (default 100,000: distinct WikiQA/TrecQA
    answers, then sentences recombined from them), default index kind: p50 of a
    single-question ``search(k=10)`` dense and hybrid, interleaved, and of the ranking stages
@@ -64,6 +69,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 from benchmarks.common import ROOT
+from benchmarks.hybrid_tables import CANDIDATE_ONLY, NO_SCAN, PREVIOUS, table
 from benchmarks.offtopic import OFFTOPIC_FIT, offtopic_collected
 from benchmarks.pooled import load_corpora
 from benchmarks.pooled_eval import JUNK_AID, JUNK_ANSWERS
@@ -74,7 +80,7 @@ from qaindex.errors import ModelFormatError
 from qaindex.eval.calibration import _logistic, labelled_pool, summary
 from qaindex.eval.datasets import read_labelled
 from qaindex.model import DEFAULT_MODEL_DIR, Model
-from qaindex.search.fusion import Fusion, dense_weight, fuse, fusion_from, hybrid_arrays
+from qaindex.search.fusion import Fusion, dense_weight, fuse, fusion_from, hybrid_arrays, question_coverage
 from qaindex.store.storage import read_json_object, write_json_atomic
 from qaindex.text.lexical import top_rows
 
@@ -92,11 +98,10 @@ FIXED = {
     "convex w=0.5": Fusion("convex", weight=0.5),
     "convex w=0.8": Fusion("convex", weight=0.8),
 }
-GRID_A = [round(x, 2) for x in np.arange(-1.5, 0.51, 0.25)]
-GRID_B = [0.5, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0]
-GRID_TERMS = [6.0, 8.0, 10.0, 15.0, math.inf]
-CANDIDATE_ONLY = (100, 1000)
-NO_SCAN = "default, no BM25 scan"
+GRID_A = [round(x, 2) for x in np.arange(-1.0, 1.01, 0.25)]
+GRID_B = [0.0, 0.5, 1.0, 1.5, 2.0, 2.5]
+GRID_DE = [(1.0, 0.0)] + [(d, e) for d in (1.0, 1.25, 1.5, 1.75) for e in (0.5, 1.0, 1.5, 2.0, 2.5)]
+GRID_TERMS = [8.0, 10.0, 15.0, math.inf]
 ORACLE_W = [round(w, 1) for w in np.arange(0.0, 1.01, 0.1)]
 
 
@@ -171,6 +176,8 @@ class Collected:
     dense: list[np.ndarray]
     lexical: list[np.ndarray]
     terms: list[int]
+    query_terms: list[np.ndarray]  # the question's BM25 term ids (LexicalIndex.query)
+    coverage: list[float]  # lexical coverage of BM25's best answer (the adaptive rule's cov(q))
     wide_rows: np.ndarray  # dense top max(CANDIDATE_ONLY), exact, best first
     wide_dense: np.ndarray
     wide_lexical: list[np.ndarray]
@@ -185,7 +192,7 @@ def collect(model: Model, pool: Pool) -> Collected:
     qv = model.encode(pool.questions, role="question")
     wide = min(len(ranker), max(CANDIDATE_ONLY))
     w_scores, _, w_rows = ranker.search_vectors(qv, wide)
-    out = Collected(ranker, lexical.ratio, [], [], [], [], w_rows, w_scores, [], [], [])
+    out = Collected(ranker, lexical.ratio, [], [], [], [], [], [], w_rows, w_scores, [], [], [])
     vectors = np.asarray(ranker._vectors)
     for i, question in enumerate(pool.questions):
         terms, length = lexical.query(question)
@@ -197,6 +204,9 @@ def collect(model: Model, pool: Pool) -> Collected:
         out.dense.append(s[0])
         out.lexical.append(full[rows])
         out.terms.append(length)
+        out.query_terms.append(terms)
+        lex = full[rows]
+        out.coverage.append(lexical.coverage(terms, length, int(rows[np.argmax(lex)])) if lex.max() > 0 else 0.0)
         out.wide_lexical.append(full[w_rows[i]])
         out.dense_top.append(w_rows[i, :K].tolist())
         out.bm25_top.append(bm25_rows[:K].tolist())
@@ -211,12 +221,12 @@ def _rr(ranked: list[int], good: set[int]) -> float:
 
 
 def ranked_by(
-    fusion: Fusion, rows: np.ndarray, dense: np.ndarray, lexical: np.ndarray, ratio: Any, terms: int
+    fusion: Fusion, rows: np.ndarray, dense: np.ndarray, lexical: np.ndarray, ratio: Any, terms: int, coverage: float
 ) -> list[int]:
     """The runtime's order of one question's candidates (qaindex.search.fusion.hybrid_arrays)."""
     rule = fusion
     if fusion.rule == "adaptive":
-        rule = Fusion("convex", weight=dense_weight(fusion, ratio, terms))
+        rule = Fusion("convex", weight=dense_weight(fusion, ratio, terms, coverage))
     fused = fuse(dense, lexical, rule)
     return rows[np.lexsort((rows, -dense.astype(np.float64), -fused))][:K].tolist()
 
@@ -226,11 +236,12 @@ def rr_of(c: Collected, pool: Pool, fusion: Fusion, only: int | None = None) -> 
     out = np.empty(len(pool.questions))
     for i, good in enumerate(pool.relevant):
         if only is None:
-            ranked = ranked_by(fusion, c.rows[i], c.dense[i], c.lexical[i], c.ratio, c.terms[i])
+            cov = c.coverage[i] if fusion.rule == "adaptive" and fusion.e else 0.0
+            ranked = ranked_by(fusion, c.rows[i], c.dense[i], c.lexical[i], c.ratio, c.terms[i], cov)
         else:
-            ranked = ranked_by(
-                fusion, c.wide_rows[i, :only], c.wide_dense[i, :only], c.wide_lexical[i][:only], c.ratio, c.terms[i]
-            )
+            rows, lex = c.wide_rows[i, :only], c.wide_lexical[i][:only]
+            cov = question_coverage(fusion, c.ranker._lexical, c.query_terms[i], c.terms[i], rows, lex)
+            ranked = ranked_by(fusion, rows, c.wide_dense[i, :only], lex, c.ratio, c.terms[i], cov)
         out[i] = _rr(ranked, good)
     return out
 
@@ -261,18 +272,36 @@ def parts(c: Collected, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit(
-    collected: dict[str, Collected], pools: dict[str, Pool], terms_grid: list[float]
+    collected: dict[str, Collected],
+    pools: dict[str, Pool],
+    terms_grid: list[float],
+    de_grid: list[tuple[float, float]],
 ) -> tuple[Fusion, dict[str, Any]]:
-    """The adaptive constants with the best worst-case margin over the fit pools' half A."""
-    halves = {n: half_a(len(pools[n].questions)) for n in collected}
+    """The adaptive constants with the best worst-case margin over the fit pools' half A (ties:
+    the best mean MRR@10 there), on the grid ``GRID_A x GRID_B x de_grid x terms_grid``."""
+    halves = {n: np.flatnonzero(half_a(len(pools[n].questions))) for n in collected}
     best_part = {}
     for n, c in collected.items():
         d, b = parts(c, pools[n])
         best_part[n] = max(d[halves[n]].mean(), b[halves[n]].mean())
+    seen: dict[tuple[str, int, float], float] = {}  # reciprocal rank by (pool, question, dense weight)
+
+    def rr_at(n: str, i: int, w: float) -> float:
+        if (n, i, w) not in seen:
+            c = collected[n]
+            ranked = ranked_by(Fusion("convex", weight=w), c.rows[i], c.dense[i], c.lexical[i], None, 1, 0.0)
+            seen[n, i, w] = _rr(ranked, pools[n].relevant[i])
+        return seen[n, i, w]
+
     best: tuple[tuple[float, float], Fusion] | None = None
-    for a, b, terms in itertools.product(GRID_A, GRID_B, terms_grid):
-        fusion = Fusion("adaptive", weight=0.5, a=a, b=b, terms=terms)
-        fused = {n: rr_of(c, pools[n], fusion)[halves[n]].mean() for n, c in collected.items()}
+    for a, b, (d, e), terms in itertools.product(GRID_A, GRID_B, de_grid, terms_grid):
+        fusion = Fusion("adaptive", weight=0.5, a=a, b=b, terms=terms, d=d, e=e)
+        fused = {
+            n: float(np.mean([
+                rr_at(n, int(i), dense_weight(fusion, c.ratio, c.terms[i], c.coverage[i])) for i in halves[n]
+            ]))
+            for n, c in collected.items()
+        }  # fmt: skip
         key = (round(min(fused[n] - best_part[n] for n in fused), 4), float(np.mean(list(fused.values()))))
         if best is None or key > best[0]:
             best = (key, fusion)
@@ -290,7 +319,8 @@ def hit_features(
     labels: list[int] = []
     for i in np.flatnonzero(mask):
         rows, s, lex = c.rows[i], c.dense[i], c.lexical[i]
-        fused = fuse(s, lex, Fusion("convex", weight=dense_weight(fusion, c.ratio, c.terms[i])))
+        cov = c.coverage[i] if fusion.e else 0.0
+        fused = fuse(s, lex, Fusion("convex", weight=dense_weight(fusion, c.ratio, c.terms[i], cov)))
         order = np.lexsort((rows, -s.astype(np.float64), -fused))[:K]
         p = np.clip(model.calibration(s[order], float(s[order].max())), 1e-6, 1 - 1e-6)
         best = float(lex.max())
@@ -337,6 +367,7 @@ def quality_row(c: Collected, pool: Pool, rules: dict[str, Fusion]) -> dict[str,
     a = half_a(len(pool.questions))
     d, b = parts(c, pool)
     row: dict[str, Any] = {"answers": len(pool.records), "questions": len(pool.questions), "ratio": c.ratio}
+    row["median coverage"] = round(float(np.median(c.coverage)), 4)
 
     def put(name: str, rr: np.ndarray) -> None:
         row[name] = round(float(rr.mean()), 4)
@@ -344,6 +375,14 @@ def quality_row(c: Collected, pool: Pool, rules: dict[str, Fusion]) -> dict[str,
 
     put("dense", d)
     put("BM25", b)
+    # what the question part reads: is BM25 better where BM25's best answer holds more of the question?
+    cov = np.asarray(c.coverage)
+    high = cov >= np.median(cov)
+    row["BM25 - dense, coverage >= median"] = round(float((b - d)[high].mean()), 4)
+    row["BM25 - dense, coverage < median"] = round(float((b - d)[~high].mean()), 4) if (~high).any() else None
+    default_rule = rules["adaptive (default)"]
+    weights = [dense_weight(default_rule, c.ratio, t, v) for t, v in zip(c.terms, c.coverage, strict=True)]
+    row["default mean dense weight"] = round(float(np.mean(weights)), 4)
     for name, fusion in rules.items():
         put(name, rr_of(c, pool, fusion))
     default = rules["adaptive (default)"]
@@ -491,109 +530,6 @@ def calibration_rows(pools: dict[str, Pool], collected: dict[str, Collected]) ->
     return out
 
 
-# ------------------------------------------------------------------------------ tables
-
-
-def _cell(row: dict[str, Any], name: str) -> str:
-    value = row.get(name)
-    return "-" if value is None else f"{value:.3f}"
-
-
-def table(results: dict[str, Any]) -> str:
-    lines = ["<!-- generated by benchmarks/hybrid.py; do not edit by hand -->"]
-    fitted = results.get("fitted")
-    corpora = results.get("corpora", {})
-    if corpora:
-        rules = results["rules"]
-        cols = ["dense", "BM25", *rules, *(f"default, BM25 on dense top {n}" for n in CANDIDATE_ONLY), NO_SCAN]
-        short = {f"default, BM25 on dense top {n}": f"default, BM25 on dense top {n} only" for n in CANDIDATE_ONLY}
-        short[NO_SCAN] = "default, no BM25 scan (large indexes)"
-        lines += [
-            "",
-            f"MRR@{K}, whole-corpus search (every answer indexed, {len(JUNK_ANSWERS)} junk answers added), "
-            f"built-in default model. The default rule is **adaptive** with a = {fitted['a']:g}, b = {fitted['b']:g}, "
-            f"terms = {fitted['terms']:g}, fitted on half A of the fit pools ({', '.join(results['fit_pools'])}): "
-            f"the other corpora are held out entirely. **Bold**: at least as good as both dense and BM25. "
-            f"ρ: the corpus's measured dense/BM25 ratio.",
-            "",
-            "| corpus | answers | questions | ρ | "
-            + " | ".join(short.get(c, c) for c in cols)
-            + " | best convex w (labels: upper bound) |",
-            "|---|---|---|---|" + "---|" * len(cols) + "---|",
-        ]
-        for name, row in corpora.items():
-            both = max(row["dense"], row["BM25"])
-            cells = []
-            for col in cols:
-                cell = _cell(row, col)
-                cells.append(f"**{cell}**" if col not in ("dense", "BM25") and row[col] >= both else cell)
-            fit = " (fit pool)" if name in results["fit_pools"] else ""
-            lines.append(
-                f"| {name}{fit} | {row['answers']} | {row['questions']} | {row['ratio']:.2f} | "
-                + " | ".join(cells)
-                + f" | {row['best convex (labels)']:.3f} (w = {row['best convex w']}) |"
-            )
-        held = [n for n in corpora if n not in results["fit_pools"]]
-        wins = [n for n in held if corpora[n]["adaptive (default)"] >= max(corpora[n]["dense"], corpora[n]["BM25"])]
-        lines += [
-            "",
-            f"The default is at least as good as both its parts on {len(wins)} of {len(held)} held-out corpora"
-            + (f" (not on: {', '.join(n for n in held if n not in wins)})" if len(wins) < len(held) else "")
-            + ". Half B of the fit pools (questions the fit never saw): "
-            + ", ".join(
-                f"{n} {corpora[n]['adaptive (default) (half B)']:.3f} vs dense {corpora[n]['dense (half B)']:.3f} / "
-                f"BM25 {corpora[n]['BM25 (half B)']:.3f}"
-                for n in results["fit_pools"]
-                if n in corpora
-            )
-            + ".",
-        ]
-    lat = results.get("latency")
-    if lat:
-        lines += [
-            "",
-            f"Latency, {lat['answers']:,} answers ({lat['index_kind']} index), one question, k = {K}, "
-            f"{lat['questions']} searches interleaved (load average {lat['load_average']} on {lat['cpus']} CPUs): "
-            f"whole search dense p50 {lat['dense_p50_ms']:.2f} ms, hybrid p50 {lat['hybrid_p50_ms']:.2f} ms, "
-            f"added p50 {lat['added_p50_ms']:.2f} ms. Ranking stages alone (after encoding, before building hits): "
-            f"dense {lat['dense_stage_p50_ms']:.2f} ms; hybrid without a BM25 scan (the default at this size) "
-            f"{lat['candidates_only_stage_p50_ms']:.2f} ms, **added "
-            f"{lat['added_candidates_only_p50_ms']:.2f} ms**; hybrid with a full BM25 scan "
-            f"{lat['scan_stage_p50_ms']:.2f} ms, added {lat['added_scan_p50_ms']:.2f} ms."
-            + (
-                f" The lexical work alone (question terms, BM25 candidates, their scores): without a scan p50 "
-                f"{lat['lexical_no_scan_p50_ms']:.2f} ms (p10 {lat['lexical_no_scan_p10_ms']:.2f} ms), with a scan "
-                f"p50 {lat['lexical_scan_p50_ms']:.2f} ms (p10 {lat['lexical_scan_p10_ms']:.2f} ms). p10 of the "
-                f"stages (the least disturbed by other work on the machine): dense {lat['dense_stage_p10_ms']:.2f} "
-                f"ms, hybrid without a scan {lat['candidates_only_stage_p10_ms']:.2f} ms, with a scan "
-                f"{lat['scan_stage_p10_ms']:.2f} ms."
-                if "lexical_no_scan_p50_ms" in lat
-                else f" (BM25 top-{M} alone {lat.get('bm25_top_p50_ms', float('nan')):.2f} ms.)"
-            ),
-        ]
-    cal = results.get("calibration")
-    if cal:
-        lines += [
-            "",
-            f"Expected calibration error (10 bins) of the top-{K} hits' `score`: dense search (the model's "
-            "calibration), hybrid search scored by the model's calibration alone, and hybrid search as it ships "
-            "(the hybrid score calibration fitted with the fusion, on half A of the fit pools):",
-            "",
-            "| corpus | pairs | relevant (dense / hybrid) | ECE dense | ECE hybrid, model's calibration | "
-            "ECE hybrid | ECE hybrid, half B |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for name, row in cal.items():
-            model_only = row.get("hybrid, model calibration", {}).get("ece")
-            lines.append(
-                f"| {name} | {row['hybrid']['pairs']} | {row['dense']['relevant']:.3f} / "
-                f"{row['hybrid']['relevant']:.3f} | {row['dense']['ece']:.3f} | "
-                + ("-" if model_only is None else f"{model_only:.3f}")
-                + f" | {row['hybrid']['ece']:.3f} | {row['hybrid (half B)']['ece']:.3f} |"
-            )
-    return "\n".join(lines) + "\n"
-
-
 def readme_body(results: dict[str, Any]) -> str:
     """The generated section of ``docs/hybrid.md`` (checked by ``tests/docs/test_claims.py``)."""
     return table(results)
@@ -647,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     fit_set = {n: collected[n] for n in fit_names if n in collected}
     if args.fit:
-        fitted, info = fit(fit_set, pools, GRID_TERMS)
+        fitted, info = fit(fit_set, pools, GRID_TERMS, GRID_DE)
         fitted = fit_score(fit_set, pools, fitted, model, offtopic_collected(model, pools, fit_set, collect))
         entry = {**fitted.to_json(), "fitted_on": fit_names, "half": "A (seed 0)", **info}
         entry["score_offtopic"] = OFFTOPIC_FIT
@@ -658,8 +594,14 @@ def main(argv: list[str] | None = None) -> int:
     results["fitted"] = fusion.to_json()
     results["fit_pools"] = fit_names
     if "quality" not in args.skip:
-        corpus_only, _ = fit(fit_set, pools, [math.inf])
-        rules = {**FIXED, "adaptive, corpus ratio only": corpus_only, "adaptive (default)": fusion}
+        corpus_only, _ = fit(fit_set, pools, [math.inf], [(1.0, 0.0)])
+        previous_rule, _ = fit(fit_set, pools, GRID_TERMS, [(1.0, 0.0)])
+        rules = {
+            **FIXED,
+            "adaptive, corpus ratio only": corpus_only,
+            PREVIOUS: previous_rule,
+            "adaptive (default)": fusion,
+        }
         results["rules"] = {n: f.to_json() for n, f in rules.items()}
         results["corpora"] = {}
         for name, pool in pools.items():

@@ -19,19 +19,29 @@ model score, then lower row).
       fused(a) = w * (s(a) - min s) / (max s - min s) + (1 - w) * bm25(a) / max bm25
 
   (a constant part counts 0);
-- ``adaptive`` (the default): ``convex`` with a weight set per corpus and per question::
+- ``adaptive`` (the default): ``convex`` with a dense weight set per corpus and per question::
 
-      w(q) = clip(a + b * rho, 0, 1) * min(1, terms / n(q))
+      w(q) = clip(a + b * rho, 0, 1) * clip(d - e * cov(q), 0, 1) * min(1, terms / n(q))
 
-  where ``rho`` is the corpus's *dense/BM25 ratio*, measured label-free when the lexical
-  index is built (:func:`dense_ratio`: the model's MRR over BM25's MRR at finding an
-  answer from three of its own words, on a sample of the corpus), and ``n(q)`` the
-  question's BM25 term count (the dense encoder reads a bounded number of tokens, so long
-  questions lean on BM25). A corpus where the model tells its answers apart as well as
-  BM25 does gets a high dense weight; one where it cannot (long, similar passages) gets a
-  low one. An index without a measured ratio uses ``weight``.
+  a corpus part, a question part and a length part:
 
-The constants ``a``, ``b``, ``terms`` are fitted per model by ``benchmarks/hybrid.py --fit``
+  - ``rho`` is the corpus's *dense/BM25 ratio*, measured label-free when the lexical index
+    is built (:func:`dense_ratio`: the model's MRR over BM25's MRR at finding an answer from
+    three of its own words, on a sample of the corpus). A corpus of long, similar passages
+    (technical documentation) has a low one and leans on BM25. An index without a measured
+    ratio uses ``weight`` for the corpus part (``clip(a, 0, 1)`` when ``b`` is 0).
+  - ``cov(q)`` is the question's *lexical coverage*: the share of its IDF mass that BM25's
+    best candidate contains (:meth:`~qaindex.text.lexical.LexicalIndex.coverage`; terms no
+    answer contains count at the largest IDF; 0 when no term matches). A question whose
+    rare words the best BM25 answer holds (an entity, an error code, a product name) leans
+    on BM25; one that BM25 matches on a few common words only (a paraphrase) on the model.
+  - ``n(q)`` is the question's BM25 term count: the dense encoder reads a bounded number of
+    tokens, so long questions (forum posts) lean on BM25.
+
+  ``e`` = 0 (``d`` = 1), as in manifests fitted before the question part existed, is the
+  rule ``clip(a + b * rho, 0, 1) * min(1, terms / n(q))``.
+
+The constants ``a``, ``b``, ``d``, ``e``, ``terms`` are fitted per model by ``benchmarks/hybrid.py --fit``
 on held-out labelled corpora and stored in the model manifest (``"fusion"``), which
 :func:`fusion_from` reads; a model without one uses :data:`DEFAULT_FUSION`.
 
@@ -64,6 +74,7 @@ __all__ = [
     "fuse",
     "fusion_from",
     "hybrid_probability",
+    "question_coverage",
     "union_candidates",
     "with_dense_ratio",
 ]
@@ -94,7 +105,9 @@ class Fusion:
         The ``convex`` rule's weight of the dense score, in [0, 1] (``adaptive``: the
         weight of an index without a measured dense/BM25 ratio).
     a, b : float
-        ``adaptive``: the corpus weight ``clip(a + b * rho, 0, 1)``.
+        ``adaptive``: the corpus part ``clip(a + b * rho, 0, 1)`` of the dense weight.
+    d, e : float
+        ``adaptive``: the question part ``clip(d - e * cov(q), 0, 1)`` (``e`` = 0: none).
     terms : float
         ``adaptive``: questions of more BM25 terms than this lower the dense weight in
         proportion (``inf``: never).
@@ -111,6 +124,8 @@ class Fusion:
     a: float = 0.0
     b: float = 1.0
     terms: float = math.inf
+    d: float = 1.0
+    e: float = 0.0
     score: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -120,7 +135,7 @@ class Fusion:
             raise QueryError(f"the rrf constant c must be a non-negative number, got {self.c!r}")
         if not (isinstance(self.weight, int | float) and 0.0 <= self.weight <= 1.0):
             raise QueryError(f"the convex weight must be a number in [0, 1], got {self.weight!r}")
-        for name in ("a", "b"):
+        for name in ("a", "b", "d", "e"):
             value = getattr(self, name)
             if isinstance(value, bool) or not (isinstance(value, int | float) and math.isfinite(value)):
                 raise QueryError(f"the adaptive constant {name} must be a finite number, got {value!r}")
@@ -136,7 +151,7 @@ class Fusion:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"rule": self.rule, "c": self.c, "weight": self.weight}
         if self.rule == "adaptive":
-            out.update(a=self.a, b=self.b, terms=None if math.isinf(self.terms) else self.terms)
+            out.update(a=self.a, b=self.b, terms=None if math.isinf(self.terms) else self.terms, d=self.d, e=self.e)
         if self.score is not None:
             out["score"] = dict(zip((*SCORE_FIELDS, MATCH_FIELD), self.score, strict=False))
         return out
@@ -144,8 +159,8 @@ class Fusion:
 
 # the fallback of models whose manifest has no "fusion" (benchmarks/hybrid.py --fit writes one);
 # fitted for the built-in default model (see docs/hybrid.md)
-DEFAULT_FUSION = Fusion("adaptive", weight=0.5, a=-0.25, b=1.0, terms=10.0)
-FIELDS = ("rule", "c", "weight", "a", "b", "terms", "score")
+DEFAULT_FUSION = Fusion("adaptive", weight=0.5, a=0.0, b=2.0, terms=10.0, d=1.25, e=1.5)
+FIELDS = ("rule", "c", "weight", "a", "b", "terms", "d", "e", "score")
 SCORE_FIELDS = ("bias", "dense", "bm25", "fused")
 
 
@@ -176,7 +191,9 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
     """A :class:`Fusion` from a Fusion, ``None`` (the default) or a mapping of its fields.
 
     ``None`` gives the model's fitted fusion (its manifest's ``"fusion"``) when ``model`` has
-    one, else :data:`DEFAULT_FUSION`; a mapping's missing fields come from the default.
+    one, else :data:`DEFAULT_FUSION`; a mapping's missing fields come from the default (a
+    stored ``adaptive`` fusion without ``e``, fitted before the question part existed, keeps
+    its rule: ``e`` = 0).
 
     Example
     -------
@@ -188,7 +205,10 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
         if stored is None:
             return DEFAULT_FUSION
         try:
-            return _from_mapping({k: v for k, v in stored.items() if k in FIELDS})
+            fields = {k: v for k, v in stored.items() if k in FIELDS}
+            if fields.get("rule", DEFAULT_FUSION.rule) == "adaptive" and "e" not in fields:
+                fields.update(d=1.0, e=0.0)  # fitted before the question part: the rule without it
+            return _from_mapping(fields)
         except (QueryError, TypeError, AttributeError) as exc:
             raise ModelFormatError(
                 f'{model.directory / "manifest.json"}: field "fusion" is invalid ({exc}); refit it with '
@@ -234,21 +254,54 @@ def hybrid_probability(fusion: Fusion, dense_probability: Any, bm25: Any, fused:
     return np.asarray(1.0 / (1.0 + np.exp(-z)))
 
 
-def dense_weight(fusion: Fusion, ratio: float | None, terms: int) -> float:
+def dense_weight(fusion: Fusion, ratio: float | None, terms: int, coverage: float = 0.0) -> float:
     """The dense weight of the ``convex`` combination for one question.
 
-    ``convex``: ``fusion.weight``; ``adaptive``: ``clip(a + b * ratio, 0, 1) * min(1,
-    fusion.terms / terms)`` (``fusion.weight`` when the index has no ``ratio``).
+    ``convex``: ``fusion.weight``; ``adaptive``::
+
+        clip(a + b * ratio, 0, 1) * clip(d - e * coverage, 0, 1) * min(1, fusion.terms / terms)
+
+    with ``fusion.weight`` for the first factor when the index has no ``ratio`` (and ``b``
+    is not 0). ``coverage``: the question's lexical coverage
+    (:meth:`~qaindex.text.lexical.LexicalIndex.coverage` of BM25's best candidate).
 
     Example
     -------
     >>> dense_weight(Fusion("adaptive", a=-0.25, b=1.0, terms=10), 0.75, 20)
     0.25
+    >>> dense_weight(Fusion("adaptive", a=0.0, b=2.0, d=1.25, e=1.5), 0.8, 4, coverage=0.5)
+    0.5
     """
     if fusion.rule != "adaptive":
         return float(fusion.weight)
-    base = fusion.weight if ratio is None else min(1.0, max(0.0, fusion.a + fusion.b * ratio))
-    return float(base * min(1.0, fusion.terms / max(terms, 1)))
+    if ratio is None and fusion.b != 0:
+        corpus = fusion.weight
+    else:
+        corpus = min(1.0, max(0.0, fusion.a + fusion.b * (ratio or 0.0)))
+    question = min(1.0, max(0.0, fusion.d - fusion.e * coverage))
+    return float(corpus * question * min(1.0, fusion.terms / max(terms, 1)))
+
+
+def question_coverage(
+    fusion: Fusion, lexical: Any, terms: np.ndarray, length: int, rows: np.ndarray, bm25: Any
+) -> float:
+    """The lexical coverage the ``adaptive`` rule needs for one question: that of its best
+    BM25 candidate (ties: the first of ``rows``), 0 when no candidate matches a term or
+    the rule does not use it.
+
+    Example
+    -------
+    >>> from qaindex.text.lexical import LexicalIndex
+    >>> lex = LexicalIndex.from_texts(["cats purr", "dogs bark", "cats and dogs"])
+    >>> terms, length = lex.query("cats and dogs")
+    >>> rows = np.array([0, 2])
+    >>> question_coverage(Fusion("adaptive", e=1.0), lex, terms, length, rows, lex.scores_of_rows(terms, rows))
+    1.0
+    """
+    bm25 = np.asarray(bm25)
+    if fusion.rule != "adaptive" or fusion.e == 0 or not len(bm25) or bm25.max() <= 0:
+        return 0.0
+    return float(lexical.coverage(terms, length, int(rows[int(np.argmax(bm25))])))
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:
@@ -469,7 +522,8 @@ def hybrid_arrays(
         lex = lex_scores[i][rows] if scan else lexical.scores_of_rows(terms, rows)
         rule = fusion
         if fusion.rule == "adaptive":
-            rule = Fusion("convex", weight=dense_weight(fusion, ratio, length))
+            cov = question_coverage(fusion, lexical, terms, length, rows, lex)
+            rule = Fusion("convex", weight=dense_weight(fusion, ratio, length, cov))
         fused = fuse(s, lex, rule)
         order = np.lexsort((rows, -s.astype(np.float64), -fused))[:k]
         top_s[i, : len(order)] = s[order]

@@ -169,6 +169,7 @@ class LexicalIndex:
         self._postings: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._forward: np.ndarray | None = None  # BM25 weight of each (answer, term) entry, CSR order
         self._impact: np.ndarray | None = None  # each term's postings, highest weight first
+        self._idf: np.ndarray | None = None  # idf of each vocabulary term
         # the corpus's label-free dense/BM25 ratio (qaindex.fusion.dense_ratio); None: not measured
         self.ratio_info: dict[str, Any] | None = None
 
@@ -181,6 +182,7 @@ class LexicalIndex:
         """This index (same arrays, shared) with a measured dense/BM25 ratio attached."""
         out = LexicalIndex(self._terms, self._counts, self._offsets, self.vocab, k1=self.k1, b=self.b)
         out._ids, out._postings, out._forward, out._impact = self._ids, self._postings, self._forward, self._impact
+        out._idf = self._idf
         out.ratio_info = None if info is None else dict(info)
         return out
 
@@ -245,6 +247,7 @@ class LexicalIndex:
             indptr = np.zeros(len(self.vocab) + 1, np.int64)
             np.cumsum(df.astype(np.int64), out=indptr[1:])
             self._forward = weight.astype(np.float32)
+            self._idf = idf
             self._postings = (indptr, rows[order], self._forward[order])
         return self._postings
 
@@ -336,6 +339,33 @@ class LexicalIndex:
         owner = np.repeat(np.arange(len(rows)), lengths)
         weights = np.where(hit, forward[take].astype(np.float64) * count[at], 0.0)
         return np.bincount(owner, weights=weights, minlength=len(rows)).astype(np.float32)
+
+    def coverage(self, terms: np.ndarray, length: int, row: int) -> float:
+        """The share of a question's IDF mass that answer ``row`` contains (in [0, 1])::
+
+            coverage = sum(idf(t) for t in q if t in row) / (sum(idf(t) for t in q) + u * idf_max)
+
+        ``terms`` and ``length`` are :meth:`query`'s (repeats count); ``u = length - len(terms)``
+        question terms no answer contains each weigh ``idf_max = ln(1 + (N + 0.5) / 0.5)`` (a
+        term of document frequency 0). 0 for a question without terms. Cost: the row's length.
+
+        Example
+        -------
+        >>> lex = LexicalIndex.from_texts(["cats purr", "dogs bark", "cats and dogs"])
+        >>> terms, length = lex.query("cats dogs")
+        >>> round(lex.coverage(terms, length, 0), 3), round(lex.coverage(terms, length, 2), 3)
+        (0.5, 1.0)
+        """
+        self._build_postings()
+        idf = self._idf
+        assert idf is not None
+        terms = np.asarray(terms, dtype=np.int64)
+        unknown = max(0, int(length) - len(terms))
+        total = float(idf[terms].sum()) + unknown * math.log1p((len(self) + 0.5) / 0.5)
+        if total <= 0:
+            return 0.0
+        own = self._terms[self._offsets[row] : self._offsets[row + 1]]
+        return float(idf[terms][np.isin(terms, own)].sum()) / total
 
     def scores(self, question: str) -> np.ndarray:
         """BM25 score (float32) of every answer for a question (0 where no term matches).

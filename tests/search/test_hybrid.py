@@ -3,8 +3,10 @@ computed here, persistence / add / remove / verify round trips, corruption of th
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,15 @@ from click.testing import CliRunner
 
 from qaindex import IndexFormatError, MissingDependencyError, ModelFormatError, QueryError, Ranker
 from qaindex.cli import main
-from qaindex.search.fusion import DEFAULT_FUSION, Fusion, dense_weight, fuse, fusion_from, hybrid_arrays
+from qaindex.search.fusion import (
+    DEFAULT_FUSION,
+    Fusion,
+    dense_weight,
+    fuse,
+    fusion_from,
+    hybrid_arrays,
+    question_coverage,
+)
 from qaindex.text.lexical import LexicalIndex, top_rows
 
 bm25s = pytest.importorskip("bm25s")
@@ -51,10 +61,31 @@ def _top(values: np.ndarray, m: int, rows: np.ndarray | None = None) -> set[int]
     return {int(idx[i]) for i in order[:m]}
 
 
+def _tokens(text: str) -> list[str]:
+    """BM25 terms of a text (repeats kept), by bm25s's tokenizer."""
+    stemmer = Stemmer.Stemmer("english")
+    return list(bm25s.tokenize([text], stopwords="en", stemmer=stemmer, show_progress=False, return_ids=False)[0])
+
+
 def _question_terms(question: str) -> int:
     """The question's BM25 terms (known to the index or not), by bm25s's tokenizer."""
-    stemmer = Stemmer.Stemmer("english")
-    return len(bm25s.tokenize([question], stopwords="en", stemmer=stemmer, show_progress=False, return_ids=False)[0])
+    return len(_tokens(question))
+
+
+def _coverage(texts: list[str], question: str, row: int) -> float:
+    """Lexical coverage by its definition: the IDF (Lucene's, from document frequencies counted
+    here) of the question's terms that answer ``row`` holds over that of all of them, a term no
+    answer holds counting at the IDF of document frequency 0."""
+    docs = [set(_tokens(t)) for t in texts]
+    n = len(docs)
+
+    def idf(term: str) -> float:
+        df = sum(term in d for d in docs)
+        return float(np.log(1 + (n - df + 0.5) / (df + 0.5)))
+
+    terms = _tokens(question)
+    total = sum(idf(t) for t in terms)
+    return sum(idf(t) for t in terms if t in docs[row]) / total if total > 0 else 0.0
 
 
 def _brute_force(
@@ -81,10 +112,14 @@ def _brute_force(
         ]
     else:
         weight = fusion.weight
-        if fusion.rule == "adaptive":  # clip(a + b * rho, 0, 1) * min(1, terms / n(q))
+        if fusion.rule == "adaptive":  # clip(a + b * rho, 0, 1) * clip(d - e * cov(q), 0, 1) * min(1, terms / n(q))
             rho = ranker.info()["hybrid"]["dense_ratio"]
-            weight = min(1.0, max(0.0, fusion.a + fusion.b * rho)) * min(
-                1.0, fusion.terms / max(1, _question_terms(question))
+            best = int(np.argmax(lx))  # BM25's best candidate (ties: the lowest row)
+            cov = _coverage(answers, question, cand[best]) if lx[best] > 0 else 0.0
+            weight = (
+                min(1.0, max(0.0, fusion.a + fusion.b * rho))
+                * min(1.0, max(0.0, fusion.d - fusion.e * cov))
+                * min(1.0, fusion.terms / max(1, _question_terms(question)))
             )
         dn = (s - s.min()) / (s.max() - s.min())
         ln = lx / lx.max() if lx.max() > 0 else np.zeros_like(lx)
@@ -131,10 +166,12 @@ def test_rrf_and_convex_by_hand() -> None:
 
 
 ADAPTIVE = Fusion("adaptive", a=-0.25, b=1.0, terms=4)  # terms = 4: long questions lower the dense weight
+COVERAGE = Fusion("adaptive", a=0.25, b=1.0, terms=6, d=1.25, e=1.5)  # the question part moves the weight
 
 
 @pytest.mark.parametrize(
-    "fusion", [Fusion("rrf", c=60), Fusion("rrf", c=10), Fusion("convex", weight=0.3), ADAPTIVE, DEFAULT_FUSION]
+    "fusion",
+    [Fusion("rrf", c=60), Fusion("rrf", c=10), Fusion("convex", weight=0.3), ADAPTIVE, COVERAGE, DEFAULT_FUSION],
 )
 def test_hybrid_ranking_equals_brute_force_fusion(faq_hybrid: Ranker, fusion: Fusion) -> None:
     k, m = 5, 15
@@ -143,6 +180,7 @@ def test_hybrid_ranking_equals_brute_force_fusion(faq_hybrid: Ranker, fusion: Fu
     lexical = _bm25s_scores(ANSWERS, QUESTIONS)
     ids = [r["id"] for r in RECORDS]
     from_lexical = 0  # hits that only BM25 recalled: the union is exercised
+    moved = 0  # questions the question part reorders: the coverage is exercised
     for question, lex in zip(QUESTIONS, lexical, strict=True):
         s, d = model.score(model.encode([question], role="question"), av[None])
         dense_rows = _top(s[0].astype(np.float64) - 1e-9 * d[0], m, rows=np.arange(len(ANSWERS)))
@@ -152,7 +190,10 @@ def test_hybrid_ranking_equals_brute_force_fusion(faq_hybrid: Ranker, fusion: Fu
         from_lexical += len(set(got) - {ids[r] for r in dense_rows})
         batch = faq_hybrid.search_batch([question, "refund"], k=k, fusion=fusion)[0]
         assert [h.id for h in batch] == expected
+        if fusion.rule == "adaptive" and fusion.e:
+            moved += got != [h.id for h in faq_hybrid.search(question, k=k, fusion=replace(fusion, d=1.0, e=0.0))]
     assert from_lexical > 0
+    assert moved > 0 or not (fusion.rule == "adaptive" and fusion.e)
 
 
 @pytest.mark.parametrize("kind", ["hnsw", "ivf", "pq"])
@@ -384,6 +425,80 @@ def test_dense_weight_by_hand() -> None:
         fuse(np.array([1.0]), np.array([1.0]), rule)
 
 
+def test_dense_weight_with_coverage_by_hand() -> None:
+    rule = Fusion("adaptive", weight=0.4, a=0.0, b=2.0, terms=8, d=1.25, e=1.5)
+    # clip(0 + 2 * 0.4, 0, 1) * clip(1.25 - 1.5 * 0.5, 0, 1) = 0.8 * 0.5; 16 terms halve it
+    assert dense_weight(rule, 0.4, 4, 0.5) == pytest.approx(0.4)
+    assert dense_weight(rule, 0.4, 16, 0.5) == pytest.approx(0.2)
+    assert dense_weight(rule, 0.9, 4, 0.1) == 1.0  # both parts clipped at 1: the model alone
+    assert dense_weight(rule, 0.9, 4, 0.9) == 0.0  # most of the question in BM25's best: BM25 alone
+    assert dense_weight(rule, None, 4, 0.5) == pytest.approx(0.2)  # no ratio: weight is the corpus part
+    no_ratio_needed = Fusion("adaptive", weight=0.4, a=0.75, b=0.0, d=1.25, e=1.5)
+    assert dense_weight(no_ratio_needed, None, 4, 0.5) == dense_weight(no_ratio_needed, 0.7, 4, 0.5) == 0.375
+    # e = 0 is the rule without the question part, whatever the question's coverage
+    old = Fusion("adaptive", weight=0.4, a=-0.5, b=1.0, terms=8)
+    assert dense_weight(old, 0.9, 4, 0.8) == dense_weight(old, 0.9, 4) == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize("rule", [DEFAULT_FUSION, COVERAGE, Fusion("adaptive", a=0.3, b=2.0, terms=5, d=0.9, e=0.7)])
+def test_dense_weight_is_monotone(rule: Fusion) -> None:
+    """More lexical coverage or more terms never raise the dense weight; a higher ratio never
+    lowers it (b >= 0); the weight stays in [0, 1]."""
+    grid = np.linspace(0.0, 1.0, 21)
+    for ratio in (0.2, 0.6, 1.0):
+        for terms in (1, 5, 12, 40):
+            w = [dense_weight(rule, ratio, terms, c) for c in grid]
+            assert all(0.0 <= x <= 1.0 for x in w) and all(x >= y for x, y in itertools.pairwise(w))
+    for cov in (0.0, 0.4, 0.9):
+        w = [dense_weight(rule, r, 5, cov) for r in grid]
+        assert all(x <= y for x, y in itertools.pairwise(w))
+        w = [dense_weight(rule, 0.7, t, cov) for t in range(1, 60)]
+        assert all(x >= y for x, y in itertools.pairwise(w))
+
+
+def test_coverage_equals_its_definition() -> None:
+    lex = LexicalIndex.from_texts(ANSWERS)
+    questions = [*QUESTIONS, "refund xylophone zzqq", "the of and"]  # unknown terms; stopwords only
+    checked = 0
+    for q in questions:
+        terms, length = lex.query(q)
+        scores = lex.scores_of_terms(terms)
+        for row in {int(np.argmax(scores)), 0, 17}:
+            assert lex.coverage(terms, length, row) == pytest.approx(_coverage(ANSWERS, q, row), abs=1e-9), (q, row)
+            checked += 0 < lex.coverage(terms, length, row) < 1
+    assert checked > 0  # partial coverage is exercised
+    terms, length = lex.query("the of and")
+    assert length == 0 and lex.coverage(terms, length, 0) == 0.0
+
+
+def test_a_planted_question_leans_on_the_side_its_coverage_names() -> None:
+    """Two answers: BM25 prefers one (it holds the question's rare word), the model the other.
+    Full coverage gives BM25's order, none the model's."""
+    lex = LexicalIndex.from_texts(["the zorblax adapter ships in a box", "adapters ship quickly", "cats purr"])
+    terms, length = lex.query("zorblax adapter")
+    rows = np.arange(3)
+    bm25 = lex.scores_of_rows(terms, rows)
+    dense = np.array([0.1, 0.9, 0.0])
+    rule = Fusion("adaptive", a=1.0, b=0.0, d=1.0, e=1.0)
+    cov = question_coverage(rule, lex, terms, length, rows, bm25)
+    assert cov == pytest.approx(1.0)  # row 0 holds both terms
+    w = dense_weight(rule, None, length, cov)
+    assert w == 0.0 and int(np.argmax(fuse(dense, bm25, Fusion("convex", weight=w)))) == 0
+    w_none = dense_weight(rule, None, length, 0.0)
+    assert w_none == 1.0 and int(np.argmax(fuse(dense, bm25, Fusion("convex", weight=w_none)))) == 1
+    # the rule without coverage does not look at it
+    assert question_coverage(Fusion("adaptive"), lex, terms, length, rows, bm25) == 0.0
+
+
+@pytest.mark.parametrize(
+    "rule", [DEFAULT_FUSION, COVERAGE, ADAPTIVE, Fusion("adaptive", d=0.5, e=0.0), Fusion("rrf", c=10)]
+)
+def test_a_fusion_round_trips_through_its_json(rule: Fusion) -> None:
+    stored = json.loads(json.dumps(rule.to_json()))
+    assert fusion_from(stored) == rule
+    assert fusion_from(None, type("M", (), {"manifest": {"fusion": stored}})()) == rule  # as a model manifest
+
+
 def test_the_ratio_is_measured_stored_and_remeasured(faq_hybrid: Ranker, tmp_path: Path) -> None:
     info = faq_hybrid._lexical.ratio_info  # type: ignore[union-attr]
     assert info is not None and info["pool"] == len(faq_hybrid) and info["questions"] == 200
@@ -429,6 +544,12 @@ def test_the_model_manifest_fusion_is_the_default(tmp_path: Path) -> None:
     (target / "manifest.json").write_text(json.dumps(manifest))
     model = Model.load(target)
     assert fusion_from(None, model) == Fusion("adaptive", weight=0.5, a=0.1, b=0.5, terms=float("inf"))
+    # a manifest fitted before the question part keeps its rule (e = 0), not the default's question part
+    assert DEFAULT_FUSION.e != 0 and (fusion_from(None, model).d, fusion_from(None, model).e) == (1.0, 0.0)
+    manifest["fusion"] = {**manifest["fusion"], "d": 1.5, "e": 1.25}
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    assert (fusion_from(None, Model.load(target)).d, fusion_from(None, Model.load(target)).e) == (1.5, 1.25)
+    assert fusion_from({"rule": "adaptive"}).e == DEFAULT_FUSION.e  # a mapping: the default's
     assert fusion_from({"rule": "rrf"}, model) == Fusion("rrf")
     manifest["fusion"] = {"rule": "adaptive", "terms": -1}
     (target / "manifest.json").write_text(json.dumps(manifest))
