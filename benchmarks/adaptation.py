@@ -58,6 +58,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from benchmarks.common import ROOT, write_results
 from benchmarks.readme_markers import replace_section
 from qaindex.corpus import read_json_lines
+from qaindex.eval.calibrate import measure as calibration_measure
+from qaindex.eval.calibration import expected_calibration_error
 from qaindex.eval.datasets import Candidate, QuestionGroup, read_labelled
 from qaindex.eval.evaluate import evaluate_pooled
 from qaindex.model import DEFAULT_MODEL_DIR, Model
@@ -175,8 +177,11 @@ def run_corpus(
     say = (lambda m: print(f"  {m}", flush=True)) if args.verbose else None
 
     def measure(system: str, model_dir: Path, result: Any = None, seconds: float = 0.0) -> None:
-        metrics = evaluate_pooled(Model.load(model_dir, threads=None), test_groups, k=10)
+        model = Model.load(model_dir, threads=None)
+        metrics = evaluate_pooled(model, test_groups, k=10)
         row: dict[str, Any] = {k: metrics[k] for k in ("mrr@10", "recall@10", "p@1")}
+        raw, best, labels = calibration_measure(model, test_groups, depth=10)  # the test questions' top 10
+        row["ece"] = expected_calibration_error(model.calibration(raw, best), labels)
         if result is not None:
             report = result.diagnostics["adaptation"]
             row.update(
@@ -192,10 +197,19 @@ def run_corpus(
         extra = f"  kept epoch {row.get('kept_epoch')}  norm std {row.get('answer_norm_std')}" if result else ""
         print(f"{name[:28]:28} {system:18} MRR@10 {row['mrr@10']:.4f}  P@1 {row['p@1']:.3f}{extra}", flush=True)
 
+    def calibrate(model_dir: Path, texts: list[str] | None, judge: Any, groups: Any = ()) -> None:
+        from qaindex_export.calibrate import calibrate_trained
+
+        calibrate_trained(
+            model_dir, train_data=list(groups), dev_data=None, answers=texts, teacher=judge, seed=config.seed,
+            dev_fraction=config.dev_fraction,
+        )  # fmt: skip
+
     measure("start", start_dir)
     t0 = time.perf_counter()
     result = adapt_unlabelled(label_free, settings, list(answers.values()), teacher, log=say)
     export_model(result, tmp / f"{name}-teacher", name="adapted-teacher")
+    calibrate(tmp / f"{name}-teacher", list(answers.values()), teacher)  # as `qaindex train --teacher` does
     measure("train --teacher", tmp / f"{name}-teacher", result, time.perf_counter() - t0)
     if len(labelled) >= 4 and not args.teacher_only:
         train_groups = groups_of(answers, labelled, "train")
@@ -203,6 +217,7 @@ def run_corpus(
             t0 = time.perf_counter()
             result = adapt_supervised(config, settings, train_groups, teacher=mix, log=say)
             export_model(result, tmp / f"{name}-{system}", name="adapted-supervised")
+            calibrate(tmp / f"{name}-{system}", None, None, train_groups)  # as `qaindex train` does
             measure(system, tmp / f"{name}-{system}", result, time.perf_counter() - t0)
     return out
 
@@ -241,6 +256,18 @@ def table_markdown(results: dict[str, dict[str, Any]], start_name: str) -> str:
     if norms:
         lines.append("")
         lines.append("Answer-norm standard deviation, start → after `train --teacher`: " + "; ".join(norms) + ".")
+    eces = [
+        f"{corpus}: "
+        + ", ".join(f"{system} {r[system]['ece']:.3f}" for system in SYSTEMS if "ece" in r.get(system, {}))
+        for corpus, r in results.items()
+    ]
+    if any("ece" in r.get("start", {}) for r in results.values()):
+        lines.append("")
+        lines.append(
+            "Expected calibration error of `score` on the test questions' top 10 hits (every model calibrated as "
+            "`qaindex train` calibrates it, on data it did not train on; the start model as shipped): "
+            + "; ".join(eces) + "."
+        )  # fmt: skip
     return "\n".join(lines)
 
 

@@ -29,6 +29,7 @@ GENERATORS: dict[str, str] = {
     "adaptation": "benchmarks.adaptation",
     "hybrid-table": "benchmarks.hybrid",
     "offtopic-table": "benchmarks.offtopic",
+    "filters-table": "benchmarks.filters",
 }
 
 _MARKER = re.compile(r"<!-- ([a-z0-9-]+):start -->")

@@ -30,6 +30,7 @@ from qaindex.eval.calibrate import calibrate_model
 from qaindex.eval.datasets import Candidate, QuestionGroup, read_labelled
 from qaindex.eval.offtopic import BUILTIN_OFFTOPIC, read_offtopic
 
+from .data import hold_out_dev
 from .unlabelled import pseudo_questions
 
 __all__ = ["CALIBRATION_SEED", "calibrate_trained", "held_out_groups", "teacher_calibration_data", "teacher_groups"]
@@ -98,23 +99,22 @@ def teacher_calibration_data(
     return groups, [q for q, cos in zip(offtopic, o_best.tolist(), strict=True) if cos < bar]
 
 
-def held_out_groups(train_data: str | os.PathLike[str], seed: int, dev_fraction: float) -> list[QuestionGroup]:
-    """The questions :func:`qaindex_export.train.train` held out of ``train_data`` for model
-    selection when it had no dev file (the same draw: ``seed``, ``dev_fraction``)."""
-    groups = read_labelled(train_data)
-    rng = np.random.default_rng(seed)
-    with_pos = [i for i, g in enumerate(groups) if g.has_positive]
-    n_dev = max(1, round(len(with_pos) * dev_fraction))
-    if len(with_pos) < 2:
+def held_out_groups(
+    train_data: str | os.PathLike[str] | Sequence[QuestionGroup], seed: int, dev_fraction: float
+) -> list[QuestionGroup]:
+    """The questions :func:`qaindex_export.train.train` held out of ``train_data`` (a labelled
+    file, or its question groups) for model selection when it had no dev file: the same draw,
+    :func:`qaindex_export.data.hold_out_dev` with ``seed`` and ``dev_fraction``."""
+    groups = read_labelled(train_data) if isinstance(train_data, (str, os.PathLike)) else list(train_data)
+    if sum(g.has_positive for g in groups) < 2:
         return []
-    held = set(rng.choice(with_pos, size=n_dev, replace=False).tolist())
-    return [g for i, g in enumerate(groups) if i in held]
+    return hold_out_dev(groups, dev_fraction, seed)[1]
 
 
 def calibrate_trained(
     model_dir: str | os.PathLike[str],
     *,
-    train_data: str | os.PathLike[str],
+    train_data: str | os.PathLike[str] | Sequence[QuestionGroup],
     dev_data: str | os.PathLike[str] | None,
     answers: Sequence[str] | None,
     teacher: Callable[[Sequence[str]], np.ndarray] | None,
@@ -139,12 +139,16 @@ def calibrate_trained(
             left_out = len(offtopic) - len(kept)
             off_source += f"; {left_out} of {len(offtopic)} left out, close to an answer for the teacher"
         offtopic = kept
-        source, labels = Path(train_data).name + " answers", "teacher: all-MiniLM-L6-v2 top-1 on pseudo-questions"
+        source, labels = _name(train_data) + " answers", "teacher: all-MiniLM-L6-v2 top-1 on pseudo-questions"
     elif dev_data is not None:
         groups, source, labels = read_labelled(dev_data), Path(dev_data).name, "labelled"
     else:
         groups = held_out_groups(train_data, seed, dev_fraction)
-        source, labels = Path(train_data).name + " (questions held out of training)", "labelled"
+        source, labels = _name(train_data) + " (questions held out of training)", "labelled"
     return calibrate_model(
         model_dir, groups, source=source, labels=labels, offtopic=offtopic, offtopic_source=off_source
     )
+
+
+def _name(train_data: str | os.PathLike[str] | Sequence[QuestionGroup]) -> str:
+    return Path(train_data).name if isinstance(train_data, (str, os.PathLike)) else "the training questions"
