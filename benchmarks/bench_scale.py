@@ -403,8 +403,9 @@ def difficulty_lines(path: Path) -> list[str]:
         parts.append(f"{kind} {verb} {best['recall_at_10']:.4f}{where} in {best['p50_ms']:.2f} ms")
     return [
         "",
-        f"Why `pq` (`benchmarks/ann_difficulty.py`, {d['answers']:,} answers, {d['questions']} questions, coarse "
-        "stage alone, 1 thread): the model's answer vectors share one direction (mean unit vector of length "
+        f"Why `pq` (`benchmarks/ann_difficulty.py`, model `{d.get('model', 'built-in')}`, {d['answers']:,} answers, "
+        f"{d['questions']} questions, coarse stage alone, 1 thread): the model's answer vectors share one "
+        "direction (mean unit vector of length "
         f"{c['mean_direction_length']:.2f}) and questions sit off the answers' manifold (a question's best "
         f"answer has cosine {qa['1st']:.3f}, its 10th {qa['10th']:.3f}, "
         f"the median answer {qa['median']:.3f}; an answer's nearest other answer "

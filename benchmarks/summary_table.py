@@ -54,7 +54,8 @@ def _scale_line(scale: dict[str, Any]) -> str:
         here = f"{size['answers']:,} answers: {rows[0]['single_1_thread']['p50_ms']:.2f} ms"
         cells.append(here + (f" (MiniLM + HNSW {minilm:.1f} ms)" if minilm is not None else ""))
     return (
-        "One question, dense search, 1 thread, approximate index tuned to recall@10 0.99 "
+        "One question, the default search (hybrid where PyStemmer is installed), 1 thread, approximate index tuned "
+        "to recall@10 0.99 "
         f"(model `{scale.get('model', 'built-in')}`, `python -m benchmarks.bench_scale`): " + "; ".join(cells) + "."
     )
 
