@@ -47,12 +47,15 @@ BREADTHS = {
 
 
 def unit(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to length 1 (a zero row, a text the model puts at the centre, stays 0)."""
     x64 = np.asarray(x, dtype=np.float64)
-    return x64 / np.linalg.norm(x64, axis=1, keepdims=True)
+    return x64 / np.maximum(np.linalg.norm(x64, axis=1, keepdims=True), 1e-300)
 
 
 def contrast(q: np.ndarray, a: np.ndarray) -> dict[str, Any]:
-    """Cosine quantiles question→answer and answer→answer (300 answers as queries)."""
+    """Cosine quantiles question→answer and answer→answer (300 answers as queries), over the
+    answers that have a direction (texts at the ball's centre have none)."""
+    a = a[np.linalg.norm(np.asarray(a, dtype=np.float64), axis=1) > 0]
     ua, uq = unit(a), unit(q)
     n = len(a)
     ranks = [0, min(9, n - 1), min(99, n - 1), n // 2]

@@ -387,7 +387,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def difficulty_lines(path: Path) -> list[str]:
-    """A paragraph from ``benchmarks/ann_difficulty.py``'s results: why HNSW and IVF are not used."""
+    """A paragraph from ``benchmarks/ann_difficulty.py``'s results: what each coarse stage costs for recall 0.99."""
     if not path.exists():
         return []
     d = json.loads(path.read_text())
@@ -403,14 +403,12 @@ def difficulty_lines(path: Path) -> list[str]:
         parts.append(f"{kind} {verb} {best['recall_at_10']:.4f}{where} in {best['p50_ms']:.2f} ms")
     return [
         "",
-        f"Why `pq` (`benchmarks/ann_difficulty.py`, model `{d.get('model', 'built-in')}`, {d['answers']:,} answers, "
-        f"{d['questions']} questions, coarse stage alone, 1 thread): the model's answer vectors share one "
-        "direction (mean unit vector of length "
-        f"{c['mean_direction_length']:.2f}) and questions sit off the answers' manifold (a question's best "
-        f"answer has cosine {qa['1st']:.3f}, its 10th {qa['10th']:.3f}, "
-        f"the median answer {qa['median']:.3f}; an answer's nearest other answer "
-        f"{c['answer_to_answer_cosine']['1st']:.3f}). Graph and inverted-list indexes route by answer-to-answer "
-        "neighbourhoods, so they visit a large share of the corpus for recall 0.99 or never reach it: "
+        f"Coarse stages compared (`benchmarks/ann_difficulty.py`, model `{d.get('model', 'built-in')}`, "
+        f"{d['answers']:,} answers, {d['questions']} questions, coarse stage alone, 1 thread): the answers' mean "
+        f"unit vector has length {c['mean_direction_length']:.2f} (1: every answer points one way; 0: no shared "
+        f"direction); a question's best answer has cosine {qa['1st']:.3f}, its 10th {qa['10th']:.3f}, the median "
+        f"answer {qa['median']:.3f}; an answer's nearest other answer {c['answer_to_answer_cosine']['1st']:.3f}. "
+        "The smallest breadth of each kind that reaches recall@10 0.99 against exact search (or its best): "
         + "; ".join(parts)
         + f" (load average {d['load_average_before'][0]:.1f} before, {d['load_average_after'][0]:.1f} after).",
     ]
