@@ -275,12 +275,11 @@ class LexicalIndex:
         >>> round(float(ix.scores_of_terms(terms).max() / ix.score_bound(terms, length)), 3)
         0.112
         """
-        indptr, _, _ = self._build_postings()
-        n = len(self)
+        self._build_postings()
+        assert self._idf is not None
         known = np.asarray(terms, dtype=np.int64)
-        df = (indptr[known + 1] - indptr[known]).astype(np.float64)
-        idf = np.log1p((n - df + 0.5) / (df + 0.5))
-        return float(idf.sum() + max(0, int(length) - len(known)) * math.log1p((n + 0.5) / 0.5))
+        unknown = max(0, int(length) - len(known))
+        return float(self._idf[known].sum()) + unknown * math.log1p((len(self) + 0.5) / 0.5)
 
     def scores_of_terms(self, terms: np.ndarray) -> np.ndarray:
         """:meth:`scores` of a question given as its term ids (:meth:`query`)."""
@@ -347,7 +346,8 @@ class LexicalIndex:
 
         ``terms`` and ``length`` are :meth:`query`'s (repeats count); ``u = length - len(terms)``
         question terms no answer contains each weigh ``idf_max = ln(1 + (N + 0.5) / 0.5)`` (a
-        term of document frequency 0). 0 for a question without terms. Cost: the row's length.
+        term of document frequency 0): the denominator is :meth:`score_bound`. 0 for a question
+        without terms. Cost: the row's length.
 
         Example
         -------
@@ -356,16 +356,13 @@ class LexicalIndex:
         >>> round(lex.coverage(terms, length, 0), 3), round(lex.coverage(terms, length, 2), 3)
         (0.5, 1.0)
         """
-        self._build_postings()
-        idf = self._idf
-        assert idf is not None
-        terms = np.asarray(terms, dtype=np.int64)
-        unknown = max(0, int(length) - len(terms))
-        total = float(idf[terms].sum()) + unknown * math.log1p((len(self) + 0.5) / 0.5)
+        total = self.score_bound(terms, length)
         if total <= 0:
             return 0.0
+        assert self._idf is not None
+        terms = np.asarray(terms, dtype=np.int64)
         own = self._terms[self._offsets[row] : self._offsets[row + 1]]
-        return float(idf[terms][np.isin(terms, own)].sum()) / total
+        return float(self._idf[terms][np.isin(terms, own)].sum()) / total
 
     def scores(self, question: str) -> np.ndarray:
         """BM25 score (float32) of every answer for a question (0 where no term matches).
