@@ -80,7 +80,15 @@ from qaindex.errors import ModelFormatError
 from qaindex.eval.calibration import _logistic, labelled_pool, summary
 from qaindex.eval.datasets import read_labelled
 from qaindex.model import DEFAULT_MODEL_DIR, Model
-from qaindex.search.fusion import Fusion, dense_weight, fuse, fusion_from, hybrid_arrays, question_coverage
+from qaindex.search.fusion import (
+    Fusion,
+    best_coverage,
+    dense_weight,
+    fuse,
+    fusion_from,
+    hybrid_arrays,
+    question_coverage,
+)
 from qaindex.store.storage import read_json_object, write_json_atomic
 from qaindex.text.lexical import top_rows
 
@@ -206,7 +214,7 @@ def collect(model: Model, pool: Pool) -> Collected:
         out.terms.append(length)
         out.query_terms.append(terms)
         lex = full[rows]
-        out.coverage.append(lexical.coverage(terms, length, int(rows[np.argmax(lex)])) if lex.max() > 0 else 0.0)
+        out.coverage.append(best_coverage(lexical, terms, length, rows, lex))
         out.wide_lexical.append(full[w_rows[i]])
         out.dense_top.append(w_rows[i, :K].tolist())
         out.bm25_top.append(bm25_rows[:K].tolist())
@@ -325,7 +333,7 @@ def hit_features(
         p = np.clip(model.calibration(s[order], float(s[order].max())), 1e-6, 1 - 1e-6)
         best = float(lex.max())
         ln = lex[order] / best if best > 0 else np.zeros(len(order))
-        bound = c.ranker._lexical.score_bound(*c.ranker._lexical.query(pool.questions[i]))  # type: ignore[union-attr]
+        bound = c.ranker._lexical.score_bound(c.query_terms[i], c.terms[i])  # type: ignore[union-attr]
         match = best / bound if bound > 0 else 0.0
         for j, row in enumerate(order):
             feats.append([float(np.log(p[j] / (1 - p[j]))), float(ln[j]), float(fused[row]), match])

@@ -69,6 +69,7 @@ __all__ = [
     "FUSION_RULES",
     "LEXICAL_SCAN_LIMIT",
     "Fusion",
+    "best_coverage",
     "dense_ratio",
     "dense_weight",
     "fuse",
@@ -298,8 +299,16 @@ def question_coverage(
     >>> question_coverage(Fusion("adaptive", e=1.0), lex, terms, length, rows, lex.scores_of_rows(terms, rows))
     1.0
     """
+    if fusion.rule != "adaptive" or fusion.e == 0:
+        return 0.0
+    return best_coverage(lexical, terms, length, rows, bm25)
+
+
+def best_coverage(lexical: Any, terms: np.ndarray, length: int, rows: np.ndarray, bm25: Any) -> float:
+    """:meth:`~qaindex.text.lexical.LexicalIndex.coverage` of the best of ``rows`` by ``bm25``
+    (ties: the first), 0 when none matches a term."""
     bm25 = np.asarray(bm25)
-    if fusion.rule != "adaptive" or fusion.e == 0 or not len(bm25) or bm25.max() <= 0:
+    if not len(bm25) or bm25.max() <= 0:
         return 0.0
     return float(lexical.coverage(terms, length, int(rows[int(np.argmax(bm25))])))
 
