@@ -130,8 +130,8 @@ class Ranker:
         model : path, Model or None, keyword-only
             Model directory or loaded model; None uses the built-in default model.
         device : {"auto", "cpu", "cuda"}, keyword-only
-        index_kind : {"auto", "flat", "hnsw", "hnsw_sq8", "ivf", "ivf_sq8"}, keyword-only
-            ``auto``: exact ``flat`` up to 20,000 answers, ``hnsw`` above (the other kinds:
+        index_kind : {"auto", "flat", "hnsw", "hnsw_sq8", "ivf", "ivf_sq8", "pq"}, keyword-only
+            ``auto``: exact ``flat`` up to 20,000 answers, ``pq`` above (the other kinds:
             :mod:`qaindex.vector_index`).
         hnsw : mapping, keyword-only
             Index parameters: ``M``, ``ef_construction``, ``ef_search`` for HNSW kinds,
@@ -163,7 +163,9 @@ class Ranker:
         )  # fmt: skip
         ranker = cls(built.model, built.records, built.vectors, built.coarse, overfetch=built.overfetch,
                      kind_requested=index_kind, reranker=built.reranker)  # fmt: skip
-        return ranker.enable_hybrid() if built.hybrid else ranker
+        if built.lexical is not None:  # analysed in the encoding pass (qaindex.build.encoding)
+            ranker._lexical = ranker._measured(built.lexical)
+        return ranker
 
     @classmethod
     def load(
@@ -343,8 +345,7 @@ class Ranker:
         >>> ranker.enable_hybrid().info()["hybrid"]["kind"]
         'bm25'
         """
-        texts = [self._records.get(row).answer for row in range(len(self))]
-        self._lexical = self._measured(LexicalIndex.from_texts(texts))
+        self._lexical = self._measured(LexicalIndex.from_texts([r.answer for r in self.records()]))
         return self
 
     def _measured(self, lexical: LexicalIndex, previous: Any = None) -> LexicalIndex:  # adaptive fusion's ratio

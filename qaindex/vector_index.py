@@ -32,14 +32,15 @@ family (the exact rerank of the candidates restores the order among them):
   exhaustive search.
 - ``ivf_sq8``: ``ivf`` with 8-bit scalar-quantised storage (``IndexIVFScalarQuantizer``).
 - ``pq``: an exhaustive scan of 4-bit product-quantisation codes (``IndexPQFastScan``, FAISS's
-  SIMD "fast scan"; ``M`` sub-quantisers, by default one per two coordinates, so about a
-  sixteenth of the float32 bytes) of the vectors ``flat`` searches, then a refinement: the
-  ``k × overfetch × refine`` best codes are re-scored with their float32 vectors (the
-  answers' stored vectors, gathered by row) and the best ``k × overfetch`` go on to the exact
-  rerank. On the built-in model's vectors (a strong common direction, questions off the
-  answers' manifold) graph and inverted-list indexes need most of the corpus for recall
-  0.99, while this scan reaches it at a fraction of ``flat``'s time
-  (``benchmarks/ann_difficulty.py``). ``auto`` picks it above :data:`AUTO_FLAT_MAX` answers.
+  SIMD "fast scan"; ``M`` sub-quantisers, by default one per :data:`PQ_COORDINATES`
+  coordinates, so about a thirty-second of the float32 bytes) of the vectors ``flat``
+  searches, then a refinement: the ``k × overfetch × refine`` best codes are re-scored with
+  their float32 vectors (the answers' stored vectors, gathered by row) and the best
+  ``k × overfetch`` go on to the exact rerank. On the built-in model's vectors (questions
+  lie off the answers' manifold) graph and inverted-list indexes need a wide search for
+  recall 0.99 at a million answers, while this scan reaches it at a fraction of ``flat``'s
+  time and builds in seconds (``benchmarks/ann_difficulty.py``). ``auto`` picks it above
+  :data:`AUTO_FLAT_MAX` answers.
 
 The search breadth (``ef_search``, ``nprobe``, ``refine``) can be tuned to a recall target at build
 time (:mod:`qaindex.build.tuning`).
@@ -78,6 +79,11 @@ IVF_KINDS = ("ivf", "ivf_sq8")
 AUTO_FLAT_MAX = 20_000
 DEFAULT_REFINE = 10
 _PQ_CENTROIDS = 16  # 4-bit codes
+#: Coordinates per ``pq`` sub-quantiser by default. At a million answers of the built-in model
+#: (``benchmarks/ann_difficulty.py``), two per sub-quantiser scanned in 7.5 ms for recall@10
+#: 0.996; four reach 0.996 in 2.1 ms once ``refine`` is 8: the scan's cost grows faster than
+#: linearly with the code length, the refinement's only with ``refine``.
+PQ_COORDINATES = 4
 DEFAULT_HNSW: dict[str, int] = {"M": 32, "ef_construction": 200, "ef_search": 256}
 #: The parameters each kind takes (all positive integers).
 KIND_PARAMS: dict[str, tuple[str, ...]] = {
@@ -107,8 +113,8 @@ def default_params(kind: str, count: int) -> dict[str, int]:
     about ``2·√count`` lists (at least 1, at most 8,192 and at most ``count``) and probes an
     eighth of them. ``pq`` re-scores ``refine`` codes per candidate: :data:`DEFAULT_REFINE`
     up to 100,000 answers, growing as ``√count`` above (32 at a million, where the built-in
-    model's tuning to recall@10 0.99 chose 26); its ``M`` defaults to half the searched
-    dimension (see :class:`CoarseIndex`).
+    model's tuning to recall@10 0.99 chose 26); its ``M`` defaults to a quarter of the
+    searched dimension (see :class:`CoarseIndex`).
 
     Example
     -------
@@ -156,7 +162,7 @@ class CoarseIndex:
     params : mapping, optional
         The kind's parameters (:data:`KIND_PARAMS`: ``M``, ``ef_construction``,
         ``ef_search`` for HNSW; ``nlist``, ``nprobe`` for IVF; ``M`` (sub-quantisers, default
-        half the searched dimension, rounded up) and ``refine`` for PQ); missing ones default
+        a quarter of the searched dimension, rounded up) and ``refine`` for PQ); missing ones default
         to :func:`default_params` for ``count``.
     device : {"auto", "cpu", "cuda"}
         ``flat`` indexes move to a GPU when FAISS sees one (``auto``) or must (``cuda``).
@@ -198,7 +204,7 @@ class CoarseIndex:
         if kind in IVF_KINDS:
             self.params["nprobe"] = min(self.params["nprobe"], self.params["nlist"])
         if kind == "pq":
-            self.params.setdefault("M", -(-self._searched_dimension // 2))
+            self.params.setdefault("M", -(-self._searched_dimension // PQ_COORDINATES))
         #: how the search breadth was chosen (:func:`qaindex.build.tuning.tune_breadth`), or None
         self.tuning: dict[str, Any] | None = None
         self._faiss = import_faiss()

@@ -231,7 +231,7 @@ def build_on_ray(
         docstring); ignored when Ray is already initialised.
     model, device, index_kind, hnsw, overfetch, batch_size, recall, reranker, hybrid
         As for :meth:`qaindex.Ranker.build`; the BM25 index of ``hybrid`` is built on the
-        driver from the records it validated (tokenizing is cheap next to encoding).
+        driver, chunk by chunk as it validates the records.
     chunk_size : int, keyword-only
         Answers per ``map_batches`` call (and per chunk of the driver's validation).
     workers : int, optional
@@ -251,14 +251,16 @@ def build_on_ray(
         ranker.save("qaindex-index")
     """
     from ..ranker import Ranker
-    from ..text.lexical import build_hybrid
+    from ..text.lexical import LexicalBuilder, build_hybrid
 
     hybrid = build_hybrid(hybrid)
     ray = import_ray()
     source = os.fspath(corpus)
     loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=None)
     spool = RecordSpool()
-    record_lines = validate_corpus(source, spool, chunk_size=chunk_size)
+    lexical = LexicalBuilder() if hybrid else None  # the BM25 rows, analysed as the driver validates
+    on_chunk = None if lexical is None else (lambda chunk: lexical.add([r.answer for r in chunk]))
+    record_lines = validate_corpus(source, spool, chunk_size=chunk_size, on_chunk=on_chunk)
     store = spool.store()
     started = _connect(ray, address)
     try:
@@ -278,7 +280,9 @@ def build_on_ray(
     if reranker is not None and not isinstance(reranker, Reranker):
         reranker = Reranker.load(reranker, device=device)
     ranker = Ranker(loaded, store, vectors, coarse, overfetch=overfetch, kind_requested=index_kind, reranker=reranker)
-    return ranker.enable_hybrid() if hybrid else ranker
+    if lexical is not None:
+        ranker._lexical = ranker._measured(lexical.finish())
+    return ranker
 
 
 @contextlib.contextmanager

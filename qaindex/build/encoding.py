@@ -24,7 +24,7 @@ from ..errors import QueryError
 from ..model import Model
 from ..reranker import Reranker
 from ..store.records import RecordStore
-from ..text.lexical import build_hybrid
+from ..text.lexical import LexicalBuilder, LexicalIndex, build_hybrid
 from ..vector_index import INDEX_KINDS, CoarseIndex, choose_kind
 from .tuning import check_target, tune_for_corpus
 
@@ -77,7 +77,8 @@ class Built:
     coarse: CoarseIndex
     reranker: Reranker | None
     overfetch: int
-    hybrid: bool
+    #: the answers' BM25 index (hybrid search), or None for a dense-only index
+    lexical: LexicalIndex | None
 
 
 def encode_corpus(
@@ -124,11 +125,12 @@ def encode_corpus(
     loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=threads)
     if reranker is not None and not isinstance(reranker, Reranker):
         reranker = Reranker.load(reranker, device=device)
+    lexical = LexicalBuilder() if use_hybrid else None
     store, vectors, coarse = _encode(
         corpus, loaded, is_path=is_path, index_kind=index_kind, hnsw=hnsw, device=device,
-        batch_size=batch_size, progress=progress, recall=recall, overfetch=overfetch,
+        batch_size=batch_size, progress=progress, recall=recall, overfetch=overfetch, lexical=lexical,
     )  # fmt: skip
-    return Built(loaded, store, vectors, coarse, reranker, overfetch, use_hybrid)
+    return Built(loaded, store, vectors, coarse, reranker, overfetch, None if lexical is None else lexical.finish())
 
 
 def _encode(
@@ -143,18 +145,25 @@ def _encode(
     progress: bool,
     recall: float | None,
     overfetch: int,
+    lexical: LexicalBuilder | None,
 ) -> tuple[RecordStore, np.ndarray, CoarseIndex]:
     started = time.perf_counter()
     if is_path:  # streamed: one chunk of texts in memory at a time (qaindex.build.streaming)
-        store, vectors, coarse = _from_file(corpus, model, index_kind, hnsw, device, batch_size, progress)  # type: ignore[arg-type]
+        store, vectors, coarse = _from_file(corpus, model, index_kind, hnsw, device, batch_size, progress, lexical)  # type: ignore[arg-type]
         tuned_on: RecordStore | list[Record] = store
     else:
         records = records_from_dicts(corpus)  # type: ignore[arg-type]
+        texts = [r.answer for r in records]
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qaindex-records") as pool:
-            # The stored lines are encoded while onnxruntime (which releases the GIL) runs.
+            # The stored lines and the BM25 rows are made while onnxruntime (which releases the GIL) runs.
             stored = pool.submit(RecordStore.from_records, records) if fast_paths.enabled() else None
-            vectors = encode_answers(model, [r.answer for r in records], batch_size, progress)
+            analysed = pool.submit(lexical.add, texts) if lexical is not None and stored is not None else None
+            vectors = encode_answers(model, texts, batch_size, progress)
             store = RecordStore.from_records(records) if stored is None else stored.result()
+            if analysed is not None:
+                analysed.result()
+            elif lexical is not None:
+                lexical.add(texts)
         coarse = CoarseIndex(
             model.space, model.dimension, choose_kind(index_kind, len(records)), hnsw, device=device, count=len(records)
         )
@@ -174,17 +183,19 @@ def _from_file(
     device: str,
     batch_size: int,
     progress: bool,
+    lexical: LexicalBuilder | None,
 ) -> tuple[RecordStore, np.ndarray, CoarseIndex]:
     from .streaming import build_from_file, count_lines
 
+    options: dict[str, Any] = {
+        "index_kind": index_kind, "hnsw": hnsw, "device": device, "batch_size": batch_size, "lexical": lexical,
+    }  # fmt: skip
     if not progress:
-        return build_from_file(corpus, model, index_kind=index_kind, hnsw=hnsw, device=device, batch_size=batch_size)
+        return build_from_file(corpus, model, **options)
     from tqdm import tqdm
 
     with tqdm(total=count_lines(corpus), desc="encoding answers", unit="answer", disable=None) as bar:
-        built = build_from_file(
-            corpus, model, index_kind=index_kind, hnsw=hnsw, device=device, batch_size=batch_size, progress=bar.update
-        )
+        built = build_from_file(corpus, model, progress=bar.update, **options)
         bar.total = bar.n  # lines counted blank lines and repeated benchmark answers too: end at 100%
         return built
 

@@ -38,6 +38,7 @@ from .. import fast_paths
 from ..corpus import Record, _Collector, read_json_lines
 from ..model import Model
 from ..store.records import RecordStore, encode_record, encode_records
+from ..text.lexical import LexicalBuilder
 from ..vector_index import CoarseIndex, choose_kind
 
 __all__ = ["DEFAULT_CHUNK", "RecordSpool", "VectorSpool", "assemble_index", "build_from_file", "validate_corpus"]
@@ -336,9 +337,15 @@ class _EncodePipeline:
     """
 
     def __init__(
-        self, model: Model, vectors: VectorSpool, batch_size: int, progress: Callable[[int], None] | None
+        self,
+        model: Model,
+        vectors: VectorSpool,
+        batch_size: int,
+        progress: Callable[[int], None] | None,
+        lexical: LexicalBuilder | None = None,
     ) -> None:
         self._model = model
+        self._lexical = lexical
         self._vectors = vectors
         self._batch_size = batch_size
         self._progress = progress
@@ -353,11 +360,13 @@ class _EncodePipeline:
             self._vectors.append(
                 self._model.encode(texts, role="answer", batch_size=self._batch_size, progress=self._progress)
             )
-            return
-        feeds = list(self._model._feeds(texts, "answer", self._batch_size))
-        self._drain()
-        run = self._model._run_feeds
-        self._pending = (self._pool.submit(run, "answer", feeds, len(texts), None, texts), len(texts))
+        else:
+            feeds = list(self._model._feeds(texts, "answer", self._batch_size))
+            self._drain()
+            run = self._model._run_feeds
+            self._pending = (self._pool.submit(run, "answer", feeds, len(texts), None, texts), len(texts))
+        if self._lexical is not None:  # the BM25 rows, while the worker runs the encoder
+            self._lexical.add(texts)
 
     def _drain(self) -> None:
         if self._pending is not None:
@@ -415,8 +424,12 @@ def build_from_file(
     chunk_size: int = DEFAULT_CHUNK,
     progress: Callable[[int], None] | None = None,
     spool_dir: str | os.PathLike[str] | None = None,
+    lexical: LexicalBuilder | None = None,
 ) -> tuple[RecordStore, np.ndarray, CoarseIndex]:
     """Encode and index a corpus file chunk by chunk (see the module docstring).
+
+    ``lexical``, when given, receives every chunk's answer texts in row order (the BM25
+    index of hybrid search, built in the same pass; call its ``finish``).
 
     Returns
     -------
@@ -432,7 +445,7 @@ def build_from_file(
     """
     spool = RecordSpool(spool_dir)
     vectors = VectorSpool(model.dimension, spool_dir)
-    with _EncodePipeline(model, vectors, batch_size, progress) as pipeline:
+    with _EncodePipeline(model, vectors, batch_size, progress, lexical) as pipeline:
         validate_corpus(path, spool, chunk_size=chunk_size, on_chunk=pipeline.submit)
     store = spool.store()
     matrix = vectors.finish()

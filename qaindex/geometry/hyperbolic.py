@@ -424,10 +424,18 @@ def relative_lift(y: Array) -> Array:
     >>> relative_lift(np.zeros((1, 2))).tolist()
     [[2.0, 0.0, 0.0]]
     """
-    y64 = np.asarray(y, dtype=np.float64)
-    a, b = _relative_lift_coefficients(np.sqrt(sqnorm(y64)))
-    out = np.concatenate([a, b * y64], axis=-1)
-    return np.ascontiguousarray(out, dtype=np.float32)
+    y = np.asarray(y)
+    out = np.empty((*y.shape[:-1], y.shape[-1] + 1), dtype=np.float32)
+    flat_in, flat_out = y.reshape(-1, y.shape[-1]), out.reshape(-1, out.shape[-1])
+    for s in range(0, len(flat_in), _LIFT_ROWS):  # float64 a block of rows at a time
+        y64 = flat_in[s : s + _LIFT_ROWS].astype(np.float64)
+        a, b = _relative_lift_coefficients(np.sqrt(sqnorm(y64)))
+        flat_out[s : s + _LIFT_ROWS, :1] = a
+        flat_out[s : s + _LIFT_ROWS, 1:] = b * y64
+    return out
+
+
+_LIFT_ROWS = 16_384  # rows lifted in float64 at once (a few MB, in cache)
 
 
 def _relative_lift_coefficients(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -9,6 +9,7 @@ of ../shared/datasets.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from qaindex.errors import CorpusError
 from qaindex.model import Model
 from qaindex.store.records import RecordStore, encode_record, encode_records
 from qaindex.text import tokenizer as tokenizer_module
+from qaindex.text.lexical import LexicalBuilder, LexicalIndex, tokenizer_available
 from qaindex.text.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -368,6 +370,36 @@ def test_builds_are_identical_with_and_without_fast_paths(tmp_path: Path) -> Non
     texts = [r["answer"] for r in items]
     chunks = [_MODEL.encode(texts[i : i + 128], role="answer", batch_size=32) for i in range(0, len(texts), 128)]
     assert np.array_equal(np.asarray(fast_vectors), np.concatenate(chunks))
+
+
+def _same_lexical(a: Any, b: Any) -> None:
+    assert a.vocab == b.vocab
+    for name in ("_terms", "_counts", "_offsets"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+
+
+@pytest.mark.skipif(not tokenizer_available(), reason="PyStemmer is not installed")
+def test_the_bm25_index_made_while_encoding_equals_one_made_from_the_stored_answers(tmp_path: Path) -> None:
+    """A hybrid build analyses the answers in its encoding pass (beside the encoder, chunk by
+    chunk for a file): the result equals the BM25 index of the stored answers built afterwards."""
+    items = _corpus(700)
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in items), encoding="utf-8")
+    expected = LexicalIndex.from_texts([r["answer"] for r in items])
+    built = [qaindex.Ranker.build(items, model=_MODEL, index_kind="flat", hybrid=True),
+             qaindex.Ranker.build(path, model=_MODEL, index_kind="flat", hybrid=True)]  # fmt: skip
+    with fast_paths.generic_only():
+        built.append(qaindex.Ranker.build(items, model=_MODEL, index_kind="flat", hybrid=True))
+    for ranker in built:
+        _same_lexical(ranker._lexical, expected)
+        assert ranker._lexical.ratio_info is not None  # measured, as enable_hybrid measures it
+        assert ranker._lexical.ratio_info == ranker.enable_hybrid()._lexical.ratio_info
+        _same_lexical(ranker._lexical, expected)
+    for generic in (False, True):
+        builder = LexicalBuilder()
+        with fast_paths.generic_only() if generic else contextlib.nullcontext():
+            build_from_file(path, _MODEL, index_kind="flat", chunk_size=128, batch_size=32, lexical=builder)
+        _same_lexical(builder.finish(), expected)
 
 
 def test_an_error_in_a_later_chunk_stops_the_pipelined_build(tmp_path: Path) -> None:

@@ -136,7 +136,10 @@ def test_default_parameters_per_size() -> None:
     assert default_params("flat", 10) == {}
     assert default_params("pq", 50_000) == {"refine": 10}
     assert default_params("pq", 10**6) == {"refine": 32}
-    assert CoarseIndex("poincare", 300, "pq", ranking="relative").params == {"refine": 10, "M": 151}
+    # one sub-quantiser per four searched coordinates (301 for the relative lift of 300), rounded up
+    pq = CoarseIndex("poincare", 300, "pq", ranking="relative")
+    assert pq.params == {"refine": 10, "M": 76} and pq.stored_dimension == 304
+    assert CoarseIndex("cosine", 256, "pq").params["M"] == 64
 
 
 # -- the new kinds through the Ranker ------------------------------------------------------------

@@ -284,3 +284,18 @@ def test_relative_lift_scores_equal_the_inner_product_with_the_lift(seed: int, d
     got = H.relative_lift_scores(lq, y.astype(dtype))
     assert got.dtype == np.float32 and got.shape == (200,)
     assert np.allclose(got, want, atol=2e-6)
+
+
+def test_relative_lift_of_many_rows_equals_the_lift_of_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lift is computed a block of rows at a time: blocks that split the rows change no bit."""
+    rng = np.random.default_rng(0)
+    y = ball(rng, 50, 7, np.float32, 0.999)
+    whole = H.relative_lift(y)
+    monkeypatch.setattr(H, "_LIFT_ROWS", 3)
+    blocked = H.relative_lift(y)
+    one_by_one = np.concatenate([H.relative_lift(y[i : i + 1]) for i in range(len(y))])
+    assert blocked.dtype == np.float32 and blocked.shape == (50, 8)
+    np.testing.assert_array_equal(blocked, whole)
+    np.testing.assert_array_equal(blocked, one_by_one)
+    assert H.relative_lift(y.reshape(5, 10, 7)).shape == (5, 10, 8)
+    np.testing.assert_array_equal(H.relative_lift(y.reshape(5, 10, 7)).reshape(50, 8), whole)

@@ -404,9 +404,12 @@ def test_ray_build_makes_the_lexical_index_on_the_driver(monkeypatch: pytest.Mon
         return model.encode([r["answer"] for r in RECORDS[:90]], role="answer")  # type: ignore[no-any-return]
 
     monkeypatch.setattr(distributed, "_encode_on_ray", encode_locally)
-    on_ray = distributed.build_on_ray(corpus, hybrid=True)
+    on_ray = distributed.build_on_ray(corpus, hybrid=True, chunk_size=32)  # analysed chunk by chunk
     local = Ranker.build(corpus, hybrid=True)
-    assert on_ray.has_hybrid
+    assert on_ray.has_hybrid and on_ray._lexical.vocab == local._lexical.vocab
+    for name in ("_terms", "_counts", "_offsets"):
+        assert np.array_equal(getattr(on_ray._lexical, name), getattr(local._lexical, name))
+    assert on_ray._lexical.ratio_info == local._lexical.ratio_info
     for q in QUESTIONS:
         assert [h.id for h in on_ray.search(q, k=5)] == [h.id for h in local.search(q, k=5)]
     assert not distributed.build_on_ray(corpus, hybrid=False).has_hybrid

@@ -1,0 +1,122 @@
+"""The BM25 index's construction: vectorised chunk analysis against tokenizing text by text,
+impact-ordered postings (ties, cache) and the postings order against their definitions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("Stemmer")
+
+from qaindex.text import lexical  # noqa: E402
+from qaindex.text.lexical import LexicalBuilder, LexicalIndex, tokenize  # noqa: E402
+
+WORDS = ["the", "a", "Cats", "cat", "running", "runs", "x", "é", "café", "naïve", "Ünïcode", "to", "42", "a1", "_"]
+texts_strategy = st.lists(
+    st.lists(st.sampled_from(WORDS), max_size=12).map(" ".join)
+    | st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40),
+    max_size=25,
+)
+
+
+def _text_by_text(texts: list[str], base: LexicalIndex | None = None) -> tuple[list[int], list[int], list[int], list[str]]:
+    """The CSR arrays by the definition: each text tokenized alone, distinct terms in order of first occurrence."""
+    vocab = list(base.vocab) if base else []
+    ids = {t: i for i, t in enumerate(vocab)}
+    terms: list[int] = list(base._terms) if base else []
+    counts: list[int] = list(base._counts) if base else []
+    offsets: list[int] = list(base._offsets) if base else [0]
+    for text in texts:
+        bag: dict[int, int] = {}
+        for term in tokenize(text):
+            if term not in ids:
+                ids[term] = len(vocab)
+                vocab.append(term)
+            bag[ids[term]] = bag.get(ids[term], 0) + 1
+        terms += bag
+        counts += bag.values()
+        offsets.append(offsets[-1] + len(bag))
+    return terms, counts, offsets, vocab
+
+
+def _assert_arrays(lex: LexicalIndex, expected: tuple[list[int], list[int], list[int], list[str]]) -> None:
+    terms, counts, offsets, vocab = expected
+    assert lex.vocab == vocab
+    assert lex._terms.dtype == np.int32 and lex._counts.dtype == np.int32 and lex._offsets.dtype == np.int64
+    assert lex._terms.tolist() == terms
+    assert lex._counts.tolist() == counts
+    assert lex._offsets.tolist() == offsets
+
+
+@settings(max_examples=150, deadline=None)
+@given(texts=texts_strategy, more=texts_strategy, chunk=st.integers(1, 7))
+def test_chunked_analysis_equals_tokenizing_text_by_text(texts: list[str], more: list[str], chunk: int) -> None:
+    old = lexical._ANALYSE_CHUNK
+    lexical._ANALYSE_CHUNK = chunk  # chunk boundaries anywhere
+    try:
+        whole = LexicalIndex.from_texts(texts + more)
+        _assert_arrays(whole, _text_by_text(texts + more))
+        base = LexicalIndex.from_texts(texts)
+        _assert_arrays(base.appended(more), _text_by_text(more, base))
+        builder = LexicalBuilder()
+        builder.add(texts)
+        builder.add(more)
+        _assert_arrays(builder.finish(), _text_by_text(texts + more))
+    finally:
+        lexical._ANALYSE_CHUNK = old
+
+
+def test_a_builder_leaves_its_base_unchanged() -> None:
+    base = LexicalIndex.from_texts(["cats purr", "dogs bark"])
+    before = (base._terms.copy(), base._offsets.copy(), list(base.vocab))
+    builder = LexicalBuilder(base)
+    builder.add(["birds sing", "cats sing"])
+    grown = builder.finish()
+    assert len(grown) == 4 and grown.vocab == ["cat", "purr", "dog", "bark", "bird", "sing"]
+    assert base._terms.tolist() == before[0].tolist() and base._offsets.tolist() == before[1].tolist()
+    assert base.vocab == before[2]
+
+
+def _impact_by_definition(lex: LexicalIndex, term: int, count: int) -> set[int]:
+    """The rows of the ``count`` highest BM25 weights of ``term`` (ties: lower row), from the full scores."""
+    scores = lex.scores_of_terms(np.array([term]))
+    rows = np.flatnonzero(scores > 0)
+    order = sorted(rows.tolist(), key=lambda r: (-float(scores[r]), r))
+    return set(order[:count])
+
+
+def test_impact_rows_break_ties_by_row_and_are_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    # identical answers have identical weights: the tie at the cut goes to the lower rows
+    texts = ["refund policy"] * 6 + ["refund refund refund"] * 3 + ["shipping times"] * 4 + ["refund shipping"]
+    lex = LexicalIndex.from_texts(texts)
+    refund, shipping = lex.query("refund")[0][0], lex.query("shipping")[0][0]
+    for term in (refund, shipping):
+        for count in (1, 2, 3, 4, 5, 8, 20):
+            assert set(lex.impact_rows(np.array([term]), count).tolist()) == _impact_by_definition(lex, term, count)
+    assert lex.impact_rows(np.array([refund]), 4).tolist() == [0, 6, 7, 8]
+    both = lex.impact_rows(np.array([refund, shipping, refund]), 2)
+    assert both.tolist() == sorted(_impact_by_definition(lex, refund, 2) | _impact_by_definition(lex, shipping, 2))
+    assert lex.impact_rows(np.zeros(0, np.int64), 3).tolist() == []
+    # the cache holds the answer, and a full cache starts again
+    assert (refund, 4) in lex._impact
+    monkeypatch.setattr(lexical, "_IMPACT_CACHE", 2)
+    lex._impact.clear()
+    for count in (1, 2, 3):
+        lex.impact_rows(np.array([refund]), count)
+    assert len(lex._impact) <= 2
+    assert lex.impact_rows(np.array([refund]), 4).tolist() == [0, 6, 7, 8]
+
+
+def test_postings_are_grouped_by_term_with_rows_ascending() -> None:
+    rng = np.random.default_rng(0)
+    words = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa"]
+    texts = [" ".join(rng.choice(words, size=rng.integers(0, 9))) for _ in range(300)]
+    lex = LexicalIndex.from_texts(texts)
+    indptr, docs, weights = lex._build_postings()
+    rows = np.repeat(np.arange(len(lex)), np.diff(lex._offsets))
+    order = np.argsort(lex._terms, kind="stable")  # the definition
+    np.testing.assert_array_equal(docs, rows[order])
+    np.testing.assert_array_equal(weights, lex._forward[order])
+    assert indptr.tolist() == [0, *np.cumsum(np.bincount(lex._terms, minlength=len(lex.vocab))).tolist()]
