@@ -10,14 +10,15 @@ beyond 76,693 two joined; 1,000 real questions, of which ``--tune`` tune and the
 - **depth**: recall@10 after the exact rerank when the candidates are the top ``m`` of an
   *exhaustive* coarse score (the relative lift the ``flat``/``ivf``/``pq`` kinds search, the
   cosine of directions, L2 on ball coordinates), i.e. what a perfect ANN index could give;
-- **curves**: for ``hnsw`` (ef_search), ``ivf`` (nprobe) and ``pq`` (refine), each breadth's
+- **curves**: for ``hnsw`` (ef_search), ``ivf`` (nprobe) and ``pq`` (refine; ``pq:C`` for ``C``
+  coordinates per sub-quantiser instead of the default), each breadth's
   recall@10 of the candidates against float64 brute force (the pipeline's recall, as the exact
   rerank orders the candidates) and the coarse stage's p50 per question on 1 thread, plus
   each kind's build time. ``flat`` is the no-index reference.
 
 Writes ``benchmarks/results/ann_difficulty.json``. Usage::
 
-    python -m benchmarks.ann_difficulty [--size 100000] [--kinds hnsw,ivf,pq] [--data ../shared/datasets]
+    python -m benchmarks.ann_difficulty [--size 100000] [--kinds flat,hnsw,ivf,pq,pq:2] [--data ../shared/datasets]
 """
 
 from __future__ import annotations
@@ -107,7 +108,11 @@ def curve(
 ) -> dict[str, Any]:
     set_faiss_threads(2)
     t = time.perf_counter()
+    kind, _, coordinates = kind.partition(":")  # "pq:2": two coordinates per sub-quantiser
     params = {"M": 32, "ef_construction": 100} if kind == "hnsw" else {}
+    if coordinates:
+        searched = CoarseIndex("poincare", a.shape[1], kind, ranking=ranking, count=len(a))._searched_dimension
+        params["M"] = -(-searched // int(coordinates))
     ix = CoarseIndex("poincare", a.shape[1], kind, params, ranking=ranking, count=len(a))
     ix.add(a)
     build = time.perf_counter() - t
@@ -131,7 +136,7 @@ def curve(
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=100_000)
-    parser.add_argument("--kinds", default="flat,hnsw,ivf,pq")
+    parser.add_argument("--kinds", default="flat,hnsw,ivf,pq,pq:2")
     parser.add_argument("--questions", type=int, default=300, help="questions measured (of the 1,000)")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "datasets")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "ann_difficulty.json")
@@ -156,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(json.dumps(out["depth"]), flush=True)
     out["curves"] = {}
     for kind in args.kinds.split(","):
-        out["curves"][kind] = curve(kind, a, q, truth, model.ranking, BREADTHS.get(kind, [0]))
+        out["curves"][kind] = curve(kind, a, q, truth, model.ranking, BREADTHS.get(kind.partition(":")[0], [0]))
     out["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     write_results(args.out, out)
     return out

@@ -151,6 +151,9 @@ def test_ann_difficulty_measures_against_brute_force(data: Path, tmp_path: Path)
     # refinement covering every answer finds what brute force finds
     pq = ann_difficulty.curve("pq", a, q, truth, "relative", [1, 3])
     assert pq["rows"][-1]["recall_at_10"] == 1.0
+    # "pq:C": C coordinates per sub-quantiser (the relative lift of 8 coordinates has 9)
+    assert pq["params"]["M"] == 3
+    assert ann_difficulty.curve("pq:2", a, q, truth, "relative", [1])["params"]["M"] == 5
     # the whole script on the tiny datasets writes its results file
     out = ann_difficulty.main(
         [
