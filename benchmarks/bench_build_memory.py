@@ -44,6 +44,7 @@ import numpy as np
 from benchmarks.common import DATA_DIR, ROOT, write_results
 
 DATASETS = DATA_DIR
+MODES = ("streamed", "in_memory")
 SOURCES = ["wikiqa/train.jsonl", "wikiqa/dev.jsonl", "wikiqa/test.jsonl", "trecqa_clean/train.jsonl"]
 
 
@@ -72,7 +73,7 @@ def write_corpus(path: Path, pool: list[str], count: int, per_answer: int, seed:
     return path.stat().st_size
 
 
-def child(mode: str, corpus: str, index: str) -> None:
+def child(mode: str, corpus: str, index: str, kind: str = "flat", hybrid: str = "auto") -> None:
     """Run one build (in a subprocess) and print its timings as JSON."""
     from qaindex import Model, Ranker
     from qaindex.corpus import read_corpus
@@ -84,18 +85,19 @@ def child(mode: str, corpus: str, index: str) -> None:
         return
     source = corpus if mode == "streamed" else read_corpus(corpus)
     built = time.perf_counter()
-    ranker = Ranker.build(source, model=model, device="cpu", index_kind="flat")  # type: ignore[arg-type]
+    use = None if hybrid == "auto" else hybrid == "on"  # auto: a BM25 index where PyStemmer is installed
+    ranker = Ranker.build(source, model=model, device="cpu", index_kind=kind, hybrid=use)  # type: ignore[arg-type]
     encoded = time.perf_counter()
     ranker.save(index)
     done = time.perf_counter()
     print(json.dumps({"seconds": done - start, "build_seconds": encoded - built, "answers": len(ranker)}))
 
 
-def measure(mode: str, corpus: Path, index: Path) -> dict[str, float]:
+def measure(mode: str, corpus: Path, index: Path, kind: str = "flat", hybrid: str = "auto") -> dict[str, float]:
     """Run :func:`child` in a fresh process; its result plus peak RSS in MiB."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.bench_build_memory", "--child", mode, str(corpus), str(index)],
+        [sys.executable, "-m", "benchmarks.bench_build_memory", "--child", mode, str(corpus), str(index), kind, hybrid],
         stdout=subprocess.PIPE,
         env=env,
         cwd=ROOT,
@@ -111,19 +113,32 @@ def measure(mode: str, corpus: Path, index: Path) -> dict[str, float]:
     return result
 
 
-def run_case(pool: list[str], count: int, per_answer: int, scratch: Path) -> dict[str, object]:
+def run_case(
+    pool: list[str],
+    count: int,
+    per_answer: int,
+    scratch: Path,
+    kind: str = "flat",
+    modes: tuple[str, ...] = MODES,
+    hybrid: str = "auto",
+) -> dict[str, object]:
+    from qaindex import Model
+
+    dim = Model.load(None, device="cpu").dimension
     corpus = scratch / f"corpus-{count}-{per_answer}.jsonl"
     size = write_corpus(corpus, pool, count, per_answer)
     row: dict[str, object] = {
         "answers": count,
         "sentences_per_answer": per_answer,
         "corpus_mib": size / 2**20,
-        "vectors_mib": count * 300 * 4 / 2**20,  # the default model's dimension is 300
-        "flat_index_mib": count * 302 * 4 / 2**20,  # lifted Poincaré vectors, dimension + 2
+        "vectors_mib": count * dim * 4 / 2**20,
+        "flat_index_mib": count * (dim + 2) * 4 / 2**20 if kind == "flat" else 0.0,  # lifted vectors, dim + 2
     }
-    for mode in ("streamed", "in_memory"):
+    row["index_kind"] = kind
+    row["hybrid"] = hybrid
+    for mode in modes:
         index = scratch / f"ix-{mode}"
-        result = measure(mode, corpus, index)
+        result = measure(mode, corpus, index, kind, hybrid)
         row[mode] = result
         print(
             f"  {mode:>9}: peak RSS {result['peak_rss_mib']:7.0f} MiB, build {result['build_seconds']:6.1f} s "
@@ -144,17 +159,18 @@ def report(path: Path) -> str:
         "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in data["sizes"] + data["text_lengths"]:
+        in_memory = f"{row['in_memory']['peak_rss_mib']:.0f}" if "in_memory" in row else "-"
         lines.append(
             f"| {row['answers']:,} | {row['sentences_per_answer']} | {row['corpus_mib']:.0f} | "
             f"{row['vectors_mib'] + row['flat_index_mib']:.0f} | {row['streamed']['peak_rss_mib']:.0f} | "
-            f"{row['in_memory']['peak_rss_mib']:.0f} | {row['answers'] / row['streamed']['build_seconds']:,.0f} |"
+            f"{in_memory} | {row['answers'] / row['streamed']['build_seconds']:,.0f} |"
         )
     sizes = data["sizes"]
     if len(sizes) >= 2:
         first, last = sizes[0], sizes[-1]
         extra = last["answers"] - first["answers"]
         lines.append("")
-        for mode in ("streamed", "in_memory"):
+        for mode in (m for m in MODES if m in first and m in last):
             slope = (last[mode]["peak_rss_mib"] - first[mode]["peak_rss_mib"]) * 2**20 / extra
             lines.append(f"{mode}: {slope:,.0f} bytes of peak RSS per extra answer")
         per_answer = (last["vectors_mib"] + last["flat_index_mib"]) * 2**20 / last["answers"]
@@ -165,7 +181,12 @@ def report(path: Path) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--child", nargs=3, metavar=("MODE", "CORPUS", "INDEX"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--child", nargs=5, metavar=("MODE", "CORPUS", "INDEX", "KIND", "HYBRID"), help=argparse.SUPPRESS
+    )
+    parser.add_argument("--hybrid", choices=("auto", "on", "off"), default="auto", help="the builds' BM25 index")
+    parser.add_argument("--index-kind", default="flat", help="index kind of every build (the default table: flat)")
+    parser.add_argument("--modes", default=",".join(MODES), help="builds measured per corpus: streamed, in_memory")
     parser.add_argument("--sizes", default="20000,100000,400000")
     parser.add_argument("--lengths", default="1,8", help="sentences per answer for the text-length series")
     parser.add_argument("--length-count", type=int, default=100_000)
@@ -188,10 +209,20 @@ def main() -> None:
         sizes, lengths = [], []
         for count in [int(s) for s in args.sizes.split(",") if s]:
             print(f"{count:,} answers of 3 sentences:", flush=True)
-            sizes.append(run_case(pool, count, 3, scratch))
+            sizes.append(run_case(pool, count, 3, scratch, args.index_kind, tuple(args.modes.split(",")), args.hybrid))
         for per_answer in [int(s) for s in args.lengths.split(",") if s]:
             print(f"{args.length_count:,} answers of {per_answer} sentences:", flush=True)
-            lengths.append(run_case(pool, args.length_count, per_answer, scratch))
+            lengths.append(
+                run_case(
+                    pool,
+                    args.length_count,
+                    per_answer,
+                    scratch,
+                    args.index_kind,
+                    tuple(args.modes.split(",")),
+                    args.hybrid,
+                )
+            )
     out = {
         "benchmark": "build_memory",
         "command": "nice -n 10 python -m benchmarks.bench_build_memory " + " ".join(sys.argv[1:]),

@@ -106,7 +106,7 @@ def fuzz_api(world: tuple[Model, Path, Path], n: int, seed: int, tmp: Path) -> d
     except QAIndexError:
         LangchainRetriever = None
 
-    turns = {"model_load": 0}
+    turns = {"model_load": 0, "evaluate": 0}
 
     def fresh() -> Ranker:
         r = state["ranker"]
@@ -386,11 +386,13 @@ def fuzz_api(world: tuple[Model, Path, Path], n: int, seed: int, tmp: Path) -> d
         ):
             if data.draw(st.booleans()):
                 kw[name] = data.draw(strat)
-        if data.draw(st.booleans()):
+        k = data.draw(KS) if data.draw(st.booleans()) else None  # drawn either way: the same draws each turn
+        turns["evaluate"] += 1  # the two evaluations in turn: a drawn choice left one unexercised in some runs
+        if turns["evaluate"] % 2:
             tally.call("evaluate_via_index", lambda: evaluate_via_index(target, groups, **kw))
         else:
-            if data.draw(st.booleans()):
-                kw["k"] = data.draw(KS)
+            if k is not None:
+                kw["k"] = k
             tally.call("evaluate_pooled", lambda: evaluate_pooled(target, groups, **kw))
 
     def op_pooled_metrics(data: st.DataObject) -> None:

@@ -242,37 +242,34 @@ def markdown(results: dict[str, Any]) -> str:
     for size in results["sizes"]:
         q = size["qaindex"][0]
         qp50 = q["single_1_thread"]["p50_ms"]
+
+        def row(system: str, timing: dict[str, float], recall: str, build: str, answers: int = size["answers"],
+                qp50: float = qp50) -> str:  # fmt: skip
+            p50 = timing["p50_ms"]
+            ratio = f"{p50 / qp50:.1f}×"
+            return f"| {answers:,} | {system} | {p50:.3f} | {timing['p99_ms']:.3f} | {ratio} | {recall} | {build} |"
+
         lines.append(
-            f"| {size['answers']:,} | qaindex {q['kind']} | {qp50:.3f} | {q['single_1_thread']['p99_ms']:.3f} | 1.0× | "
-            f"{q['recall_at_10']:.4f} vs exact | {q['build_answers_per_s']:,.0f} answers/s |"
-        )
+            row(f"qaindex {q['kind']}", q["single_1_thread"], f"{q['recall_at_10']:.4f} vs exact",
+                f"{q['build_answers_per_s']:,.0f} answers/s")
+        )  # fmt: skip
         if "no_index" in size:
             r = size["no_index"]
-            p50 = r["single_1_thread"]["p50_ms"]
             lines.append(
-                f"| {size['answers']:,} | qaindex + FAISS IndexFlat (no index) | {p50:.3f} | "
-                f"{r['single_1_thread']['p99_ms']:.3f} | {p50 / qp50:.1f}× | {r['recall_at_10']:.4f} vs exact | "
-                f"{r['build_answers_per_s']:,.0f} answers/s |"
-            )
+                row("qaindex + FAISS IndexFlat (no index)", r["single_1_thread"], f"{r['recall_at_10']:.4f} vs exact",
+                    f"{r['build_answers_per_s']:,.0f} answers/s")
+            )  # fmt: skip
         if "minilm" in size:
             m = size["minilm"]
             for name, key, rec in (
                 ("IndexFlatIP", "flat", "1 (exact)"),
                 ("IndexHNSWFlat ef 128", "hnsw", f"{m['hnsw_recall_at_10_vs_flat']:.4f} vs flat"),
             ):
-                p50 = m[key]["p50_ms"]
-                lines.append(
-                    f"| {size['answers']:,} | MiniLM + FAISS {name} | {p50:.3f} | {m[key]['p99_ms']:.3f} | "
-                    f"{p50 / qp50:.1f}× | {rec} | encode {m['encode_answers_per_s']:,.0f} answers/s + index "
-                    f"{m[key + '_index_s']:.1f} s |"
-                )
+                build = f"encode {m['encode_answers_per_s']:,.0f} answers/s + index {m[key + '_index_s']:.1f} s"
+                lines.append(row(f"MiniLM + FAISS {name}", m[key], rec, build))
         if "bm25" in size:
             b = size["bm25"]
-            p50 = b["single"]["p50_ms"]
-            lines.append(
-                f"| {size['answers']:,} | bm25s | {p50:.3f} | {b['single']['p99_ms']:.3f} | {p50 / qp50:.1f}× | - | "
-                f"{b['index_answers_per_s']:,.0f} answers/s |"
-            )
+            lines.append(row("bm25s", b["single"], "-", f"{b['index_answers_per_s']:,.0f} answers/s"))
     batches = [
         f"{s['answers']:,} answers: qaindex {s['qaindex'][0]['batch_questions_per_s_2_threads']:,.0f}, MiniLM + "
         f"HNSW {s['minilm']['batch_questions_per_s_2_threads']:,.0f}"

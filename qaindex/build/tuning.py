@@ -8,7 +8,8 @@ slow or inaccurate. :func:`tune_breadth` measures it instead: for a sample of qu
 computes the exact top ``k`` by brute force in float64 (the model's own ranking rule over
 every vector, :func:`qaindex.vector_index.exact_search`), then tries breadths on a ladder
 (×√2 steps from the candidate count, then bisection) and keeps the smallest that reaches
-the target. Because the exact rerank restores the order among the candidates, the
+the target; when the recall stops growing short of it, the smallest breadth within one
+standard error of the best recall measured. Because the exact rerank restores the order among the candidates, the
 pipeline's recall@k equals the share of the true top ``k`` among the candidates (up to
 float32 ties), which is what is measured.
 
@@ -48,6 +49,12 @@ __all__ = [
 ]
 
 DEFAULT_TUNING_QUERIES = 200
+# Ladder steps (×√2 each) without any gain in recall after which a target counts as out of
+# reach. Without it an unreachable target climbs to the ladder's end: for pq, re-scoring every
+# answer for each tuning query (at 100,000 answers of the built-in model, whose held-out answer
+# spans plateau at recall@10 0.988, that took 45 s and kept refine 1,000, where refine 16 had
+# the same recall and real questions reach 0.99 at refine 2: benchmarks/ann_difficulty.py).
+_PLATEAU_STEPS = 3
 MAX_EF_SEARCH = 16_384
 _log = logging.getLogger(__name__)
 
@@ -139,7 +146,10 @@ def tune_breadth(
     dict
         ``{"target", "recall", "reached", "param", "value", "k", "candidates", "queries",
         "tried", "seconds"}``; also stored as ``coarse.tuning``. When the target is out of
-        reach the largest breadth tried is kept and ``reached`` is False.
+        reach (the ladder ends, or :data:`_PLATEAU_STEPS` steps in a row gain no recall) the
+        smallest breadth within one standard error of the best recall measured is kept (the
+        error of a share of ``queries × k`` hits, ``√(r(1−r)/(queries·k))``) and ``reached``
+        is False.
 
     Example
     -------
@@ -184,13 +194,20 @@ def tune_breadth(
         stop = max(stop, start)
         low: int | None = None  # the largest breadth known to miss the target
         value, got = stop, -1.0
+        climbed: list[tuple[int, float]] = []
         for candidate in _ladder(start, stop):
             r = measure(candidate)
             if r >= target:
                 value, got = candidate, r
                 break
             low = candidate
-            value, got = candidate, r
+            climbed.append((candidate, r))
+            if len(climbed) > _PLATEAU_STEPS and r <= climbed[-1 - _PLATEAU_STEPS][1]:
+                break  # no gain over the last steps: the target is out of reach
+        if got < target:  # the cheapest breadth within one standard error of the best recall measured
+            best = max(r for _, r in climbed)
+            error = math.sqrt(best * (1.0 - best) / max(1, len(q) * kk))
+            value, got = next((c, r) for c, r in climbed if r >= best - error)
         if got >= target and low is not None:
             high = value
             while high - low > max(1, high // 20):  # to about 5%

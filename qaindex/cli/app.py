@@ -508,7 +508,7 @@ def _tuning_line(t: dict[str, Any]) -> str:
     """One line on the build-time recall tuning (:mod:`qaindex.build.tuning`)."""
     if t.get("param") is None:
         return f"recall@{t.get('k')} {t['recall']:.4f} at build time (exact index; target {t['target']:.4f})"
-    verdict = "reached" if t.get("reached") else "NOT reached (largest tried)"
+    verdict = "reached" if t.get("reached") else "NOT reached: the cheapest breadth near the best recall measured"
     return (
         f"{t.get('param')}={t.get('value')} tuned to recall@{t.get('k')} {t['recall']:.4f} "
         f"(target {t['target']:.4f} {verdict}; {t.get('queries')} {t.get('source', 'queries')})"

@@ -84,7 +84,7 @@ def test_tuning_reaches_the_recall_target_against_brute_force(kind: str, ranking
     assert held >= target - 0.05
 
 
-def test_an_unreachable_target_keeps_the_largest_breadth_and_says_so() -> None:
+def test_an_unreachable_target_keeps_the_best_breadth_tried_and_says_so() -> None:
     vectors = ball_points(600, 8, seed=2)
     ix = CoarseIndex("poincare", 8, "ivf", {"nlist": 32, "nprobe": 1}, ranking="relative", count=600)
     ix.add(vectors)
@@ -92,7 +92,30 @@ def test_an_unreachable_target_keeps_the_largest_breadth_and_says_so() -> None:
         ix, vectors, vectors[:40], target=1.0, k=10, overfetch=1, geometry="poincare", ranking="relative", max_breadth=2
     )
     assert out["reached"] is False and out["value"] == 2 and ix.params["nprobe"] == 2
-    assert out["recall"] < 1.0
+    assert out["recall"] < 1.0 and out["tried"][0][1] < out["recall"]
+
+
+@pytest.mark.parametrize(("kind", "params", "end"), [("ivf", {"nlist": 64}, 64), ("pq", {"M": 2}, 60)])
+def test_a_plateau_short_of_the_target_stops_the_climb_at_its_cheapest_breadth(
+    kind: str, params: dict[str, int], end: int
+) -> None:
+    """With one candidate per hit, the lift's approximation caps recall below 1: the ladder
+    stops after three steps that gain nothing (or at its end: IVF's lists, PQ's N / m) and
+    keeps the smallest breadth within one standard error of the best recall, not the largest."""
+    vectors = ball_points(600, 8, seed=2)
+    ix = CoarseIndex("poincare", 8, kind, params, ranking="relative", count=600)
+    ix.add(vectors)
+    out = tune_breadth(
+        ix, vectors, vectors[:40], target=1.0, k=10, overfetch=1, geometry="poincare", ranking="relative"
+    )
+    tried = out["tried"]
+    best = max(r for _, r in tried)
+    error = (best * (1 - best) / (40 * 10)) ** 0.5  # one standard error of a share of 400 hits
+    assert out["reached"] is False and best - error <= out["recall"] <= best < 1.0
+    assert out["value"] == min(v for v, r in tried if r >= best - error) < tried[-1][0]
+    assert ix.params[out["param"]] == out["value"]
+    assert tried[-1][0] == end or tried[-1][1] <= tried[-4][1]  # the ladder's end, or three steps without gain
+    assert [v for v, _ in tried] == sorted(v for v, _ in tried)  # a climb, no bisection
 
 
 @pytest.mark.parametrize(

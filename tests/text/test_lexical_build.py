@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 pytest.importorskip("Stemmer")
 
-from qaindex.text import lexical  # noqa: E402
-from qaindex.text.lexical import LexicalBuilder, LexicalIndex, tokenize  # noqa: E402
+from qaindex.text import lexical
+from qaindex.text.lexical import LexicalBuilder, LexicalIndex, tokenize
 
 WORDS = ["the", "a", "Cats", "cat", "running", "runs", "x", "é", "café", "naïve", "Ünïcode", "to", "42", "a1", "_"]
 texts_strategy = st.lists(
@@ -21,7 +21,9 @@ texts_strategy = st.lists(
 )
 
 
-def _text_by_text(texts: list[str], base: LexicalIndex | None = None) -> tuple[list[int], list[int], list[int], list[str]]:
+def _text_by_text(
+    texts: list[str], base: LexicalIndex | None = None
+) -> tuple[list[int], list[int], list[int], list[str]]:
     """The CSR arrays by the definition: each text tokenized alone, distinct terms in order of first occurrence."""
     vocab = list(base.vocab) if base else []
     ids = {t: i for i, t in enumerate(vocab)}
