@@ -586,14 +586,26 @@ class LexicalBuilder:
             self._lengths.append(lengths)
 
     def finish(self) -> LexicalIndex:
-        """The index of the base's rows and every text added, in order."""
+        """The index of the base's rows and every text added, in order (the builder is empty after)."""
         base = self._base
         if base is None:
             base = LexicalIndex(np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(1, np.int64), [])
         added = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+        self._lengths = []
         offsets = np.concatenate([base._offsets, base._offsets[-1] + np.cumsum(added)]).astype(np.int64)
-        return LexicalIndex(
-            np.concatenate([base._terms, *self._terms]).astype(np.int32, copy=False),
-            np.concatenate([base._counts, *self._counts]).astype(np.int32, copy=False),
-            offsets, list(self._vocab), k1=base.k1, b=base.b,
-        )  # fmt: skip
+        terms, counts = _joined(base._terms, self._terms), _joined(base._counts, self._counts)
+        return LexicalIndex(terms, counts, offsets, list(self._vocab), k1=base.k1, b=base.b)
+
+
+def _joined(first: np.ndarray, parts: list[np.ndarray]) -> np.ndarray:
+    """``first`` then ``parts`` as one int32 array, each part released once copied (``parts`` ends
+    empty): a build's peak holds the joined array and one part, not every part twice."""
+    out = np.empty(len(first) + sum(len(p) for p in parts), np.int32)
+    out[: len(first)] = first
+    at = len(first)
+    parts.reverse()
+    while parts:
+        part = parts.pop()
+        out[at : at + len(part)] = part
+        at += len(part)
+    return out

@@ -77,6 +77,8 @@ def test_a_builder_leaves_its_base_unchanged() -> None:
     builder.add(["birds sing", "cats sing"])
     grown = builder.finish()
     assert len(grown) == 4 and grown.vocab == ["cat", "purr", "dog", "bark", "bird", "sing"]
+    assert builder._terms == [] and builder._counts == []  # each chunk released once joined
+    assert grown._terms.dtype == np.int32 and grown._terms.tolist() == [0, 1, 2, 3, 4, 5, 0, 5]
     assert base._terms.tolist() == before[0].tolist() and base._offsets.tolist() == before[1].tolist()
     assert base.vocab == before[2]
 
