@@ -113,8 +113,8 @@ def default_params(kind: str, count: int) -> dict[str, int]:
     about ``2·√count`` lists (at least 1, at most 8,192 and at most ``count``) and probes an
     eighth of them. ``pq`` re-scores ``refine`` codes per candidate: :data:`DEFAULT_REFINE`
     up to 100,000 answers, growing as ``√count`` above (32 at a million, where the built-in
-    model's tuning to recall@10 0.99 chose 26); its ``M`` defaults to a quarter of the
-    searched dimension (see :class:`CoarseIndex`).
+    model's tuning to recall@10 0.99 chose 10 in ``benchmarks/bench_scale.py``); its ``M``
+    defaults to a quarter of the searched dimension (see :class:`CoarseIndex`).
 
     Example
     -------

@@ -156,8 +156,9 @@ def _encode(
         texts = [r.answer for r in records]
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qaindex-records") as pool:
             # The stored lines and the BM25 rows are made while onnxruntime (which releases the GIL) runs.
-            stored = pool.submit(RecordStore.from_records, records) if fast_paths.enabled() else None
-            analysed = pool.submit(lexical.add, texts) if lexical is not None and stored is not None else None
+            threaded = fast_paths.enabled()
+            stored = pool.submit(RecordStore.from_records, records) if threaded else None
+            analysed = pool.submit(lexical.add, texts) if threaded and lexical is not None else None
             vectors = encode_answers(model, texts, batch_size, progress)
             store = RecordStore.from_records(records) if stored is None else stored.result()
             if analysed is not None:

@@ -75,7 +75,7 @@ STOPWORDS_EN = frozenset(
 )
 TOKENIZER = {"pattern": TOKEN_PATTERN, "lower": True, "stopwords": "en (Lucene)", "stemmer": "english (PyStemmer)"}
 _IMPACT_CACHE = 65_536  # (term, count) entries of impact_rows's cache
-_ANALYSE_CHUNK = 65_536  # texts analysed at once by LexicalIndex.appended
+_ANALYSE_CHUNK = 65_536  # texts analysed at once by LexicalBuilder.add
 INSTALL_HINT = "install PyStemmer: pip install 'qaindex[hybrid]' (the cpu and gpu extras include it)"
 
 
@@ -204,7 +204,6 @@ class LexicalIndex:
         self.k1 = float(k1)
         self.b = float(b)
         self._postings: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._forward: np.ndarray | None = None  # BM25 weight of each (answer, term) entry, CSR order
         self._impact: dict[tuple[int, int], np.ndarray] = {}  # (term, count) -> its best postings' rows
         self._idf: np.ndarray | None = None  # idf of each vocabulary term
         # the corpus's label-free dense/BM25 ratio (qaindex.fusion.dense_ratio); None: not measured
@@ -218,7 +217,7 @@ class LexicalIndex:
     def with_ratio(self, info: Mapping[str, Any] | None) -> LexicalIndex:
         """This index (same arrays, shared) with a measured dense/BM25 ratio attached."""
         out = LexicalIndex(self._terms, self._counts, self._offsets, self.vocab, k1=self.k1, b=self.b)
-        out._ids, out._postings, out._forward, out._impact = self._ids, self._postings, self._forward, self._impact
+        out._ids, out._postings, out._impact = self._ids, self._postings, self._impact
         out._idf = self._idf
         out.ratio_info = None if info is None else dict(info)
         return out
@@ -227,8 +226,9 @@ class LexicalIndex:
     @classmethod
     def from_texts(cls, texts: Sequence[str]) -> LexicalIndex:
         """Tokenize and index ``texts`` (needs PyStemmer)."""
-        empty = cls(np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(1, np.int64), [])
-        return empty.appended(texts)
+        builder = LexicalBuilder()
+        builder.add(texts)
+        return builder.finish()
 
     def __len__(self) -> int:
         return len(self._offsets) - 1
@@ -269,9 +269,8 @@ class LexicalIndex:
                 order = np.argsort(self._terms, kind="stable")
             indptr = np.zeros(len(self.vocab) + 1, np.int64)
             np.cumsum(df.astype(np.int64), out=indptr[1:])
-            self._forward = weight.astype(np.float32)
             self._idf = idf
-            self._postings = (indptr, rows[order], self._forward[order])
+            self._postings = (indptr, rows[order], weight.astype(np.float32)[order])
         return self._postings
 
     def query_terms(self, question: str) -> np.ndarray:

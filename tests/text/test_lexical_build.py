@@ -122,5 +122,11 @@ def test_postings_are_grouped_by_term_with_rows_ascending() -> None:
     rows = np.repeat(np.arange(len(lex)), np.diff(lex._offsets))
     order = np.argsort(lex._terms, kind="stable")  # the definition
     np.testing.assert_array_equal(docs, rows[order])
-    np.testing.assert_array_equal(weights, lex._forward[order])
+    # each entry's BM25 weight, by the module docstring's formula, in the same order
+    n, tf = len(lex), lex._counts.astype(np.float64)
+    doc_len = np.bincount(rows, weights=tf, minlength=n)
+    df = np.bincount(lex._terms, minlength=len(lex.vocab)).astype(np.float64)
+    idf = np.log1p((n - df + 0.5) / (df + 0.5))
+    forward = idf[lex._terms] * tf / (tf + lex.k1 * (1 - lex.b + lex.b * doc_len[rows] / doc_len.mean()))
+    np.testing.assert_array_equal(weights, forward.astype(np.float32)[order])
     assert indptr.tolist() == [0, *np.cumsum(np.bincount(lex._terms, minlength=len(lex.vocab))).tolist()]
