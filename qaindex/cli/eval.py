@@ -138,6 +138,8 @@ def eval_command(
         f"MAP         {result['map']:.4f}",
         f"MRR         {result['mrr']:.4f}",
         f"P@1         {result['p@1']:.4f}",
+        f"R@1/2/5     {result['r@1']:.4f} / {result['r@2']:.4f} / {result['r@5']:.4f}  "
+        "(share of a question's correct candidates in its top 1, 2, 5)",
         "ties count as the expected value over random orderings",
     ]
     click.echo("\n".join(lines))

@@ -23,6 +23,9 @@ correct candidates in strictly better groups, and ``R`` correct candidates in al
   ``A + p`` is fixed, so
   ``E[AP] = (1/R) sum_groups (r/n) sum_{p=1..n} (B + 1 + (p - 1)(r - 1)/(n - 1)) / (A + p)``
   (the formula of McSherry & Najork, ECIR 2008).
+- Recall at ``k`` (R@k): groups wholly inside the top ``k`` count all their ``r`` correct
+  candidates, the group straddling place ``k`` counts ``r × (places left) / n``; the sum is
+  divided by ``R``.
 
 Scores are compared exactly (no tolerance), as ``trec_eval`` does.
 """
@@ -36,11 +39,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+RECALL_AT = (1, 2, 5)
+"""The cut-offs of :func:`evaluate_scores`'s ``r@k`` (the Ubuntu Dialogue Corpus's 1-in-10 R@1, R@2, R@5)."""
+
 __all__ = [
     "average_precision",
     "evaluate_groups",
     "evaluate_scores",
     "precision_at_1",
+    "recall_at",
     "reciprocal_rank",
     "tie_groups",
 ]
@@ -204,8 +211,51 @@ def _precision_at_1(sizes: npt.NDArray[np.int64], correct: npt.NDArray[np.int64]
     return int(correct[0]) / int(sizes[0])
 
 
+def recall_at(scores: Any, labels: Any, k: int) -> float:
+    """Expected share of a question's correct candidates ranked in the top ``k``, under random
+    tie-breaking: ``E[|correct ∩ top k|] / |correct|``.
+
+    With one correct candidate among ``n`` this is the "1-in-n R@k" of response-selection
+    benchmarks (the Ubuntu Dialogue Corpus reports R@1, R@2 and R@5 of 1 in 10). A tie group
+    straddling position ``k`` contributes its correct share of the places left.
+
+    Parameters
+    ----------
+    scores : array-like (m,)
+        One question's candidate scores, higher is better.
+    labels : array-like (m,)
+        1 for a correct candidate, 0 otherwise.
+    k : int
+        Cut-off (at least 1).
+
+    Returns
+    -------
+    float
+        In [0, 1]; 0.0 when no candidate is correct.
+
+    Example
+    -------
+    >>> recall_at([0.9, 0.5, 0.5, 0.1], [0, 1, 0, 1], 2)   # one of two correct; the tie splits place 2
+    0.25
+    """
+    return _recall_at(*tie_groups(scores, labels), k)
+
+
+def _recall_at(sizes: npt.NDArray[np.int64], correct: npt.NDArray[np.int64], k: int) -> float:
+    total = int(correct.sum())
+    if total == 0:
+        return 0.0
+    found, before = 0.0, 0
+    for n_, r_ in zip(sizes.tolist(), correct.tolist(), strict=True):
+        if before >= k:
+            break
+        found += r_ * min(n_, k - before) / n_
+        before += n_
+    return found / total
+
+
 def evaluate_scores(groups_scores: Sequence[tuple[Any, Any]]) -> dict[str, Any]:
-    """MAP, MRR and P@1 over questions with at least one correct candidate.
+    """MAP, MRR, P@1 and R@1, R@2, R@5 over questions with at least one correct candidate.
 
     Parameters
     ----------
@@ -216,9 +266,10 @@ def evaluate_scores(groups_scores: Sequence[tuple[Any, Any]]) -> dict[str, Any]:
     Returns
     -------
     dict
-        ``map``, ``mrr``, ``p@1`` (means of the per-question expected values under random
-        tie-breaking; NaN when no question counts), ``questions`` (questions evaluated) and
-        ``skipped`` (questions without a correct candidate).
+        ``map``, ``mrr``, ``p@1``, ``r@1``, ``r@2``, ``r@5`` (means of the per-question
+        expected values under random tie-breaking, :func:`recall_at` for ``r@k``; NaN when no
+        question counts), ``questions`` (questions evaluated) and ``skipped`` (questions
+        without a correct candidate).
 
     Example
     -------
@@ -229,6 +280,7 @@ def evaluate_scores(groups_scores: Sequence[tuple[Any, Any]]) -> dict[str, Any]:
     aps: list[float] = []
     rrs: list[float] = []
     p1s: list[float] = []
+    recalls: dict[int, list[float]] = {k: [] for k in RECALL_AT}
     skipped = 0
     for scores, labels in groups_scores:
         sizes, correct = tie_groups(scores, labels)
@@ -238,11 +290,14 @@ def evaluate_scores(groups_scores: Sequence[tuple[Any, Any]]) -> dict[str, Any]:
         aps.append(_average_precision(sizes, correct))
         rrs.append(_reciprocal_rank(sizes, correct))
         p1s.append(_precision_at_1(sizes, correct))
+        for k, values in recalls.items():
+            values.append(_recall_at(sizes, correct, k))
     count = len(aps)
     return {
         "map": math.fsum(aps) / count if count else math.nan,
         "mrr": math.fsum(rrs) / count if count else math.nan,
         "p@1": math.fsum(p1s) / count if count else math.nan,
+        **{f"r@{k}": math.fsum(v) / count if count else math.nan for k, v in recalls.items()},
         "questions": count,
         "skipped": skipped,
     }

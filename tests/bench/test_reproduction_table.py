@@ -85,3 +85,15 @@ def test_render_names_the_latency_run_and_its_load() -> None:
     assert "load average before the run 1.00, 1.00, 1.00 on 2 cores" in text
     assert "## HyperQA against each model" in text
     assert "not measured yet" in reproduce.render({"runs": RUNS})
+
+
+def test_hyperqa_under_the_papers_distance_is_its_own_row_against_the_paper() -> None:
+    relative = [{**r, "config": {"epochs": 25, "ranking": "relative"}} for r in RUNS[:2]]
+    distance = [{**r, "model": "hyperqa-distance", "test": {**r["test"], "map": 0.75}} for r in RUNS[:2]]
+    text = reproduce.table(relative + distance)
+    assert row(text, "hyperqa")[7:9] == ["relative", "0.712 / 0.727"]
+    assert row(text, "hyperqa-distance")[2] == "0.750 ± 0.000" and row(text, "hyperqa-distance")[7] == "distance"
+    summary = reproduce.readme_body({"runs": relative + distance})
+    assert "| wikiqa | 0.710 / 0.720 | 0.750 / 0.720 | not run | 0.712 / 0.727 |" in summary
+    assert reproduce.MODEL_SETTINGS["hyperqa-distance"]["ranking"] == "distance"
+    assert "ranking" not in reproduce.MODEL_SETTINGS["hyperqa"]  # the shipped default

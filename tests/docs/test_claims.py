@@ -48,3 +48,13 @@ def test_sections_are_found_in_docs_pages(tmp_path: Path) -> None:
     page.write_text("# P\n<!-- y:start -->\n| 1 |\n<!-- y:end -->\n", encoding="utf-8")
     assert readme_markers.all_sections(tmp_path) == {("docs/performance.md", "y"): "| 1 |\n"}
     assert readme_markers.documents(tmp_path) == [tmp_path / "README.md", page]
+
+
+@pytest.mark.parametrize(
+    ("module", "table"),
+    [("benchmarks.reproduce", "docs/reproduction-table.md"), ("benchmarks.long_answers", "docs/long-answers-table.md")],
+)
+def test_generated_table_equals_its_results_file(module: str, table: str) -> None:
+    mod = importlib.import_module(module)
+    results = json.loads(Path(mod.RESULTS).read_text(encoding="utf-8"))
+    assert (ROOT / table).read_text(encoding="utf-8") == mod.render(results)

@@ -272,7 +272,7 @@ def test_eval_via_index_json_matches_direct(model_dir: Path, data_file: Path, ki
     assert served.exit_code == 0, served.output
     out = json.loads(served.output)
     assert out["via_index"] is True
-    for key in ("map", "mrr", "p@1", "questions", "skipped", "candidates", "answers"):
+    for key in ("map", "mrr", "p@1", "r@1", "r@2", "r@5", "questions", "skipped", "candidates", "answers"):
         assert out[key] == direct[key]
 
 
@@ -287,6 +287,9 @@ def test_eval_table(model_dir: Path, data_file: Path) -> None:
     assert f"MAP         {out['map']:.4f}" in lines
     assert f"MRR         {out['mrr']:.4f}" in lines
     assert f"P@1         {out['p@1']:.4f}" in lines
+    recall = f"R@1/2/5     {out['r@1']:.4f} / {out['r@2']:.4f} / {out['r@5']:.4f}  "
+    assert recall + "(share of a question's correct candidates in its top 1, 2, 5)" in lines
+    assert out["r@1"] <= out["r@2"] <= out["r@5"] == 1.0  # no question here has more than 5 candidates
 
 
 def test_eval_on_a_corpus_with_questions(model_dir: Path, tmp_path: Path) -> None:

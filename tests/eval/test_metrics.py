@@ -17,6 +17,7 @@ from qaindex.eval.metrics import (
     average_precision,
     evaluate_scores,
     precision_at_1,
+    recall_at,
     reciprocal_rank,
     tie_groups,
 )
@@ -112,6 +113,35 @@ def test_brute_force_on_seeded_random_cases_with_float_scores() -> None:
         assert average_precision(scores, labels) == pytest.approx(float(ap), rel=1e-12, abs=1e-15)
         assert reciprocal_rank(scores, labels) == pytest.approx(float(rr), rel=1e-12, abs=1e-15)
         assert precision_at_1(scores, labels) == pytest.approx(float(p1), rel=1e-12, abs=1e-15)
+
+
+def brute_force_recall(scores: list[float], labels: list[int], k: int) -> Fraction:
+    """Share of the correct candidates in the top k, averaged over every tie-respecting ordering."""
+    total, count = Fraction(0), 0
+    for perm in itertools.permutations(range(len(scores))):
+        ranked = [labels[i] for i in sorted(perm, key=lambda i: -scores[i])]
+        total += Fraction(sum(ranked[:k]), max(sum(labels), 1))
+        count += 1
+    return total / count
+
+
+@settings(max_examples=150, deadline=None)
+@given(tied_case, st.integers(min_value=1, max_value=7))
+def test_recall_at_k_equals_brute_force_over_all_orderings(case: tuple[list[int], list[int]], k: int) -> None:
+    scores, labels = case
+    expected = brute_force_recall([float(s) for s in scores], labels, k)
+    assert recall_at(scores, labels, k) == pytest.approx(float(expected), rel=1e-12, abs=1e-15)
+
+
+def test_one_in_ten_recall_counts_the_single_correct_candidate_by_place() -> None:
+    # Ubuntu-style 1-in-10: the correct candidate third, then tied with two others at places 2-4
+    labels = [1] + [0] * 9
+    third = [0.5, 0.9, 0.8] + [0.1] * 7
+    assert [recall_at(third, labels, k) for k in (1, 2, 5)] == [0.0, 0.0, 1.0]
+    tied = [0.5, 0.9, 0.5, 0.5] + [0.1] * 6
+    assert [recall_at(tied, labels, k) for k in (1, 2, 3, 4)] == pytest.approx([0.0, 1 / 3, 2 / 3, 1.0])
+    result = evaluate_scores([(np.array(third), np.array(labels)), (np.array(tied), np.array(labels))])
+    assert (result["r@1"], result["r@2"], result["r@5"]) == pytest.approx((0.0, 1 / 6, 1.0))
 
 
 # -- tie-free cases against the plain definitions ------------------------------------------
@@ -233,7 +263,9 @@ def test_tie_groups_best_first() -> None:
 
 def test_evaluate_scores_skips_questions_without_a_correct_candidate() -> None:
     result = evaluate_scores([([0.9, 0.1], [1, 0]), ([0.5, 0.5], [1, 0]), ([0.3], [0]), ([], [])])
-    assert result == {"map": 0.875, "mrr": 0.875, "p@1": 0.75, "questions": 2, "skipped": 2}
+    assert result == {
+        "map": 0.875, "mrr": 0.875, "p@1": 0.75, "r@1": 0.75, "r@2": 1.0, "r@5": 1.0, "questions": 2, "skipped": 2,
+    }  # fmt: skip
 
 
 def test_evaluate_scores_with_no_question_is_nan() -> None:
