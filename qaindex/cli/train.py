@@ -329,7 +329,7 @@ def train(
         if answers is not None:  # the recipe the built-in default was trained with
             values = {**UNLABELLED_DEFAULTS, **values}
         try:
-            config = TrainConfig(**values).validate()
+            config = TrainConfig.for_model(**values).validate()
         except TypeError as exc:  # a wrongly typed value from a config file
             raise QAIndexError(f"{config_file}: invalid settings ({exc})") from None
         device = config.device

@@ -238,7 +238,9 @@ def recall_at(scores: Any, labels: Any, k: int) -> float:
     >>> recall_at([0.9, 0.5, 0.5, 0.1], [0, 1, 0, 1], 2)   # one of two correct; the tie splits place 2
     0.25
     """
-    return _recall_at(*tie_groups(scores, labels), k)
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise ValueError(f"k must be a whole number of at least 1, got {k!r}")
+    return _recall_at(*tie_groups(scores, labels), int(k))
 
 
 def _recall_at(sizes: npt.NDArray[np.int64], correct: npt.NDArray[np.int64], k: int) -> float:

@@ -133,6 +133,12 @@ def test_recall_at_k_equals_brute_force_over_all_orderings(case: tuple[list[int]
     assert recall_at(scores, labels, k) == pytest.approx(float(expected), rel=1e-12, abs=1e-15)
 
 
+@pytest.mark.parametrize("k", [0, -1, 1.5, True])
+def test_recall_at_refuses_a_cut_off_that_is_not_a_positive_whole_number(k: object) -> None:
+    with pytest.raises(ValueError, match=f"k must be a whole number of at least 1, got {k!r}"):
+        recall_at([0.5], [1], k)  # type: ignore[arg-type]
+
+
 def test_one_in_ten_recall_counts_the_single_correct_candidate_by_place() -> None:
     # Ubuntu-style 1-in-10: the correct candidate third, then tied with two others at places 2-4
     labels = [1] + [0] * 9

@@ -21,7 +21,7 @@ ort = pytest.importorskip("onnxruntime")
 from click.testing import CliRunner  # noqa: E402
 from qaindex_export.attentive import AttentiveQA, build_attentive_model  # noqa: E402
 from qaindex_export.attentive_export import check_reranker_parity, export_module, export_reranker_graph  # noqa: E402
-from qaindex_export.config import TrainConfig  # noqa: E402
+from qaindex_export.config import MODEL_DEFAULTS, TrainConfig  # noqa: E402
 from qaindex_export.negatives import max_of_pool as _max_of_pool  # noqa: E402
 from qaindex_export.onnx_export import ExportError, export_model  # noqa: E402
 from qaindex_export.train import TextTable, load_checkpoint, save_checkpoint, train  # noqa: E402
@@ -365,9 +365,15 @@ def test_cli_train_ap_cnn_writes_a_reranker(data: dict, tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     summary = json.loads(res.output)
     assert summary["dev_onnx"]["map"] == pytest.approx(summary["dev"]["map"], abs=1e-6)
-    assert Reranker.load(out).manifest["training"]["config"]["model"] == "ap-cnn"
+    config = Reranker.load(out).manifest["training"]["config"]
+    assert config["model"] == "ap-cnn"
+    assert config["lr"] == MODEL_DEFAULTS["ap-cnn"]["lr"] == 0.01  # the model's default rate, not HyperQA's 0.1
     with pytest.raises(ModelFormatError, match="is a reranker model"):
         Model.load(out)
+    # a rate given on the command line wins over the model's default
+    res = CliRunner().invoke(main, [*args[:-1], "--lr", "0.05", "--out", str(tmp_path / "ap2"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert Reranker.load(tmp_path / "ap2").manifest["training"]["config"]["lr"] == 0.05
 
 
 def test_reranker_follows_the_device_policy(exported: Path, monkeypatch: pytest.MonkeyPatch) -> None:
