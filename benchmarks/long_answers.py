@@ -230,7 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads while training")
     parser.add_argument("--train-questions", type=int, default=4000, help="training questions kept (seeded sample)")
     parser.add_argument("--json", type=Path, default=RESULTS, help="runs file")
-    parser.add_argument("--markdown", type=Path, default=TABLE, help="table file")
+    parser.add_argument(
+        "--markdown", type=Path, default=None, help="table file (default: the docs table, or beside --json when given)"
+    )
     parser.add_argument("--report-only", action="store_true", help="rewrite the table from the runs file")
     args = parser.parse_args(argv)
     results: dict[str, Any] = json.loads(args.json.read_text()) if args.json.is_file() else {"runs": []}
@@ -256,8 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     flush=True,
                 )
                 write_results(args.json, results)
-    args.markdown.write_text(render(results))
-    print(args.markdown.read_text())
+    markdown = args.markdown or (TABLE if args.json == RESULTS else args.json.with_suffix(".md"))
+    markdown.write_text(render(results))
+    print(markdown.read_text())
     return 0
 
 

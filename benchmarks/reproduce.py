@@ -433,7 +433,7 @@ def table(runs: list[dict[str, Any]], latency: dict[str, Any] | None = None) -> 
         if model in NO_PAPER_NUMBER:
             paper_cell, within, met = "none (published on Ubuntu and Samsung QA only)", "—", "—"
         elif paper is None:
-            paper_cell, within, met = "none published", "—", "—"
+            paper_cell, within, met = "none in the papers' text we have", "—", "—"
         else:
             paper_cell = f"{paper[0]:.3f} / {paper[1]:.3f}"
             within = "yes" if statistics.mean(maps) >= paper[0] - 0.02 else "no"

@@ -63,7 +63,7 @@ def test_table_means_paper_comparison_and_latency_cells() -> None:
 
 def test_a_model_without_a_published_number_says_so() -> None:
     text = reproduce.table([{**RUNS[2], "model": "ap-new"}, {**RUNS[2], "model": "hrde"}])
-    assert row(text, "ap-new")[8:11] == ["none published", "—", "—"]
+    assert row(text, "ap-new")[8:11] == ["none in the papers' text we have", "—", "—"]
     assert row(text, "hrde")[8:11] == ["none (published on Ubuntu and Samsung QA only)", "—", "—"]
 
 
