@@ -48,6 +48,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 from benchmarks.common import ROOT, write_results
+from benchmarks.reproduce import fmt
 
 SPLIT_SHARES = (("train", 0.8), ("dev", 0.1), ("test", 0.1))
 CANDIDATES = 10  # 1 in 10, as the Ubuntu Dialogue Corpus test sets
@@ -172,12 +173,6 @@ def references(test: Path) -> dict[str, dict[str, Any]]:
     }
 
 
-def _cell(values: Sequence[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
-
-
 def _mean(runs: list[dict[str, Any]], model: str, key: str) -> float:
     return float(statistics.mean(r["test"][key] for r in runs if r["model"] == model))
 
@@ -198,7 +193,7 @@ def render(results: dict[str, Any]) -> str:
     models = [m for m in MODELS if any(r["model"] == m for r in runs)]
     for model in models:
         rs = sorted((r for r in runs if r["model"] == model), key=lambda r: r["seed"])
-        cells = " | ".join(_cell([r["test"][k] for r in rs]) for k in METRICS)
+        cells = " | ".join(fmt([r["test"][k] for r in rs]) for k in METRICS)
         best = "/".join(str(r["best_epoch"]) for r in rs)
         lines.append(
             f"| {model} | {cells} | {len(rs)} | {best} | {min(r['train_seconds_per_epoch'] for r in rs):.1f} |"

@@ -37,7 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -93,9 +93,9 @@ MODEL_SETTINGS: dict[str, dict[str, Any]] = {
     "cosineqa": {"model": "cosineqa", "margin": 0.1},
     # the attentive-pooling paper's baselines: context window 4, max of 50 sampled negatives;
     # c = 400 filters / H = 141 (c = 282) units per direction, margin 0.2 (CPU-sized choices).
-    # AdaGrad lr 0.01: at lr 0.1 QA-biLSTM's LSTMs saturate and it stays at chance
-    # (benchmarks/bilstm_diagnosis.py), and QA-CNN's dev MAP jumps between epochs, 0.036 MAP lower
-    # (docs/reproduction.md)
+    # AdaGrad lr 0.01 (qaindex_export.config.MODEL_DEFAULTS, applied by run_one): at lr 0.1 QA-biLSTM's
+    # LSTMs saturate and it stays at chance (benchmarks/bilstm_diagnosis.py), and QA-CNN's dev MAP
+    # jumps between epochs, 0.036 MAP lower (docs/reproduction.md)
     "qa-cnn": {
         "model": "qa-cnn",
         "dim": 400,
@@ -103,12 +103,11 @@ MODEL_SETTINGS: dict[str, dict[str, Any]] = {
         "negatives": 1,
         "negative_pool": 50,
         "margin": 0.2,
-        "lr": 0.01,
     },
-    "qa-bilstm": {"model": "qa-bilstm", "dim": 282, "negatives": 1, "negative_pool": 50, "margin": 0.2, "lr": 0.01},
-    # attentive pooling (rerankers): margin 0.5 as the paper's AP runs, AdaGrad lr 0.01 (at 0.1 AP-CNN's
-    # dev MAP jumps between epochs, as QA-CNN's, and AP-biLSTM scores 0.04 MAP lower). AP-CNN: the
-    # paper's c = 400 filters and 50 sampled negatives; AP-biLSTM: CPU-sized width and pool
+    "qa-bilstm": {"model": "qa-bilstm", "dim": 282, "negatives": 1, "negative_pool": 50, "margin": 0.2},
+    # attentive pooling (rerankers): margin 0.5 as the paper's AP runs, AdaGrad lr 0.01 from MODEL_DEFAULTS
+    # (at 0.1 AP-CNN's dev MAP jumps between epochs, as QA-CNN's, and AP-biLSTM scores 0.04 MAP lower).
+    # AP-CNN: the paper's c = 400 filters and 50 sampled negatives; AP-biLSTM: CPU-sized width and pool
     "ap-cnn": {
         "model": "ap-cnn",
         "dim": 400,
@@ -116,7 +115,6 @@ MODEL_SETTINGS: dict[str, dict[str, Any]] = {
         "negatives": 1,
         "negative_pool": 50,
         "margin": 0.5,
-        "lr": 0.01,
         "threads": 1,
     },
     "ap-bilstm": {
@@ -125,7 +123,6 @@ MODEL_SETTINGS: dict[str, dict[str, Any]] = {
         "negatives": 1,
         "negative_pool": 10,
         "margin": 0.5,
-        "lr": 0.01,
         "threads": 1,
     },
     # the HRDE-LTC paper's GRU dual encoders (CPU-sized: 128 GRU units, frozen MiniLM token embeddings, answers
@@ -184,7 +181,7 @@ def run_one(
 
     train_file, dev_file, test_file = files or tuple(data / p for p in SPLITS[dataset])
     overrides = {"seed": seed, "epochs": epochs, "threads": threads, **(settings or MODEL_SETTINGS[model])}
-    config = replace(TrainConfig(), **overrides)
+    config = TrainConfig.for_model(**overrides)  # with the model's own defaults (MODEL_DEFAULTS)
     load_before = os.getloadavg()
     started = time.perf_counter()
     result = train(config, train_file, dev_file, log=None)
@@ -373,11 +370,16 @@ def fmt(values: list[float]) -> str:
     return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
 
 
+def _kind(model: str) -> str:
+    """The network a table row trains (``hyperqa-distance`` is ``hyperqa``); the row's name if unknown."""
+    return str(MODEL_SETTINGS.get(model, {}).get("model", model))
+
+
 def _ranking(model: str, runs: list[dict[str, Any]]) -> str:
     """The Poincaré ranking rule of HyperQA runs (runs from before the setting used plain distance)."""
     if model in NO_PAPER_NUMBER:
         return "bilinear"
-    if not model.startswith("hyperqa"):
+    if _kind(model) != "hyperqa":
         return "cosine"
     return "/".join(sorted({r["config"].get("ranking", "distance") for r in runs}))
 
@@ -387,7 +389,7 @@ def paper_number(dataset: str, model: str) -> tuple[float, float] | None:
     HyperQA's for HyperQA and its cosine ablation; None where no paper reports one."""
     if (dataset, model) in PAPER_MODELS:
         return PAPER_MODELS[(dataset, model)]
-    if model in ("hyperqa", "hyperqa-distance", "cosineqa"):
+    if _kind(model) in ("hyperqa", "cosineqa"):
         return PAPER[dataset]
     return None
 

@@ -39,6 +39,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..arguments import positive_int
+
 RECALL_AT = (1, 2, 5)
 """The cut-offs of :func:`evaluate_scores`'s ``r@k`` (the Ubuntu Dialogue Corpus's 1-in-10 R@1, R@2, R@5)."""
 
@@ -238,9 +240,7 @@ def recall_at(scores: Any, labels: Any, k: int) -> float:
     >>> recall_at([0.9, 0.5, 0.5, 0.1], [0, 1, 0, 1], 2)   # one of two correct; the tie splits place 2
     0.25
     """
-    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
-        raise ValueError(f"k must be a whole number of at least 1, got {k!r}")
-    return _recall_at(*tie_groups(scores, labels), int(k))
+    return _recall_at(*tie_groups(scores, labels), positive_int(k, "k"))
 
 
 def _recall_at(sizes: npt.NDArray[np.int64], correct: npt.NDArray[np.int64], k: int) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -135,7 +136,7 @@ def test_recall_at_k_equals_brute_force_over_all_orderings(case: tuple[list[int]
 
 @pytest.mark.parametrize("k", [0, -1, 1.5, True])
 def test_recall_at_refuses_a_cut_off_that_is_not_a_positive_whole_number(k: object) -> None:
-    with pytest.raises(ValueError, match=f"k must be a whole number of at least 1, got {k!r}"):
+    with pytest.raises(ValueError, match=re.escape(f"k must be a positive integer, got {k!r}")):
         recall_at([0.5], [1], k)  # type: ignore[arg-type]
 
 
