@@ -590,9 +590,11 @@ def main() -> None:
     md = Path(args.markdown)
     md.parent.mkdir(parents=True, exist_ok=True)
     md.write_text(render(results))
-    replace_section(README_SECTION, readme_body(results))
+    main_runs = out_json.resolve() == RESULTS.resolve()
+    if main_runs:  # the README summary is the main runs file's, never a side run's
+        replace_section(README_SECTION, readme_body(results))
     print(table(results["runs"], results.get("latency")))
-    print(f"wrote {out_json}, {md} and the summary in README.md")
+    print(f"wrote {out_json} and {md}" + (" and the summary in README.md" if main_runs else ""))
 
 
 RESULTS = ROOT / "benchmarks" / "results" / "reproduction.json"

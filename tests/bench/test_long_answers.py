@@ -92,9 +92,10 @@ def test_documents_split_by_hash_in_the_stated_shares() -> None:
     assert shares["dev"] / 20_000 == pytest.approx(0.1, abs=0.01)
 
 
-def run(model: str, seed: int, r1: float) -> dict[str, Any]:
+def run(model: str, seed: int, r1: float, epochs: int = 12) -> dict[str, Any]:
     test = {"r@1": r1, "r@2": r1 + 0.1, "r@5": r1 + 0.3, "map": r1 + 0.05, "mrr": r1 + 0.05}
-    return {"model": model, "seed": seed, "test": test, "best_epoch": 3, "train_seconds_per_epoch": 40.0 + seed}
+    return {"model": model, "seed": seed, "test": test, "best_epoch": 3, "train_seconds_per_epoch": 40.0 + seed,
+            "config": {"epochs": epochs}}  # fmt: skip
 
 
 def test_table_states_each_claim_from_seed_means() -> None:
@@ -110,4 +111,10 @@ def test_table_states_each_claim_from_seed_means() -> None:
     assert "- HRDE > RDE: holds (0.520 vs 0.510)" in text
     assert "- RDE-LTC > RDE: does not hold (0.400 vs 0.510)" in text
     assert "4,000 train, 1,711 dev, 1,680 test" in text
+    assert "trains for at most 12 epochs, stopping at the first epoch without a better dev MAP" in text
     json.dumps(results)  # the results stay plain JSON
+
+
+def test_table_names_every_epoch_budget_of_its_runs() -> None:
+    results = {"questions": {"test": 10}, "runs": [run("rde", 0, 0.5, epochs=12), run("hrde", 0, 0.5, epochs=5)]}
+    assert "trains for at most 5/12 epochs" in long_answers.render(results)

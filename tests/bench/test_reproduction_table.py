@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,3 +101,21 @@ def test_hyperqa_under_the_papers_distance_is_its_own_row_against_the_paper() ->
     assert "| wikiqa | 0.710 / 0.720 | 0.750 / 0.720 | not run | 0.712 / 0.727 |" in summary
     assert reproduce.MODEL_SETTINGS["hyperqa-distance"]["ranking"] == "distance"
     assert "ranking" not in reproduce.MODEL_SETTINGS["hyperqa"]  # the shipped default
+
+
+def test_a_side_runs_file_rewrites_its_own_table_and_never_the_readme_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    written: list[str] = []
+    monkeypatch.setattr(reproduce, "replace_section", lambda name, body, *a, **k: written.append(name))
+    side, md = tmp_path / "side.json", tmp_path / "side.md"
+    side.write_text(json.dumps({"runs": RUNS}), encoding="utf-8")
+    (tmp_path / "wikiqa").mkdir()  # --report-only reads no dataset, but --data must name a datasets folder
+    argv = ["reproduce", "--report-only", "--json", str(side), "--markdown", str(md), "--data", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    reproduce.main()
+    assert md.read_text(encoding="utf-8") == reproduce.render(json.loads(side.read_text(encoding="utf-8")))
+    assert written == []  # README.md's reproduction summary stays the main runs file's
+    monkeypatch.setattr(reproduce, "RESULTS", side)
+    reproduce.main()
+    assert written == [reproduce.README_SECTION]
