@@ -537,7 +537,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads while training (0: torch's)")
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "datasets"), help="datasets folder")
     parser.add_argument("--json", default=str(RESULTS), help="runs file")
-    parser.add_argument("--markdown", default=str(ROOT / "docs" / "reproduction-table.md"), help="table file")
+    parser.add_argument(
+        "--markdown", default=None, help="table file (default: the docs table, or beside --json when given)"
+    )
     parser.add_argument(
         "--ablations", action="store_true", help="run the WikiQA ablations instead (docs/ablations-table.md)"
     )
@@ -587,10 +589,10 @@ def main() -> None:
                     flush=True,
                 )
                 _write_json(out_json, results)
-    md = Path(args.markdown)
+    main_runs = out_json.resolve() == RESULTS.resolve()
+    md = Path(args.markdown) if args.markdown else TABLE if main_runs else out_json.with_suffix(".md")
     md.parent.mkdir(parents=True, exist_ok=True)
     md.write_text(render(results))
-    main_runs = out_json.resolve() == RESULTS.resolve()
     if main_runs:  # the README summary is the main runs file's, never a side run's
         replace_section(README_SECTION, readme_body(results))
     print(table(results["runs"], results.get("latency")))
@@ -598,6 +600,7 @@ def main() -> None:
 
 
 RESULTS = ROOT / "benchmarks" / "results" / "reproduction.json"
+TABLE = ROOT / "docs" / "reproduction-table.md"
 README_SECTION = "reproduction"
 
 

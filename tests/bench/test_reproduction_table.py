@@ -116,6 +116,12 @@ def test_a_side_runs_file_rewrites_its_own_table_and_never_the_readme_summary(
     reproduce.main()
     assert md.read_text(encoding="utf-8") == reproduce.render(json.loads(side.read_text(encoding="utf-8")))
     assert written == []  # README.md's reproduction summary stays the main runs file's
+    md.unlink()
+    monkeypatch.setattr(sys, "argv", argv[:4] + argv[6:])  # no --markdown: the table goes beside the side file
+    reproduce.main()
+    assert md.read_text(encoding="utf-8") == reproduce.render(json.loads(side.read_text(encoding="utf-8")))
+    assert written == []
+    monkeypatch.setattr(sys, "argv", argv)
     monkeypatch.setattr(reproduce, "RESULTS", side)
     reproduce.main()
     assert written == [reproduce.README_SECTION]
