@@ -255,7 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     flush=True,
                 )
                 write_results(args.json, results)
-    markdown = args.markdown or (TABLE if args.json == RESULTS else args.json.with_suffix(".md"))
+    main_runs = args.json.resolve() == RESULTS.resolve()  # a relative --json naming the main file is the main file
+    markdown = args.markdown or (TABLE if main_runs else args.json.with_suffix(".md"))
     markdown.write_text(render(results))
     print(markdown.read_text())
     return 0

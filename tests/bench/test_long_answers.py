@@ -118,3 +118,23 @@ def test_table_states_each_claim_from_seed_means() -> None:
 def test_table_names_every_epoch_budget_of_its_runs() -> None:
     results = {"questions": {"test": 10}, "runs": [run("rde", 0, 0.5, epochs=12), run("hrde", 0, 0.5, epochs=5)]}
     assert "trains for at most 5/12 epochs" in long_answers.render(results)
+
+
+@pytest.mark.parametrize("relative", [True, False])
+def test_report_goes_to_the_docs_table_only_for_the_main_runs_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, relative: bool
+) -> None:
+    main_runs, side_runs = tmp_path / "results" / "long_answers.json", tmp_path / "side.json"
+    main_runs.parent.mkdir()
+    for path in (main_runs, side_runs):
+        path.write_text(json.dumps({"questions": {"test": 10}, "runs": [run("rde", 0, 0.5)]}))
+    monkeypatch.setattr(long_answers, "RESULTS", main_runs)
+    monkeypatch.setattr(long_answers, "TABLE", tmp_path / "docs-table.md")
+    monkeypatch.chdir(tmp_path)
+    # the main runs file, named relatively or absolutely, rewrites the docs table
+    long_answers.main(["--report-only", "--json", "results/long_answers.json" if relative else str(main_runs)])
+    assert (tmp_path / "docs-table.md").is_file() and not (tmp_path / "results" / "long_answers.md").exists()
+    # a side runs file gets its table beside it and leaves the docs table alone
+    (tmp_path / "docs-table.md").unlink()
+    long_answers.main(["--report-only", "--json", "side.json" if relative else str(side_runs)])
+    assert (tmp_path / "side.md").is_file() and not (tmp_path / "docs-table.md").exists()
