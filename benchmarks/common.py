@@ -18,6 +18,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -210,4 +211,39 @@ def synthetic(n: int, rng: np.random.Generator, words: list[str], lo: int, hi: i
     for length in lengths:
         out.append(" ".join(words[i] for i in picks[pos : pos + length]))
         pos += length
+    return out
+
+
+def two_sided(src: Path, dst: Path) -> int:
+    """Copy a labelled JSONL file keeping only questions with both correct and wrong candidates.
+
+    The attentive-pooling paper's TREC-QA training set (1,162 of TRAIN-ALL's 1,229 questions):
+    a question whose candidates are all correct (or all wrong) is dropped, as its paper did.
+    Returns the number of questions kept.
+    """
+    rows = [json.loads(line) for line in src.read_text(encoding="utf-8").splitlines() if line.strip()]
+    labels: dict[str, set[int]] = {}
+    for row in rows:
+        labels.setdefault(str(row["qid"]), set()).add(int(row["label"]))
+    keep = {qid for qid, seen in labels.items() if seen == {0, 1}}
+    write_atomic(dst, "".join(json.dumps(r) + "\n" for r in rows if str(r["qid"]) in keep))
+    return len(keep)
+
+
+def setting_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs as training settings, VALUE in JSON (else a string).
+
+    Raises ``ValueError`` naming the pair when it has no ``=`` or KEY is not a ``TrainConfig`` field.
+    """
+    from qaindex_export.config import TrainConfig  # no torch
+
+    known, out = {f.name for f in fields(TrainConfig)}, {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in known:
+            raise ValueError(f"--set {pair!r}: expected KEY=VALUE, KEY one of {', '.join(sorted(known))}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
     return out

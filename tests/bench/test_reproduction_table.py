@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from benchmarks import reproduce  # noqa: E402
+from benchmarks import common, reproduce  # noqa: E402
 
 
 def run(model: str, seed: int, test_map: float, *, seconds: float, trainable: int, size: int) -> dict[str, Any]:
@@ -125,3 +125,81 @@ def test_a_side_runs_file_rewrites_its_own_table_and_never_the_readme_summary(
     monkeypatch.setattr(reproduce, "RESULTS", side)
     reproduce.main()
     assert written == [reproduce.README_SECTION]
+
+
+def labelled(path: Path, groups: dict[str, list[int]]) -> Path:
+    rows = [
+        {"qid": q, "question": f"q {q}?", "aid": f"{q}-{i}", "answer": f"a {q} {i}", "label": label}
+        for q, labels in groups.items()
+        for i, label in enumerate(labels)
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_two_sided_keeps_exactly_the_questions_with_both_labels(tmp_path: Path) -> None:
+    groups = {"1": [1, 0, 0], "2": [1, 1], "3": [0, 0], "4": [0, 1], "5": [1]}
+    src = labelled(tmp_path / "train.jsonl", groups)
+    assert common.two_sided(src, tmp_path / "out" / "two.jsonl") == 2
+    kept = [json.loads(line) for line in (tmp_path / "out" / "two.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert kept == [json.loads(line) for line in src.read_text(encoding="utf-8").splitlines()
+                    if json.loads(line)["qid"] in {"1", "4"}]  # fmt: skip
+
+
+def test_setting_overrides_parse_json_values_and_name_a_bad_pair() -> None:
+    assert common.setting_overrides(["train_embeddings=true", "lr=0.001", "embeddings=glove:/x"]) == {
+        "train_embeddings": True,
+        "lr": 0.001,
+        "embeddings": "glove:/x",
+    }
+    for bad in ("nope=1", "lr"):
+        with pytest.raises(ValueError, match=f"--set '{bad}': expected KEY=VALUE, KEY one of .*train_embeddings"):
+            common.setting_overrides([bad])
+
+
+def test_a_variant_is_refused_for_the_main_runs_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "wikiqa").mkdir()
+    before = reproduce.RESULTS.read_bytes()
+    for variant in (["--set", "train_embeddings=true"], ["--two-sided-train"]):
+        monkeypatch.setattr(sys, "argv", ["reproduce", *variant, "--data", str(tmp_path)])
+        with pytest.raises(SystemExit) as exc:
+            reproduce.main()
+        assert exc.value.code == 2
+        assert "train a variant: write its runs to a side file with --json" in capsys.readouterr().err
+    assert reproduce.RESULTS.read_bytes() == before
+
+
+def test_a_variant_trains_on_the_two_sided_file_and_records_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    labelled(data / "trecqa_clean" / "train.jsonl", {"1": [1, 0], "2": [1, 1]})
+    (data / "wikiqa").mkdir()
+    calls: list[dict[str, Any]] = []
+
+    def fake_run_one(dataset: str, model: str, seed: int, epochs: int, data: Path, settings: dict[str, Any],
+                     **kw: Any) -> dict[str, Any]:  # fmt: skip
+        calls.append({"settings": settings, **kw, "train": kw["files"][0].read_text(encoding="utf-8")})
+        return {**RUNS[2], "dataset": dataset, "model": model, "seed": seed, "dev": {"map": 0.5}, "best_epoch": 1,
+                "total_seconds": 1.0}  # fmt: skip
+
+    monkeypatch.setattr(reproduce, "run_one", fake_run_one)
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    side = tmp_path / "side.json"
+    argv = ["reproduce", "--datasets", "trecqa_clean", "--models", "ap-cnn", "--seeds", "1", "--epochs", "4",
+            "--set", "train_embeddings=true", "--two-sided-train", "--json", str(side), "--data", str(data)]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    reproduce.main()
+    (call,) = calls
+    assert call["settings"] == {**reproduce.MODEL_SETTINGS["ap-cnn"], "train_embeddings": True}
+    assert call["cache"] is False  # a side run never replaces the served model kept for --latency
+    assert [json.loads(line)["qid"] for line in call["train"].splitlines()] == ["1", "1"]
+    assert call["files"][1:] == (data / "trecqa_clean" / "dev.jsonl", data / "trecqa_clean" / "test.jsonl")
+    (run,) = json.loads(side.read_text(encoding="utf-8"))["runs"]
+    assert run["variant"] == {"set": {"train_embeddings": True}, "two_sided_train": True}
+    assert "Variant of the runs' settings: --set train_embeddings=true --two-sided-train." in (
+        tmp_path / "side.md"
+    ).read_text(encoding="utf-8")
