@@ -18,7 +18,6 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -233,17 +232,31 @@ def two_sided(src: Path, dst: Path) -> int:
 def setting_overrides(pairs: Sequence[str]) -> dict[str, Any]:
     """``KEY=VALUE`` pairs as training settings, VALUE in JSON (else a string).
 
-    Raises ``ValueError`` naming the pair when it has no ``=`` or KEY is not a ``TrainConfig`` field.
+    Checked as ``qaindex train --config`` checks a file (``qaindex_export.config.checked_settings``):
+    a pair without ``=``, an unknown KEY or a VALUE of the wrong type raises ``QAIndexError`` naming it.
     """
-    from qaindex_export.config import TrainConfig  # no torch
+    from qaindex_export.config import checked_settings  # no torch
 
-    known, out = {f.name for f in fields(TrainConfig)}, {}
+    from qaindex.errors import QAIndexError
+
+    out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or key not in known:
-            raise ValueError(f"--set {pair!r}: expected KEY=VALUE, KEY one of {', '.join(sorted(known))}")
+        if not sep:
+            raise QAIndexError(f"--set {pair!r}: expected KEY=VALUE, KEY a training setting")
         try:
-            out[key] = json.loads(value)
+            parsed = json.loads(value)
         except json.JSONDecodeError:
-            out[key] = value
+            parsed = value
+        out.update(checked_settings({key: parsed}, f"--set {pair!r}"))
     return out
+
+
+def table_for(runs: Path, main_runs: Path, main_table: Path, markdown: Path | None) -> tuple[Path, bool]:
+    """Where a runs file's table goes, and whether ``runs`` is the benchmark's main runs file.
+
+    ``markdown`` when given; else ``main_table`` for the main runs file (compared by resolved
+    path, so a relative name counts) and ``runs`` with a ``.md`` suffix for a side file.
+    """
+    is_main = runs.resolve() == main_runs.resolve()
+    return markdown or (main_table if is_main else runs.with_suffix(".md")), is_main

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-from benchmarks.common import ROOT, write_results
+from benchmarks.common import ROOT, table_for, write_results
 from benchmarks.reproduce import fmt
 
 SPLIT_SHARES = (("train", 0.8), ("dev", 0.1), ("test", 0.1))
@@ -255,8 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     flush=True,
                 )
                 write_results(args.json, results)
-    main_runs = args.json.resolve() == RESULTS.resolve()  # a relative --json naming the main file is the main file
-    markdown = args.markdown or (TABLE if main_runs else args.json.with_suffix(".md"))
+    markdown, _ = table_for(args.json, RESULTS, TABLE, args.markdown)
     markdown.write_text(render(results))
     print(markdown.read_text())
     return 0

@@ -41,8 +41,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT, setting_overrides, two_sided, write_results
+from benchmarks.common import ROOT, setting_overrides, table_for, two_sided, write_results
 from benchmarks.readme_markers import replace_section
+from qaindex.errors import QAIndexError
 
 SPLITS = {
     "wikiqa": ("wikiqa/train.jsonl", "wikiqa/dev.filtered.jsonl", "wikiqa/test.filtered.jsonl"),
@@ -588,10 +589,10 @@ def main() -> None:
         ablations(args, data)
         return
     out_json = Path(args.json)
-    main_runs = out_json.resolve() == RESULTS.resolve()
+    md, main_runs = table_for(out_json, RESULTS, TABLE, Path(args.markdown) if args.markdown else None)
     try:
         changed = setting_overrides(args.set)
-    except ValueError as exc:
+    except QAIndexError as exc:
         parser.error(str(exc))
     if (changed or args.two_sided_train) and main_runs:
         parser.error("--set and --two-sided-train train a variant: write its runs to a side file with --json")
@@ -603,16 +604,16 @@ def main() -> None:
         results["latency"] = measure_latency(data, repeats=args.repeats)
         _write_json(out_json, results)
     for dataset in [] if args.report_only or args.latency else args.datasets.split(","):
+        files = None
+        if args.two_sided_train:
+            train = ROOT / "benchmarks" / ".data" / dataset / "train-two-sided.jsonl"
+            two_sided(data / SPLITS[dataset][0], train)
+            files = (train, data / SPLITS[dataset][1], data / SPLITS[dataset][2])
         for model in args.models.split(","):
             for seed in (int(s) for s in args.seeds.split(",")):
-                settings, files = {**MODEL_SETTINGS[model], **changed}, None
-                if args.two_sided_train:
-                    train = ROOT / "benchmarks" / ".data" / dataset / "train-two-sided.jsonl"
-                    two_sided(data / SPLITS[dataset][0], train)
-                    files = (train, data / SPLITS[dataset][1], data / SPLITS[dataset][2])
-                run = run_one(dataset, model, seed, args.epochs, data, settings, threads=args.threads,
-                              cache=main_runs, files=files)  # fmt: skip
-                if changed or files:
+                run = run_one(dataset, model, seed, args.epochs, data, {**MODEL_SETTINGS[model], **changed},
+                              threads=args.threads, cache=main_runs, files=files)  # fmt: skip
+                if changed or args.two_sided_train:
                     run["variant"] = {"set": changed, "two_sided_train": args.two_sided_train}
                 key = "cache_runs" if args.cache_only else "runs"
                 results[key] = [
@@ -626,7 +627,6 @@ def main() -> None:
                     flush=True,
                 )
                 _write_json(out_json, results)
-    md = Path(args.markdown) if args.markdown else TABLE if main_runs else out_json.with_suffix(".md")
     md.parent.mkdir(parents=True, exist_ok=True)
     md.write_text(render(results))
     if main_runs:  # the README summary is the main runs file's, never a side run's

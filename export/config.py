@@ -409,6 +409,20 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise QAIndexError(f"{source}: not valid {kind} ({exc})") from None
     if not isinstance(values, dict):
         raise QAIndexError(f"{source}: expected a table of settings, got {type(values).__name__}")
+    return checked_settings(values, str(source))
+
+
+def checked_settings(values: dict[Any, Any], source: str) -> dict[str, Any]:
+    """``values`` keyed by :class:`TrainConfig` field name, each checked against its field's type.
+
+    ``batch-size`` is read as ``batch_size``; an unknown name or a value of the wrong type is a
+    :class:`~qaindex.QAIndexError` that starts with ``source`` (a file, an option).
+
+    Example
+    -------
+    >>> checked_settings({"batch-size": 32, "ball": "clip"}, "--set")
+    {'batch_size': 32, 'ball': 'clip'}
+    """
     types = {f.name: str(f.type) for f in fields(TrainConfig)}
     out: dict[str, Any] = {}
     for key, value in values.items():

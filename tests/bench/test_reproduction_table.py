@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 from benchmarks import common, reproduce  # noqa: E402
+from qaindex.errors import QAIndexError  # noqa: E402
 
 
 def run(model: str, seed: int, test_map: float, *, seconds: float, trainable: int, size: int) -> dict[str, Any]:
@@ -153,9 +154,16 @@ def test_setting_overrides_parse_json_values_and_name_a_bad_pair() -> None:
         "lr": 0.001,
         "embeddings": "glove:/x",
     }
-    for bad in ("nope=1", "lr"):
-        with pytest.raises(ValueError, match=f"--set '{bad}': expected KEY=VALUE, KEY one of .*train_embeddings"):
-            common.setting_overrides([bad])
+    with pytest.raises(QAIndexError, match=r"^--set 'lr': expected KEY=VALUE, KEY a training setting$"):
+        common.setting_overrides(["lr"])
+    with pytest.raises(QAIndexError, match=r"^--set 'nope=1': unknown setting 'nope'; settings are .*train_embeddings"):
+        common.setting_overrides(["nope=1"])
+    # values are checked against the setting's type, as `qaindex train --config` checks a file
+    with pytest.raises(
+        QAIndexError, match=r"^--set 'lr=fast': setting 'lr' must be a number, got \"fast\" \(a string\)$"
+    ):
+        common.setting_overrides(["lr=fast"])
+    assert common.setting_overrides(["batch-size=32"]) == {"batch_size": 32}
 
 
 def test_a_variant_is_refused_for_the_main_runs_file(
