@@ -92,6 +92,16 @@ def test_render_names_the_latency_run_and_its_load() -> None:
     assert "not measured yet" in reproduce.render({"runs": RUNS})
 
 
+def test_the_table_states_the_machine_of_its_runs_not_the_one_rendering_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    results = {"runs": RUNS, "processor": "aarch64", "python": "3.12.1"}
+    monkeypatch.setattr(reproduce.platform, "python_version", lambda: "9.9.9")
+    monkeypatch.setattr(reproduce.platform, "machine", lambda: "riscv64")
+    text = reproduce.render(results)
+    assert "which each row ran), aarch64 CPU, Python 3.12.1." in text
+    assert "9.9.9" not in text and "riscv64" not in text
+    assert "unrecorded CPU, Python unrecorded." in reproduce.render({"runs": RUNS})
+
+
 def test_hyperqa_under_the_papers_distance_is_its_own_row_against_the_paper() -> None:
     relative = [{**r, "config": {"epochs": 25, "ranking": "relative"}} for r in RUNS[:2]]
     distance = [{**r, "model": "hyperqa-distance", "test": {**r["test"], "map": 0.75}} for r in RUNS[:2]]
@@ -206,7 +216,12 @@ def test_a_variant_trains_on_the_two_sided_file_and_records_itself(
     assert call["cache"] is False  # a side run never replaces the served model kept for --latency
     assert [json.loads(line)["qid"] for line in call["train"].splitlines()] == ["1", "1"]
     assert call["files"][1:] == (data / "trecqa_clean" / "dev.jsonl", data / "trecqa_clean" / "test.jsonl")
-    (run,) = json.loads(side.read_text(encoding="utf-8"))["runs"]
+    written = json.loads(side.read_text(encoding="utf-8"))
+    assert (written["processor"], written["python"]) == (
+        reproduce.platform.machine(),
+        reproduce.platform.python_version(),
+    )
+    (run,) = written["runs"]
     assert run["variant"] == {"set": {"train_embeddings": True}, "two_sided_train": True}
     assert "Variant of the runs' settings: --set train_embeddings=true --two-sided-train." in (
         tmp_path / "side.md"
