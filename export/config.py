@@ -118,7 +118,8 @@ class TrainConfig:
     )
     embeddings: str = _setting(
         "minilm",
-        "Word embeddings: minilm (frozen all-MiniLM-L6-v2 token embeddings), distilled (a table "
+        "Word embeddings: minilm (frozen all-MiniLM-L6-v2 token embeddings), minilm-words (the same "
+        "vectors averaged over whole words), distilled (a table "
         "distilled from MiniLM's outputs, cached after first use) or distilled:PATH, glove:PATH, "
         "word2vec:PATH, or none (trained from random initialisation). Default with --teacher: "
         "distilled.",

