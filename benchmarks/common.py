@@ -28,6 +28,7 @@ __all__ = [
     "QA_DATASETS",
     "RESULTS",
     "ROOT",
+    "gpu_info",
     "index_bytes",
     "make_corpus",
     "median_seconds",
@@ -131,6 +132,17 @@ def set_faiss_threads(n: int) -> None:
     import faiss
 
     faiss.omp_set_num_threads(n)
+
+
+def gpu_info() -> dict[str, str]:
+    """``{"gpu": name, "torch": version, "cuda": version}`` when torch sees a CUDA device, else ``{}``."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    if not torch.cuda.is_available():
+        return {}
+    return {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": str(torch.version.cuda)}
 
 
 # ----------------------------------------------------------------------------- MiniLM

@@ -41,7 +41,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT, setting_overrides, table_for, two_sided, write_results
+from benchmarks.common import ROOT, gpu_info, setting_overrides, table_for, two_sided, write_results
 from benchmarks.readme_markers import replace_section
 from qaindex.errors import QAIndexError
 
@@ -512,6 +512,8 @@ def render(results: dict[str, Any]) -> str:
         )
     else:
         lat_note, encode = "Query latency not measured yet (`python -m benchmarks.reproduce --latency`).", ""
+    gpu = results.get("gpu")  # side runs trained on a GPU machine record it
+    where = f"on an {gpu} GPU (torch {results.get('torch')})" if gpu else "on 2 contended cores"
     variants = sorted({variant_note(r["variant"]) for r in runs if "variant" in r})
     if variants:
         lat_note = f"Variant of the runs' settings: {'; '.join(variants)}.\n\n{lat_note}"
@@ -521,8 +523,8 @@ def render(results: dict[str, Any]) -> str:
         "which each row ran), "
         f"{results.get('processor', 'unrecorded')} CPU, Python {results.get('python', 'unrecorded')}. "
         '"paper" is the model\'s own published number '
-        "(HyperQA's for HyperQA and CosineQA). Seconds per epoch are training only, on 2 "
-        "contended cores (see each run's `config.threads` and `loadavg` in the results file). MB on disk: the "
+        "(HyperQA's for HyperQA and CosineQA). Seconds per epoch are training only, "
+        f"{where} (see each run's `config.threads` and `loadavg` in the results file). MB on disk: the "
         "exported model directory (most of it the frozen embedding table).\n\n"
         + table(runs, latency)
         + "\n\n"
@@ -598,6 +600,7 @@ def main() -> None:
     results: dict[str, Any] = json.loads(out_json.read_text()) if out_json.is_file() else {"runs": []}
     if not (args.report_only or args.latency):  # what the runs are measured on; the table states it from here
         results.update(machine=platform.platform(), processor=platform.machine(), python=platform.python_version())
+        results.update(gpu_info())  # a GPU machine trains there (device auto)
     if args.latency:
         results["latency"] = measure_latency(data, repeats=args.repeats)
         write_results(out_json, results)

@@ -12,14 +12,13 @@ checked by :func:`check_reranker_parity` (onnxruntime against torch on varied sh
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import numpy as np
 import torch
 
-from .attentive import AttentiveQA, build_attentive_model
+from .attentive import AttentiveQA
 from .encoders import BiLSTMEncoder
-from .onnx_graph import Exported, export_graph, export_in_subprocess, run_child, session
+from .onnx_graph import RNN_EXPORTER, Exported, export_traced, session
 from .parity import Parity, padded_batch
 from .result import TrainResult
 
@@ -34,57 +33,32 @@ def export_module(model: AttentiveQA) -> AttentiveQA:
     return module.requires_grad_(False)
 
 
-def _spec(module: AttentiveQA) -> dict[str, Any]:
-    return {
-        "kind": module.kind,
-        "vocab_size": int(module.encoder.embedding.shape[0]),
-        "dim": module.encoder.dim,
-        "embed_dim": module.encoder.embed_width,
-        "window": getattr(module.encoder, "window", 4),
-    }
-
-
-def export_reranker_graph(module: AttentiveQA, *, subprocess: bool | None = None) -> bytes:
+def export_reranker_graph(module: AttentiveQA, *, exporter: str | None = None) -> bytes:
     """ONNX bytes: ``(question_ids, question_mask (n, M), answer_ids, answer_mask (n, L)) -> scores (n,)``.
 
     ``n``, ``M`` and ``L`` are symbolic (checked after export). The runtime repeats a
-    single question for its ``n`` candidates. ``subprocess`` (default: for AP-biLSTM) exports
-    in a fresh Python process: torch 2.13's dynamo exporter can pin the sequence length of a
-    second LSTM model exported in one process.
+    single question for its ``n`` candidates. ``exporter`` (default: ``torchscript`` for
+    AP-biLSTM, :data:`~qaindex_export.onnx_graph.RNN_EXPORTER`; ``dynamo`` for AP-CNN).
     """
-    if subprocess is None:
-        subprocess = isinstance(module.encoder, BiLSTMEncoder)
-    if subprocess:
-        return export_in_subprocess(module, _spec(module), __name__, what=module.kind, threads=torch.get_num_threads())
-    from torch.export import Dim
-
-    n, m, length = Dim("n"), Dim("question_seq"), Dim("answer_seq")
+    if exporter is None:
+        exporter = RNN_EXPORTER if isinstance(module.encoder, BiLSTMEncoder) else "dynamo"
     vocab = int(module.encoder.embedding.shape[0])
     v = [min(i, vocab - 1) for i in range(2, 9)]
     q_ids = torch.tensor([[v[0], v[1], 0], [v[2], 0, 0]], dtype=torch.int64)
     q_mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.int64)
     a_ids = torch.tensor([[v[3], v[4], v[5], 0], [v[6], v[0], 0, 0]], dtype=torch.int64)
     a_mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.int64)
-    names = ["question_ids", "question_mask", "answer_ids", "answer_mask"]
-    return export_graph(
+    question, answer = {0: "n", 1: "question_seq"}, {0: "n", 1: "answer_seq"}
+    return export_traced(
         module,
         (q_ids, q_mask, a_ids, a_mask),
-        names,
+        ["question_ids", "question_mask", "answer_ids", "answer_mask"],
         ["scores"],
-        {
-            "q_ids": {0: n, 1: m},
-            "q_mask": {0: n, 1: m},
-            "a_ids": {0: n, 1: length},
-            "a_mask": {0: n, 1: length},
-        },
-        dict.fromkeys(names, 2),
+        {"question_ids": question, "question_mask": question, "answer_ids": answer, "answer_mask": answer},
+        arg_names=["q_ids", "q_mask", "a_ids", "a_mask"],
+        exporter=exporter,
+        what=module.kind,
     )
-
-
-def _graph_in_child(spec: dict[str, Any], weights: dict[str, torch.Tensor]) -> bytes:
-    model = build_attentive_model(spec.pop("kind"), spec.pop("vocab_size"), **spec)
-    model.load_state_dict(weights)
-    return export_reranker_graph(model.eval().requires_grad_(False), subprocess=False)
 
 
 def check_reranker_parity(
@@ -143,9 +117,3 @@ def export_graphs(result: TrainResult, *, tolerance: float, table_dtype: str, ma
             "loss": "mean over triples of max(0, margin - score(q, a) + score(q, a'))",
         },
     )
-
-
-if __name__ == "__main__":
-    import sys
-
-    run_child(sys.argv[1], _graph_in_child)

@@ -24,11 +24,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .encoders import SequenceQA
+from .encoders import BiLSTMEncoder, SequenceQA
 from .encoders import export_module as sequence_export_module
 from .export_forms import CosineScorer, FoldedEncoder, PoincareScorer
 from .models import DualEncoderQA
-from .onnx_graph import Exported, ExportError, export_encoder, export_scorer, session
+from .onnx_graph import RNN_EXPORTER, Exported, ExportError, export_encoder, export_scorer, session
 from .parity import Parity, ball_cases, check_scorer, padded_batch
 from .result import TrainResult
 
@@ -143,7 +143,8 @@ def export_graphs(result: TrainResult, *, tolerance: float, table_dtype: str, ma
         table_dtype = "float32" if vocab * width * 4 + overhead <= max_bytes else "float16"
     dtype = torch.float32 if table_dtype == "float32" else torch.float16
     encoder_module: Any = sequence_export_module(model) if sequence else folded_encoder(model, dtype=dtype)
-    encoder_graph = export_encoder(encoder_module)
+    rnn = sequence and isinstance(model.encoder, BiLSTMEncoder)
+    encoder_graph = export_encoder(encoder_module, exporter=RNN_EXPORTER if rnn else "dynamo")
     scorer_graph = export_scorer(scorer_module(model), dim)
     parity = check_parity(model, encoder_graph, scorer_graph, reference=encoder_module, tolerance=tolerance)
     if dtype == torch.float32 and parity["fold_max_abs_diff"] > 1e-4:

@@ -6,12 +6,13 @@ Every family's exporter (:mod:`.dual_export`, :mod:`.attentive_export`,
 
 - :func:`export_graph`: torch's dynamo exporter (``external_data=False``, quiet) from example
   inputs with every dynamic size ≥ 2; :func:`export_torchscript`: the TorchScript exporter
-  (the GRU graphs, where it is much faster);
+  (every LSTM and GRU graph: :data:`RNN_EXPORTER`);
 - either way the saved graph must have the expected outputs, symbolic batch/length axes
   (:func:`symbolic_dims`) and pass ``onnx.checker``;
 - :func:`export_in_subprocess`: the same in a fresh interpreter (torch 2.13's dynamo exporter
   can pin the sequence length of a second RNN exported in one process), weights passed as
   safetensors (no pickle); the family module is the child's entry point (:func:`run_child`);
+  the RDE family's ``exporter="dynamo"`` option uses it;
 - :func:`session`: a one-thread CPU onnxruntime session for the parity checks (:mod:`.parity`).
 
 :class:`Exported` is what a family exporter hands to the pipeline
@@ -41,6 +42,8 @@ from qaindex.errors import QAIndexError
 from .export_forms import FoldedEncoder
 
 __all__ = [
+    "EXPORTERS",
+    "RNN_EXPORTER",
     "ExportError",
     "Exported",
     "export_encoder",
@@ -48,10 +51,18 @@ __all__ = [
     "export_in_subprocess",
     "export_scorer",
     "export_torchscript",
+    "export_traced",
     "run_child",
     "session",
     "symbolic_dims",
 ]
+
+
+EXPORTERS = ("dynamo", "torchscript")
+# Every LSTM and GRU graph goes through the TorchScript exporter: torch 2.11's dynamo exporter pinned
+# a BiLSTM's sequence length (a static axis 1) even in a fresh process, torch 2.13's does so for the
+# second RNN exported in one process, and TorchScript takes 0.1-0.5 s per graph against ~20 s.
+RNN_EXPORTER = "torchscript"
 
 
 class ExportError(QAIndexError):
@@ -187,27 +198,61 @@ def export_torchscript(
     return _checked(onnx.load_from_string(buffer.getvalue()), output_names, symbolic)
 
 
-def export_encoder(encoder: torch.nn.Module) -> bytes:
+def export_traced(
+    module: torch.nn.Module,
+    args: tuple[torch.Tensor, ...],
+    input_names: list[str],
+    output_names: list[str],
+    axes: dict[str, dict[int, str]],
+    *,
+    arg_names: list[str],
+    exporter: str = "dynamo",
+    what: str,
+) -> bytes:
+    """ONNX bytes of ``module`` through ``exporter`` (one of :data:`EXPORTERS`), checked alike.
+
+    ``axes`` names the dynamic axes of each graph input (``{"input_ids": {0: "batch", 1:
+    "seq"}}``), all leading and all required symbolic in the saved graph; ``arg_names`` are
+    ``forward``'s parameters in the order of ``input_names`` (dynamo keys its shapes by them).
+    """
+    symbolic = {name: len(named) for name, named in axes.items()}
+    if exporter == "torchscript":
+        return export_torchscript(module, args, input_names, output_names, axes, symbolic, what=what)
+    if exporter != "dynamo":
+        raise ValueError(f"exporter must be one of {EXPORTERS}, got {exporter!r}")
+    from torch.export import Dim
+
+    dims: dict[str, Any] = {}
+    shapes = {
+        arg: {axis: dims.setdefault(dim, Dim(dim)) for axis, dim in axes.get(name, {}).items()}
+        for arg, name in zip(arg_names, input_names, strict=True)
+    }
+    return export_graph(module, args, input_names, output_names, shapes, symbolic)
+
+
+def export_encoder(encoder: torch.nn.Module, *, exporter: str = "dynamo") -> bytes:
     """ONNX bytes of an encoder: ``(input_ids, attention_mask) -> vectors``, dynamic batch/seq.
+
+    ``exporter``: ``dynamo``, or ``torchscript`` for an LSTM encoder (:data:`RNN_EXPORTER`).
 
     Example
     -------
     >>> graph = export_encoder(folded_encoder(model))  # doctest: +SKIP
     """
-    from torch.export import Dim
-
-    batch, seq = Dim("batch"), Dim("seq")
     table = encoder.table if isinstance(encoder, FoldedEncoder) else getattr(encoder, "embedding")  # noqa: B009
     vocab = int(table.shape[0])
     ids = torch.tensor([[min(2, vocab - 1), min(3, vocab - 1), 0], [min(4, vocab - 1), 0, 0]], dtype=torch.int64)
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.int64)
-    return export_graph(
+    names = ["input_ids", "attention_mask"]
+    return export_traced(
         encoder,
         (ids, mask),
-        ["input_ids", "attention_mask"],
+        names,
         ["vectors"],
-        {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
-        {"input_ids": 2, "attention_mask": 2},
+        {name: {0: "batch", 1: "seq"} for name in names},
+        arg_names=names,
+        exporter=exporter,
+        what=f"the encoder {type(encoder).__name__}",
     )
 
 

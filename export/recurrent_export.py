@@ -35,7 +35,15 @@ import torch
 from qaindex.geometry import bilinear
 from qaindex.text.chunking import Chunking, manifest_entry
 
-from .onnx_graph import Exported, export_in_subprocess, export_scorer, export_torchscript, run_child
+from .onnx_graph import (
+    EXPORTERS,
+    RNN_EXPORTER,
+    Exported,
+    export_in_subprocess,
+    export_scorer,
+    export_torchscript,
+    run_child,
+)
 from .onnx_graph import export_graph as trace_graph
 from .onnx_graph import session as onnx_session
 from .parity import Parity, check_scorer, padded_batch
@@ -43,8 +51,6 @@ from .recurrent import AnswerEncoder, BilinearScorer, QuestionEncoder, Recurrent
 from .result import TrainResult
 
 __all__ = ["EXPORTERS", "check_recurrent_parity", "export_graph", "export_graphs"]
-
-EXPORTERS = ("torchscript", "dynamo")
 
 
 def _spec(model: Any) -> dict[str, Any]:
@@ -226,7 +232,7 @@ def _share_embedding_table(graphs: list[bytes], table: np.ndarray) -> tuple[list
 
 
 def export_graphs(
-    result: TrainResult, *, tolerance: float, table_dtype: str, max_bytes: int, exporter: str = "torchscript"
+    result: TrainResult, *, tolerance: float, table_dtype: str, max_bytes: int, exporter: str = RNN_EXPORTER
 ) -> Exported:
     """The question, answer and scorer graphs of an RDE-family ``result``, checked.
 

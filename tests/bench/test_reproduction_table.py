@@ -92,6 +92,13 @@ def test_render_names_the_latency_run_and_its_load() -> None:
     assert "not measured yet" in reproduce.render({"runs": RUNS})
 
 
+def test_runs_trained_on_a_gpu_say_so() -> None:
+    text = reproduce.render({"runs": RUNS, "gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130"})
+    assert "training only, on an NVIDIA H100 80GB HBM3 GPU (torch 2.11.0+cu130) (see" in text
+    assert "contended cores" not in text
+    assert "training only, on 2 contended cores (see" in reproduce.render({"runs": RUNS})
+
+
 def test_the_table_states_the_machine_of_its_runs_not_the_one_rendering_it(monkeypatch: pytest.MonkeyPatch) -> None:
     results = {"runs": RUNS, "processor": "aarch64", "python": "3.12.1"}
     monkeypatch.setattr(reproduce.platform, "python_version", lambda: "9.9.9")

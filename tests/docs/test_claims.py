@@ -66,6 +66,7 @@ def side_tables() -> list[tuple[str, str, str]]:
     [
         ("benchmarks.reproduce", "docs/reproduction-table.md", None),
         ("benchmarks.long_answers", "docs/long-answers-table.md", None),
+        ("benchmarks.epoch_seconds", "docs/epoch-seconds-table.md", None),
         *side_tables(),
     ],
 )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.trained import trained_model_fixtures
+from helpers.trained import record_tracers, trained_model_fixtures
 
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
@@ -179,6 +179,16 @@ def test_export_parity_varied_batches_and_lengths(exported: Path, trained) -> No
             want = model(*(torch.from_numpy(x) for x in (q_ids, q_mask, a_ids, a_mask))).numpy()
         assert got.shape == (n,)
         np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_ap_bilstm_is_traced_by_torchscript(trained, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch 2.11's dynamo exporter pinned AP-biLSTM's sequence length even in a fresh process: its
+    graph goes through the TorchScript exporter, AP-CNN's through dynamo, both with symbolic axes."""
+    seen = record_tracers(monkeypatch)
+    module = export_module(trained.model)
+    check_reranker_parity(module, export_reranker_graph(module))
+    lstm = trained.config.model == "ap-bilstm"
+    assert seen == {"dynamo": [] if lstm else ["AttentiveQA"], "torchscript": ["AttentiveQA"] if lstm else []}
 
 
 def test_parity_check_catches_an_unfaithful_graph(trained) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.trained import trained_model_fixtures
+from helpers.trained import record_tracers, trained_model_fixtures
 
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
@@ -213,3 +213,16 @@ def test_served_ranking_equals_torch(exported: Path, trained, data: dict) -> Non
         clear = [i for i in range(4) if s[order[i]] - s[order[i + 1]] > 1e-5]
         assert all(hits[i].id == keys[order[i]] for i in clear)
         assert len(clear) >= 1
+
+
+def test_lstm_graphs_are_traced_by_torchscript(trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch 2.11's dynamo exporter pinned QA-biLSTM's sequence length (a static axis 1), so every
+    LSTM graph goes through the TorchScript exporter; QA-CNN's encoder and every scorer through dynamo."""
+    from qaindex_export.onnx_export import export_model
+
+    seen = record_tracers(monkeypatch)
+    export_model(trained, tmp_path / "model")
+    scorers = [name for name in seen["dynamo"] if name.endswith("Scorer")]
+    encoders = [name for name in seen["dynamo"] + seen["torchscript"] if not name.endswith("Scorer")]
+    assert len(scorers) == 1 and len(encoders) == 1, seen
+    assert seen["torchscript"] == (encoders if trained.config.model == "qa-bilstm" else []), seen

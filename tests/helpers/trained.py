@@ -87,3 +87,23 @@ def planted_teacher_task(
         return out.astype(np.float32)
 
     return table, texts, teacher
+
+
+def record_tracers(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
+    """Record which torch exporter traces each graph: ``{"dynamo": [...], "torchscript": [...]}``.
+
+    Wraps ``qaindex_export.onnx_graph.export_graph`` (dynamo) and ``export_torchscript``; each
+    entry is the traced module's class name.
+    """
+    from qaindex_export import onnx_graph
+
+    seen: dict[str, list[str]] = {"dynamo": [], "torchscript": []}
+    for key, name in (("dynamo", "export_graph"), ("torchscript", "export_torchscript")):
+        real = getattr(onnx_graph, name)
+
+        def spy(module: Any, *args: Any, _real: Any = real, _key: str = key, **kwargs: Any) -> Any:
+            seen[_key].append(type(module).__name__)
+            return _real(module, *args, **kwargs)
+
+        monkeypatch.setattr(onnx_graph, name, spy)
+    return seen
