@@ -600,7 +600,7 @@ def main() -> None:
     results: dict[str, Any] = json.loads(out_json.read_text()) if out_json.is_file() else {"runs": []}
     if not (args.report_only or args.latency):  # what the runs are measured on; the table states it from here
         results.update(machine=platform.platform(), processor=platform.machine(), python=platform.python_version())
-        results.update(gpu_info())  # a GPU machine trains there (device auto)
+        results = {k: v for k, v in results.items() if k not in ("gpu", "torch", "cuda")} | gpu_info()  # auto: the GPU
     if args.latency:
         results["latency"] = measure_latency(data, repeats=args.repeats)
         write_results(out_json, results)
