@@ -74,3 +74,15 @@ def test_measure_times_every_epoch_and_exports(
     assert got["seconds_per_epoch"] == statistics.median(got["epoch_seconds"][1:])  # the first is set apart
     assert 0.0 <= got["parity_max_abs_diff"] < 1e-3 and "export_error" not in got
     assert len(got["dev_map"]) == 3
+
+
+def test_gpu_info_names_the_gpu_torch_sees(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    from benchmarks.common import gpu_info
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_info() == {}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    assert gpu_info() == {"gpu": "NVIDIA H100 80GB HBM3", "torch": torch.__version__, "cuda": "13.0"}
