@@ -14,7 +14,7 @@ trained model is then exported (``--no-export`` skips it), so the row also recor
 trained on the device passes the torch-vs-onnxruntime parity check.
 
 The CPU seconds of the reproduction table (``benchmarks/results/reproduction.json``: the best
-run, 1 thread on this repository's 2-core machine) are copied into each row when it is measured,
+run, 1 thread on a 2-core x86_64 machine) are copied into each row when it is measured,
 so the table renders from this file alone. Rows are merged into ``--json`` by (dataset, model,
 device); ``--budget-s`` stops starting new rows after that many seconds, so a run fits a lease.
 """
@@ -157,6 +157,8 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help="rewrite the table from the results file")
     args = parser.parse_args()
     out_json, data = Path(args.json), Path(args.data)
+    if args.report_only and not out_json.is_file():
+        sys.exit(f"error: {out_json}: no results file to report; measure first (--device cuda)")
     results: dict[str, Any] = json.loads(out_json.read_text()) if out_json.is_file() else {"rows": []}
     if not args.report_only:
         from qaindex_export.train import resolve_device
