@@ -263,3 +263,23 @@ def test_parity_check_catches_a_wrong_graph() -> None:
         check_parity(model, encoder_graph, export_scorer(PoincareScorer(model.w_f.item() * 2, 0.0), 8))
     with pytest.raises(ExportError, match="parity check failed: encoder"):
         check_parity(other, encoder_graph, export_scorer(scorer_module(other), 8))
+
+
+def test_both_exporters_give_the_same_encoder_and_an_unknown_one_is_refused() -> None:
+    """``export_traced`` behind ``export_encoder``: dynamo and TorchScript graphs compute the same
+    vectors on any batch and length (symbolic axes are checked inside); other names are refused."""
+    from qaindex_export.onnx_graph import session
+
+    torch.manual_seed(0)
+    encoder = folded_encoder(HyperQA(BagOfWords(30, 8, embed_dim=5), BallMap("clip")))
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, 30, size=(5, 11))
+    mask = (np.arange(11)[None] < rng.integers(1, 12, size=(5, 1))).astype(np.int64)
+    ids = ids * mask
+    outputs = [
+        session(export_encoder(encoder, exporter=name)).run(["vectors"], {"input_ids": ids, "attention_mask": mask})[0]
+        for name in ("dynamo", "torchscript")
+    ]
+    np.testing.assert_allclose(outputs[0], outputs[1], atol=1e-6)
+    with pytest.raises(ValueError, match=r"^exporter must be one of \('dynamo', 'torchscript'\), got 'jit'$"):
+        export_encoder(encoder, exporter="jit")
