@@ -41,10 +41,9 @@ from .onnx_graph import (
     Exported,
     export_in_subprocess,
     export_scorer,
-    export_torchscript,
+    export_traced,
     run_child,
 )
-from .onnx_graph import export_graph as trace_graph
 from .onnx_graph import session as onnx_session
 from .parity import Parity, check_scorer, padded_batch
 from .recurrent import AnswerEncoder, BilinearScorer, QuestionEncoder, RecurrentQA
@@ -63,21 +62,34 @@ def _spec(model: Any) -> dict[str, Any]:
     }
 
 
-def _example(role: str, hierarchical: bool, vocab: int) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any], int]:
-    from torch.export import Dim
-
+def _example(role: str, hierarchical: bool, vocab: int) -> tuple[torch.Tensor, torch.Tensor, dict[int, str]]:
+    """Example ``(input_ids, attention_mask)`` of the ``role`` encoder, every size ≥ 2, and its named axes."""
     v = lambda i: min(i, vocab - 1)  # noqa: E731
     if role == "answer" and hierarchical:
         ids = torch.tensor(
             [[[v(2), v(3), v(5)], [v(4), 0, 0]], [[v(6), v(7), 0], [0, 0, 0]]], dtype=torch.int64
         )  # (2 texts, 2 chunks, 3 tokens)
-        mask = (ids != 0).to(torch.int64)
-        axes = {0: Dim("batch"), 1: Dim("chunks"), 2: Dim("tokens")}
-        return ids, mask, {"input_ids": axes, "attention_mask": axes}, 3
+        return ids, (ids != 0).to(torch.int64), {0: "batch", 1: "chunks", 2: "tokens"}
     ids = torch.tensor([[v(2), v(3), 0], [v(4), 0, 0]], dtype=torch.int64)
-    mask = (ids != 0).to(torch.int64)
-    axes = {0: Dim("batch"), 1: Dim("seq")}
-    return ids, mask, {"input_ids": axes, "attention_mask": axes}, 2
+    return ids, (ids != 0).to(torch.int64), {0: "batch", 1: "seq"}
+
+
+def _encoder_graph(model: Any, role: str, exporter: str) -> bytes:
+    """The ``role`` ("question" or "answer") encoder graph through ``exporter``, in this process."""
+    model = model.cpu().eval()
+    module = (QuestionEncoder if role == "question" else AnswerEncoder)(model).eval()
+    ids, mask, axes = _example(role, model.hierarchical, int(model.embedding.shape[0]))
+    names = ["input_ids", "attention_mask"]
+    return export_traced(
+        module,
+        (ids, mask),
+        names,
+        ["vectors"],
+        {name: axes for name in names},
+        arg_names=names,
+        exporter=exporter,
+        what=f"the {role} encoder of {model.kind}",
+    )
 
 
 def export_graph(model: Any, role: str) -> bytes:
@@ -85,36 +97,15 @@ def export_graph(model: Any, role: str) -> bytes:
 
     Prefer the TorchScript exporter or a fresh process for the GRU graphs (see the module docstring).
     """
-    model = model.cpu().eval()
     if role == "scorer":
+        model = model.cpu().eval()
         return export_scorer(BilinearScorer(model.bias).eval(), model.dim)
-    module = (QuestionEncoder if role == "question" else AnswerEncoder)(model).eval()
-    ids, mask, dynamic, rank = _example(role, model.hierarchical, int(model.embedding.shape[0]))
-    return trace_graph(
-        module,
-        (ids, mask),
-        ["input_ids", "attention_mask"],
-        ["vectors"],
-        dynamic,
-        {"input_ids": rank, "attention_mask": rank},
-    )
+    return _encoder_graph(model, role, "dynamo")
 
 
 def _export_torchscript(model: Any, role: str) -> bytes:
     """The ``role`` encoder graph through the TorchScript exporter (``dynamo=False``), in this process."""
-    model = model.cpu().eval()
-    module = (QuestionEncoder if role == "question" else AnswerEncoder)(model).eval()
-    ids, mask, dynamic, rank = _example(role, model.hierarchical, int(model.embedding.shape[0]))
-    axes = {name: {axis: str(dim.__name__) for axis, dim in dims.items()} for name, dims in dynamic.items()}
-    return export_torchscript(
-        module,
-        (ids, mask),
-        ["input_ids", "attention_mask"],
-        ["vectors"],
-        axes,
-        {"input_ids": rank, "attention_mask": rank},
-        what=f"the {role} encoder of {model.kind}",
-    )
+    return _encoder_graph(model, role, "torchscript")
 
 
 def _export_in_subprocess(model: Any, role: str) -> bytes:
