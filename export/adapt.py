@@ -74,6 +74,7 @@ from .config import TrainConfig
 from .data import TextTable
 from .data import load_groups as _load
 from .evaluation import encode_texts
+from .families import start_epoch
 from .models import BagOfWords, DualEncoderQA, norm_statistics
 from .result import TrainResult, resolve_device
 from .unlabelled import pseudo_questions
@@ -253,6 +254,7 @@ def _fit(
     cos_steps = math.ceil(len(cos_rows) / config.batch_size) if cosine else 0
     for epoch in range(1, config.epochs + 1):
         t0 = time.perf_counter()
+        start_epoch(optimizer, config, epoch)
         model.train()
         order, cos_order = rng.permutation(n_items), rng.permutation(len(cos_rows))
         total, steps = 0.0, 0

@@ -24,6 +24,7 @@ __all__ = [
     "CHUNKINGS",
     "DEVICES",
     "LOSSES",
+    "LR_SCHEDULES",
     "MODEL_DEFAULTS",
     "MODEL_KINDS",
     "OPTIMIZERS",
@@ -52,6 +53,7 @@ CHUNKINGS = ("sentences", "length")
 BALL_MAPS = ("clip", "expmap", "radius", "weighted", "lognorm")
 BALL_CHOICES = (*BALL_MAPS, "auto")
 OPTIMIZERS = ("adagrad", "adam", "sgd")
+LR_SCHEDULES = ("constant", "inverse-epoch")
 SAMPLINGS = ("random", "mix")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -188,6 +190,12 @@ class TrainConfig:
         "Optimizer (the paper uses AdaGrad).",
         choices=OPTIMIZERS,
     )
+    lr_schedule: str = _setting(
+        "constant",
+        "Learning-rate schedule: constant, or inverse-epoch (epoch t trains at lr / t; the attentive-pooling "
+        "paper's schedule, used there with SGD).",
+        choices=LR_SCHEDULES,
+    )
     adagrad_init: float = _setting(
         0.0,
         "AdaGrad's initial accumulator (torch's default 0; TensorFlow's 0.1 learned slower here).",
@@ -289,6 +297,8 @@ class TrainConfig:
             raise ValueError(f"ranking must be one of {RANKINGS}, got {self.ranking!r}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
         if self.sampling not in SAMPLINGS:
             raise ValueError(f"sampling must be one of {SAMPLINGS}, got {self.sampling!r}")
         if self.device not in ("auto", "cpu", "cuda"):

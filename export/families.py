@@ -33,7 +33,7 @@ from .encoders import SEQUENCE_MODELS, build_sequence_model
 from .models import BagOfWords, BallMap, CosineQA, DualEncoderQA, HyperQA
 from .recurrent import build_recurrent_model
 
-__all__ = ["FAMILIES", "build_model", "family", "from_config", "make_optimizer"]
+__all__ = ["FAMILIES", "build_model", "epoch_lr", "family", "from_config", "make_optimizer", "start_epoch"]
 
 FAMILIES = ("dual", "sequence", "attentive", "recurrent")
 
@@ -172,3 +172,30 @@ def make_optimizer(model: DualEncoderQA, config: TrainConfig) -> torch.optim.Opt
     if config.optimizer == "adam":
         return torch.optim.Adam(groups, lr=config.lr)
     return torch.optim.SGD(groups, lr=config.lr)
+
+
+def epoch_lr(config: TrainConfig, epoch: int) -> float:
+    """The learning rate of ``epoch`` (1-based) under ``config.lr_schedule``.
+
+    ``constant``: ``lr``. ``inverse-epoch``: ``lr_t = lr / t``, the schedule of the
+    attentive-pooling paper (dos Santos et al., 2016, after dos Santos & Zadrozny, 2014).
+
+    Example
+    -------
+    >>> cfg = TrainConfig(lr=0.3, lr_schedule="inverse-epoch")
+    >>> [round(epoch_lr(cfg, t), 3) for t in (1, 2, 3)]
+    [0.3, 0.15, 0.1]
+    >>> epoch_lr(TrainConfig(lr=0.3), 3)
+    0.3
+    """
+    if epoch < 1:
+        raise ValueError(f"epochs count from 1, got {epoch}")
+    return config.lr / epoch if config.lr_schedule == "inverse-epoch" else config.lr
+
+
+def start_epoch(optimizer: torch.optim.Optimizer, config: TrainConfig, epoch: int) -> float:
+    """Set every parameter group of ``optimizer`` to :func:`epoch_lr` before ``epoch`` trains; return it."""
+    lr = epoch_lr(config, epoch)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    return lr

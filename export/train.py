@@ -62,7 +62,7 @@ from .config import OPTIMIZERS, RECURRENT_KINDS, SAMPLINGS, TrainConfig
 from .data import Split, TextTable, hold_out_dev, load_groups, split_groups, training_pairs
 from .embeddings import Embeddings, build_embeddings
 from .evaluation import best_result, encode_texts, evaluate, evaluate_data
-from .families import from_config, make_optimizer
+from .families import from_config, make_optimizer, start_epoch
 from .models import DualEncoderQA, hinge_loss, riemannian_hook
 from .negatives import hard_negatives, max_of_pool, random_negatives
 from .recurrent import RecurrentQA, cross_entropy_loss
@@ -228,6 +228,7 @@ def _train_one(
         since_best = 0
         for epoch in range(1, config.epochs + 1):
             t0 = time.perf_counter()
+            lr = start_epoch(optimizer, config, epoch)
             # -- sample this epoch's negatives
             negs = random_negatives(pairs, pool_size or config.negatives, config.own_negative_prob, n_texts, rng)
             if n_hard:
@@ -265,6 +266,7 @@ def _train_one(
             row = {
                 "epoch": epoch,
                 "loss": total / max(1, steps),
+                "lr": lr,
                 "dev_map": dev["map"],
                 "dev_mrr": dev["mrr"],
                 "train_seconds": train_seconds,

@@ -23,7 +23,7 @@ from .config import TrainConfig
 from .data import TextTable, split_groups
 from .embeddings import Embeddings, build_embeddings
 from .evaluation import best_result, evaluate
-from .families import build_model, make_optimizer
+from .families import build_model, make_optimizer, start_epoch
 from .models import DualEncoderQA
 from .result import Log, TrainResult, resolve_device, stderr_log
 
@@ -221,6 +221,7 @@ def train_unlabelled(
         t_pseudo_dev = torch.from_numpy(t_pseudo).to(device)
         for epoch in range(1, config.epochs + 1):
             t0 = time.perf_counter()
+            start_epoch(optimizer, config, epoch)
             model.train()
             order = rng.permutation(n)
             pick = rng.integers(0, pseudo_per_answer, size=n)

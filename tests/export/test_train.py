@@ -126,6 +126,19 @@ def test_reproducible(planted: tuple[list, list]) -> None:
     assert not all(torch.equal(a[k], c[k]) for k in a)
 
 
+def test_inverse_epoch_schedule_trains_epoch_t_at_lr_over_t(planted: tuple[list, list]) -> None:
+    cfg = dict(SMALL, model="cosineqa", optimizer="sgd", lr=0.6, epochs=3, seed=0)
+    result = train(TrainConfig(**cfg, lr_schedule="inverse-epoch"), *planted, log=None)
+    assert [h["lr"] for h in result.history] == pytest.approx([0.6, 0.3, 0.2])
+    constant = train(TrainConfig(**cfg), *planted, log=None)
+    assert [h["lr"] for h in constant.history] == [0.6, 0.6, 0.6]
+    # the first epoch is the same under both (lr / 1); later epochs differ
+    assert constant.history[0]["loss"] == pytest.approx(result.history[0]["loss"], rel=1e-6)
+    assert constant.history[2]["loss"] != pytest.approx(result.history[2]["loss"], rel=1e-6)
+    with pytest.raises(ValueError, match="lr_schedule must be one of"):
+        TrainConfig(lr_schedule="cosine").validate()
+
+
 def test_config_validation_and_roundtrip() -> None:
     cfg = TrainConfig(seed=3, ball="radius")
     assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
