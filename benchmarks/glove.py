@@ -36,10 +36,11 @@ import argparse
 import json
 import sys
 import tarfile
-import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
+
+from qaindex_export.word_vectors import normalise_word
 
 from qaindex.text.tokenizer import Tokenizer
 
@@ -105,7 +106,7 @@ def write_glove(doc: dict[str, Any], out: IO[str], keep: set[str] | None = None,
     vectors = doc["vectors"]
     written = 0
     for rank, word in enumerate(doc["words"]):
-        if keep is not None and rank >= first and _normalise(word) not in keep:
+        if keep is not None and rank >= first and normalise_word(word) not in keep:
             continue
         values = vectors.get(word)
         if values is None or len(values) < dim or any(ch.isspace() for ch in word):
@@ -113,11 +114,6 @@ def write_glove(doc: dict[str, Any], out: IO[str], keep: set[str] | None = None,
         out.write(word + " " + " ".join(_number(v) for v in values[:dim]) + "\n")
         written += 1
     return written
-
-
-def _normalise(word: str) -> str:
-    """Lowercased, accents stripped: the form in which the word tokenizer and ``read_word_vectors`` see it."""
-    return "".join(ch for ch in unicodedata.normalize("NFD", word.lower()) if unicodedata.category(ch) != "Mn")
 
 
 def _number(value: float) -> str:

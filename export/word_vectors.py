@@ -33,6 +33,7 @@ __all__ = [
     "load_minilm",
     "minilm_dir",
     "minilm_whole_words",
+    "normalise_word",
     "read_word_vectors",
 ]
 
@@ -86,8 +87,14 @@ class Embeddings:
         return None if self.vectors is None else int(self.vectors.shape[1])
 
 
-def _normalise(word: str) -> str:
-    """Lowercase and strip accents like the tokenizer (``lowercase=True, strip_accents=True``)."""
+def normalise_word(word: str) -> str:
+    """Lowercase and strip accents like the tokenizer (``lowercase=True, strip_accents=True``).
+
+    Example
+    -------
+    >>> normalise_word("Café")
+    'cafe'
+    """
     word = word.lower()
     if word.isascii():
         return word
@@ -278,7 +285,7 @@ def read_word_vectors(
                     continue
             word, _, rest = line.partition(" ")
             if lowercase:
-                word = _normalise(word)
+                word = normalise_word(word)
             rank += 1
             if word in seen:
                 continue
