@@ -54,9 +54,11 @@ from .storage import (
     check_file_entries,
     check_format,
     confined_path,
+    create_file,
     file_entry,
     fsync_tree,
     read_json_object,
+    save_array,
     verify_files,
     write_json_atomic,
 )
@@ -270,6 +272,7 @@ def write_snapshot(
         "coarse.faiss": int(np.asarray(vectors).nbytes) + 4096,  # an estimate: flat is the vectors again
         "model": _listed_bytes(model.manifest),
         "reranker": _listed_bytes(reranker[1]) if reranker is not None else 0,
+        "lexical": lexical.stored_bytes if lexical is not None else 0,
     }
     needed = sum(sizes.values())
 
@@ -282,12 +285,12 @@ def write_snapshot(
     try:
         with writing(root, "a new snapshot", needed=needed):
             write_marker(snap, snap_name)  # first: proves the directory is qaindex's (qaindex.store.ownership)
-        with step("records.jsonl"), open(snap / "records.jsonl", "wb") as handle:
+        with step("records.jsonl"), create_file(snap / "records.jsonl") as handle:
             records.write_to(handle)  # in blocks: a memory-mapped store is never copied whole
         with step("records.offsets.npy"):
-            np.save(snap / "records.offsets.npy", np.asarray(records.offsets, dtype=np.int64), allow_pickle=False)
+            save_array(snap / "records.offsets.npy", np.asarray(records.offsets, dtype=np.int64))
         with step("vectors.npy"):
-            np.save(snap / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32), allow_pickle=False)
+            save_array(snap / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
         with step("coarse.faiss"):
             coarse.save(snap / "coarse.faiss")
         with step("model"):
@@ -296,7 +299,8 @@ def write_snapshot(
             with step("reranker"):
                 copy_model_files(reranker[0], reranker[1], snap / "reranker")
         if lexical is not None:
-            lexical.save(snap / LEXICAL_DIRECTORY)
+            with step("lexical"):
+                lexical.save(snap / LEXICAL_DIRECTORY)
         files = {
             p.relative_to(snap).as_posix(): file_entry(p)
             for p in sorted(snap.rglob("*"))

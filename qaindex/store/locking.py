@@ -9,6 +9,13 @@ The lock is an ``fcntl.flock`` on the file (POSIX only; on other systems writers
 serialized). The kernel releases it when the holder exits, even on SIGKILL, so a crashed
 writer never leaves the index locked. The holder writes its pid into the file, so a waiting
 writer that gives up can say who holds it; the file is removed when the lock is released.
+
+The lock file is never opened through a link (``O_NOFOLLOW``), and a ``.lock`` that is not
+what qaindex writes (a symbolic link, a file with another name, i.e. a hard link, anything
+but a regular file, a file holding more than a pid) is refused with an
+:class:`~qaindex.errors.IndexFormatError` before anything is written: a writer never
+truncates a file that is not its lock. Running out of space or inodes creating it is a
+:class:`~qaindex.errors.DiskFullError`.
 Within one process the lock is re-entrant (a save inside :meth:`Ranker.edit` does not wait
 for itself), and threads of one process take turns.
 """
@@ -18,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -26,7 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import IndexLockedError, QAIndexError
+from ..errors import DiskFullError, IndexFormatError, IndexLockedError, QAIndexError
+from .diskspace import FULL_ERRNOS, writing
 
 try:
     import fcntl
@@ -38,6 +48,7 @@ __all__ = ["DEFAULT_LOCK_TIMEOUT", "LOCK_NAME", "check_timeout", "index_lock"]
 LOCK_NAME = ".lock"
 DEFAULT_LOCK_TIMEOUT = 60.0
 _POLL = 0.02
+_LOCK_SPACE = 4096  # one block: what creating the lock file and writing a pid needs
 
 
 @dataclass
@@ -86,18 +97,102 @@ def check_timeout(value: object, name: str = "lock timeout") -> float:
     return math.inf if seconds >= threading.TIMEOUT_MAX else seconds
 
 
-def _holder(path: Path) -> str:
+_NO_LINK = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+# never block on a pipe named .lock, never make a terminal ours
+_OPEN = os.O_RDWR | os.O_CREAT | os.O_NOCTTY | getattr(os, "O_NONBLOCK", 0) | _NO_LINK
+_PID = re.compile(rb"[0-9]*\n?")  # all a lock file ever holds (the holder's pid)
+_PID_BYTES = 32
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a named pipe",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+def _holder(fd: int) -> str:
     with contextlib.suppress(OSError, ValueError):
-        pid = int(path.read_text(encoding="ascii").strip() or "0")
+        pid = int(os.pread(fd, _PID_BYTES, 0).strip() or b"0")
         if pid > 0:
             return f" by process {pid}"
     return ""
 
 
+def _foreign(path: Path, what: str, advice: str = "remove it and retry") -> IndexFormatError:
+    return IndexFormatError(f"{path}: {what}, not a lock file qaindex wrote; {advice}")
+
+
+def _open_lock(path: Path) -> int:
+    """Open (or create) the lock file, refusing anything qaindex would not have written there.
+
+    Never through a link (``O_NOFOLLOW``): a symbolic link named ``.lock`` would make every
+    writer truncate whatever it points to. The checks run on the open descriptor, so what is
+    checked is what is written: a regular file with one name (a hard link is another name of
+    someone's file) holding at most a pid.
+    """
+    try:
+        fd = os.open(path, _OPEN, 0o644)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            mode = os.lstat(path).st_mode
+            if stat.S_ISLNK(mode):
+                raise _foreign(
+                    path,
+                    "a symbolic link",
+                    "qaindex never writes through a link: remove the link (not the file it points to) and retry",
+                ) from None
+            if not stat.S_ISREG(mode):  # a directory (EISDIR), a socket (ENXIO), ...
+                raise _foreign(path, _KINDS.get(stat.S_IFMT(mode), "not a regular file")) from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _foreign(path, _KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file"))
+        if info.st_nlink != 1:
+            raise _foreign(
+                path,
+                f"a file with {info.st_nlink} hard links",
+                f"qaindex never writes into a file that has another name: remove {path} "
+                "(the file keeps its other name) and retry",
+            )
+        if info.st_size > _PID_BYTES or not _PID.fullmatch(os.pread(fd, _PID_BYTES + 1, 0)):
+            raise _foreign(
+                path, "a file that holds more than a process id", "qaindex never truncates it: move it away and retry"
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _is_at(fd: int, path: Path) -> bool:
+    """Whether ``path`` (not following a link) is the file open as ``fd``."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.lstat(path))
+    except FileNotFoundError:
+        return False
+
+
+def _write_pid(fd: int) -> None:
+    """Write our pid into the lock file (verified ours); a full disk leaves it empty, that is all.
+
+    The pid only lets a waiting writer name the holder: ``qaindex gc`` must still run on a full
+    disk, and a write that needs space fails later with :class:`~qaindex.errors.DiskFullError`.
+    """
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+    except OSError as exc:
+        if exc.errno not in FULL_ERRNOS:
+            raise
+
+
 def _acquire_file(path: Path, deadline: float, timeout: float) -> int:
     """Open and flock ``path``; retry until the locked file is the one at ``path``."""
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock(path)
+        locked = False
         try:
             while True:
                 try:
@@ -106,23 +201,32 @@ def _acquire_file(path: Path, deadline: float, timeout: float) -> int:
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
                         raise IndexLockedError(
-                            f"{path.parent}: another writer holds the index lock{_holder(path)} "
+                            f"{path.parent}: another writer holds the index lock{_holder(fd)} "
                             f"(waited {timeout:g} s); wait for it to finish, or raise --lock-timeout"
                         ) from None
                     time.sleep(_POLL)
+            locked = True
             # the previous holder may have removed the file between our open and our flock
-            try:
-                same = os.path.samestat(os.fstat(fd), os.stat(path))
-            except FileNotFoundError:
-                same = False
-            if same:
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+            if _is_at(fd, path):
+                _write_pid(fd)
                 return fd
         except BaseException:
-            os.close(fd)
+            if locked:  # ours now: leave no lock file behind
+                _release_file(fd, path)
+            else:
+                os.close(fd)
             raise
         os.close(fd)
+
+
+def _release_file(fd: int, path: Path) -> None:
+    """Remove the lock file (only when ``path`` still is the file we hold) and release the lock."""
+    try:
+        if _is_at(fd, path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+    finally:
+        os.close(fd)  # releases the flock
 
 
 @contextlib.contextmanager
@@ -142,6 +246,11 @@ def index_lock(root: str | os.PathLike[str], *, timeout: float | None = DEFAULT_
     IndexLockedError
         When another writer still holds the lock after ``timeout`` seconds (the message names
         the index and the holder's pid).
+    IndexFormatError
+        When ``root/.lock`` is not a lock file qaindex wrote (a link, a hard link, not a
+        regular file, or holding more than a pid); nothing is written into it.
+    DiskFullError
+        When the disk is out of space or inodes for the directory or the lock file.
 
     Example
     -------
@@ -152,7 +261,10 @@ def index_lock(root: str | os.PathLike[str], *, timeout: float | None = DEFAULT_
     seconds = check_timeout(timeout)
     directory = Path(root)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        with writing(directory, "the index directory", needed=_LOCK_SPACE):
+            directory.mkdir(parents=True, exist_ok=True)
+    except DiskFullError:
+        raise
     except OSError as exc:
         raise QAIndexError(
             f"{directory}: cannot create the index directory ({exc.strerror}); choose another --index path"
@@ -161,7 +273,7 @@ def index_lock(root: str | os.PathLike[str], *, timeout: float | None = DEFAULT_
         yield
         return
     path = directory / LOCK_NAME
-    key = os.path.realpath(path)
+    key = os.path.join(os.path.realpath(directory), LOCK_NAME)  # never resolve .lock itself
     with _registry_guard:
         held = _registry.setdefault(key, _Held())
     deadline = time.monotonic() + seconds
@@ -173,7 +285,10 @@ def index_lock(root: str | os.PathLike[str], *, timeout: float | None = DEFAULT_
     try:
         if held.depth == 0:
             try:
-                held.fd = _acquire_file(path, deadline, seconds)
+                with writing(directory, f"the index lock file {LOCK_NAME}", needed=_LOCK_SPACE):
+                    held.fd = _acquire_file(path, deadline, seconds)
+            except DiskFullError:
+                raise
             except OSError as exc:
                 raise QAIndexError(f"{path}: cannot create the index lock file ({exc.strerror})") from None
         held.depth += 1
@@ -182,9 +297,7 @@ def index_lock(root: str | os.PathLike[str], *, timeout: float | None = DEFAULT_
         finally:
             held.depth -= 1
             if held.depth == 0:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-                os.close(held.fd)  # releases the flock
-                held.fd = -1
+                fd, held.fd = held.fd, -1
+                _release_file(fd, path)
     finally:
         held.mutex.release()

@@ -39,6 +39,7 @@ from typing import Any
 
 from ..errors import IndexFormatError
 from .locking import DEFAULT_LOCK_TIMEOUT, LOCK_NAME, check_timeout, index_lock
+from .storage import create_file
 
 __all__ = [
     "INDEX_FORMAT",
@@ -81,11 +82,8 @@ def write_marker(directory: Path, snapshot: str) -> None:
     True
     """
     body = json.dumps({"format": MARKER_FORMAT, "snapshot": snapshot}).encode("ascii") + b"\n"
-    fd = os.open(directory / MARKER_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        os.write(fd, body)
-    finally:
-        os.close(fd)
+    with create_file(directory / MARKER_NAME) as handle:
+        handle.write(body)
 
 
 def _marker_names(directory: Path) -> str | None:
@@ -141,6 +139,7 @@ def _is_own_lock(path: Path) -> bool:
             path.is_file()
             and not path.is_symlink()
             and path.stat().st_size < 32
+            and path.stat().st_nlink == 1  # another name for the file: someone else's
             and bool(_LOCK_CONTENT.fullmatch(path.read_bytes()))
         )
     except OSError:

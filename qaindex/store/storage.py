@@ -16,7 +16,9 @@ import secrets
 import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any
+from typing import Any, BinaryIO
+
+import numpy as np
 
 from ..errors import QAIndexError
 
@@ -24,10 +26,12 @@ __all__ = [
     "check_file_entries",
     "check_format",
     "confined_path",
+    "create_file",
     "file_entry",
     "fsync_tree",
     "read_json_object",
     "remove_debris",
+    "save_array",
     "sha256_file",
     "temporary_sibling",
     "verify_files",
@@ -36,6 +40,56 @@ __all__ = [
 ]
 
 _CHUNK = 1 << 20
+# a new file only: never one that exists, never through a link (O_EXCL refuses both)
+_CREATE = (
+    os.O_WRONLY
+    | os.O_CREAT
+    | os.O_EXCL
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+
+
+def create_file(path: str | os.PathLike[str]) -> BinaryIO:
+    """Open a new file for writing; it must not exist (not even as a link), so nothing else is overwritten.
+
+    Example
+    -------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "x"
+    >>> with create_file(p) as handle:
+    ...     _ = handle.write(b"data")
+    >>> create_file(p)
+    Traceback (most recent call last):
+    ...
+    FileExistsError: [Errno 17] File exists: ...
+    """
+    return open(os.open(path, _CREATE, 0o644), "wb")
+
+
+class _Chunks:
+    """Not a real file to numpy, which then writes through ``write`` (whose failures carry an errno)."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self.write = handle.write
+
+
+def save_array(path: str | os.PathLike[str], array: np.ndarray) -> None:
+    """Write ``array`` as a new ``.npy`` file (no pickle), in blocks, through :func:`create_file`.
+
+    Not :func:`numpy.save`: its ``tofile`` reports a failed write (disk full, ``ulimit -f``) as
+    an ``OSError`` without an errno, which cannot be told from any other failure.
+
+    Example
+    -------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.npy"
+    >>> save_array(p, np.arange(3)); np.load(p).tolist()
+    [0, 1, 2]
+    """
+    with create_file(path) as handle:
+        np.lib.format.write_array(_Chunks(handle), np.asarray(array), allow_pickle=False)
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
@@ -205,7 +259,7 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     target = Path(path)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     try:
-        with open(tmp, "wb") as handle:
+        with create_file(tmp) as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())

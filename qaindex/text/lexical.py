@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import IndexFormatError, MissingDependencyError, QueryError
+from ..store.storage import create_file, save_array
 
 __all__ = [
     "DIRECTORY",
@@ -423,12 +424,21 @@ class LexicalIndex:
         return rows, scores[rows]
 
     # -- persistence -------------------------------------------------------------------------
+    @property
+    def stored_bytes(self) -> int:
+        """About how many bytes :meth:`save` writes (for disk-full messages)."""
+        return 4 * (len(self._terms) + len(self._counts)) + 8 * len(self._offsets) + 16 * len(self.vocab) + 4096
+
     def save(self, directory: Path) -> None:
-        """Write the four files into ``directory`` (a new snapshot's; published by its rename)."""
+        """Write the four files into ``directory`` (a new snapshot's; published by its rename).
+
+        Each is a new file (:func:`qaindex.store.storage.create_file`: never through a link),
+        and a failed write keeps its errno, so a full disk is a ``DiskFullError`` for the caller.
+        """
         directory.mkdir(parents=True, exist_ok=True)
-        np.save(directory / "terms.npy", self._terms.astype(np.int32), allow_pickle=False)
-        np.save(directory / "counts.npy", self._counts.astype(np.int32), allow_pickle=False)
-        np.save(directory / "offsets.npy", self._offsets.astype(np.int64), allow_pickle=False)
+        save_array(directory / "terms.npy", self._terms.astype(np.int32))
+        save_array(directory / "counts.npy", self._counts.astype(np.int32))
+        save_array(directory / "offsets.npy", self._offsets.astype(np.int64))
         meta = {
             "format": LEXICAL_FORMAT,
             "format_version": LEXICAL_FORMAT_VERSION,
@@ -440,7 +450,8 @@ class LexicalIndex:
         }
         if self.ratio_info is not None:
             meta["dense_ratio"] = self.ratio_info
-        (directory / "vocab.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
+        with create_file(directory / "vocab.json") as handle:
+            handle.write(json.dumps(meta, ensure_ascii=False).encode("utf-8"))
 
     @classmethod
     def load(cls, directory: Path, count: int) -> LexicalIndex:
