@@ -24,12 +24,14 @@ temporary files vanish with the process's handles), like the in-memory build.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -37,6 +39,7 @@ import numpy as np
 from .. import fast_paths
 from ..corpus import Record, _Collector, read_json_lines
 from ..model import Model
+from ..store.diskspace import writing
 from ..store.records import RecordStore, encode_record, encode_records
 from ..text.lexical import LexicalBuilder
 from ..vector_index import CoarseIndex, choose_kind
@@ -71,6 +74,19 @@ class _Growable:
 
     def array(self) -> np.ndarray:
         return self._data[: self._size].copy()
+
+
+def _spooling(
+    directory: str | os.PathLike[str] | None, handle: BinaryIO, needed: int
+) -> contextlib.AbstractContextManager[None]:
+    """A full temporary directory (or ``ulimit -f``) while spooling is a :class:`DiskFullError` naming it."""
+    where = Path(directory if directory is not None else tempfile.gettempdir())
+    return writing(
+        where,
+        "the build's temporary spool file (set TMPDIR to put it elsewhere)",
+        needed=needed,
+        file_bytes=handle.tell() + needed,
+    )
 
 
 class RecordSpool:
@@ -131,8 +147,10 @@ class RecordSpool:
         chunk, self.pending = self.pending, []
         lines = encode_records(chunk)
         self._offsets.extend(np.cumsum([len(line) for line in lines], dtype=np.int64) + self._offsets[self.flushed])
-        self._file.write(b"".join(lines))
-        self._file.flush()
+        data = b"".join(lines)
+        with _spooling(self._directory, self._file, len(data)):
+            self._file.write(data)
+            self._file.flush()
         self.flushed += len(chunk)
         return chunk
 
@@ -154,6 +172,10 @@ class RecordSpool:
 
     def _rewrite(self, offsets: np.ndarray) -> tuple[BinaryIO, np.ndarray]:
         out: BinaryIO = tempfile.TemporaryFile(dir=self._directory, prefix="qaindex-records-")
+        with _spooling(self._directory, out, int(offsets[-1])):
+            return self._rewrite_into(out, offsets)
+
+    def _rewrite_into(self, out: BinaryIO, offsets: np.ndarray) -> tuple[BinaryIO, np.ndarray]:
         fd = self._file.fileno()
         delta = np.zeros(len(offsets), dtype=np.int64)
         position = 0
@@ -189,18 +211,21 @@ class VectorSpool:
 
     def __init__(self, dimension: int, directory: str | os.PathLike[str] | None = None) -> None:
         self.dimension = int(dimension)
+        self._directory = directory
         self._file: BinaryIO = tempfile.TemporaryFile(dir=directory, prefix="qaindex-vectors-")
         self.count = 0
 
     def append(self, vectors: np.ndarray) -> None:
         """Append rows (float32, ``dimension`` columns)."""
         block = np.ascontiguousarray(vectors, dtype=np.float32)
-        self._file.write(block.tobytes())
+        with _spooling(self._directory, self._file, block.nbytes):
+            self._file.write(block.tobytes())
         self.count += len(block)
 
     def finish(self) -> np.ndarray:
         """All rows, as a read-only memory map (an empty array when there are none)."""
-        self._file.flush()
+        with _spooling(self._directory, self._file, 0):
+            self._file.flush()
         if self.count == 0:
             self._file.close()
             return np.zeros((0, self.dimension), dtype=np.float32)

@@ -319,3 +319,34 @@ def test_gc_frees_space_on_a_disk_too_full_for_the_lock_pid(index: Path, monkeyp
     report = collect_garbage(index)
     assert report.removed == (orphan,)
     assert not (index / orphan).exists() and not (index / ".lock").exists()
+
+
+def test_the_build_spool_over_the_file_size_limit_is_a_disk_full_error(faq_model: Path, tmp_path: Path) -> None:
+    corpus = tmp_path / "big.jsonl"
+    corpus.write_text(
+        "".join(f'{{"id": "a{i}", "answer": "Refunds take {i} days to reach your card."}}\n' for i in range(3000)),
+        encoding="utf-8",
+    )
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    code = (
+        "import resource, sys\n"
+        "from qaindex import Ranker, QAIndexError\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (60_000, resource.RLIM_INFINITY))\n"
+        "try:\n"
+        "    Ranker.build(sys.argv[1], model=sys.argv[2])\n"
+        "except QAIndexError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(corpus), str(faq_model)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TMPDIR": str(spool)},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(
+        f"DiskFullError {spool}: the build's temporary spool file (set TMPDIR to put it elsewhere) is larger than "
+        "this process's file-size limit (58.6 KiB, `ulimit -f`); it needs about "
+    ), out.stdout
