@@ -133,7 +133,7 @@ def _open_lock(path: Path) -> int:
     """
     try:
         fd = os.open(path, _OPEN, 0o644)
-    except OSError as exc:
+    except OSError:
         with contextlib.suppress(OSError):
             mode = os.lstat(path).st_mode
             if stat.S_ISLNK(mode):
