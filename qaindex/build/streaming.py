@@ -77,7 +77,7 @@ class _Growable:
 
 
 def _spooling(
-    directory: str | os.PathLike[str] | None, handle: BinaryIO, needed: int
+    directory: str | os.PathLike[str] | None, handle: BinaryIO | None, needed: int
 ) -> contextlib.AbstractContextManager[None]:
     """A full temporary directory (or ``ulimit -f``) while spooling is a :class:`DiskFullError` naming it."""
     where = Path(directory if directory is not None else tempfile.gettempdir())
@@ -85,8 +85,14 @@ def _spooling(
         where,
         "the build's temporary spool file (set TMPDIR to put it elsewhere)",
         needed=needed,
-        file_bytes=handle.tell() + needed,
+        file_bytes=(0 if handle is None else handle.tell()) + needed,
     )
+
+
+def _spool_file(directory: str | os.PathLike[str] | None, prefix: str) -> BinaryIO:
+    """A new unnamed temporary file (no inode left in the directory: :class:`DiskFullError`)."""
+    with _spooling(directory, None, 4096):
+        return tempfile.TemporaryFile(dir=directory, prefix=prefix)
 
 
 class RecordSpool:
@@ -114,7 +120,7 @@ class RecordSpool:
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
         self._directory = directory
-        self._file: BinaryIO = tempfile.TemporaryFile(dir=directory, prefix="qaindex-records-")
+        self._file = _spool_file(directory, "qaindex-records-")
         self._offsets = _Growable(np.int64)
         self._offsets.append(0)
         self.flushed = 0
@@ -171,7 +177,7 @@ class RecordSpool:
         return RecordStore(data, offsets)
 
     def _rewrite(self, offsets: np.ndarray) -> tuple[BinaryIO, np.ndarray]:
-        out: BinaryIO = tempfile.TemporaryFile(dir=self._directory, prefix="qaindex-records-")
+        out = _spool_file(self._directory, "qaindex-records-")
         with _spooling(self._directory, out, int(offsets[-1])):
             return self._rewrite_into(out, offsets)
 
@@ -212,7 +218,7 @@ class VectorSpool:
     def __init__(self, dimension: int, directory: str | os.PathLike[str] | None = None) -> None:
         self.dimension = int(dimension)
         self._directory = directory
-        self._file: BinaryIO = tempfile.TemporaryFile(dir=directory, prefix="qaindex-vectors-")
+        self._file = _spool_file(directory, "qaindex-vectors-")
         self.count = 0
 
     def append(self, vectors: np.ndarray) -> None:

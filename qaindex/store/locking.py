@@ -99,7 +99,7 @@ def check_timeout(value: object, name: str = "lock timeout") -> float:
 
 _NO_LINK = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 # never block on a pipe named .lock, never make a terminal ours
-_OPEN = os.O_RDWR | os.O_CREAT | os.O_NOCTTY | getattr(os, "O_NONBLOCK", 0) | _NO_LINK
+_OPEN = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NONBLOCK", 0) | _NO_LINK
 _PID = re.compile(rb"[0-9]*\n?")  # all a lock file ever holds (the holder's pid)
 _PID_BYTES = 32
 _KINDS = {
