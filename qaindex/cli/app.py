@@ -289,10 +289,11 @@ def build(
     "--where",
     "where",
     multiple=True,
-    metavar="FIELD=VALUE",
+    metavar="FIELD=VALUE|JSON",
     callback=lambda ctx, param, value: _where(value),
     help="Only answers whose metadata FIELD (or id) equals VALUE (JSON or text); repeat for more fields "
-    "(all must match) or for alternatives of one field.",
+    "(all must match) or for alternatives of one field. A JSON object is a whole filter with operators "
+    """($in, $ne, $gt, $lt, $and, $or, ... docs/filters.md), e.g. '{"price": {"$lt": 10}}'.""",
 )
 def search(
     question: str,
@@ -506,11 +507,23 @@ def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bo
 @index_option
 @device_option()
 @lock_timeout_option
-def add(corpus: Path, index: Path, device: str, lock_timeout: float) -> None:
-    """Add the answers of CORPUS (JSONL, new ids only) to an index."""
+@click.option(
+    "--upsert",
+    is_flag=True,
+    help="Replace the answers whose id is already in the index instead of refusing them (every answer "
+    "of CORPUS then needs an id).",
+)
+def add(corpus: Path, index: Path, device: str, lock_timeout: float, upsert: bool) -> None:
+    """Add the answers of CORPUS (JSONL, new ids only; with --upsert, new or replacing) to an index.
+
+    All or nothing: an error in any answer leaves the index unchanged.
+    """
     with Ranker.edit(index, device=device, threads=None, lock_timeout=lock_timeout) as ranker:
-        added = ranker.add(corpus)
-    click.echo(f"added {plural(added, 'answer')}; {len(ranker):,} in {index}")
+        before = len(ranker)
+        written = ranker.upsert(corpus) if upsert else ranker.add(corpus)
+    added = len(ranker) - before
+    replaced = f", replaced {plural(written - added, 'answer')}" if upsert else ""
+    click.echo(f"added {plural(added, 'answer')}{replaced}; {len(ranker):,} in {index}")
 
 
 @main.command()

@@ -119,6 +119,20 @@ def test_add_and_remove_commands(runner: CliRunner, faq_file: Path, faq_model: P
     res = runner.invoke(main, ["add", str(more), "--index", str(index)])
     assert res.exit_code == 1
     assert res.stderr == f'Error: {more}:1: id "m1" is already in the index; remove it first or use another id\n'
+    more.write_text('{"id": "m1", "answer": "More, changed."}\n{"id": "m2", "answer": "Two."}\n', encoding="utf-8")
+    res = runner.invoke(main, ["add", str(more), "--upsert", "--index", str(index)])
+    assert res.exit_code == 0 and res.stdout == f"added 1 answer, replaced 1 answer; 7 in {index}\n"
+    res = runner.invoke(main, ["search", "changed", "--index", str(index), "--json", "-k", "7"])
+    assert {h["id"]: h["answer"] for h in json.loads(res.stdout)["hits"]}["m1"] == "More, changed."
+    more.write_text('{"id": "m2", "answer": "Two again."}\n{"answer": "no id"}\n', encoding="utf-8")
+    res = runner.invoke(main, ["add", str(more), "--upsert", "--index", str(index)])
+    assert res.exit_code == 1
+    assert (
+        res.stderr
+        == f'Error: {more}:2: upsert replaces answers by id; give this answer an "id", or add it with `add`\n'
+    )
+    res = runner.invoke(main, ["remove", "m2", "--index", str(index)])  # the refused upsert changed nothing
+    assert res.exit_code == 0 and res.stdout == f"removed 1 answer; 6 left in {index}\n"
     res = runner.invoke(main, ["remove", "m1", "7", "--index", str(index)])
     assert res.exit_code == 0 and res.stdout == f"removed 2 answers; 4 left in {index}\n"
     res = runner.invoke(main, ["remove", "export", "--index", str(index)])
