@@ -247,3 +247,39 @@ def test_console_script_help() -> None:
     out = subprocess.run([sys.executable, "-m", "qaindex.cli", "--help"], capture_output=True, text=True, check=True)
     for command in ("build", "search", "info", "add", "remove"):
         assert command in out.stdout
+
+
+def test_train_help_shows_the_first_options_and_help_all_every_one(runner: CliRunner) -> None:
+    pytest.importorskip("qaindex_export")
+    import click
+
+    from qaindex.cli.train import train
+
+    def listed(text: str) -> set[str]:
+        return {line.split()[0].rstrip(",") for line in text.splitlines() if line.startswith("  -")}
+
+    short = runner.invoke(main, ["train", "--help"])
+    assert short.exit_code == 0
+    assert listed(short.stdout) == {
+        "--dev", "--out", "--config", "--teacher", "--start", "--from-scratch", "--model", "--epochs",
+        "--seed", "--device", "--name", "--quiet", "--help-all", "-h",
+    }  # fmt: skip
+    assert "--epochs INTEGER                Training epochs. [default: 12 when adapting" in short.stdout
+    everything = runner.invoke(main, ["train", "--help-all"])
+    assert everything.exit_code == 0
+    options = [p for p in train.params if isinstance(p, click.Option)]
+    assert listed(everything.stdout) == {p.opts[0] for p in options} | {"-h"}
+    assert len(options) > 50
+    assert runner.invoke(main, ["train", "--help"]).stdout == short.stdout  # --help-all left --help as it was
+    # every option, shown or not, is still parsed
+    for p in options:
+        if p.is_eager:
+            continue
+        if p.is_flag:
+            args = [p.opts[0]]
+        elif isinstance(p.type, click.Choice):
+            args = [p.opts[0], str(p.type.choices[-1])]
+        else:
+            args = [p.opts[0], {"integer": "3", "float": "0.5"}.get(p.type.name, "x")]
+        ctx = train.make_context("train", ["data.jsonl", "--out", "m", *args])
+        assert ctx.params[p.name] is not None, p.name
