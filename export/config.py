@@ -440,7 +440,7 @@ def checked_settings(values: dict[Any, Any], source: str) -> dict[str, Any]:
         name = str(key).replace("-", "_")
         if name not in types:
             raise QAIndexError(
-                f"{source}: unknown setting {key!r}; settings are the options of `qaindex train --help` "
+                f"{source}: unknown setting {key!r}; settings are the options of `qaindex train --help-all` "
                 f"without the leading dashes ({', '.join(sorted(types))})"
             )
         problem = setting_type_problem(value, types[name])

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -353,6 +354,7 @@ def export_sentence_transformer(
     name: str | None = None,
     tolerance: float = 1e-4,
     texts: tuple[str, ...] = PARITY_TEXTS,
+    progress: Callable[[str], None] | None = None,
 ) -> Path:
     """Write a sentence-transformers model directory as a qaindex model directory.
 
@@ -369,6 +371,9 @@ def export_sentence_transformer(
         between 1 and the cosine of the vectors of qaindex and sentence-transformers.
     texts : tuple of str, keyword-only
         Texts of the token-id and end-to-end checks (default :data:`PARITY_TEXTS`).
+    progress : callable, keyword-only, optional
+        Called with a short line as each step starts (loading, exporting, each parity check,
+        writing): ``qaindex export-model`` prints them on stderr.
 
     Returns
     -------
@@ -385,7 +390,9 @@ def export_sentence_transformer(
     >>> export_sentence_transformer(minilm_dir(), "minilm")  # doctest: +SKIP
     PosixPath('minilm')
     """
+    say = progress if progress is not None else (lambda line: None)
     src = read_source(source)
+    say(f"loading {src.directory} with sentence-transformers")
     st = _load_st(src.directory)
     if int(st.max_seq_length) != src.max_seq_length:
         raise ExportError(
@@ -400,9 +407,12 @@ def export_sentence_transformer(
             pass
     module = _SentenceEncoder(transformer, src.pooling, src.normalize).eval()
     vocab_size = src.tokenizer.vocab_size
+    say("checking the tokenizer against sentence-transformers'")
     _check_tokens(st, src.tokenizer, src.max_seq_length, texts)
+    say(f"exporting the encoder to ONNX ({sum(p.numel() for p in module.parameters()):,} parameters)")
     with torch.no_grad():
         encoder_graph = _export_encoder(module, vocab_size)
+    say("checking parity: onnxruntime against torch")
     encoder_diff = _check_graph(module, encoder_graph, vocab_size, src.max_seq_length, tolerance)
     scorer_graph = export_scorer(CosineScorer(1.0, 0.0), src.dimension)
     label = name or src.directory.name
@@ -430,9 +440,11 @@ def export_sentence_transformer(
         "training": training,
         "parameters": parameters,
     }
+    say("checking parity: qaindex's vectors against sentence-transformers'")
     with tempfile.TemporaryDirectory() as tmp:
         trial = write_model(Path(tmp) / "model", **common)
         worst_cos = _check_end_to_end(st, trial, texts, tolerance)
+    say(f"writing {directory}")
     metrics = {
         "parity": {
             "encoder_max_abs_diff": encoder_diff,

@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from .arguments import flag, path_arg, positive_int, threads_arg
-from .build.encoding import encode_answers, encode_corpus, rebuilt_coarse
-from .build.updates import new_records, row_of, rows_kept
+from .build import updates
+from .build.encoding import encode_corpus, rebuilt_coarse
+from .build.updates import row_of
 from .corpus import Record
 from .devices import check_device, devices_info
 from .errors import QueryError
@@ -548,18 +549,21 @@ class Ranker:
         >>> ranker.add([{"id": "new", "answer": "Open Settings, then Privacy."}])
         1
         """
-        batch_size = positive_int(batch_size, "batch_size")
-        new = new_records(records, self._records)
-        vectors = encode_answers(self.model, [r.answer for r in new], batch_size, False)
-        lexical = None if self._lexical is None else self._lexical.appended([r.answer for r in new])
-        self._records = self._records.append(new)
-        self._vectors = np.concatenate([np.asarray(self._vectors), vectors])
-        if lexical is not None:
-            self._lexical = self._measured(lexical, self._lexical.ratio_info if self._lexical else None)
-        if not self._coarse_stale:
-            self._coarse.add(vectors)
-        _log.info("added %d answers; %d in all", len(new), len(self))
-        return len(new)
+        return updates.add(self, records, positive_int(batch_size, "batch_size"))
+
+    @writing
+    def upsert(
+        self, records: str | os.PathLike[str] | Iterable[Mapping[str, Any] | Record], *, batch_size: int = 256
+    ) -> int:
+        """Add answers, replacing those whose id is stored already; every record needs an id.
+        All or nothing, like :meth:`add`. Returns how many were written.
+
+        Example
+        -------
+        >>> ranker.upsert([{"id": "billing-refund-policy", "answer": "Refunds within 30 days."}])
+        1
+        """
+        return updates.upsert(self, records, positive_int(batch_size, "batch_size"))
 
     @writing
     def remove(self, ids: Iterable[str | int]) -> int:
@@ -576,15 +580,7 @@ class Ranker:
         >>> ranker.remove(["billing-refund-policy"])
         1
         """
-        keep = rows_kept(self._records, ids)
-        removed = len(self) - len(keep)
-        self._records = self._records.keep(keep)
-        self._vectors = np.ascontiguousarray(np.asarray(self._vectors)[keep])
-        if self._lexical is not None:
-            self._lexical = self._measured(self._lexical.kept(keep), self._lexical.ratio_info)
-        self._coarse_stale = True
-        _log.info("removed %d answers; %d left", removed, len(self))
-        return removed
+        return updates.remove(self, ids)
 
     def _refresh_coarse(self) -> None:
         # Searches call this under the read lock, so two may race here: one rebuilds, the

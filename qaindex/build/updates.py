@@ -1,7 +1,9 @@
-"""Adding, finding and removing answers by id: the records to add, the rows to keep.
+"""Adding, replacing, finding and removing answers by id: what :meth:`qaindex.Ranker.add`,
+:meth:`~qaindex.Ranker.upsert` and :meth:`~qaindex.Ranker.remove` do.
 
-:meth:`qaindex.Ranker.add` and :meth:`qaindex.Ranker.remove` change nothing until these
-checks pass (ids new, resp. present, and at least one answer left).
+Each changes nothing until its checks pass (ids new for ``add``; present for ``remove``, with
+at least one answer left; every record with an id for ``upsert``) and the new answers are
+encoded: a failure leaves the Ranker as it was.
 
 Example
 -------
@@ -16,6 +18,7 @@ Example
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -23,11 +26,15 @@ from typing import Any
 import numpy as np
 
 from ..arguments import id_list, path_or_records
-from ..corpus import Record, read_corpus, records_from_dicts
-from ..errors import QueryError
+from ..corpus import Record, read_corpus, read_json_lines, records_from_dicts
+from ..errors import CorpusError, QueryError
 from ..store.records import RecordStore
+from .encoding import encode_answers
 
-__all__ = ["new_records", "row_of", "rows_kept"]
+__all__ = ["add", "new_records", "remove", "row_of", "rows_kept", "upsert", "upsert_plan"]
+
+Records = str | os.PathLike[str] | Iterable[Mapping[str, Any] | Record]
+_log = logging.getLogger("qaindex")
 
 
 def row_of(store: RecordStore, id: Any) -> int:
@@ -42,9 +49,7 @@ def row_of(store: RecordStore, id: Any) -> int:
     return row
 
 
-def new_records(
-    records: str | os.PathLike[str] | Iterable[Mapping[str, Any] | Record], store: RecordStore
-) -> list[Record]:
+def new_records(records: Records, store: RecordStore) -> list[Record]:
     """The records to add (a corpus file or records), validated, their ids new to ``store``."""
     existing = list(store.ids())
     if path_or_records(records, "records"):
@@ -64,3 +69,89 @@ def rows_kept(store: RecordStore, ids: Iterable[str | int]) -> np.ndarray:
     if len(drop) == len(store):
         raise QueryError("removing every answer would leave an empty index; build a new one instead")
     return np.array([r for r in range(len(store)) if r not in drop], dtype=np.int64)
+
+
+def upsert_plan(records: Records, store: RecordStore) -> tuple[list[Record], np.ndarray]:
+    """The records an upsert writes (validated, every one with an id) and the rows of ``store``
+    it keeps: those whose id no record names (an id matches as in ``add``'s check: ``7`` and
+    ``"7"`` are one id).
+
+    Raises
+    ------
+    CorpusError
+        A record without an id (it could replace nothing: ``add`` it), or any corpus error.
+
+    Example
+    -------
+    >>> from qaindex.corpus import records_from_dicts
+    >>> store = RecordStore.from_records(records_from_dicts([{"id": "a", "answer": "x"}, {"id": "b", "answer": "y"}]))
+    >>> new, keep = upsert_plan([{"id": "b", "answer": "y2"}, {"id": "c", "answer": "z"}], store)
+    >>> [r.id for r in new], keep.tolist()
+    (['b', 'c'], [0])
+    """
+    hint = 'upsert replaces answers by id; give this answer an "id", or add it with `add`'
+    if path_or_records(records, "records"):
+        for line, obj in read_json_lines(records):  # type: ignore[arg-type]
+            if isinstance(obj, dict) and "id" not in obj and "aid" not in obj:
+                raise CorpusError(f"{os.fspath(records)}:{line}: {hint}")  # type: ignore[arg-type]
+        new = read_corpus(records)  # type: ignore[arg-type]
+    else:
+        if isinstance(records, Iterable) and not isinstance(records, str | bytes | bytearray | Mapping):
+            records = list(records)
+            for position, item in enumerate(records, start=1):
+                if isinstance(item, Mapping) and "id" not in item and "aid" not in item:
+                    raise CorpusError(f"records[{position}]: {hint}")
+        new = records_from_dicts(records)  # type: ignore[arg-type]
+    index = store.ids()
+    replaced = {index[str(r.id)] for r in new if str(r.id) in index}
+    return new, np.array([r for r in range(len(store)) if r not in replaced], dtype=np.int64)
+
+
+def add(ranker: Any, records: Records, batch_size: int) -> int:
+    """:meth:`qaindex.Ranker.add`: validate, encode, then append (see there)."""
+    new = new_records(records, ranker._records)
+    _append(ranker, new, encode_answers(ranker.model, [r.answer for r in new], batch_size, False))
+    _log.info("added %d answers; %d in all", len(new), len(ranker))
+    return len(new)
+
+
+def remove(ranker: Any, ids: Iterable[str | int]) -> int:
+    """:meth:`qaindex.Ranker.remove` (see there)."""
+    keep = rows_kept(ranker._records, ids)
+    removed = len(ranker) - len(keep)
+    _keep(ranker, keep)
+    _log.info("removed %d answers; %d left", removed, len(ranker))
+    return removed
+
+
+def upsert(ranker: Any, records: Records, batch_size: int) -> int:
+    """:meth:`qaindex.Ranker.upsert`: validate and encode, then append the records and drop the
+    answers they replace (appended first, so that the index is never empty on the way)."""
+    new, keep = upsert_plan(records, ranker._records)
+    if not new:
+        return 0
+    vectors = encode_answers(ranker.model, [r.answer for r in new], batch_size, False)
+    before = len(ranker)
+    _append(ranker, new, vectors)
+    if len(keep) < before:
+        _keep(ranker, np.concatenate([keep, np.arange(before, before + len(new), dtype=np.int64)]))
+    _log.info("upserted %d answers (%d replaced); %d in all", len(new), before - len(keep), len(ranker))
+    return len(new)
+
+
+def _append(ranker: Any, new: list[Record], vectors: np.ndarray) -> None:
+    lexical = None if ranker._lexical is None else ranker._lexical.appended([r.answer for r in new])
+    ranker._records = ranker._records.append(new)
+    ranker._vectors = np.concatenate([np.asarray(ranker._vectors), vectors])
+    if lexical is not None:
+        ranker._lexical = ranker._measured(lexical, ranker._lexical.ratio_info if ranker._lexical else None)
+    if not ranker._coarse_stale:
+        ranker._coarse.add(vectors)
+
+
+def _keep(ranker: Any, keep: np.ndarray) -> None:
+    ranker._records = ranker._records.keep(keep)
+    ranker._vectors = np.ascontiguousarray(np.asarray(ranker._vectors)[keep])
+    if ranker._lexical is not None:
+        ranker._lexical = ranker._measured(ranker._lexical.kept(keep), ranker._lexical.ratio_info)
+    ranker._coarse_stale = True

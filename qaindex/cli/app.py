@@ -241,13 +241,13 @@ def build(
     seconds = time.perf_counter() - start
     info = ranker.info()
     click.echo(
-        f"indexed {info['answers']} answers into {index}: dimension {info['dimension']}, "
+        f"indexed {plural(info['answers'], 'answer')} into {index}: dimension {info['dimension']}, "
         f"{info['index']['kind']} index, model {info['model']['name']}, "
         f"{_devices_line(info)}, {seconds:.2f} s"
     )
     if info["hybrid"] is not None:
         click.echo(f"hybrid:     {hybrid_line(info['hybrid'])}")
-    if info["near_centre"] is not None:
+    if info["near_centre"] is not None and info["near_centre"]["count"]:
         click.echo(_near_centre_line(info["near_centre"]))
     if "tuning" in info["index"]:
         click.echo(_tuning_line(info["index"]["tuning"]))
@@ -289,10 +289,11 @@ def build(
     "--where",
     "where",
     multiple=True,
-    metavar="FIELD=VALUE",
+    metavar="FIELD=VALUE|JSON",
     callback=lambda ctx, param, value: _where(value),
     help="Only answers whose metadata FIELD (or id) equals VALUE (JSON or text); repeat for more fields "
-    "(all must match) or for alternatives of one field.",
+    "(all must match) or for alternatives of one field. A JSON object is a whole filter with operators "
+    """($in, $ne, $gt, $lt, $and, $or, ... docs/filters.md), e.g. '{"price": {"$lt": 10}}'.""",
 )
 def search(
     question: str,
@@ -339,18 +340,18 @@ def search(
             min_score=min_score,
             where=where,
         )
-        _print_hits(part, results, as_json, len(questions))
+        _print_hits(part, results, as_json, len(questions), _no_results(min_score, where))
     _log.info("searched %d question(s), k=%d, in %.2f ms", len(questions), k, (time.perf_counter() - started) * 1000)
 
 
-def _print_hits(questions: list[str], results: list[list[Hit]], as_json: bool, total: int) -> None:
+def _print_hits(questions: list[str], results: list[list[Hit]], as_json: bool, total: int, empty: str) -> None:
     for q, hits in zip(questions, results, strict=True):
         if as_json:
             click.echo(json.dumps({"question": q, "hits": [h.to_json() for h in hits]}, ensure_ascii=False))
         else:
             if total > 1:
                 click.echo(f"Q: {q}")
-            click.echo(_table(hits))
+            click.echo(_table(hits) if hits else empty)
 
 
 _log = logging.getLogger("qaindex.cli")
@@ -376,23 +377,53 @@ def _where(items: tuple[str, ...]) -> dict[str, Any] | None:
 
 
 def _table(hits: list[Hit]) -> str:
+    """Rank, score, id, the metadata (``key=value``, cut to 32 characters; only when a hit has
+    some) and the answer cut to the terminal's width; ``--json`` has every field, distance
+    included."""
     width = max(60, min(160, shutil.get_terminal_size((100, 20)).columns))
     ids = [str(h.id) for h in hits]
     id_w = max([2, *map(len, ids)])  # ids are never cut: they must paste into `qaindex remove`
-    head = f"{'#':>2}  {'score':>8}  {'dist':>7}  {'id':<{id_w}}  answer"
+    metas = [_cut(" ".join(f"{k}={_value(v)}" for k, v in h.metadata.items()), 32) for h in hits]
+    meta_w = max(map(len, metas), default=0)
+    head = f"{'#':>2}  {'score':>6}  {'id':<{id_w}}  " + (f"{'metadata':<{meta_w}}  " if meta_w else "") + "answer"
     lines = [head]
     room = max(20, width - len(head) + len("answer"))
-    for rank, (h, ident) in enumerate(zip(hits, ids, strict=True), start=1):
-        text = " ".join(h.answer.split())
-        if len(text) > room:
-            text = text[: room - 1] + "…"
-        lines.append(f"{rank:>2}  {h.score:>8.4f}  {h.distance:>7.4f}  {ident:<{id_w}}  {text}")
+    for rank, (h, ident, meta) in enumerate(zip(hits, ids, metas, strict=True), start=1):
+        cells = f"{rank:>2}  {h.score:>6.4f}  {ident:<{id_w}}  " + (f"{meta:<{meta_w}}  " if meta_w else "")
+        lines.append(cells + _cut(" ".join(h.answer.split()), room))
     return "\n".join(lines)
+
+
+def _cut(text: str, room: int) -> str:
+    return text if len(text) <= room else text[: room - 1] + "…"
+
+
+def _value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _no_results(min_score: float | None, where: dict[str, Any] | None) -> str:
+    """What an empty result says instead of a bare table header."""
+    if min_score is not None:
+        among = " matching --where" if where else ""
+        return f"no answer{among} with a score of at least {min_score:g} (--min-score)"
+    return "no answer matches --where" if where else "no results"
+
+
+def plural(count: int, noun: str) -> str:
+    """``count`` and ``noun``, in the plural unless ``count`` is 1.
+
+    Example
+    -------
+    >>> plural(1, "answer"), plural(2, "answer"), plural(0, "answer")
+    ('1 answer', '2 answers', '0 answers')
+    """
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 def _near_centre_line(near: dict[str, Any]) -> str:
     line = (
-        f"{near['count']} answers near the ball's centre (distance from it below "
+        f"{plural(near['count'], 'answer')} near the ball's centre (distance from it below "
         f"{near['threshold']:.2f}; the median answer's is {near['median_origin_distance']:.2f})"
     )
     if near["hub_risk"] and near["count"]:
@@ -476,11 +507,23 @@ def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bo
 @index_option
 @device_option()
 @lock_timeout_option
-def add(corpus: Path, index: Path, device: str, lock_timeout: float) -> None:
-    """Add the answers of CORPUS (JSONL, new ids only) to an index."""
+@click.option(
+    "--upsert",
+    is_flag=True,
+    help="Replace the answers whose id is already in the index instead of refusing them (every answer "
+    "of CORPUS then needs an id).",
+)
+def add(corpus: Path, index: Path, device: str, lock_timeout: float, upsert: bool) -> None:
+    """Add the answers of CORPUS (JSONL, new ids only; with --upsert, new or replacing) to an index.
+
+    All or nothing: an error in any answer leaves the index unchanged.
+    """
     with Ranker.edit(index, device=device, threads=None, lock_timeout=lock_timeout) as ranker:
-        added = ranker.add(corpus)
-    click.echo(f"added {added} answers; {len(ranker)} in {index}")
+        before = len(ranker)
+        written = ranker.upsert(corpus) if upsert else ranker.add(corpus)
+    added = len(ranker) - before
+    replaced = f", replaced {plural(written - added, 'answer')}" if upsert else ""
+    click.echo(f"added {plural(added, 'answer')}{replaced}; {len(ranker):,} in {index}")
 
 
 @main.command()
@@ -491,7 +534,7 @@ def remove(ids: tuple[str, ...], index: Path, lock_timeout: float) -> None:
     """Remove the answers with these IDS from an index (integer-looking ids match integer ids)."""
     with Ranker.edit(index, device="cpu", threads=1, lock_timeout=lock_timeout) as ranker:
         removed = ranker.remove(ids)
-    click.echo(f"removed {removed} answers; {len(ranker)} left in {index}")
+    click.echo(f"removed {plural(removed, 'answer')}; {len(ranker):,} left in {index}")
 
 
 main.add_command(eval_command)

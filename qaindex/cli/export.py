@@ -48,6 +48,12 @@ def export_model_command(source: str, out: Path, name: str | None, tolerance: fl
     sentence-transformers before anything is written; then use it with
     `qaindex build CORPUS --model OUT`.
     """
+    started = time.perf_counter()
+
+    def say(line: str) -> None:  # progress on stderr: the slow steps take tens of seconds
+        click.echo(f"export-model: {line} ({time.perf_counter() - started:.1f} s)", err=True)
+
+    say("loading torch and the export package")
     try:
         import torch  # noqa: F401
         from qaindex_export.sentence_transformer import export_sentence_transformer
@@ -61,8 +67,7 @@ def export_model_command(source: str, out: Path, name: str | None, tolerance: fl
     else:
         src = Path(source)
         label = name
-    started = time.perf_counter()
-    path = export_sentence_transformer(src, out, name=label, tolerance=tolerance)
+    path = export_sentence_transformer(src, out, name=label, tolerance=tolerance, progress=say)
     from ..model import Model
 
     manifest = Model.read_manifest(path)

@@ -171,25 +171,65 @@ def _calibrate(
     return {"calibrated": True, **{k: stored[k] for k in ("method", "data", "pairs", "ece")}}
 
 
+# The settings `train --help` shows; every other one (research settings) is listed by --help-all
+# and can also go in a --config file.
+FIRST_SETTINGS = frozenset({"start", "from_scratch", "model", "epochs", "seed", "device"})
+
+
 def _option_for(setting: Field[Any]) -> Callable[[F], F]:
     """The click option of one :class:`TrainConfig` field: ``--batch-size`` for ``batch_size``.
 
     Its help text and choices come from the field's metadata; it has no click default (a
     value counts only when given), so ``--config FILE`` and the dataclass supply the rest.
+    Hidden from ``--help`` (shown by ``--help-all``) unless in :data:`FIRST_SETTINGS`.
     """
     flag = "--" + setting.name.replace("_", "-")
-    help_text = f"{setting.metadata['help']} [default: {_shown(setting.default)}]"
+    help_text = f"{setting.metadata['help']} [default: {default_text(setting.name, setting.default)}]"
+    hidden = setting.name not in FIRST_SETTINGS
     kind = str(setting.type).replace(" ", "")
     if kind.startswith("bool"):
         no = "--freeze-embeddings" if setting.name == "train_embeddings" else f"--no-{flag[2:]}"
-        return click.option(f"{flag}/{no}", setting.name, default=None, help=help_text)
+        return click.option(f"{flag}/{no}", setting.name, default=None, help=help_text, hidden=hidden)
     choices = setting.metadata.get("choices")
     param: Any = click.Choice(choices) if choices else {"int": int, "float": float}.get(kind.split("|")[0], str)
-    return click.option(flag, setting.name, type=param, default=None, help=help_text)
+    return click.option(flag, setting.name, type=param, default=None, help=help_text, hidden=hidden)
 
 
-def _shown(value: Any) -> str:
-    return "auto" if value is None else str(value)
+def default_text(name: str, default: Any) -> str:
+    """A setting's default as ``--help`` shows it: adaptation (the default mode) and training
+    from scratch start from different values for the settings both use.
+
+    Example
+    -------
+    >>> default_text("epochs", 25)
+    '12 when adapting (20 without labels), 25 from scratch (20 with --teacher and no questions)'
+    >>> default_text("dim", 300), default_text("threads", None)
+    ('300', 'auto')
+    """
+    shown = "auto" if default is None else str(default)
+    if name not in ADAPT_DEFAULTS:
+        return shown
+    adapt, free = ADAPT_DEFAULTS[name], LABEL_FREE_DEFAULTS[name]
+    text = f"{adapt} when adapting" + (f" ({free} without labels)" if free != adapt else "")
+    scratch = f"{shown} from scratch"
+    if UNLABELLED_DEFAULTS.get(name, default) != default:
+        scratch += f" ({UNLABELLED_DEFAULTS[name]} with --teacher and no questions)"
+    return f"{text}, {scratch}"
+
+
+def _help_all(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """``--help-all``: the help with every option, the hidden research settings included."""
+    if not value or ctx.resilient_parsing:
+        return
+    hidden = [p for p in ctx.command.params if getattr(p, "hidden", False)]
+    for p in hidden:
+        p.hidden = False  # type: ignore[attr-defined]
+    try:
+        click.echo(ctx.get_help())
+    finally:
+        for p in hidden:
+            p.hidden = True  # type: ignore[attr-defined]
+    ctx.exit()
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -247,6 +287,7 @@ def _adapt_options(f: F) -> F:
     type=click.Choice(["auto", "float32", "float16"]),
     default="auto",
     show_default=True,
+    hidden=True,
     help="Storage of the exported per-token table; auto picks float16 only when float32 would exceed 20 MB.",
 )
 @click.option("--name", default=None, help="Model name in the manifest (default: derived from the settings).")
@@ -254,9 +295,18 @@ def _adapt_options(f: F) -> F:
     "--checkpoint",
     type=click.Path(path_type=Path, file_okay=False),
     default=None,
+    hidden=True,
     help="Also save the best checkpoint to this directory (weights.safetensors + checkpoint.json; no pickle).",
 )
 @click.option("--quiet", is_flag=True, help="No per-epoch progress on stderr.")
+@click.option(
+    "--help-all",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=_help_all,
+    help="Show every option, the research settings (loss, geometry, negatives, adaptation weights...) included.",
+)
 def train(
     train_file: Path,
     dev_file: Path | None,
@@ -285,8 +335,11 @@ def train(
     all: the model is then fine-tuned against the teacher's sentence embeddings of the
     answers (no labels needed; pseudo-questions cut from them are the held-out split).
     Adaptation defaults to Adam, lr 0.005, batch 64, 12 epochs (without labels: lr 0.002,
-    20 epochs); from scratch, to the recipe of the built-in model (Adam, lr 0.02, batch 64,
-    20 epochs).
+    20 epochs); from scratch with --teacher on answers alone, to the recipe of the built-in
+    model (Adam, lr 0.02, batch 64, 20 epochs).
+
+    The options below are the ones most runs need; --help-all lists every setting (loss,
+    geometry, negatives, adaptation weights...), each of which can also go in a --config file.
     """
     try:
         _require_torch()

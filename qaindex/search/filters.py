@@ -1,9 +1,10 @@
 """Metadata filters (``where``): which answers match, and how to search only those.
 
-A ``where`` is a mapping ``{field: value}`` or ``{field: [values]}`` (every field must match;
-``"id"`` is the answer's id, any other field is looked up in its metadata; a list matches any
-of its values, by Python equality), or a function of a :class:`~qaindex.Record` returning
-True or False.
+A ``where`` is a mapping ``{field: value}``, ``{field: [values]}`` or ``{field: {"$op":
+operand}}``, with ``$and``/``$or`` (every entry must match; ``"id"`` is the answer's id, any
+other field is looked up in its metadata; a list matches any of its values, by Python
+equality; the operators are :mod:`qaindex.search.where`'s), or a function of a
+:class:`~qaindex.Record` returning True or False.
 
 A mapping is answered from a per-field value index (:class:`FieldIndex`: ``value → rows``,
 built in one pass over the stored records the first time a metadata field is filtered on,
@@ -57,6 +58,7 @@ from ..geometry.spaces import Geometry
 from ..store.records import RecordStore
 from . import exact
 from .exact import Scorer
+from .where import COMPARISONS, Condition, Group, Node, comparable, compile_mapping, evaluate, fields
 
 __all__ = [
     "EXACT_FLOATS",
@@ -95,13 +97,14 @@ class Filter:
 
     Attributes
     ----------
-    conditions : tuple of (field, values)
-        Each field must equal one of its values (a single value is a one-element tuple).
+    conditions : tuple of nodes
+        Every one must hold (:class:`~qaindex.search.where.Condition` on one field, or a
+        :class:`~qaindex.search.where.Group` for ``$and``/``$or``).
     predicate : callable or None
         A function of a Record (then ``conditions`` is empty).
     """
 
-    conditions: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    conditions: tuple[Node, ...] = ()
     predicate: Callable[[Record], bool] | None = None
 
     def matches(self, record: Record) -> bool:
@@ -114,16 +117,13 @@ class Filter:
         """
         if self.predicate is not None:
             return bool(self.predicate(record))
-        for key, values in self.conditions:
+
+        def lookup(key: str) -> tuple[bool, Any]:
             if key == "id":
-                got = record.id
-            elif key in record.metadata:
-                got = record.metadata[key]
-            else:
-                return False
-            if not any(got == v for v in values):
-                return False
-        return True
+                return True, record.id
+            return key in record.metadata, record.metadata.get(key)
+
+        return evaluate(self.conditions, lookup)
 
 
 def compile_where(where: Where | None) -> Filter | None:
@@ -132,12 +132,14 @@ def compile_where(where: Where | None) -> Filter | None:
     Raises
     ------
     QueryError
-        ``where`` is neither a mapping with string keys nor a callable.
+        ``where`` is neither a mapping with string keys nor a callable; an unknown operator, a
+        dict value that is not an operator dict, or a bad operand
+        (:func:`qaindex.search.where.compile_mapping`).
 
     Example
     -------
-    >>> compile_where({"category": "billing", "id": [1, 2]}).conditions
-    (('category', ('billing',)), ('id', (1, 2)))
+    >>> [(t.field, t.op, t.operand) for t in compile_where({"category": "billing", "id": [1, 2]}).conditions]
+    [('category', '$eq', 'billing'), ('id', '$in', (1, 2))]
     """
     if where is None:
         return None
@@ -150,39 +152,60 @@ def compile_where(where: Where | None) -> Filter | None:
         )
     if not where:
         return None
-    conditions = []
-    for key, value in where.items():
-        many = isinstance(value, list | tuple | set | frozenset)
-        conditions.append((key, tuple(value) if many else (value,)))
-    return Filter(conditions=tuple(conditions))
+    return Filter(conditions=compile_mapping(where))
+
+
+_JSON_EXAMPLE = """e.g. --where '{"price": {"$lt": 10}}'"""
 
 
 def parse_where_options(items: Sequence[str]) -> dict[str, Any] | None:
-    """``where`` from the CLI's ``--where FIELD=VALUE`` options (repeated: every field must
-    match; the same field twice: any of its values). A value is read as JSON when it is JSON
-    (``3``, ``true``, ``"007"``), else as text.
+    """``where`` from the CLI's ``--where`` options: ``FIELD=VALUE`` (repeated: every field must
+    match; the same field twice: any of its values; a value is read as JSON when it is JSON,
+    ``3``, ``true``, ``"007"``, else as text) or a JSON object, a whole ``where`` with operators
+    (``'{"price": {"$lt": 10}}'``). Several JSON objects, or JSON objects and ``FIELD=VALUE``
+    options, must all match (``$and``).
 
     Raises
     ------
     QueryError
-        An option without ``=`` or with an empty field name.
+        An option without ``=`` or with an empty field name, or starting with ``{`` but not a
+        JSON object.
 
     Example
     -------
     >>> parse_where_options(["category=billing", "year=2024", "category=account"])
     {'category': ['billing', 'account'], 'year': 2024}
+    >>> parse_where_options(['{"price": {"$lt": 10}}', "lang=en"])
+    {'$and': [{'lang': 'en'}, {'price': {'$lt': 10}}]}
     """
     values: dict[str, list[Any]] = {}
+    objects: list[dict[str, Any]] = []
     for item in items:
+        if item.lstrip().startswith("{"):
+            try:
+                parsed = json.loads(item)
+            except ValueError as exc:
+                raise QueryError(f"--where {item!r}: not valid JSON ({exc})") from None
+            if not isinstance(parsed, dict):
+                raise QueryError(f"--where {item!r}: expected a JSON object of fields, " + _JSON_EXAMPLE)
+            objects.append(parsed)
+            continue
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise QueryError(f"--where {item!r}: expected FIELD=VALUE, e.g. --where category=billing")
+            raise QueryError(
+                f"--where {item!r}: expected FIELD=VALUE or a JSON object, e.g. --where category=billing or "
+                + _JSON_EXAMPLE.removeprefix("e.g. ")
+            )
         try:
             value = json.loads(raw)
         except ValueError:
             value = raw
         values.setdefault(key, []).append(value)
-    return {key: vs[0] if len(vs) == 1 else vs for key, vs in values.items()} or None
+    pairs = {key: vs[0] if len(vs) == 1 else vs for key, vs in values.items()}
+    parts = [p for p in [pairs, *objects] if p]
+    if len(parts) > 1:
+        return {"$and": parts}
+    return parts[0] if parts else None
 
 
 def _hashable(value: Any) -> bool:
@@ -227,7 +250,10 @@ class FieldIndex:
                         others.setdefault(key, []).append((row, value))
         self._values = {key: {v: np.asarray(r, np.int64) for v, r in table.items()} for key, table in values.items()}
         self._others = others
+        self._present: dict[str, np.ndarray] = {}
+        self._comparables: dict[tuple[str, str], list[tuple[Any, np.ndarray]]] = {}
         self.fields = frozenset({"id", *values, *others})
+        self._size = len(store)
 
     def rows(self, key: str, value: Any) -> np.ndarray:
         """Sorted rows whose metadata field ``key`` equals ``value`` (int64)."""
@@ -242,6 +268,73 @@ class FieldIndex:
         if not parts:
             return np.zeros(0, np.int64)
         return parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
+
+    def present(self, key: str) -> np.ndarray:
+        """Sorted rows that have the metadata field ``key`` (int64), kept once computed."""
+        found = self._present.get(key)
+        if found is None:
+            others = np.asarray([row for row, _ in self._others.get(key, ())], np.int64)
+            parts = [*self._values.get(key, {}).values(), others]
+            found = self._present[key] = np.unique(np.concatenate(parts))
+        return found
+
+    def select(self, test: Condition) -> np.ndarray:
+        """Sorted rows whose metadata passes ``test`` (int64): the value table's lookups for
+        ``$eq``/``$in``, else the test on each distinct value of the field.
+
+        """
+        key = test.field
+        if test.op == "$eq":
+            return self.rows(key, test.operand)
+        if test.op == "$in":
+            parts = [self.rows(key, v) for v in test.operand]
+            return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+        if test.op == "$exists":
+            return self.present(key) if test.operand else np.setdiff1d(np.arange(self._size), self.present(key))
+        if test.op in ("$ne", "$nin"):
+            keep = [rows for value, rows in self._values.get(key, {}).items() if test.holds(True, value)]
+            extra = [row for row, value in self._others.get(key, ()) if test.holds(True, value)]
+            return np.unique(np.concatenate([*keep, np.asarray(extra, np.int64)]))
+        # a comparison: lists and objects (the unhashable values) are never numbers or dates
+        keep = [rows for got, rows in self.comparables(key, test.operand[0]) if test.compare(got)]
+        return np.unique(np.concatenate(keep)) if keep else np.zeros(0, np.int64)
+
+    def comparables(self, key: str, kind: str) -> list[tuple[Any, np.ndarray]]:
+        """``(value, rows)`` for each distinct value of the field ``key`` that a comparison of
+        ``kind`` orders (dates parsed), kept once computed."""
+        found = self._comparables.get((key, kind))
+        if found is None:
+            found = []
+            for value, rows in self._values.get(key, {}).items():
+                got = comparable(value, kind)
+                if got is not None:
+                    found.append((got, rows))
+            self._comparables[(key, kind)] = found
+        return found
+
+    def check(self, condition: Condition) -> None:
+        """Refuse a comparison on a field none of whose values is of the operand's kind (a number
+        compared with texts): it would match nothing, whatever the bound.
+
+        Raises
+        ------
+        QueryError
+            Naming the field, the comparison and a stored value.
+        """
+        if condition.op in COMPARISONS and not self.comparables(condition.field, condition.operand[0]):
+            values = [*self._values.get(condition.field, {}), *(v for _, v in self._others.get(condition.field, ()))]
+            raise QueryError(_incomparable(condition, values))
+
+
+def _incomparable(test: Condition, values: Sequence[Any]) -> str:
+    kind, bound = test.operand
+    sample = values[0] if values else None
+    what = "a number" if kind == "number" else "an ISO 8601 date (e.g. 2024-05-01)"
+    shown = bound if kind == "number" else bound.isoformat()
+    return (
+        f"where: {test.field!r} {test.op} {shown!r} compares {kind}s, but no answer's {test.field!r} is {what} "
+        f"(e.g. {sample!r}); store the field as {what} or compare with a value of its kind"
+    )
 
 
 class _StoreCache:
@@ -331,30 +424,63 @@ def matching_rows(store: RecordStore, flt: Filter) -> np.ndarray:
 
 def _matching_rows(store: RecordStore, flt: Filter) -> np.ndarray:
     index = None
-    if any(key != "id" for key, _ in flt.conditions):
+    named = fields(flt.conditions)
+    if any(key != "id" for key in named):
         index = field_index(store)
-        unknown = [key for key, _ in flt.conditions if key not in index.fields]
+        unknown = [key for key in named if key not in index.fields]
         if unknown:
-            fields = ", ".join(sorted(index.fields, key=lambda f: (f != "id", f)))
+            known = ", ".join(sorted(index.fields, key=lambda f: (f != "id", f)))
             raise QueryError(
-                f"where: no answer has the field {unknown[0]!r}; the fields are: {fields} "
+                f"where: no answer has the field {unknown[0]!r}; the fields are: {known} "
                 "(names are matched exactly, case included)"
             )
-    result: np.ndarray | None = None
-    for key, values in flt.conditions:
-        if key == "id":
-            rows = _id_rows(store, values)
-        else:
+    for condition in _conditions(flt.conditions):
+        if condition.field != "id":
             assert index is not None
-            parts = [index.rows(key, v) for v in values]
-            if len(parts) == 1:
-                rows = parts[0]  # sorted and unique already
-            else:
-                rows = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+            index.check(condition)
+        elif condition.op in COMPARISONS:
+            ids = [store.get(row).id for row in range(len(store))]
+            if not any(comparable(i, condition.operand[0]) is not None for i in ids):
+                raise QueryError(_incomparable(condition, ids))
+    return _all_of(store, index, flt.conditions)
+
+
+def _conditions(nodes: tuple[Node, ...]) -> list[Condition]:
+    """Every condition of ``nodes``, in ``$and``/``$or`` groups included."""
+    out: list[Condition] = []
+    for node in nodes:
+        if isinstance(node, Group):
+            for part in node.parts:
+                out.extend(_conditions(part))
+        else:
+            out.append(node)
+    return out
+
+
+def _all_of(store: RecordStore, index: FieldIndex | None, nodes: tuple[Node, ...]) -> np.ndarray:
+    """Sorted rows passing every node (int64)."""
+    result: np.ndarray | None = None
+    for node in nodes:
+        rows = _node_rows(store, index, node)
         result = rows if result is None else np.intersect1d(result, rows, assume_unique=True)
         if len(result) == 0:
             break
     return result if result is not None else np.arange(len(store), dtype=np.int64)
+
+
+def _node_rows(store: RecordStore, index: FieldIndex | None, node: Node) -> np.ndarray:
+    if isinstance(node, Group):
+        if node.op == "$and":
+            return _all_of(store, index, tuple(n for part in node.parts for n in part))
+        return np.unique(np.concatenate([_all_of(store, index, part) for part in node.parts]))
+    if node.field != "id":
+        assert index is not None
+        return index.select(node)
+    if node.op in ("$eq", "$in", "$ne", "$nin"):
+        rows = _id_rows(store, node.operand if node.op in ("$in", "$nin") else (node.operand,))
+        return rows if node.op in ("$eq", "$in") else np.setdiff1d(np.arange(len(store)), rows, assume_unique=True)
+    ids = [store.get(row).id for row in range(len(store))]  # ids are on every answer: read them all
+    return np.asarray([row for row, i in enumerate(ids) if node.holds(True, i)], np.int64)
 
 
 # An index search: (question vectors, k) -> (scores, distances, rows), as Ranker.search_vectors.

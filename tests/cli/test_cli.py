@@ -33,8 +33,9 @@ def test_build_search_info(runner: CliRunner, faq_file: Path, faq_model: Path, t
     res = runner.invoke(main, ["search", "how do I reset my password", "--index", str(index), "-k", "3"])
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
-    assert lines[0].split() == ["#", "score", "dist", "id", "answer"]
-    assert len(lines) == 4 and lines[1].split()[0] == "1"
+    assert lines[0].split() == ["#", "score", "id", "metadata", "answer"]  # the distance is in --json only
+    assert len(lines) == 4 and lines[1].split()[:4] == ["1", lines[1].split()[1], "reset", "category=account"]
+    assert lines[1].split("category=account  ")[1].startswith("Open settings and choose reset password")
 
     res = runner.invoke(main, ["search", "how do I reset my password", "--index", str(index), "-k", "2", "--json"])
     assert res.exit_code == 0
@@ -57,6 +58,31 @@ def test_build_search_info(runner: CliRunner, faq_file: Path, faq_model: Path, t
     assert "verified:   every file matches its checksum" in res.stdout
     res = runner.invoke(main, ["info", "--index", str(index), "--json"])
     assert json.loads(res.stdout)["index"]["kind"] == "flat"
+
+
+def test_table_without_metadata_and_empty_results(
+    runner: CliRunner, faq_file: Path, faq_model: Path, tmp_path: Path
+) -> None:
+    index = tmp_path / "ix"
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text('{"id": "a", "answer": "Sync runs every five minutes."}\n', encoding="utf-8")
+    res = runner.invoke(main, ["build", str(plain), "--model", str(faq_model), "--index", str(index)])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith(f"indexed 1 answer into {index}")
+    assert "near the ball's centre" not in res.stdout  # printed only when some answers are
+    res = runner.invoke(main, ["search", "sync", "--index", str(index)])
+    assert res.stdout.splitlines()[0].split() == ["#", "score", "id", "answer"]
+    index = tmp_path / "faq"
+    build(runner, faq_file, faq_model, index)
+    args = ["search", "refund", "--index", str(index)]
+    res = runner.invoke(main, [*args, "--min-score", "1"])
+    assert res.exit_code == 0 and res.stdout == "no answer with a score of at least 1 (--min-score)\n"
+    res = runner.invoke(main, [*args, "--where", "category=nothing"])
+    assert res.exit_code == 0 and res.stdout == "no answer matches --where\n"
+    res = runner.invoke(main, [*args, "--where", "category=billing", "--min-score", "1"])
+    assert res.stdout == "no answer matching --where with a score of at least 1 (--min-score)\n"
+    res = runner.invoke(main, [*args, "--where", "category=nothing", "--json"])
+    assert json.loads(res.stdout)["hits"] == []
 
 
 def test_search_reads_stdin_and_env_index(
@@ -89,12 +115,28 @@ def test_add_and_remove_commands(runner: CliRunner, faq_file: Path, faq_model: P
     more = tmp_path / "more.jsonl"
     more.write_text('{"id": "m1", "answer": "More."}\n', encoding="utf-8")
     res = runner.invoke(main, ["add", str(more), "--index", str(index)])
-    assert res.exit_code == 0 and res.stdout == f"added 1 answers; 6 in {index}\n"
+    assert res.exit_code == 0 and res.stdout == f"added 1 answer; 6 in {index}\n"
     res = runner.invoke(main, ["add", str(more), "--index", str(index)])
     assert res.exit_code == 1
     assert res.stderr == f'Error: {more}:1: id "m1" is already in the index; remove it first or use another id\n'
+    more.write_text('{"id": "m1", "answer": "More, changed."}\n{"id": "m2", "answer": "Two."}\n', encoding="utf-8")
+    res = runner.invoke(main, ["add", str(more), "--upsert", "--index", str(index)])
+    assert res.exit_code == 0 and res.stdout == f"added 1 answer, replaced 1 answer; 7 in {index}\n"
+    res = runner.invoke(main, ["search", "changed", "--index", str(index), "--json", "-k", "7"])
+    assert {h["id"]: h["answer"] for h in json.loads(res.stdout)["hits"]}["m1"] == "More, changed."
+    more.write_text('{"id": "m2", "answer": "Two again."}\n{"answer": "no id"}\n', encoding="utf-8")
+    res = runner.invoke(main, ["add", str(more), "--upsert", "--index", str(index)])
+    assert res.exit_code == 1
+    assert (
+        res.stderr
+        == f'Error: {more}:2: upsert replaces answers by id; give this answer an "id", or add it with `add`\n'
+    )
+    res = runner.invoke(main, ["remove", "m2", "--index", str(index)])  # the refused upsert changed nothing
+    assert res.exit_code == 0 and res.stdout == f"removed 1 answer; 6 left in {index}\n"
     res = runner.invoke(main, ["remove", "m1", "7", "--index", str(index)])
     assert res.exit_code == 0 and res.stdout == f"removed 2 answers; 4 left in {index}\n"
+    res = runner.invoke(main, ["remove", "export", "--index", str(index)])
+    assert res.exit_code == 0 and res.stdout == f"removed 1 answer; 3 left in {index}\n"
     res = runner.invoke(main, ["remove", "zzz", "--index", str(index)])
     assert res.exit_code == 1 and res.stderr == 'Error: no answer with id "zzz" in the index; nothing was removed\n'
 
@@ -205,3 +247,39 @@ def test_console_script_help() -> None:
     out = subprocess.run([sys.executable, "-m", "qaindex.cli", "--help"], capture_output=True, text=True, check=True)
     for command in ("build", "search", "info", "add", "remove"):
         assert command in out.stdout
+
+
+def test_train_help_shows_the_first_options_and_help_all_every_one(runner: CliRunner) -> None:
+    pytest.importorskip("qaindex_export")
+    import click
+
+    from qaindex.cli.train import train
+
+    def listed(text: str) -> set[str]:
+        return {line.split()[0].rstrip(",") for line in text.splitlines() if line.startswith("  -")}
+
+    short = runner.invoke(main, ["train", "--help"])
+    assert short.exit_code == 0
+    assert listed(short.stdout) == {
+        "--dev", "--out", "--config", "--teacher", "--start", "--from-scratch", "--model", "--epochs",
+        "--seed", "--device", "--name", "--quiet", "--help-all", "-h",
+    }  # fmt: skip
+    assert "--epochs INTEGER                Training epochs. [default: 12 when adapting" in short.stdout
+    everything = runner.invoke(main, ["train", "--help-all"])
+    assert everything.exit_code == 0
+    options = [p for p in train.params if isinstance(p, click.Option)]
+    assert listed(everything.stdout) == {p.opts[0] for p in options} | {"-h"}
+    assert len(options) > 50
+    assert runner.invoke(main, ["train", "--help"]).stdout == short.stdout  # --help-all left --help as it was
+    # every option, shown or not, is still parsed
+    for p in options:
+        if p.is_eager:
+            continue
+        if p.is_flag:
+            args = [p.opts[0]]
+        elif isinstance(p.type, click.Choice):
+            args = [p.opts[0], str(p.type.choices[-1])]
+        else:
+            args = [p.opts[0], {"integer": "3", "float": "0.5"}.get(p.type.name, "x")]
+        ctx = train.make_context("train", ["data.jsonl", "--out", "m", *args])
+        assert ctx.params[p.name] is not None, p.name

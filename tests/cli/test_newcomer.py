@@ -106,10 +106,10 @@ def test_text_output_shows_whole_ids(faq_model: Path, tmp_path: Path) -> None:
     _build(corpus, faq_model, index)
     res = CliRunner().invoke(main, ["search", "how do I reset my password", "--index", str(index)])
     assert res.exit_code == 0, res.output
-    ids = [line.split()[3] for line in res.stdout.splitlines()[1:]]
+    ids = [line.split()[2] for line in res.stdout.splitlines()[1:]]  # rank, score, id
     assert long_id in ids and set(ids) == {long_id, "refund", "export", "7", "5"}
     removed = CliRunner().invoke(main, ["remove", long_id, "--index", str(index)])  # it pastes
-    assert removed.exit_code == 0 and removed.stdout == f"removed 1 answers; 4 left in {index}\n"
+    assert removed.exit_code == 0 and removed.stdout == f"removed 1 answer; 4 left in {index}\n"
 
 
 # -- id-less answers added to an index ------------------------------------------------------------------
@@ -161,7 +161,7 @@ def test_build_refuses_to_replace_an_index_without_force(faq_file: Path, faq_mod
         "or add answers to it with `qaindex add`\n"
     )
     assert (index / "manifest.json").read_bytes() == before
-    assert _build(other, faq_model, index, "--force").startswith(f"indexed 1 answers into {index}")
+    assert _build(other, faq_model, index, "--force").startswith(f"indexed 1 answer into {index}")
     assert len(Ranker.load(index)) == 1
 
 

@@ -112,7 +112,21 @@ def test_tiny_sentence_transformer_exports_with_parity(tiny_st: Path, tmp_path: 
 
     result = CliRunner().invoke(qaindex.cli.main, ["export-model", str(tiny_st), "--out", str(tmp_path / "m")])
     assert result.exit_code == 0, result.output
-    assert "parity with sentence-transformers: smallest cosine" in result.output
+    assert "parity with sentence-transformers: smallest cosine" in result.stdout
+    # progress, each with its time (the libraries may print warnings between)
+    steps = [line.split(" (")[0] for line in result.stderr.splitlines() if line.startswith("export-model: ")]
+    assert steps == [
+        "export-model: loading torch and the export package",
+        f"export-model: loading {tiny_st} with sentence-transformers",
+        "export-model: checking the tokenizer against sentence-transformers'",
+        steps[3],
+        "export-model: checking parity: onnxruntime against torch",
+        "export-model: checking parity: qaindex's vectors against sentence-transformers'",
+        f"export-model: writing {tmp_path / 'm'}",
+    ]
+    assert steps[3].startswith("export-model: exporting the encoder to ONNX (") or steps[3] == (
+        "export-model: exporting the encoder to ONNX"
+    )
     model = Model.load(tmp_path / "m", device="cpu")
     manifest = model.manifest
     assert manifest["geometry"] == {"name": "cosine"} and manifest["dimension"] == 32

@@ -472,7 +472,7 @@ def test_cli_train_config_file_and_options(tmp_path: Path) -> None:
         (
             "epochs = 2\nbogus = 1\n",
             "t.toml",
-            "unknown setting 'bogus'; settings are the options of `qaindex train --help`",
+            "unknown setting 'bogus'; settings are the options of `qaindex train --help-all`",
         ),
         ("epochs = [\n", "t.toml", "not valid TOML"),
         ('{"epochs": 0}', "t.json", "epochs must be at least 1, got 0"),

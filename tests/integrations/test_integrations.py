@@ -11,7 +11,7 @@ import pytest
 from conftest import FAQ
 
 import qaindex
-from qaindex import MissingDependencyError, QueryError, Ranker
+from qaindex import MissingDependencyError, QAIndexError, QueryError, Ranker
 
 
 @pytest.fixture(scope="module")
@@ -195,3 +195,98 @@ def test_search_kwargs_with_keys_of_mixed_types_are_named() -> None:
     with pytest.raises(QueryError) as info:
         check_search_kwargs({"a": 1, 3: 2, "where": None}, "search_kwargs")
     assert str(info.value).startswith("search_kwargs: unknown Ranker.search argument(s) 'a', 3; it takes ")
+
+
+def _store_texts() -> tuple[list[str], list[dict[str, object]], list[str]]:
+    records = [r for r in FAQ if "id" in r]
+    texts = [str(r["answer"]) for r in records]
+    metadatas = [{k: v for k, v in r.items() if k not in ("id", "answer", "question", "questions")} for r in records]
+    return texts, metadatas, [str(r["id"]) for r in records]
+
+
+def test_langchain_vector_store_searches_as_the_ranker(faq_model: Path) -> None:
+    pytest.importorskip("langchain_core")
+    from langchain_core.documents import Document
+
+    from qaindex.integrations.langchain import QAIndexVectorStore
+
+    texts, metadatas, ids = _store_texts()
+    store = QAIndexVectorStore.from_texts(texts, metadatas=metadatas, ids=ids, model=faq_model, device="cpu")
+    truth = Ranker.build([{"id": i, "answer": t, **m} for t, m, i in zip(texts, metadatas, ids, strict=True)],
+                         model=faq_model, device="cpu")  # fmt: skip
+    for question in [QUESTION, "refund", "export notes"]:
+        hits = truth.search(question, k=3)
+        scored = store.similarity_search_with_score(question, k=3)
+        assert [(d.id, d.page_content, d.metadata, s) for d, s in scored] == [
+            (str(h.id), h.answer, h.metadata, h.score) for h in hits
+        ]
+        assert store.similarity_search(question, k=3) == [d for d, _ in scored]
+        assert store.as_retriever(search_kwargs={"k": 3}).invoke(question) == [d for d, _ in scored]
+        relevance = store.similarity_search_with_relevance_scores(question, k=3)
+        assert [s for _, s in relevance] == [s for _, s in scored]
+    where = {"category": {"$in": ["billing", "data"]}}
+    want = [str(h.id) for h in truth.search("refund", k=4, where=where)]
+    assert [d.id for d in store.similarity_search("refund", k=4, filter=where)] == want == ["refund", "export"]
+    # add or replace by id; new ids are random text
+    added = store.add_documents(
+        [Document(page_content="Refunds take 30 days.", metadata={"category": "billing"}, id="refund"),
+         Document(page_content="Sync runs hourly.")]
+    )  # fmt: skip
+    assert added[0] == "refund" and len(added[1]) == 36
+    assert store.get_by_ids(["refund", "ghost", added[1]]) == [
+        Document(page_content="Refunds take 30 days.", metadata={"category": "billing"}, id="refund"),
+        Document(page_content="Sync runs hourly.", metadata={}, id=added[1]),
+    ]
+    assert len(store.ranker) == len(texts) + 1
+    assert store.delete([added[1]]) is True and store.get_by_ids([added[1]]) == []
+    with pytest.raises(QueryError, match="delete needs the ids to remove"):
+        store.delete()
+    with pytest.raises(QueryError, match=r"^metadatas\[0\]: 'id' is a corpus field in qaindex, not metadata"):
+        store.add_texts(["x"], metadatas=[{"id": 3}])
+    with pytest.raises(QueryError, match=r"^search arguments: unknown Ranker.search argument\(s\) 'wher'"):
+        store.similarity_search("refund", wher={"category": "billing"})
+    with pytest.raises(QueryError, match="encodes with the index's own model"):
+        QAIndexVectorStore.from_texts(["x"], embedding=object())  # type: ignore[arg-type]
+
+
+def test_langchain_vector_store_on_a_directory_saves_each_write(faq_model: Path, tmp_path: Path) -> None:
+    pytest.importorskip("langchain_core")
+    from qaindex.integrations.langchain import QAIndexVectorStore
+
+    texts, metadatas, ids = _store_texts()
+    index = tmp_path / "ix"
+    store = QAIndexVectorStore.from_texts(texts, metadatas=metadatas, ids=ids, path=index, model=faq_model)
+    assert store.path == index
+    assert store.add_texts(["Sync runs hourly."], ids=["sync"]) == ["sync"]
+    assert Ranker.load(index).get("sync").answer == "Sync runs hourly."
+    with pytest.raises(QAIndexError):  # one bad text: nothing written
+        store.add_texts(["Sync runs daily.", "   "], ids=["sync", "blank"])
+    assert Ranker.load(index).get("sync").answer == "Sync runs hourly."
+    store.delete(["sync", "7"])
+    assert sorted(str(r.id) for r in Ranker.load(index).records()) == sorted(set(ids) - {"7"})
+    again = QAIndexVectorStore(index)  # an index directory: writes go to it
+    again.add_texts(["Export to PDF too."], ids=["export"])
+    assert Ranker.load(index).get("export").answer == "Export to PDF too."
+
+
+def test_the_ranker_from_asyncio(ranker: Ranker, faq_model: Path) -> None:
+    """The Ranker is thread-safe: asyncio code awaits asyncio.to_thread(ranker.search, ...)."""
+    import asyncio
+
+    questions = [QUESTION, "refund", "export notes", "two-factor", "sync"] * 4
+
+    async def main() -> list[list[qaindex.Hit]]:
+        return await asyncio.gather(*(asyncio.to_thread(ranker.search, q, 3) for q in questions))
+
+    assert asyncio.run(main()) == [ranker.search(q, 3) for q in questions]
+    pytest.importorskip("langchain_core")
+    from qaindex.integrations.langchain import QAIndexVectorStore
+
+    store = QAIndexVectorStore(Ranker.build(FAQ, model=faq_model, device="cpu"))
+
+    async def langchain() -> tuple[list[str], list[str]]:
+        added = await store.aadd_texts(["Sync runs hourly."], ids=["sync"])
+        found = await store.asimilarity_search("sync hourly", k=1)
+        return added, [str(d.id) for d in found]
+
+    assert asyncio.run(langchain()) == (["sync"], ["sync"])

@@ -6,16 +6,20 @@ names; filters after add and remove."""
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from helpers.onnx_models import point_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from qaindex import QueryError, Ranker
+from qaindex import QueryError, Ranker, Record
 from qaindex.search import exact, filters
 from qaindex.search.filters import compile_where
+from qaindex.store.records import RecordStore
 from qaindex.vector_index import CONCRETE_KINDS
 
 N = 600
@@ -75,6 +79,9 @@ WHERES = [
     pytest.param({"half": [0, 1]}, id="all"),
     pytest.param({"pct": 4, "half": 1}, id="none"),
     pytest.param({"tags": [["x", "y"]], "half": 1}, id="unhashable"),
+    pytest.param({"pct": {"$in": [3, 40, 77]}, "half": {"$ne": 0}}, id="in-ne"),
+    pytest.param({"pct": {"$gte": 10, "$lt": 13}}, id="range"),
+    pytest.param({"$or": [{"decile": {"$nin": list(range(1, 10))}}, {"tags": {"$exists": True}}]}, id="or-nin-exists"),
     pytest.param(lambda r: r.metadata["decile"] == 3, id="predicate"),
     pytest.param(lambda r: r.id == "a5", id="rare-predicate"),
 ]
@@ -283,4 +290,181 @@ def test_cli_search_where(faq_file: Path, faq_model: Path, tmp_path: Path) -> No
     )
     out = runner.invoke(qaindex.cli.main, [*args, "--where", "category"])
     assert out.exit_code == 2
-    assert "--where 'category': expected FIELD=VALUE, e.g. --where category=billing" in out.output
+    assert "--where 'category': expected FIELD=VALUE or a JSON object, e.g. --where category=billing or" in out.output
+    out = runner.invoke(qaindex.cli.main, [*args, "--where", '{"category": {"$in": ["account"]}}', "--where", "id=7"])
+    assert out.exit_code == 0, out.output
+    assert [h["id"] for h in json.loads(out.output)["hits"]] == []  # both must hold
+    out = runner.invoke(qaindex.cli.main, [*args, "--where", '{"category": {"$nin": ["account", "billing"]}}'])
+    assert {h["id"] for h in json.loads(out.output)["hits"]} == {"export", 7}  # not the answer without a category
+    out = runner.invoke(qaindex.cli.main, [*args, "--where", '{"category": {"$regex": "acc"}}'])
+    assert out.exit_code == 1
+    assert out.output == "Error: " + UNKNOWN_OPERATOR + "\n"
+    out = runner.invoke(qaindex.cli.main, [*args, "--where", '{"category": '])
+    assert out.exit_code == 2
+    assert "--where '{\"category\": ': not valid JSON" in out.output
+
+
+UNKNOWN_OPERATOR = (
+    "where: unknown operator '$regex' on 'category'; the supported operators are: "
+    "$eq, $ne, $in, $nin, $gt, $gte, $lt, $lte, $exists, $and, $or"
+)
+
+
+def test_unknown_operators_and_forms_are_errors_not_empty_results() -> None:
+    with pytest.raises(QueryError) as info:
+        compile_where({"category": {"$regex": "acc"}})
+    assert str(info.value) == UNKNOWN_OPERATOR
+    with pytest.raises(QueryError) as info:
+        compile_where({"$nor": [{"a": 1}]})
+    assert str(info.value) == (
+        "where: unknown operator '$nor'; the supported operators are: "
+        "$eq, $ne, $in, $nin, $gt, $gte, $lt, $lte, $exists, $and, $or"
+    )
+    with pytest.raises(QueryError) as info:
+        compile_where({"category": {"in": ["a"]}})
+    assert str(info.value) == (
+        "where: 'category': 'in' is not an operator (a dict value must map operators to operands, "
+        'e.g. {"$in": ["a", "b"]}; to match a value that is itself a dict, use {"$eq": ...}); '
+        "the supported operators are: $eq, $ne, $in, $nin, $gt, $gte, $lt, $lte, $exists, $and, $or"
+    )
+    with pytest.raises(QueryError, match=r"'price': \$lt compares numbers or ISO 8601 dates .*; got 'ten'"):
+        compile_where({"price": {"$lt": "ten"}})
+    with pytest.raises(QueryError, match=r"'price': \$in takes a list of values; got 3"):
+        compile_where({"price": {"$in": 3}})
+    with pytest.raises(QueryError, match=r"\$or takes a non-empty list of filters"):
+        compile_where({"$or": []})
+    with pytest.raises(QueryError, match=r"\$exists takes true or false; got 1"):
+        compile_where({"price": {"$exists": 1}})
+
+
+def test_comparing_a_number_with_texts_is_an_error() -> None:
+    store = RecordStore.from_records([Record(id=i, answer="a", metadata={"price": f"{i}.99"}) for i in range(3)])
+    with pytest.raises(QueryError) as info:
+        filters.matching_rows(store, compile_where({"price": {"$lt": 10}}))
+    assert str(info.value) == (
+        "where: 'price' $lt 10 compares numbers, but no answer's 'price' is a number (e.g. '0.99'); "
+        "store the field as a number or compare with a value of its kind"
+    )
+    assert filters.matching_rows(store, compile_where({"price": {"$eq": "1.99"}})).tolist() == [1]
+
+
+# A random metadata corpus: few fields and values, so that filters often match some answers.
+_DATES = ["2023-12-31", "2024-01-01", "2024-01-01T00:00:00Z", "2024-01-01T12:30:00+02:00", "2024-06-15T08:00:00"]
+_SCALARS = st.one_of(
+    st.integers(-3, 3),
+    st.sampled_from([0.5, -1.5, 2.0, True, False, None, "a", "b", "ten", *_DATES]),
+)
+_VALUES = st.one_of(_SCALARS, st.lists(st.sampled_from(["a", "b"]), max_size=2))
+_FIELDS = ["n", "m", "when"]
+_CORPUS = st.lists(st.dictionaries(st.sampled_from(_FIELDS), _VALUES, max_size=3), min_size=1, max_size=25)
+_BOUNDS = st.one_of(st.integers(-3, 3), st.sampled_from([0.5, 1.5, True, *_DATES]))
+
+
+def _condition() -> st.SearchStrategy[dict[str, Any]]:
+    field = st.sampled_from([*_FIELDS, "id"])
+    operator = st.one_of(
+        st.tuples(st.sampled_from(["$eq", "$ne"]), _VALUES),
+        st.tuples(st.sampled_from(["$in", "$nin"]), st.lists(_SCALARS, max_size=3)),
+        st.tuples(st.sampled_from(["$gt", "$gte", "$lt", "$lte"]), _BOUNDS),
+        st.tuples(st.just("$exists"), st.booleans()),
+    )
+    plain = st.one_of(_SCALARS, st.lists(_SCALARS, max_size=3))
+    return st.one_of(
+        st.builds(lambda f, v: {f: v}, field, plain),
+        st.builds(lambda f, ops: {f: dict(ops)}, field, st.lists(operator, min_size=1, max_size=2)),
+    )
+
+
+_WHERE = st.recursive(
+    _condition(),
+    lambda inner: st.one_of(
+        st.builds(
+            lambda op, parts: {op: parts}, st.sampled_from(["$and", "$or"]), st.lists(inner, min_size=1, max_size=3)
+        ),
+        st.builds(lambda a, b: {**a, **b}, inner, inner),
+    ),
+    max_leaves=5,
+)
+
+
+def _as_time(value: Any) -> datetime.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
+
+
+def _reference(where: dict[str, Any], record: Record) -> bool:
+    """Brute force, written from the documented semantics (not the library's code)."""
+    for key, want in where.items():
+        if key == "$and":
+            ok = all(_reference(w, record) for w in want)
+        elif key == "$or":
+            ok = any(_reference(w, record) for w in want)
+        else:
+            present = key == "id" or key in record.metadata
+            got = record.id if key == "id" else record.metadata.get(key)
+            ops = want if isinstance(want, dict) else {"$in": want} if isinstance(want, list) else {"$eq": want}
+            ok = all(_reference_op(op, bound, present, got) for op, bound in ops.items())
+        if not ok:
+            return False
+    return True
+
+
+def _reference_op(op: str, bound: Any, present: bool, got: Any) -> bool:
+    if op == "$exists":
+        return present == bound
+    if not present:
+        return False
+    if op in ("$eq", "$ne", "$in", "$nin"):
+        hit = got == bound if op in ("$eq", "$ne") else any(got == b for b in bound)
+        return bool(hit) == (op in ("$eq", "$in"))
+    if isinstance(bound, str):
+        got, bound = _as_time(got), _as_time(bound)
+    elif isinstance(got, str) or got is None or isinstance(got, list):
+        return False
+    if got is None:
+        return False
+    return {"$gt": got > bound, "$gte": got >= bound, "$lt": got < bound, "$lte": got <= bound}[op]
+
+
+def _expected_error(where: dict[str, Any], records: list[Record]) -> bool:
+    """Whether the filter names a field no answer has, or compares a field none of whose values is
+    of the comparison's kind."""
+    for key, want in where.items():
+        if key in ("$and", "$or"):
+            if any(_expected_error(w, records) for w in want):
+                return True
+            continue
+        values = [r.id if key == "id" else r.metadata[key] for r in records if key == "id" or key in r.metadata]
+        if not values:
+            return True
+        for op, bound in want.items() if isinstance(want, dict) else ():
+            if op in ("$gt", "$gte", "$lt", "$lte"):
+                kind = (
+                    (lambda v: _as_time(v) is not None)
+                    if isinstance(bound, str)
+                    else (lambda v: isinstance(v, int | float))
+                )
+                if not any(kind(v) for v in values):
+                    return True
+    return False
+
+
+@settings(max_examples=300, deadline=None)
+@given(corpus=_CORPUS, where=_WHERE)
+def test_operators_match_a_brute_force_evaluation(corpus: list[dict[str, Any]], where: dict[str, Any]) -> None:
+    records = [Record(id=f"r{i}" if i % 3 else i, answer="a", metadata=m) for i, m in enumerate(corpus)]
+    store = RecordStore.from_records(records)
+    flt = compile_where(where)
+    assert flt is not None
+    want = [i for i, r in enumerate(records) if _reference(where, r)]
+    assert [i for i, r in enumerate(records) if flt.matches(r)] == want
+    if _expected_error(where, records):
+        with pytest.raises(QueryError):
+            filters.matching_rows(store, flt)
+    else:
+        assert filters.matching_rows(store, flt).tolist() == want

@@ -241,6 +241,9 @@ def test_a_rare_filter_fuses_every_matching_answer(faq_hybrid: Ranker, category:
         masked = np.where(allowed, lex, 0.0)  # BM25 adds only matching answers
         expected = _brute_force(faq_hybrid, question, k, len(match), fusion_from(None, faq_hybrid.model), masked, match)
         assert [h.id for h in faq_hybrid.search(question, k=k, where={"category": category})] == expected, question
+        others = sorted({r["category"] for r in RECORDS if "category" in r} - {category})
+        for where in ({"category": {"$in": [category]}}, {"category": {"$nin": others}}):  # the same answers
+            assert [h.id for h in faq_hybrid.search(question, k=k, where=where)] == expected, (question, where)
 
 
 def test_stopwords_are_bm25s_english_list() -> None:

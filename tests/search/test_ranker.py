@@ -351,3 +351,66 @@ def test_configure_trades_speed_for_recall_and_is_saved(
     assert loaded.info()["index"]["params"]["ef_search"] == 400 and loaded.overfetch == 4
     with pytest.raises(QAIndexError, match=r"^ef_search must be a positive integer, got 0$"):
         hnsw.configure(ef_search=0)
+
+
+def test_upsert_adds_and_replaces_by_id_like_a_fresh_build(faq_model: Path, faq_file: Path, tmp_path: Path) -> None:
+    """After an upsert the index answers exactly as one built from the final records."""
+    import json
+
+    ranker = Ranker.build(faq_file, model=faq_model)
+    changes = [
+        {"id": "refund", "answer": "Refunds are paid within 30 days.", "category": "billing-v2"},
+        {"id": "7", "answer": "Two-factor login uses a hardware key."},  # "7" is the stored id 7, as in add
+        {"id": "fresh", "answer": "Sync runs every five minutes."},
+    ]
+    assert ranker.upsert(changes) == 3
+    final = {str(r.id): r for r in Ranker.build(faq_file, model=faq_model).records()}
+    for record in Ranker.build(changes, model=faq_model).records():
+        final[str(record.id)] = record
+    assert sorted(str(r.id) for r in ranker.records()) == sorted(final)
+    assert ranker.get("refund").metadata == {"category": "billing-v2"}
+    truth = Ranker.build(list(final.values()), model=faq_model)
+    for question in ["refund days", "two-factor hardware key", "sync minutes", "reset password"]:
+        got, want = ranker.search(question, k=10), truth.search(question, k=10)
+        assert [h.id for h in got] == [h.id for h in want], question
+        np.testing.assert_allclose([h.raw_score for h in got], [h.raw_score for h in want], rtol=1e-4)
+    # from a file, saved and reloaded
+    ranker.save(tmp_path / "ix")
+    update = tmp_path / "update.jsonl"
+    update.write_text(json.dumps({"id": "fresh", "answer": "Sync runs hourly."}) + "\n", encoding="utf-8")
+    with Ranker.edit(tmp_path / "ix") as edited:
+        assert edited.upsert(update) == 1
+    assert Ranker.load(tmp_path / "ix").get("fresh").answer == "Sync runs hourly."
+    assert len(Ranker.load(tmp_path / "ix")) == len(final)
+
+
+def test_upsert_is_all_or_nothing(
+    faq_model: Path, faq_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from qaindex.build import updates
+
+    ranker = Ranker.build(faq_file, model=faq_model)
+    before = [(r.id, r.answer) for r in ranker.records()]
+    with pytest.raises(CorpusError) as info:
+        ranker.upsert([{"id": "refund", "answer": "changed"}, {"answer": "no id"}])
+    assert str(info.value) == (
+        'records[2]: upsert replaces answers by id; give this answer an "id", or add it with `add`'
+    )
+    with pytest.raises(CorpusError, match=r'records\[2\]: field "answer" is empty'):
+        ranker.upsert([{"id": "refund", "answer": "changed"}, {"id": "x", "answer": ""}])
+    lines = tmp_path / "lines.jsonl"
+    lines.write_text('{"id": "refund", "answer": "changed"}\n{"answer": "no id"}\n', encoding="utf-8")
+    with pytest.raises(CorpusError, match=rf"^{lines}:2: upsert replaces answers by id"):
+        ranker.upsert(lines)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise MemoryError("encoder")
+
+    monkeypatch.setattr(updates, "encode_answers", broken)
+    with pytest.raises(MemoryError):
+        ranker.upsert([{"id": "refund", "answer": "changed"}])
+    assert [(r.id, r.answer) for r in ranker.records()] == before
+    monkeypatch.undo()
+    every = [{"id": r.id, "answer": f"new {r.answer}"} for r in ranker.records()]
+    assert ranker.upsert(every) == len(before)  # replacing every answer never empties the index
+    assert [r.answer for r in ranker.records()] == [f"new {a}" for _, a in before]
