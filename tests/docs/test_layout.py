@@ -141,8 +141,8 @@ def test_the_public_names_stay_at_the_top() -> None:
     )
 
 
-def test_the_old_documented_paths_still_work_and_warn() -> None:
-    """Modules whose functions the documentation named before the wings: aliases that warn."""
+def test_the_modules_that_moved_live_only_at_their_new_paths() -> None:
+    """No alias module keeps a path from before the wings: each name is found at one place."""
     import importlib
 
     import pytest
@@ -155,9 +155,9 @@ def test_the_old_documented_paths_still_work_and_warn() -> None:
     }
     for old, (new, name) in moved.items():
         sys.modules.pop(old, None)
-        with pytest.warns(DeprecationWarning, match=f"{old} moved to"):
-            alias = importlib.import_module(old)
-        assert getattr(alias, name) is getattr(importlib.import_module(new), name)
+        with pytest.raises(ModuleNotFoundError, match=old):
+            importlib.import_module(old)
+        assert callable(getattr(importlib.import_module(new), name))
 
 
 def test_tests_are_grouped_by_wing() -> None:
