@@ -141,6 +141,17 @@ def test_the_public_names_stay_at_the_top() -> None:
     )
 
 
+def test_every_error_a_user_can_catch_is_exported_at_the_top() -> None:
+    """``except qaindex.DiskFullError``: each error class of ``qaindex.errors`` is a public name of ``qaindex``."""
+    import qaindex
+    from qaindex import errors
+
+    classes = {n for n, v in vars(errors).items() if isinstance(v, type) and issubclass(v, errors.QAIndexError)}
+    assert {"QAIndexError", "DiskFullError", "QueryError"} <= classes
+    assert sorted(classes - set(qaindex.__all__)) == []
+    assert all(getattr(qaindex, name) is getattr(errors, name) for name in classes)
+
+
 def test_the_modules_that_moved_live_only_at_their_new_paths() -> None:
     """No alias module keeps a path from before the wings: each name is found at one place."""
     import importlib
