@@ -43,9 +43,8 @@ from benchmarks.common import ROOT, per_call_ms, percentiles, write_results
 from benchmarks.common import minilm as load_minilm
 from qaindex import Ranker
 from qaindex.eval.datasets import read_labelled
-from qaindex.eval.evaluate import _answer_ids, _plan, pooled_metrics
+from qaindex.eval.evaluate import answer_pool, pooled_metrics
 from qaindex.model import Model
-from qaindex.ranker import Record
 
 RESULTS = ROOT / "benchmarks" / "results" / "export_parity.json"
 POOL = "wikiqa/test.filtered.jsonl"
@@ -77,11 +76,8 @@ def main() -> None:
 
     torch.set_num_threads(1)
     groups = read_labelled(args.data / POOL)
-    plan = _plan(groups)
-    answers = [text for _, text in plan.keys]
-    questions = [g.question for g in plan.groups]
-    relevant = [rows[labels == 1] for rows, labels in zip(plan.rows, plan.labels, strict=True)]
-    records = [Record(ident, text) for ident, (_, text) in zip(_answer_ids(plan.keys), plan.keys, strict=True)]
+    plan = answer_pool(groups)
+    answers, questions, relevant, records = plan.answers, plan.questions, plan.relevant, plan.records()
     print(f"pool: {len(answers)} answers, {len(questions)} questions")
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -16,9 +16,8 @@ import numpy as np
 from benchmarks.common import ROOT, minilm
 from qaindex import Ranker
 from qaindex.eval.datasets import Candidate, QuestionGroup, read_labelled
-from qaindex.eval.evaluate import _answer_ids, _encode_questions, _plan, pooled_metrics
+from qaindex.eval.evaluate import answer_pool, pooled_metrics
 from qaindex.model import Model
-from qaindex.ranker import Record
 
 POOLS = {
     "WikiQA test": "wikiqa/test.filtered.jsonl",
@@ -59,23 +58,25 @@ def with_junk(groups: Sequence[QuestionGroup]) -> list[QuestionGroup]:
 
 def junk_rows(groups: Sequence[QuestionGroup]) -> np.ndarray:
     """Pool rows (``pool_answers`` order) of the junk answers."""
-    return np.asarray([i for i, (aid, _) in enumerate(_plan(groups).keys) if aid.startswith(JUNK_AID)], dtype=np.int64)
+    return np.asarray(
+        [i for i, (aid, _) in enumerate(answer_pool(groups).keys) if aid.startswith(JUNK_AID)], dtype=np.int64
+    )
 
 
 def real_answers(groups: Sequence[QuestionGroup]) -> list[str]:
     """The pool's distinct answers without the junk (what a model may be fine-tuned on)."""
-    return [text for aid, text in _plan(groups).keys if not aid.startswith(JUNK_AID)]
+    return [text for aid, text in answer_pool(groups).keys if not aid.startswith(JUNK_AID)]
 
 
 def pool_answers(groups: Sequence[QuestionGroup]) -> list[str]:
     """The pool's distinct answers in the order ``evaluate_pooled`` indexes them."""
-    return [text for _, text in _plan(groups).keys]
+    return answer_pool(groups).answers
 
 
-def _questions_and_relevant(groups: Sequence[QuestionGroup]) -> tuple[list[str], list[np.ndarray]]:
-    plan = _plan(groups)
-    relevant = [rows[labels == 1] for rows, labels in zip(plan.rows, plan.labels, strict=True)]
-    return [g.question for g in plan.groups], relevant
+def questions_and_relevant(groups: Sequence[QuestionGroup]) -> tuple[list[str], list[np.ndarray]]:
+    """The pool's evaluated questions and, per question, the rows of its correct answers."""
+    pool = answer_pool(groups)
+    return pool.questions, pool.relevant
 
 
 # ------------------------------------------------------------------------ systems
@@ -106,22 +107,22 @@ def eval_qaindex_model(model: Model, groups: Sequence[QuestionGroup], *, hybrid:
     (same plan, ids, FAISS recall and exact rerank), plus the junk shares. ``hybrid``: the
     index also holds its BM25 index and questions go through ``search_batch`` with the
     default fusion (what ``qaindex build`` + ``qaindex search`` do when PyStemmer is installed)."""
-    plan = _plan(groups)
-    records = [Record(ident, text) for ident, (_, text) in zip(_answer_ids(plan.keys), plan.keys, strict=True)]
+    plan = answer_pool(groups)
+    records = plan.records()
     ranker = Ranker.build(records, model=model, index_kind="auto", batch_size=256, hybrid=hybrid)
     depth = min(K, len(plan.keys))
     ranked: list[np.ndarray] = []
     if hybrid:
-        questions = [g.question for g in plan.groups]
+        questions = plan.questions
         for start in range(0, len(questions), 256):
             hits = ranker.search_batch(questions[start : start + 256], depth, hybrid=True)
             ranked.extend(np.asarray([h.row for h in row], dtype=np.int64) for row in hits)
     else:
-        qv = _encode_questions(model, plan, 256)
+        qv = model.encode(plan.questions, role="question", batch_size=256)
         for start in range(0, len(qv), 256):
             _, _, rows = ranker.search_vectors(qv[start : start + 256], depth)
             ranked.extend(np.asarray(r, dtype=np.int64) for r in rows)
-    relevant = [rows[labels == 1] for rows, labels in zip(plan.rows, plan.labels, strict=True)]
+    relevant = plan.relevant
     skipped = plan.skipped - sum(1 for g in groups if not g.question)  # the junk group (and a corpus's pool group)
     return {**junk_metrics(ranked, relevant, junk_rows(groups)), "skipped": skipped, "answers": len(plan.keys)}
 
@@ -138,7 +139,7 @@ def eval_dense(encode: Callable[[list[str]], np.ndarray], pools: dict[str, list[
     """Exact cosine over every answer with an arbitrary text encoder."""
     out = {}
     for label, groups in pools.items():
-        questions, relevant = _questions_and_relevant(groups)
+        questions, relevant = questions_and_relevant(groups)
         a = encode(pool_answers(groups))
         q = encode(questions)
         a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
@@ -161,7 +162,7 @@ def eval_bm25(pools: dict[str, list[QuestionGroup]], *, stem: bool = False) -> d
         stemmer = Stemmer.Stemmer("english").stemWords
     out = {}
     for label, groups in pools.items():
-        questions, relevant = _questions_and_relevant(groups)
+        questions, relevant = questions_and_relevant(groups)
         answers = pool_answers(groups)
         retriever = bm25s.BM25()
         retriever.index(

@@ -626,9 +626,11 @@ def adapt_supervised(
             np.array(sorted({position[answers[(c.aid, c.answer)]] for c in g.candidates if c.label}))
             for g in dev_groups
         ]
-        candidates = None if shared else [
-            np.array(sorted({position[answers[(c.aid, c.answer)]] for c in g.candidates})) for g in dev_groups
-        ]  # fmt: skip
+        candidates = (
+            None
+            if shared
+            else [np.array(sorted({position[answers[(c.aid, c.answer)]] for c in g.candidates})) for g in dev_groups]
+        )
         rows = np.unique(np.concatenate([pool, np.array(query, dtype=np.int64), dev_query]))
         adapted = _with_rows(start_point, table)
         if teacher is not None:
@@ -647,7 +649,7 @@ def adapt_supervised(
             teacher_weight=settings.teacher_weight,
             mode="supervised",
             data={"train": {**info, "questions": len(train_groups)}, "dev": dev_info, "held_out": dev_info},
-        )  # fmt: skip
+        )
         if teacher is not None and settings.cosine_weight > 0:  # answers and training questions
             cos_rows = np.unique(np.concatenate([pool, np.array(query, dtype=np.int64)]))
             task = _with_targets(task, adapted.model, cos_rows, device)

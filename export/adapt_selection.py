@@ -39,12 +39,18 @@ def paired_gain_test(start: np.ndarray, epoch: np.ndarray, *, resamples: int = 2
         boot_p = float((diff[draws].mean(axis=1) <= 0.0).mean())
     else:
         boot_p = 1.0
-    return {"gain": float(diff.mean()) if len(diff) else 0.0, "better": better, "worse": worse,
-            "sign_p": float(sign_p), "bootstrap_p": boot_p}  # fmt: skip
+    return {
+        "gain": float(diff.mean()) if len(diff) else 0.0,
+        "better": better,
+        "worse": worse,
+        "sign_p": float(sign_p),
+        "bootstrap_p": boot_p,
+    }
 
 
-def selection_why(best_epoch: int, tests: dict[int, dict[str, Any]], start_mrr: float, final_mrr: float,
-                   alpha: float) -> str:  # fmt: skip
+def selection_why(
+    best_epoch: int, tests: dict[int, dict[str, Any]], start_mrr: float, final_mrr: float, alpha: float
+) -> str:
     """The report's ``why``: which epoch was kept, and the held-out evidence for it."""
 
     def evidence(t: dict[str, Any]) -> str:

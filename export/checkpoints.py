@@ -149,9 +149,14 @@ def load_checkpoint(path: str | os.PathLike[str], *, device: str = "cpu") -> Tra
             f"checkpoint version {state.get('version')!r} is not supported (this code reads {CHECKPOINT_VERSION})",
         )
     expect = {
-        "config": dict, "ball": str, "vocab": list, "tokenizer": dict, "best_epoch": int, "weights": dict,
+        "config": dict,
+        "ball": str,
+        "vocab": list,
+        "tokenizer": dict,
+        "best_epoch": int,
+        "weights": dict,
         "history": list,
-    }  # fmt: skip
+    }
     for key, kind in expect.items():
         if not isinstance(state.get(key), kind):
             raise _checkpoint_error(meta_path, f'field "{key}" is missing or not a {kind.__name__}')

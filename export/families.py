@@ -90,13 +90,25 @@ def build_model(
     'expmap'
     """
     if kind in ATTENTIVE_MODELS:
-        return build_attentive_model(kind, vocab_size, dim=dim, embeddings=embeddings,  # type: ignore[return-value]
-                                     train_embeddings=train_embeddings, embed_dim=embed_dim, window=window)  # fmt: skip
+        return build_attentive_model(
+            kind,
+            vocab_size,
+            dim=dim,
+            embeddings=embeddings,  # type: ignore[return-value]
+            train_embeddings=train_embeddings,
+            embed_dim=embed_dim,
+            window=window,
+        )
     if kind in SEQUENCE_MODELS:
         return build_sequence_model(
-            kind, vocab_size, dim=dim, embeddings=embeddings, train_embeddings=train_embeddings,
-            embed_dim=embed_dim, window=window,
-        )  # fmt: skip
+            kind,
+            vocab_size,
+            dim=dim,
+            embeddings=embeddings,
+            train_embeddings=train_embeddings,
+            embed_dim=embed_dim,
+            window=window,
+        )
     depth = kind == "hyperqa" and ball in ("weighted", "lognorm")
     encoder = BagOfWords(
         vocab_size, dim, embeddings=embeddings, train_embeddings=train_embeddings, embed_dim=embed_dim, depth=depth

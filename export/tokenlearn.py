@@ -373,9 +373,14 @@ def train_tokenlearn(
             total += float(loss.detach())
         evaluate(epoch, total / steps)
     return TokenlearnResult(
-        model=model, config=config, mean=mean, components=components, dev_rows=dev,
-        history=history, seconds=time.perf_counter() - start,
-    )  # fmt: skip
+        model=model,
+        config=config,
+        mean=mean,
+        components=components,
+        dev_rows=dev,
+        history=history,
+        seconds=time.perf_counter() - start,
+    )
 
 
 # ------------------------------------------------------------------------ the ball
@@ -465,8 +470,16 @@ def fit_ball(
             q = hyperbolic.lognorm_map(question_sums.astype(np.float32), qw, slope, b, max_norm=max_norm)
             a = hyperbolic.lognorm_map(answer_sums.astype(np.float32), aw, slope, b, max_norm=max_norm)
             norms = np.linalg.norm(a, axis=1)
-            grid.append({"a": slope, "b": b, "median": median, "mrr": _relative_mrr(q, a),
-                         "std": float(norms.std()), "answer_median": float(np.median(norms))})  # fmt: skip
+            grid.append(
+                {
+                    "a": slope,
+                    "b": b,
+                    "median": median,
+                    "mrr": _relative_mrr(q, a),
+                    "std": float(norms.std()),
+                    "answer_median": float(np.median(norms)),
+                }
+            )
     ok = [g for g in grid if g["std"] >= min_norm_std] or grid
     best = max(ok, key=lambda g: g["mrr"])
     return BallFit(best["a"], best["b"], max_norm, best["mrr"], best["std"], best["answer_median"], grid)

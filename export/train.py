@@ -285,9 +285,20 @@ def _train_one(
                 break
         assert best_state is not None
         return best_result(
-            model, best_state, dev_split, table, device, tokenizer=tokenizer, config=config, best_epoch=best_epoch,
-            dev=best_dev, history=history, data={}, embeddings={}, seconds=0.0,
-        )  # fmt: skip
+            model,
+            best_state,
+            dev_split,
+            table,
+            device,
+            tokenizer=tokenizer,
+            config=config,
+            best_epoch=best_epoch,
+            dev=best_dev,
+            history=history,
+            data={},
+            embeddings={},
+            seconds=0.0,
+        )
     finally:
         torch.set_num_threads(old_threads)
         torch.use_deterministic_algorithms(old_deterministic)

@@ -255,9 +255,15 @@ def train_unlabelled(
                 best_map, best_epoch, best_dev = dev["map"], epoch, dev
                 best_state = copy.deepcopy(model.state_dict())
             history.append(
-                {"epoch": epoch, "loss": total / max(1, steps), "dev_map": dev["map"], "dev_mrr": dev["mrr"],
-                 "seconds": seconds, "w_f": model.w_f.item()}
-            )  # fmt: skip
+                {
+                    "epoch": epoch,
+                    "loss": total / max(1, steps),
+                    "dev_map": dev["map"],
+                    "dev_mrr": dev["mrr"],
+                    "seconds": seconds,
+                    "w_f": model.w_f.item(),
+                }
+            )
             say(
                 f"[{tag}] epoch {epoch}/{config.epochs}  loss {total / max(1, steps):.4f}  dev MAP {dev['map']:.4f}  "
                 f"MRR {dev['mrr']:.4f}  {seconds:.2f}s{'  *best' if improved else ''}"

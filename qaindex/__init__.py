@@ -19,6 +19,7 @@ from .corpus import Record, read_corpus
 from .errors import (
     CorpusError,
     DeviceError,
+    DiskFullError,
     IndexChangedError,
     IndexFormatError,
     IndexLockedError,
@@ -35,6 +36,7 @@ from .version import __version__
 __all__ = [
     "CorpusError",
     "DeviceError",
+    "DiskFullError",
     "Hit",
     "IndexChangedError",
     "IndexFormatError",

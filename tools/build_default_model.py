@@ -24,7 +24,7 @@ first. Writes ``benchmarks/results/default_model.json`` and (when replaced) the 
 
 Usage::
 
-    python tools/build_default_model.py --corpus /path/to/traindata [--data DATASETS]
+    python -m tools.build_default_model --corpus /path/to/traindata [--data DATASETS]
         [--evaldata DIR] [--epochs 3] [--no-install] [--card-only]
 """
 
@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import asdict, replace
@@ -43,18 +42,11 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the benchmarks package
-sys.path.insert(0, str(ROOT / "tools"))
-
-from training_corpus import SOURCES  # noqa: E402
-
-from benchmarks.pooled import speed_minilm, speed_qaindex  # noqa: E402
-from benchmarks.pooled_eval import (  # noqa: E402
+from benchmarks.pooled import speed_minilm, speed_qaindex
+from benchmarks.pooled_eval import (
     FAQ,
     JUNK_ANSWERS,
     K,
-    _questions_and_relevant,
     eval_dense,
     eval_qaindex_model,
     junk_metrics,
@@ -62,12 +54,15 @@ from benchmarks.pooled_eval import (  # noqa: E402
     load_pools,
     minilm_encoder,
     pool_answers,
+    questions_and_relevant,
     real_answers,
     with_junk,
 )
-from qaindex.eval.datasets import Candidate, QuestionGroup  # noqa: E402
-from qaindex.model import DEFAULT_MODEL_DIR, Model  # noqa: E402
+from qaindex.eval.datasets import Candidate, QuestionGroup
+from qaindex.model import DEFAULT_MODEL_DIR, Model
+from tools.training_corpus import SOURCES
 
+ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ("How do I reset my password?", "account-reset-password")
 MAX_BYTES = 25_000_000
 # the held-out answers are short (glosses, FAQ paragraphs): a spread of 0.1 there keeps answers of
@@ -298,7 +293,7 @@ def eval_bm25_stemmed(pools: dict[str, list[QuestionGroup]]) -> dict[str, Any]:
     stemmer = Stemmer.Stemmer("english")
     out = {}
     for label, groups in pools.items():
-        questions, relevant = _questions_and_relevant(groups)
+        questions, relevant = questions_and_relevant(groups)
         answers = pool_answers(groups)
         retriever = bm25s.BM25()
         corpus = bm25s.tokenize(answers, stopwords="en", stemmer=stemmer, show_progress=False)
@@ -644,9 +639,9 @@ with the attributions above (WordNet licence notice; CC-BY 4.0 attribution to Me
 Demner-Fushman 2019; PSF licence for the Python documentation; for each documentation repository above,
 attribution to its authors under its licence, as listed in `docs/default-model.md`).
 
-**How to regenerate.** `python tools/training_corpus.py --out DIR --medquad MEDQUAD_CHECKOUT
+**How to regenerate.** `python -m tools.training_corpus --out DIR --medquad MEDQUAD_CHECKOUT
 [--docs KEY=GIT_DIR ...]` (or `--extend` an earlier corpus; see `docs/default-model.md`), then
-`python tools/teacher_embeddings.py --corpus DIR`, then `python tools/build_default_model.py --corpus DIR`
+`python -m tools.teacher_embeddings --corpus DIR`, then `python -m tools.build_default_model --corpus DIR`
 (it installs the model only if it beats the current default; see its docstring for the rule).
 
 **Scores.** `score` is calibrated without labels and without research data: pseudo-questions

@@ -1,6 +1,6 @@
 """Question → answer pairs from permissively licensed documentation repositories.
 
-Read by ``tools/training_corpus.py --docs KEY=GIT_DIR`` (a bare or normal git directory, as
+Read by ``python -m tools.training_corpus --docs KEY=GIT_DIR`` (a bare or normal git directory, as
 ``fetch`` or ``git clone`` leave it): FAQ files (``### YamlMime:FAQ`` YAML and Markdown FAQs),
 section headings phrased as questions or tasks → the section's first paragraphs, page title →
 description, support articles' symptoms → resolution. ``DOC_REPOS`` lists every repository with

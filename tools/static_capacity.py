@@ -18,7 +18,7 @@ from this teacher; one where it clears the target is a data gap. The tables are 
 
 Usage::
 
-    python tools/static_capacity.py --evaldata DIR [--texts all|answers] [--epochs 10]
+    python -m tools.static_capacity --evaldata DIR [--texts all|answers] [--epochs 10]
 """
 
 from __future__ import annotations
@@ -31,14 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.pooled_eval import FAQ, minilm_encoder, pool_answers, questions_and_relevant, with_junk
+from qaindex.eval.datasets import read_labelled
+from tools.build_default_model import cached_encoder, load_evaldata
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the benchmarks package
-sys.path.insert(0, str(ROOT / "tools"))
-
-from build_default_model import cached_encoder, load_evaldata  # noqa: E402
-
-from benchmarks.pooled_eval import FAQ, _questions_and_relevant, minilm_encoder, pool_answers, with_junk  # noqa: E402
-from qaindex.eval.datasets import read_labelled  # noqa: E402
 
 
 def write_corpus(pools: dict, folder: Path, texts_kind: str) -> dict[str, int]:
@@ -53,7 +50,7 @@ def write_corpus(pools: dict, folder: Path, texts_kind: str) -> dict[str, int]:
         answers = pool_answers(groups)
         texts += answers
         sources += [label] * len(answers)
-        questions, relevant = _questions_and_relevant(groups)
+        questions, relevant = questions_and_relevant(groups)
         for question, rows in zip(questions, relevant, strict=True):
             texts.append(question)
             sources.append(f"{label} (questions)")
@@ -89,12 +86,12 @@ def main() -> None:
     corpus = args.work / args.texts
     print(write_corpus(pools, corpus, args.texts), flush=True)
     results = ROOT / "benchmarks" / "results" / f"static_capacity_{args.texts}.json"
-    command = [sys.executable, str(ROOT / "tools" / "build_default_model.py"), "--corpus", str(corpus),
-               "--evaldata", str(args.evaldata), "--epochs", str(args.epochs), "--no-install", "--no-speed",
-               "--results", str(results)]  # fmt: skip
-    subprocess.run(command, check=True)
+    command = [sys.executable, "-m", "tools.build_default_model", "--corpus", str(corpus)]
+    command += ["--evaldata", str(args.evaldata), "--epochs", str(args.epochs), "--no-install", "--no-speed"]
+    subprocess.run([*command, "--results", str(results)], cwd=ROOT, check=True)
     report = json.loads(results.read_text())
-    report["capacity"] = {"texts": args.texts, "epochs": args.epochs, "command": " ".join(["python", *sys.argv])}
+    ran = " ".join(["python", "-m", "tools.static_capacity", *sys.argv[1:]])
+    report["capacity"] = {"texts": args.texts, "epochs": args.epochs, "command": ran}
     results.write_text(json.dumps(report, indent=2, default=float) + "\n")
 
 

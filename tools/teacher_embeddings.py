@@ -7,13 +7,13 @@ so a killed run resumes at the first missing shard. When every shard exists they
 assembled into ``OUT/teacher.npy`` (float16, one row per line of ``texts.jsonl``, in its order).
 
 ``--first N`` encodes only the texts from line ``N`` on (a corpus extended with
-``tools/training_corpus.py --extend``: the earlier texts keep their lines and their shards), into
+``python -m tools.training_corpus --extend``: the earlier texts keep their lines and their shards), into
 ``OUT/shards-N/``, in a seeded random order of those texts, so a partial run covers a random
 sample of every new source. ``tools/build_default_model.py`` reads every ``shards*`` folder.
 
 Usage::
 
-    python tools/teacher_embeddings.py --corpus /path/to/traindata [--shard 8192] [--threads 2] [--first N]
+    python -m tools.teacher_embeddings --corpus /path/to/traindata [--shard 8192] [--threads 2] [--first N]
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ order) and ``OUT/pairs.npy`` (int32 rows ``(question index, answer index)`` into
 
 Usage::
 
-    python tools/training_corpus.py --out /path/to/traindata \\
+    python -m tools.training_corpus --out /path/to/traindata \\
         [--wordnet /usr/share/wordnet] [--medquad DIR] [--pydoc /usr/share/doc/python3.11/html]
 """
 
@@ -35,8 +35,9 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import numpy as np
-from doc_repos import DOC_REPOS
-from doc_sources import (  # noqa: F401 (re-exported: the tests and the builder import them from here)
+
+from tools.doc_repos import DOC_REPOS
+from tools.doc_sources import (  # noqa: F401 (re-exported: the tests and the builder import them from here)
     MAX_CHARS,
     clean,
     doc_file_records,

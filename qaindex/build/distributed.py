@@ -266,9 +266,16 @@ def build_on_ray(
     try:
         with _quiet_ray_data():
             vectors = _encode_on_ray(
-                ray, source, loaded, record_lines, device, batch_size, chunk_size, workers,
+                ray,
+                source,
+                loaded,
+                record_lines,
+                device,
+                batch_size,
+                chunk_size,
+                workers,
                 restart_actors=not (started and address == "local"),
-            )  # fmt: skip
+            )
     finally:
         if started:
             ray.shutdown()

@@ -127,9 +127,18 @@ def encode_corpus(
         reranker = Reranker.load(reranker, device=device)
     lexical = LexicalBuilder() if use_hybrid else None
     store, vectors, coarse = _encode(
-        corpus, loaded, is_path=is_path, index_kind=index_kind, hnsw=hnsw, device=device,
-        batch_size=batch_size, progress=progress, recall=recall, overfetch=overfetch, lexical=lexical,
-    )  # fmt: skip
+        corpus,
+        loaded,
+        is_path=is_path,
+        index_kind=index_kind,
+        hnsw=hnsw,
+        device=device,
+        batch_size=batch_size,
+        progress=progress,
+        recall=recall,
+        overfetch=overfetch,
+        lexical=lexical,
+    )
     return Built(loaded, store, vectors, coarse, reranker, overfetch, None if lexical is None else lexical.finish())
 
 
@@ -189,8 +198,12 @@ def _from_file(
     from .streaming import build_from_file, count_lines
 
     options: dict[str, Any] = {
-        "index_kind": index_kind, "hnsw": hnsw, "device": device, "batch_size": batch_size, "lexical": lexical,
-    }  # fmt: skip
+        "index_kind": index_kind,
+        "hnsw": hnsw,
+        "device": device,
+        "batch_size": batch_size,
+        "lexical": lexical,
+    }
     if not progress:
         return build_from_file(corpus, model, **options)
     from tqdm import tqdm

@@ -314,8 +314,14 @@ def reliability_bins(prob: Any, labels: Any, bins: int = ECE_BINS) -> list[dict[
     for b in range(bins):
         mask = which == b
         if mask.any():
-            out.append({"low": b / bins, "count": int(mask.sum()), "mean": float(p[mask].mean()),
-                        "relevant": float(y[mask].mean())})  # fmt: skip
+            out.append(
+                {
+                    "low": b / bins,
+                    "count": int(mask.sum()),
+                    "mean": float(p[mask].mean()),
+                    "relevant": float(y[mask].mean()),
+                }
+            )
     return out
 
 
@@ -333,9 +339,13 @@ def expected_calibration_error(prob: Any, labels: Any, bins: int = ECE_BINS) -> 
 
 
 def calibration_pairs(
-    ranker: Any, questions: Sequence[str], relevant: Sequence[set[int]], *, depth: int = DEFAULT_DEPTH,
+    ranker: Any,
+    questions: Sequence[str],
+    relevant: Sequence[set[int]],
+    *,
+    depth: int = DEFAULT_DEPTH,
     hybrid: bool = False,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(raw scores, best raw score of their search, labels)`` of the top ``depth`` hits of
     each question in an index.
 

@@ -11,7 +11,9 @@ Two paths that must agree:
 :func:`evaluate_pooled` measures what a user of the library sees instead: every distinct
 answer of the data in one index, each question searched against all of them through the
 real :class:`~qaindex.Ranker` (FAISS recall + exact rerank), and MRR@k, recall@k and P@1 of
-the top ``k`` (:func:`pooled_metrics`).
+the top ``k`` (:func:`pooled_metrics`). Both index paths search the same
+:class:`AnswerPool` (:func:`answer_pool`): a benchmark that ranks the pool with another system
+scores its rankings against the same rows.
 
 Both rank candidates by score and report expected values under random tie-breaking
 (:mod:`qaindex.eval.metrics`): candidate order in the file never breaks a tie. Questions without
@@ -37,24 +39,102 @@ from ..reranker import Reranker
 from .datasets import QuestionGroup
 from .metrics import evaluate_scores
 
-__all__ = ["evaluate_model", "evaluate_pooled", "evaluate_via_index", "pooled_metrics"]
+__all__ = ["AnswerPool", "answer_pool", "evaluate_model", "evaluate_pooled", "evaluate_via_index", "pooled_metrics"]
 
 # Scorer calls get at most this many float32 candidate coordinates (64 MiB).
 _SCORE_BUDGET = 1 << 24
 
 
-@dataclass
-class _Plan:
-    """Distinct answers of the data and, per evaluated question, its candidates' rows."""
+@dataclass(frozen=True)
+class AnswerPool:
+    """The distinct answers of labelled data, in index order, and the questions to search them with.
 
-    keys: list[tuple[str, str]]  # (aid, answer text), first-appearance order
-    groups: list[QuestionGroup]  # questions with at least one correct candidate
-    rows: list[npt.NDArray[np.int64]]  # per evaluated question: its candidates' answer rows
+    What :func:`evaluate_pooled` and :func:`evaluate_via_index` index and ask; a benchmark that
+    ranks the same pool with another system (BM25, a foreign encoder) gets the same rows from
+    it, so its rankings are scored against the same correct answers by :func:`pooled_metrics`.
+
+    Attributes
+    ----------
+    keys : list of (str, str)
+        ``(aid, answer text)`` of each distinct answer, in first-appearance order: row ``i``
+        of the pool is ``keys[i]``.
+    groups : list of QuestionGroup
+        The evaluated questions: those with at least one correct candidate.
+    rows : list of int64 arrays
+        Per evaluated question, its candidates' rows in the pool, in the file's order.
+    labels : list of int64 arrays
+        Per evaluated question, its candidates' labels (1 correct, 0 not), aligned with ``rows``.
+    skipped : int
+        Questions without a correct candidate (not evaluated).
+
+    Example
+    -------
+    >>> from qaindex.eval.datasets import read_labelled
+    >>> pool = answer_pool(read_labelled("test.jsonl"))
+    >>> len(pool.answers), len(pool.questions), pool.relevant[0].tolist(), pool.skipped
+    (6, 6, [0], 0)
+    """
+
+    keys: list[tuple[str, str]]
+    groups: list[QuestionGroup]
+    rows: list[npt.NDArray[np.int64]]
     labels: list[npt.NDArray[np.int64]]
     skipped: int
 
+    @property
+    def answers(self) -> list[str]:
+        """The answer texts, one per row."""
+        return [text for _, text in self.keys]
 
-def _plan(groups: Sequence[QuestionGroup]) -> _Plan:
+    @property
+    def questions(self) -> list[str]:
+        """The evaluated questions' texts, in the order of :attr:`rows`."""
+        return [g.question for g in self.groups]
+
+    @property
+    def relevant(self) -> list[npt.NDArray[np.int64]]:
+        """Per evaluated question, the rows of its correct answers."""
+        return [rows[labels == 1] for rows, labels in zip(self.rows, self.labels, strict=True)]
+
+    @property
+    def ids(self) -> list[str]:
+        """Unique index ids, one per row: the aid, or ``aid#2``, ``aid#3``... for an aid reused with other text."""
+        return _answer_ids(self.keys)
+
+    def records(self) -> list[Record]:
+        """The pool as records to build a :class:`~qaindex.Ranker` on: row ``i`` is record ``i``."""
+        return [Record(ident, text) for ident, (_, text) in zip(self.ids, self.keys, strict=True)]
+
+
+def answer_pool(groups: Sequence[QuestionGroup]) -> AnswerPool:
+    """The pool of labelled data: every distinct answer (by ``aid`` and text) and the evaluated questions.
+
+    Parameters
+    ----------
+    groups : sequence of QuestionGroup
+        Labelled data, e.g. from :func:`qaindex.eval.datasets.read_labelled`.
+
+    Returns
+    -------
+    AnswerPool
+
+    Raises
+    ------
+    QueryError
+        If ``groups`` is not a list of ``QuestionGroup`` or a label is not 0 or 1.
+
+    Example
+    -------
+    >>> from qaindex.eval.datasets import Candidate, QuestionGroup
+    >>> group = QuestionGroup("q1", "Who?", (Candidate("a1", "Ann", 1), Candidate("a2", "Bob", 0)))
+    >>> pool = answer_pool([group, QuestionGroup("q2", "When?", (Candidate("a1", "Ann", 0),))])
+    >>> pool.answers, pool.questions, pool.relevant[0].tolist(), pool.skipped
+    (['Ann', 'Bob'], ['Who?'], [0], 1)
+    """
+    return _plan(_check_group_list(groups))
+
+
+def _plan(groups: Sequence[QuestionGroup]) -> AnswerPool:
     where: dict[tuple[str, str], int] = {}
     keys: list[tuple[str, str]] = []
     kept: list[QuestionGroup] = []
@@ -75,10 +155,10 @@ def _plan(groups: Sequence[QuestionGroup]) -> _Plan:
         kept.append(group)
         rows.append(np.asarray(own, dtype=np.int64))
         labels.append(np.asarray([c.label for c in group.candidates], dtype=np.int64))
-    return _Plan(keys, kept, rows, labels, skipped)
+    return AnswerPool(keys, kept, rows, labels, skipped)
 
 
-def _empty_result(plan: _Plan) -> dict[str, Any]:
+def _empty_result(plan: AnswerPool) -> dict[str, Any]:
     return {
         "map": math.nan,
         "mrr": math.nan,
@@ -90,7 +170,7 @@ def _empty_result(plan: _Plan) -> dict[str, Any]:
     }
 
 
-def _finish(plan: _Plan, scores: list[npt.NDArray[np.float32]], model: Model | Reranker) -> dict[str, Any]:
+def _finish(plan: AnswerPool, scores: list[npt.NDArray[np.float32]], model: Model | Reranker) -> dict[str, Any]:
     for group, s in zip(plan.groups, scores, strict=True):
         if np.isnan(s).any():
             raise ModelFormatError(
@@ -104,13 +184,13 @@ def _finish(plan: _Plan, scores: list[npt.NDArray[np.float32]], model: Model | R
     return result
 
 
-def _encode_questions(model: Model, plan: _Plan, batch_size: int) -> npt.NDArray[np.float32]:
-    return model.encode([g.question for g in plan.groups], role="question", batch_size=batch_size)
+def _encode_questions(model: Model, plan: AnswerPool, batch_size: int) -> npt.NDArray[np.float32]:
+    return model.encode(plan.questions, role="question", batch_size=batch_size)
 
 
-def _encode_answers(model: Model, plan: _Plan, batch_size: int) -> npt.NDArray[np.float32]:
+def _encode_answers(model: Model, plan: AnswerPool, batch_size: int) -> npt.NDArray[np.float32]:
     # the same texts in the same order as Ranker.build encodes them, so both paths agree
-    return model.encode([text for _, text in plan.keys], role="answer", batch_size=batch_size)
+    return model.encode(plan.answers, role="answer", batch_size=batch_size)
 
 
 def _check_batch_size(batch_size: Any) -> int:
@@ -122,6 +202,10 @@ def _check_groups(model: Any, groups: Any, *, reranker: bool = False) -> list[Qu
         raise QueryError("a Reranker scores pairs and cannot index answers; use evaluate_model, or pass a Model")
     if not isinstance(model, Model | Reranker):
         raise QueryError(f"model must be a loaded Model (Model.load(path)), got {type(model).__name__}")
+    return _check_group_list(groups)
+
+
+def _check_group_list(groups: Any) -> list[QuestionGroup]:
     if isinstance(groups, str | bytes | QuestionGroup) or not isinstance(groups, Iterable):
         raise QueryError(f"groups must be a list of QuestionGroup (from read_labelled), got {type(groups).__name__}")
     out = list(groups)
@@ -280,7 +364,7 @@ def evaluate_via_index(
                 "drop it from the data or evaluate without the index"
             )
     qv = _encode_questions(model, plan, batch_size)
-    records = [Record(ident, text) for ident, (_, text) in zip(_answer_ids(plan.keys), plan.keys, strict=True)]
+    records = plan.records()
     # the model's own ranking (dense): hybrid search is measured by benchmarks/hybrid.py
     ranker = Ranker.build(
         records, model=model, device=device, index_kind=index_kind, batch_size=batch_size, hybrid=False
@@ -429,7 +513,7 @@ def evaluate_pooled(
             raise CorpusError(
                 f"answer {aid!r} is empty, and an index cannot store an empty answer; drop it from the data"
             )
-    records = [Record(ident, text) for ident, (_, text) in zip(_answer_ids(plan.keys), plan.keys, strict=True)]
+    records = plan.records()
     # the model's own ranking (dense): hybrid search is measured by benchmarks/hybrid.py
     ranker = Ranker.build(
         records, model=model, device=device, index_kind=index_kind, batch_size=batch_size, hybrid=False
@@ -442,8 +526,7 @@ def evaluate_pooled(
     for start in range(0, len(qv), batch_size):
         _, _, rows = ranker.search_vectors(qv[start : start + batch_size], depth)
         rankings.extend(np.asarray(r, dtype=np.int64) for r in rows)
-    relevant = [rows[labels == 1] for rows, labels in zip(plan.rows, plan.labels, strict=True)]
-    result = pooled_metrics(rankings, relevant, k)
+    result = pooled_metrics(rankings, plan.relevant, k)
     result["skipped"] = plan.skipped
     result["answers"] = len(plan.keys)
     return result

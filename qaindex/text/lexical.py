@@ -194,9 +194,15 @@ class LexicalIndex:
     """
 
     def __init__(
-        self, terms: np.ndarray, counts: np.ndarray, offsets: np.ndarray, vocab: list[str], *, k1: float = K1,
+        self,
+        terms: np.ndarray,
+        counts: np.ndarray,
+        offsets: np.ndarray,
+        vocab: list[str],
+        *,
+        k1: float = K1,
         b: float = B,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._terms = terms
         self._counts = counts
         self._offsets = offsets
@@ -508,8 +514,14 @@ class LexicalIndex:
 
     def describe(self) -> dict[str, Any]:
         """What ``info`` shows: kind, terms, parameters, the measured dense/BM25 ratio."""
-        return {"kind": "bm25", "terms": len(self.vocab), "k1": self.k1, "b": self.b, "tokenizer": TOKENIZER,
-                "dense_ratio": self.ratio}  # fmt: skip
+        return {
+            "kind": "bm25",
+            "terms": len(self.vocab),
+            "k1": self.k1,
+            "b": self.b,
+            "tokenizer": TOKENIZER,
+            "dense_ratio": self.ratio,
+        }
 
 
 def top_rows(scores: np.ndarray, m: int) -> np.ndarray:

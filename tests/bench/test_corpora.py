@@ -239,7 +239,7 @@ def test_corpus_groups_pool_every_answer_in_corpus_order() -> None:
     groups = pooled.corpus_groups(answers, [("q1", ["c"]), ("q2", ["a", "b"])])
     assert pooled_eval.real_answers(groups) == ["alpha", "beta", "gamma"]
     assert pooled_eval.pool_answers(groups)[3:] == pooled_eval.JUNK_ANSWERS
-    questions, relevant = pooled_eval._questions_and_relevant(groups)
+    questions, relevant = pooled_eval.questions_and_relevant(groups)
     assert questions == ["q1", "q2"] and [r.tolist() for r in relevant] == [[2], [0, 1]]
     with pytest.raises(ValueError, match="names unknown answer id 'z'"):
         pooled.corpus_groups(answers, [("q", ["z"])])

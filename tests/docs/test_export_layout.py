@@ -1,4 +1,6 @@
-"""The layout of the training side and the benchmarks: no import circles, no file over 700 lines.
+"""The layout of the training side, the benchmarks and the tools: no import circles, no file over
+700 lines of code (docstrings, comments and blank lines not counted), no ``sys.path`` manipulation
+anywhere.
 
 Imports are read with ``ast`` (no module is imported), at any depth: an import inside a
 function counts like one at the top, so a circle cannot hide behind a function-level import.
@@ -11,12 +13,15 @@ from pathlib import Path
 
 import pytest
 from helpers.graphs import circles as cycles
+from helpers.source_lines import code_lines
 
 ROOT = Path(__file__).resolve().parents[2]
-MAX_LINES = 700
+MAX_LINES = 700  # lines of code
 # Files allowed over MAX_LINES, each with its reason (remove an entry when the file is split).
 LONG_FILES: dict[str, str] = {}  # file -> why it may stay over the limit
-PACKAGES = {"export": "qaindex_export", "benchmarks": "benchmarks"}
+PACKAGES = {"export": "qaindex_export", "benchmarks": "benchmarks", "tools": "tools"}
+# every folder of Python code: each imports the others as packages, never by extending sys.path
+CODE_FOLDERS = ("qaindex", "export", "benchmarks", "tools", "tests", "examples")
 
 
 def import_graph(folder: Path, package: str) -> dict[str, dict[str, int]]:
@@ -76,24 +81,50 @@ def test_no_file_over_the_line_limit(folder: str) -> None:
     long = {
         f"{folder}/{p.name}": n
         for p in sorted((ROOT / folder).glob("*.py"))
-        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+        if (n := code_lines(p.read_text(encoding="utf-8"))) > MAX_LINES
     }
     unexplained = {name: n for name, n in long.items() if name not in LONG_FILES}
-    assert not unexplained, f"files over {MAX_LINES} lines: {unexplained}; split them by concern"
+    assert not unexplained, f"files over {MAX_LINES} lines of code: {unexplained}; split them by concern"
 
 
 def test_the_long_file_list_is_current() -> None:
     for name in LONG_FILES:
         path = ROOT / name
         assert path.is_file(), f"{name}: listed in LONG_FILES but gone; remove the entry"
-        lines = len(path.read_text(encoding="utf-8").splitlines())
-        assert lines > MAX_LINES, f"{name}: {lines} lines now; remove it from LONG_FILES"
+        lines = code_lines(path.read_text(encoding="utf-8"))
+        assert lines > MAX_LINES, f"{name}: {lines} lines of code now; remove it from LONG_FILES"
 
 
-def test_benchmarks_are_a_package_run_as_modules() -> None:
-    """``python -m benchmarks.NAME``: no benchmark extends ``sys.path`` to import a sibling."""
-    assert (ROOT / "benchmarks" / "__init__.py").is_file()
-    offenders = [
-        p.name for p in sorted((ROOT / "benchmarks").glob("*.py")) if "sys.path.insert" in p.read_text(encoding="utf-8")
-    ]
-    assert not offenders, f"benchmarks extending sys.path: {offenders}; import through the benchmarks package"
+def sys_path_edits(root: Path, folders: tuple[str, ...] = CODE_FOLDERS) -> list[str]:
+    """``file:line`` of every ``sys.path`` insert, append or extend under ``folders`` of ``root``."""
+    found = []
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            lines = set()
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+                call = node.func if isinstance(node, ast.Call) else None
+                if isinstance(call, ast.Attribute) and ast.unparse(call.value) == "sys.path":
+                    lines.add(node.lineno)
+                elif isinstance(node, ast.Assign | ast.AugAssign) and "sys.path" in map(
+                    ast.unparse, node.targets if isinstance(node, ast.Assign) else [node.target]
+                ):
+                    lines.add(node.lineno)
+            found += [f"{path.relative_to(root)}:{line}" for line in sorted(lines)]
+    return found
+
+
+def test_the_sys_path_finder_finds_every_form(tmp_path: Path) -> None:
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "a.py").write_text(
+        "import sys\nsys.path.insert(0, 'x')\ndef f():\n    sys.path.append('y')\n"
+        "sys.path += ['z']\nsys.path = ['w']\nprint(sys.path[0])\n",
+        encoding="utf-8",
+    )
+    assert sys_path_edits(tmp_path, ("tools",)) == ["tools/a.py:2", "tools/a.py:4", "tools/a.py:5", "tools/a.py:6"]
+
+
+def test_benchmarks_and_tools_are_packages_run_as_modules() -> None:
+    """``python -m benchmarks.NAME``, ``python -m tools.NAME``: no file extends ``sys.path`` to import a sibling."""
+    assert (ROOT / "benchmarks" / "__init__.py").is_file() and (ROOT / "tools" / "__init__.py").is_file()
+    offenders = sys_path_edits(ROOT)
+    assert not offenders, f"sys.path changed at {offenders}; import through the benchmarks or tools package"

@@ -19,7 +19,7 @@ from qaindex.cli import main
 from qaindex.cli.eval import eval_command, inspect_command
 from qaindex.errors import CorpusError, ModelFormatError
 from qaindex.eval.datasets import Candidate, QuestionGroup, read_labelled
-from qaindex.eval.evaluate import _answer_ids, evaluate_model, evaluate_via_index
+from qaindex.eval.evaluate import answer_pool, evaluate_model, evaluate_via_index
 from qaindex.eval.metrics import evaluate_scores
 from qaindex.model import Model
 from qaindex.text.tokenizer import Tokenizer
@@ -225,9 +225,13 @@ def test_nan_scores_are_reported_as_a_broken_model(
 
 def test_answer_ids_are_unique_and_keep_plain_aids() -> None:
     keys = [("a1", "x"), ("a4", "y"), ("a4", "z"), ("a4#2", "w"), ("", "v"), ("a9", "u")]
-    ids = _answer_ids(keys)
+    pool = answer_pool([QuestionGroup("q", "?", tuple(Candidate(aid, text, 1) for aid, text in keys))])
+    assert pool.keys == keys
+    ids = pool.ids
     assert ids == ["a1", "a4#2", "a4#3", "a4#2#2", "answer", "a9"]
-    assert len(set(ids)) == len(ids)
+    assert len(set(ids)) == len(ids) and [(r.id, r.answer) for r in pool.records()] == list(
+        zip(ids, "xyzwvu", strict=True)
+    )
 
 
 def test_bad_batch_size(model_dir: Path, data_file: Path) -> None:

@@ -1,4 +1,4 @@
-"""Whole-corpus evaluation (`evaluate_pooled`, `qaindex eval --pool`) against brute force (no torch)."""
+"""Whole-corpus evaluation (`evaluate_pooled`, `answer_pool`, `qaindex eval --pool`) against brute force (no torch)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from click.testing import CliRunner
 from helpers.onnx_models import point_model
 
 from qaindex.cli import main
+from qaindex.errors import QueryError
 from qaindex.eval.datasets import Candidate, QuestionGroup
-from qaindex.eval.evaluate import evaluate_pooled, pooled_metrics
+from qaindex.eval.evaluate import answer_pool, evaluate_pooled, pooled_metrics
 from qaindex.model import Model
 
 N_ANSWERS = 240  # more than k * overfetch = 100, so the search goes through FAISS
@@ -54,6 +55,15 @@ def setup(
     return directory, groups, points.astype(np.float64)
 
 
+def distance(q: np.ndarray, a: np.ndarray, geometry: str) -> np.ndarray:
+    """Float64 distance of question point ``q`` to each answer point (smaller is better)."""
+    if geometry == "poincare":
+        num = 2 * ((a - q) ** 2).sum(axis=1)
+        den = (1 - (q**2).sum()) * (1 - (a**2).sum(axis=1))
+        return np.asarray(np.arccosh(1 + num / den))
+    return np.asarray(-(a @ q) / (np.linalg.norm(a, axis=1) * np.linalg.norm(q)))
+
+
 def brute_force(groups: list[QuestionGroup], points: np.ndarray, geometry: str, k: int) -> dict[str, float]:
     """Independent float64 computation: every pool answer scored, sorted, metrics by hand."""
     pool = sorted({int(c.aid[1:]) for g in groups for c in g.candidates})
@@ -63,13 +73,7 @@ def brute_force(groups: list[QuestionGroup], points: np.ndarray, geometry: str, 
         good = {int(c.aid[1:]) for c in g.candidates if c.label == 1}
         if not good:
             continue
-        q = points[int(g.question[1:])]
-        if geometry == "poincare":
-            num = 2 * ((a - q) ** 2).sum(axis=1)
-            den = (1 - (q**2).sum()) * (1 - (a**2).sum(axis=1))
-            key = np.arccosh(1 + num / den)  # smaller is better
-        else:
-            key = -(a @ q) / (np.linalg.norm(a, axis=1) * np.linalg.norm(q))
+        key = distance(points[int(g.question[1:])], a, geometry)
         top = [pool[i] for i in np.argsort(key, kind="stable")[:k]]
         ranks = [r for r, ans in enumerate(top, start=1) if ans in good]
         rr.append(1 / ranks[0] if ranks else 0.0)
@@ -129,3 +133,33 @@ def test_cli_pool_json_matches_library(setup: tuple[Path, list[QuestionGroup], n
     assert res.exit_code == 0 and "MRR@10" in res.stdout and f"{want['answers']} distinct answers" in res.stdout
     res = runner.invoke(main, ["eval", str(directory), str(data), "--pool", "--via-index"])
     assert res.exit_code == 2 and "choose one of --pool and --via-index" in res.output
+
+
+def test_a_ranking_of_the_public_pool_outside_qaindex_scores_like_evaluate_pooled(
+    setup: tuple[Path, list[QuestionGroup], np.ndarray],
+) -> None:
+    """What a benchmark does with another system: rank ``answer_pool``'s rows itself, score with ``pooled_metrics``."""
+    directory, groups, points = setup
+    model = Model.load(directory)
+    pool = answer_pool(groups)
+    assert pool.skipped == 1 and len(pool.questions) == len(pool.relevant) == N_QUESTIONS
+    assert pool.answers == [text for _, text in pool.keys] and pool.questions == [g.question for g in groups[:-1]]
+    assert [r.id for r in pool.records()] == pool.ids == [aid for aid, _ in pool.keys]  # every aid has one text
+    for group, rows in zip(pool.groups, pool.relevant, strict=True):
+        assert sorted(pool.keys[r][0] for r in rows) == sorted(c.aid for c in group.candidates if c.label == 1)
+    a = points[[int(text[1:]) for text in pool.answers]]
+    ranked = [np.argsort(distance(points[int(q[1:])], a, model.geometry), kind="stable") for q in pool.questions]
+    got = pooled_metrics(ranked, pool.relevant, 10)
+    want = evaluate_pooled(model, groups, k=10, index_kind="flat")
+    assert got["questions"] == want["questions"] == N_QUESTIONS
+    for key in ("mrr@10", "recall@10", "p@1"):
+        assert got[key] == pytest.approx(want[key], abs=1e-12)
+
+
+def test_answer_pool_refuses_what_is_not_labelled_data() -> None:
+    with pytest.raises(QueryError) as exc:
+        answer_pool("q1 a1 1")
+    assert str(exc.value) == "groups must be a list of QuestionGroup (from read_labelled), got str"
+    with pytest.raises(QueryError) as exc:
+        answer_pool([QuestionGroup("q1", "who?", (Candidate("a1", "Ann", 2),))])
+    assert str(exc.value) == "groups[0]: candidate 'a1' has label 2; labels are 0 or 1"

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-
-from training_corpus import (
+from tools.training_corpus import (
     DOC_REPOS,
     SOURCES,
     assemble,

@@ -44,7 +44,7 @@ def test_default_model_is_small_permissive_and_documented() -> None:
     files = [p for p in DEFAULT_MODEL_DIR.iterdir() if p.is_file()]
     assert sum(p.stat().st_size for p in files) <= 25_000_000
     card = (DEFAULT_MODEL_DIR / "MODEL_CARD.md").read_text()
-    assert "Apache-2.0" in card and "python tools/build_default_model.py" in card
+    assert "Apache-2.0" in card and "python -m tools.build_default_model" in card
     # every training source is listed with its licence
     for source, licence in (("wordnet", "WordNet 3.0 licence"), ("medquad", "CC-BY 4.0"), ("pydoc", "PSF License")):
         assert f"**{source}**" in card and licence in card

@@ -1,0 +1,9 @@
+"""Release tools that build the shipped model, run from the repository root as ``python -m tools.NAME``.
+
+:mod:`tools.training_corpus` (the general training corpus, from :mod:`tools.doc_sources` and
+:mod:`tools.doc_repos`), :mod:`tools.teacher_embeddings` (the teacher's vectors of it),
+:mod:`tools.build_default_model` (trains, evaluates and installs the default model, writes its
+card) and :mod:`tools.static_capacity` (how far a static table can go on the evaluation
+corpora). They import the benchmarks' pooled evaluation (:mod:`benchmarks.pooled_eval`) as a
+package, never through ``sys.path``.
+"""
