@@ -294,6 +294,12 @@ def build(
     help="Only answers whose metadata FIELD (or id) equals VALUE (JSON or text); repeat for more fields "
     "(all must match) or for alternatives of one field.",
 )
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Show why each answer has its rank: the model's score and rank, BM25's score, rank and matched "
+    "terms, the fused value and which key matched.",
+)
 def search(
     question: str,
     index: Path,
@@ -306,6 +312,7 @@ def search(
     hybrid: bool | None,
     min_score: float | None,
     where: dict[str, Any] | None,
+    explain: bool,
 ) -> None:
     """Show the best answers for QUESTION ('-' reads one question per line from stdin)."""
     if question == "-":
@@ -338,6 +345,7 @@ def search(
             hybrid=hybrid,
             min_score=min_score,
             where=where,
+            explain=explain,
         )
         _print_hits(part, results, as_json, len(questions))
     _log.info("searched %d question(s), k=%d, in %.2f ms", len(questions), k, (time.perf_counter() - started) * 1000)
@@ -387,6 +395,8 @@ def _table(hits: list[Hit]) -> str:
         if len(text) > room:
             text = text[: room - 1] + "…"
         lines.append(f"{rank:>2}  {h.score:>8.4f}  {h.distance:>7.4f}  {ident:<{id_w}}  {text}")
+        if h.explanation is not None:
+            lines.append(f"{'':>2}  {h.explanation.line()}")
     return "\n".join(lines)
 
 
