@@ -79,7 +79,7 @@ from benchmarks.readme_markers import replace_section
 from qaindex import Ranker
 from qaindex.corpus import read_corpus
 from qaindex.errors import ModelFormatError
-from qaindex.eval.calibration import _logistic, labelled_pool, summary
+from qaindex.eval.calibration import fit_fused_score, labelled_pool, summary
 from qaindex.eval.datasets import read_labelled
 from qaindex.model import DEFAULT_MODEL_DIR, Model
 from qaindex.search.fusion import (
@@ -361,10 +361,7 @@ def fit_score(
         parts_.append(hit_features(c, pool, fusion, model, np.ones(len(pool.questions), dtype=bool)))
     x = np.concatenate([p[0] for p in parts_])
     y = np.concatenate([p[1] for p in parts_])
-    w = _logistic(x, y)  # weights of (fused, top, match), then the bias
-    if w[0] < 0:
-        w = np.concatenate([[0.0], _logistic(x[:, 1:], y)])
-    return replace(fusion, score=None, fused_score=tuple(round(float(v), 6) for v in (w[3], w[0], w[1], w[2])))
+    return replace(fusion, score=None, fused_score=tuple(round(v, 6) for v in fit_fused_score(x, y)))
 
 
 def store_fusion(model_dir: Path, fusion: Fusion, info: dict[str, Any]) -> None:

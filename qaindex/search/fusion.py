@@ -242,7 +242,8 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
     ``None`` gives the model's fitted fusion (its manifest's ``"fusion"``) when ``model`` has
     one, else :data:`DEFAULT_FUSION`; a mapping's missing fields come from the default (a
     stored ``adaptive`` fusion without ``e``, fitted before the question part existed, keeps
-    its rule: ``e`` = 0).
+    its rule: ``e`` = 0; a stored score calibration alone, from ``qaindex calibrate``, goes
+    with the default rule).
 
     Example
     -------
@@ -255,7 +256,8 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
             return DEFAULT_FUSION
         try:
             fields = {k: v for k, v in stored.items() if k in FIELDS}
-            if fields.get("rule", DEFAULT_FUSION.rule) == "adaptive" and "e" not in fields:
+            fitted_rule = set(fields) - {"score", "fused_score"}  # only a score calibration: the default rule
+            if fitted_rule and fields.get("rule", DEFAULT_FUSION.rule) == "adaptive" and "e" not in fields:
                 fields.update(d=1.0, e=0.0)  # fitted before the question part: the rule without it
             return _from_mapping(fields)
         except (QueryError, TypeError, AttributeError) as exc:
