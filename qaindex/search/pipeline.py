@@ -187,7 +187,9 @@ def search_batch(
                 for i, row_hits in zip(pending, first_stage(pending, width), strict=True):
                     kept = cut([h for h in row_hits if flt.matches(records.get(h.row))], k, min_score)
                     out[i] = kept
-                    if len(kept) < k and width < total:  # too few matches (or scores >= min_score): go on
+                    # scores fall with rank: past a hit below min_score, every hit is below it
+                    below = min_score is not None and bool(row_hits) and row_hits[-1].score < min_score
+                    if len(kept) < k and width < total and not below:
                         still.append(i)
                 pending = still
                 width = min(total, width * 4)

@@ -121,7 +121,9 @@ def test_the_first_hits_do_not_depend_on_k(corpora: dict[str, Ranker], corpus: s
 
 
 @pytest.mark.parametrize("corpus", CORPORA)
-@pytest.mark.parametrize("mode", ["dense", "hybrid", "hybrid, filtered (few)", "dense, reranked"])
+@pytest.mark.parametrize(
+    "mode", ["dense", "hybrid", "hybrid, filtered (few)", "hybrid, filtered by a function", "dense, reranked"]
+)
 def test_min_score_keeps_a_prefix_of_the_ranking(corpora: dict[str, Ranker], corpus: str, mode: str) -> None:
     ranker = corpora[corpus]
     for question in _questions(16, seed=3):
