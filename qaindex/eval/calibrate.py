@@ -125,6 +125,24 @@ def hybrid_pairs(
     return np.asarray(feats, np.float64).reshape(-1, 3), np.asarray(labels, np.int64)
 
 
+def _fused_score_fit(
+    model: Any, groups: Sequence[Any], calibration: Calibration, *, depth: int, offtopic: Sequence[str]
+) -> dict[str, Any] | None:
+    """The hybrid score calibration of the fused value (:func:`hybrid_pairs`,
+    :func:`~.calibration.fit_fused_score`) with its pairs and in-sample ECE; None when the top
+    hybrid hits are all relevant or all not (nothing to fit)."""
+    x, y = hybrid_pairs(model, groups, calibration, depth=depth, offtopic=offtopic)
+    if not 0 < int(y.sum()) < len(y):
+        return None
+    weights = fit_fused_score(x, y)
+    z = weights[0] + x @ np.asarray(weights[1:])
+    return {
+        "fused_score": {k: round(v, 6) for k, v in zip(FUSED_SCORE_FIELDS, weights, strict=True)},
+        "pairs": len(y),
+        "ece": expected_calibration_error(1 / (1 + np.exp(-z)), y),
+    }
+
+
 def calibrate_model(
     model_dir: str | os.PathLike[str],
     groups: Sequence[Any],
@@ -191,23 +209,17 @@ def calibrate_model(
     }
     if offtopic:
         info["offtopic"] = {"data": offtopic_source, "questions": len(offtopic)}
-    fused_score = None
     if tokenizer_available() if hybrid is None else hybrid:
-        x, hy = hybrid_pairs(model, groups, fitted, depth=depth, offtopic=offtopic)
-        fused_score = dict(zip(FUSED_SCORE_FIELDS, fit_fused_score(x, hy), strict=True))
-        z = fused_score["bias"] + x @ np.array([fused_score[k] for k in FUSED_SCORE_FIELDS[1:]])
-        info["hybrid"] = {
-            "fused_score": {k: round(v, 6) for k, v in fused_score.items()},
-            "pairs": len(hy),
-            "ece": expected_calibration_error(1 / (1 + np.exp(-z)), hy),
-        }
+        fused = _fused_score_fit(model, groups, fitted, depth=depth, offtopic=offtopic)
+        if fused is not None:
+            info["hybrid"] = fused
     stored = Calibration(fitted.method, a=fitted.a, b=fitted.b, c=fitted.c, x=fitted.x, y=fitted.y, info=info)
     stored_json = stored.to_json()
     if write:
         mpath = directory / "manifest.json"
         manifest = read_json_object(mpath, error=ModelFormatError, what="model directory")
         manifest["calibration"] = stored_json
-        if fused_score is not None:
+        if "hybrid" in info:
             manifest["fusion"] = {**(manifest.get("fusion") or {}), "fused_score": info["hybrid"]["fused_score"]}
         write_json_atomic(mpath, manifest)
     return stored_json
