@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..arguments import flag
 from ..errors import ModelFormatError, QueryError
 from ..model import Model
 from ..ranker import Ranker
@@ -154,11 +155,11 @@ def calibrate_model(
     write: bool = True,
     offtopic: Sequence[str] = (),
     offtopic_source: str = "",
-    hybrid: bool | None = None,
+    hybrid: bool = False,
 ) -> dict[str, Any]:
     """Fit a model's calibration on held-out labelled data and store it in its manifest.
 
-    With hybrid search, the hybrid hits' score is calibrated on their fused value too
+    With ``hybrid``, the hybrid hits' score is calibrated on their fused value too
     (:func:`hybrid_pairs`, :func:`~.calibration.fit_fused_score`) and stored as the manifest's
     ``fusion.fused_score`` (the fusion rule itself is unchanged).
 
@@ -183,9 +184,10 @@ def calibrate_model(
         (:mod:`qaindex.eval.offtopic`). Empty: answerable questions only (as before).
     offtopic_source : str
         Provenance of ``offtopic`` stored with the calibration.
-    hybrid : bool, optional
-        Fit the hybrid score calibration too; None (default): when PyStemmer (the ``hybrid``
-        extra) is installed.
+    hybrid : bool
+        Fit the hybrid score calibration too (needs PyStemmer, the ``hybrid`` extra). A fit
+        on pseudo-questions cut from the answers carries their high BM25 match over to real
+        questions, so fit it on questions like the users'.
 
     Returns
     -------
@@ -209,7 +211,7 @@ def calibrate_model(
     }
     if offtopic:
         info["offtopic"] = {"data": offtopic_source, "questions": len(offtopic)}
-    if tokenizer_available() if hybrid is None else hybrid:
+    if flag(hybrid, "hybrid") and tokenizer_available(strict=True):
         fused = _fused_score_fit(model, groups, fitted, depth=depth, offtopic=offtopic)
         if fused is not None:
             info["hybrid"] = fused

@@ -189,9 +189,9 @@ def test_calibrate_model_fits_the_hybrid_score_on_the_fused_value(planted_model:
     pytest.importorskip("Stemmer")
     model_dir = tmp_path / "model"
     shutil.copytree(planted_model, model_dir)
-    dense_only = calibrate_model(model_dir, _planted(100, seed=1), depth=5, hybrid=False)
+    dense_only = calibrate_model(model_dir, _planted(100, seed=1), depth=5)  # by default: dense only
     assert "hybrid" not in dense_only and "fusion" not in json.loads((model_dir / "manifest.json").read_text())
-    stored = calibrate_model(model_dir, _planted(300, seed=1), depth=5, source="planted")
+    stored = calibrate_model(model_dir, _planted(300, seed=1), depth=5, source="planted", hybrid=True)
     fitted = stored["hybrid"]["fused_score"]
     assert stored["hybrid"]["pairs"] > 1000 and stored["hybrid"]["ece"] < 0.05 and fitted["fused"] > 0
     assert json.loads((model_dir / "manifest.json").read_text())["fusion"] == {"fused_score": fitted}
@@ -242,6 +242,10 @@ def test_cli_calibrate_writes_the_manifest_and_reports_ece(planted_model: Path, 
     assert report["calibration"]["method"] == "isotonic" and report["checks"][str(check)]["ece"] < 0.1
     manifest = json.loads((model_dir / "manifest.json").read_text())
     assert manifest["calibration"] == report["calibration"]
+    assert "hybrid" not in report["calibration"] and "fusion" not in manifest  # dense only unless asked
+    hybrid = CliRunner().invoke(main, ["calibrate", str(model_dir), str(data), "--hybrid-score", "--dry-run"])
+    assert hybrid.exit_code == 0, hybrid.output
+    assert json.loads(hybrid.output)["calibration"]["hybrid"]["fused_score"]["fused"] > 0
     Ranker.build([{"id": 1, "answer": "topic1"}], model=model_dir).save(tmp_path / "ix")
     info = CliRunner().invoke(main, ["info", "--index", str(tmp_path / "ix")])
     assert "scores:     calibrated (isotonic on dev.jsonl, labelled" in info.output
