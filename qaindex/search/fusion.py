@@ -10,7 +10,8 @@ model score, then lower row).
 
 - ``rrf`` (reciprocal-rank fusion, Cormack et al., 2009)::
 
-      fused(a) = [rank_dense(a) <= D] / (c + rank_dense(a)) + [bm25(a) > 0, rank_bm25(a) <= D] / (c + rank_bm25(a))
+      fused(a) = [rank_dense(a) <= D] / (c + rank_dense(a))
+                 + [bm25(a) > 0 and rank_bm25(a) <= D] / (c + rank_bm25(a))
 
   ranks are 1-based within the candidate set (ties by row), each list counts its first
   ``D`` = :data:`CANDIDATE_FLOOR` only, and answers without a matching term get no lexical part;
@@ -19,12 +20,7 @@ model score, then lower row).
       fused(a) = w * clip((s(a) - s_D) / (max s - s_D), 0, 1) + (1 - w) * bm25(a) / max bm25
 
   where ``s_D`` is the ``D``-th best model score among the candidates (their lowest when
-  there are fewer; a constant part counts 0).
-
-Every quantity a fused value depends on (``max s``, ``s_D``, ``max bm25``, ranks up to ``D``)
-comes from the ``D`` best of each list, which every candidate pool holds: so with exact recall
-the fused value of an answer, and the order of the hits, do not depend on ``k`` (a larger
-``k`` only appends hits).
+  there are fewer; a constant part counts 0);
 - ``adaptive`` (the default): ``convex`` with a dense weight set per corpus and per question::
 
       w(q) = clip(a + b * rho, 0, 1) * clip(d - e * cov(q), 0, 1) * min(1, terms / n(q))
@@ -51,8 +47,11 @@ The constants ``a``, ``b``, ``d``, ``e``, ``terms`` are fitted per model by ``be
 on held-out labelled corpora and stored in the model manifest (``"fusion"``), which
 :func:`fusion_from` reads; a model without one uses :data:`DEFAULT_FUSION`.
 
-A hybrid hit's ``score`` is a calibration of its fused value (:func:`hybrid_scores`), so that
-hits are ordered by the score they report.
+Every quantity a fused value depends on (``max s``, ``s_D``, ``max bm25``, ranks up to ``D``)
+comes from the ``D`` best of each list, which every candidate pool holds: so with exact recall
+the fused value of an answer, and the order of the hits, do not depend on ``k`` (a larger
+``k`` only appends hits). A hybrid hit's ``score`` falls with that order
+(:func:`~qaindex.search.scoring.hybrid_scores`): hits are ordered by the score they report.
 
 Example
 -------
