@@ -36,10 +36,12 @@ corpus, added latency at scale, calibration error of hybrid hits.
    p10 is the least disturbed figure).
 4. **Calibration.** Expected calibration error of the top-10 hits' ``score`` on every
    labelled corpus: dense search, hybrid hits scored by the model's calibration alone, and
-   hybrid hits as they ship (the hybrid score calibration, ``qaindex.search.fusion.hybrid_probability``,
-   fitted with ``--fit`` by logistic regression on the top-10 hybrid hits of half A of the
-   fit pools, and on those of the built-in off-topic questions' ``fit`` split searched in each
-   fit pool, as not relevant: ``benchmarks/offtopic.py``).
+   hybrid hits as they ship (the calibration of the fused value, ``fused_score``:
+   ``qaindex.search.scoring.fused_probability``, fitted with ``--fit`` by logistic regression
+   on the top-10 hybrid hits of half A of the fit pools, and on those of the built-in
+   off-topic questions' ``fit`` split searched in each fit pool, as not relevant:
+   ``benchmarks/offtopic.py``; a manifest fitted before it keeps its per-hit ``score``,
+   capped by the hits above: ``qaindex.search.scoring.hybrid_scores``).
 
 Writes ``benchmarks/results/hybrid.json`` and the tables of ``docs/hybrid.md``.
 
@@ -77,10 +79,11 @@ from benchmarks.readme_markers import replace_section
 from qaindex import Ranker
 from qaindex.corpus import read_corpus
 from qaindex.errors import ModelFormatError
-from qaindex.eval.calibration import _logistic, labelled_pool, summary
+from qaindex.eval.calibration import fit_fused_score, labelled_pool, summary
 from qaindex.eval.datasets import read_labelled
 from qaindex.model import DEFAULT_MODEL_DIR, Model
 from qaindex.search.fusion import (
+    CANDIDATE_FLOOR,
     Fusion,
     best_coverage,
     dense_weight,
@@ -94,7 +97,7 @@ from qaindex.text.lexical import top_rows
 
 RESULTS = ROOT / "benchmarks" / "results" / "hybrid.json"
 K = 10
-M = 100  # candidates per side (k x the default overfetch)
+M = CANDIDATE_FLOOR  # candidates per side (k x the default overfetch, the search's smallest pool)
 FAQ = "faq (examples)"
 WORDNET = "wordnet held-out pairs"
 MEDQUAD = "medquad held-out pairs"
@@ -235,7 +238,7 @@ def ranked_by(
     rule = fusion
     if fusion.rule == "adaptive":
         rule = Fusion("convex", weight=dense_weight(fusion, ratio, terms, coverage))
-    fused = fuse(dense, lexical, rule)
+    fused = fuse(dense, lexical, rule, CANDIDATE_FLOOR)
     return rows[np.lexsort((rows, -dense.astype(np.float64), -fused))][:K].tolist()
 
 
@@ -320,23 +323,22 @@ def fit(
 def hit_features(
     c: Collected, pool: Pool, fusion: Fusion, model: Model, mask: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Features (the model's calibrated logit, BM25 over the best candidate's, fused value, the
-    question's BM25 match) and labels of the top-``K`` hybrid hits of the questions in
-    ``mask`` (as ``hybrid_arrays``)."""
+    """Features (the fused value, the calibrated logit of the question's best model score among
+    its candidates, the question's BM25 match) and labels of the top-``K`` hybrid hits of the
+    questions in ``mask`` (as ``hybrid_arrays``)."""
     feats: list[list[float]] = []
     labels: list[int] = []
     for i in np.flatnonzero(mask):
         rows, s, lex = c.rows[i], c.dense[i], c.lexical[i]
         cov = c.coverage[i] if fusion.e else 0.0
-        fused = fuse(s, lex, Fusion("convex", weight=dense_weight(fusion, c.ratio, c.terms[i], cov)))
+        fused = fuse(s, lex, Fusion("convex", weight=dense_weight(fusion, c.ratio, c.terms[i], cov)), CANDIDATE_FLOOR)
         order = np.lexsort((rows, -s.astype(np.float64), -fused))[:K]
-        p = np.clip(model.calibration(s[order], float(s[order].max())), 1e-6, 1 - 1e-6)
+        top = float(np.clip(model.calibration(float(s.max())), 1e-6, 1 - 1e-6))
         best = float(lex.max())
-        ln = lex[order] / best if best > 0 else np.zeros(len(order))
         bound = c.ranker._lexical.score_bound(c.query_terms[i], c.terms[i])  # type: ignore[union-attr]
         match = best / bound if bound > 0 else 0.0
-        for j, row in enumerate(order):
-            feats.append([float(np.log(p[j] / (1 - p[j]))), float(ln[j]), float(fused[row]), match])
+        for row in order:
+            feats.append([float(fused[row]), math.log(top / (1 - top)), match])
             labels.append(int(rows[row] in pool.relevant[i]))
     return np.asarray(feats), np.asarray(labels, np.float64)
 
@@ -348,16 +350,18 @@ def fit_score(
     model: Model,
     offtopic: dict[str, tuple[Collected, Pool]] | None = None,
 ) -> Fusion:
-    """``fusion`` with the calibration of its hits' ``score`` fitted (logistic regression) on
-    the top-``K`` hits of the fit pools' half A, and on those of ``offtopic`` questions searched
-    in the same pools (all not relevant; ``benchmarks.offtopic.offtopic_collected``)."""
+    """``fusion`` with the calibration of its hits' ``score`` on the fused value
+    (``fused_score``, :func:`qaindex.search.scoring.fused_probability`) fitted by logistic
+    regression on the top-``K`` hits of the fit pools' half A, and on those of ``offtopic``
+    questions searched in the same pools (all not relevant;
+    ``benchmarks.offtopic.offtopic_collected``). The fused value's weight is kept >= 0 (a fit
+    against the order drops it), so the score falls with the rank."""
     parts_ = [hit_features(c, pools[n], fusion, model, half_a(len(pools[n].questions))) for n, c in collected.items()]
     for c, pool in (offtopic or {}).values():
         parts_.append(hit_features(c, pool, fusion, model, np.ones(len(pool.questions), dtype=bool)))
     x = np.concatenate([p[0] for p in parts_])
     y = np.concatenate([p[1] for p in parts_])
-    w = _logistic(x, y)
-    return replace(fusion, score=tuple(round(float(v), 6) for v in (w[4], w[0], w[1], w[2], w[3])))
+    return replace(fusion, score=None, fused_score=tuple(round(v, 6) for v in fit_fused_score(x, y)))
 
 
 def store_fusion(model_dir: Path, fusion: Fusion, info: dict[str, Any]) -> None:

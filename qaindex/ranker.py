@@ -29,7 +29,7 @@ from .model import Model
 from .reranker import Reranker
 from .search import pipeline
 from .search.fusion import Fusion, with_dense_ratio
-from .search.hits import Hit, hit_bytes, make_hits
+from .search.hits import Hit, make_hits
 from .search.pipeline import Where
 from .store.concurrency import ReadWriteLock, reading, writing
 from .store.index_format import (
@@ -380,6 +380,7 @@ class Ranker:
         depth: int | None = None,
         hybrid: bool | None = None,
         fusion: Fusion | Mapping[str, Any] | None = None,
+        explain: bool = False,
     ) -> list[Hit]:
         """The ``k`` best answers for one question, best first.
 
@@ -410,12 +411,13 @@ class Ranker:
         depth : int, keyword-only, optional
             First-stage candidates to rerank (default 50, at least ``k``).
         hybrid : bool or None, keyword-only
-            Fuse the dense ranking with the index's BM25 ranking (:mod:`qaindex.search.fusion`): the
-            candidates are the dense stage's ``k × overfetch`` best and BM25's ``k × overfetch``
-            best. None (default): hybrid when the index has a lexical index (built with
-            ``hybrid=True`` or :meth:`enable_hybrid`); True requires one; False: dense only.
+            Fuse the dense ranking with the index's BM25 ranking (:mod:`qaindex.search.fusion`) over
+            the two stages' best ``max(k × overfetch, 100)`` each. None (default): hybrid when the index has
+            a lexical index (``hybrid=True`` or :meth:`enable_hybrid`); True requires one; False: dense only.
         fusion : Fusion or mapping, keyword-only, optional
             The fusion rule (default :data:`qaindex.search.fusion.DEFAULT_FUSION`).
+        explain : bool, keyword-only
+            Give each hit its ``explanation`` (:class:`~qaindex.search.hits.Explanation`: dense and BM25 parts).
 
         Returns
         -------
@@ -432,7 +434,7 @@ class Ranker:
             raise QueryError(f"the question must be text, got {type(question).__name__}")
         self._refresh_coarse()
         options: dict[str, Any] = {"where": where, "min_score": min_score, "rerank": rerank, "depth": depth}
-        return pipeline.search_batch(self, [question], k, **options, hybrid=hybrid, fusion=fusion)[0]
+        return pipeline.search_batch(self, [question], k, **options, hybrid=hybrid, fusion=fusion, explain=explain)[0]
 
     @reading
     def search_batch(
@@ -446,6 +448,7 @@ class Ranker:
         depth: int | None = None,
         hybrid: bool | None = None,
         fusion: Fusion | Mapping[str, Any] | None = None,
+        explain: bool = False,
     ) -> list[list[Hit]]:
         """:meth:`search` for many questions at once: one list of hits per question.
 
@@ -460,11 +463,7 @@ class Ranker:
         """
         self._refresh_coarse()
         options: dict[str, Any] = {"where": where, "min_score": min_score, "rerank": rerank, "depth": depth}
-        return pipeline.search_batch(self, questions, k, **options, hybrid=hybrid, fusion=fusion)
-
-    def _hit_bytes(self) -> int:
-        """About what one Hit costs in memory (:mod:`qaindex.search.budget`)."""
-        return hit_bytes(self._records)
+        return pipeline.search_batch(self, questions, k, **options, hybrid=hybrid, fusion=fusion, explain=explain)
 
     @reading
     def hits(self, scores: Any, distances: Any, rows: Any, probabilities: Any = None) -> list[list[Hit]]:

@@ -295,6 +295,12 @@ def build(
     "(all must match) or for alternatives of one field. A JSON object is a whole filter with operators "
     """($in, $ne, $gt, $lt, $and, $or, ... docs/filters.md), e.g. '{"price": {"$lt": 10}}'.""",
 )
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Show why each answer has its rank: the model's score and rank, BM25's score, rank and matched "
+    "terms, the fused value and which key matched.",
+)
 def search(
     question: str,
     index: Path,
@@ -307,6 +313,7 @@ def search(
     hybrid: bool | None,
     min_score: float | None,
     where: dict[str, Any] | None,
+    explain: bool,
 ) -> None:
     """Show the best answers for QUESTION ('-' reads one question per line from stdin)."""
     if question == "-":
@@ -339,6 +346,7 @@ def search(
             hybrid=hybrid,
             min_score=min_score,
             where=where,
+            explain=explain,
         )
         _print_hits(part, results, as_json, len(questions), _no_results(min_score, where))
     _log.info("searched %d question(s), k=%d, in %.2f ms", len(questions), k, (time.perf_counter() - started) * 1000)
@@ -391,6 +399,8 @@ def _table(hits: list[Hit]) -> str:
     for rank, (h, ident, meta) in enumerate(zip(hits, ids, metas, strict=True), start=1):
         cells = f"{rank:>2}  {h.score:>6.4f}  {ident:<{id_w}}  " + (f"{meta:<{meta_w}}  " if meta_w else "")
         lines.append(cells + _cut(" ".join(h.answer.split()), room))
+        if h.explanation is not None:
+            lines.append(f"{'':>2}  {h.explanation.line()}")
     return "\n".join(lines)
 
 

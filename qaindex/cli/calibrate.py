@@ -92,6 +92,13 @@ def calibration_line(calibration: dict[str, Any]) -> str:
     "off-topic questions (docs/scores.md).",
 )
 @click.option("--no-offtopic", is_flag=True, help="Fit on DATA's questions only, without off-topic questions.")
+@click.option(
+    "--hybrid-score",
+    is_flag=True,
+    help="Also calibrate hybrid hits on their fused value (fusion.fused_score in the manifest; needs the "
+    "hybrid extra). Fit it on labelled questions like your users', not on --teacher pseudo-questions "
+    "(docs/scores.md).",
+)
 @click.option("--dry-run", is_flag=True, help="Fit and report, but leave the model directory unchanged.")
 def calibrate_command(
     model_dir: Path,
@@ -103,6 +110,7 @@ def calibrate_command(
     checks: tuple[Path, ...],
     offtopic: Path | None,
     no_offtopic: bool,
+    hybrid_score: bool,
     dry_run: bool,
 ) -> None:
     """Calibrate MODEL_DIR's scores on held-out DATA (JSONL) and store the calibration in its manifest.
@@ -140,7 +148,7 @@ def calibrate_command(
         labels = "labelled"
     stored = calibrate_model(
         model_dir, groups, method=method, depth=depth, source=data.name, labels=labels, write=not dry_run,
-        offtopic=off_questions, offtopic_source=off_source,
+        offtopic=off_questions, offtopic_source=off_source, hybrid=hybrid_score,
     )  # fmt: skip
     report: dict[str, Any] = {"model": str(model_dir), "written": not dry_run, "calibration": stored}
     if checks:

@@ -54,6 +54,7 @@ __all__ = [
     "calibration_pairs",
     "expected_calibration_error",
     "fit",
+    "fit_fused_score",
     "labelled_pool",
     "reliability_bins",
 ]
@@ -274,6 +275,38 @@ def _fit_platt(r: np.ndarray, y: np.ndarray, gap: np.ndarray | None) -> Calibrat
     if not a > 0:  # a score that does not rank relevant answers higher cannot be calibrated upwards
         a, c, b = 1e-6, 0.0, float(math.log(pos / neg))
     return Calibration("platt", a=float(a), b=float(b), c=float(c))
+
+
+def fit_fused_score(features: Any, labels: Any) -> tuple[float, float, float, float]:
+    """The hybrid score calibration of the fused value (``fused_score``,
+    :func:`qaindex.search.scoring.fused_probability`): logistic regression of 0/1 ``labels`` on
+    ``features`` (n, 3): each hit's fused value, the calibrated logit of its question's best
+    model score, the question's BM25 match. The fused value's weight is kept >= 0 (a fit
+    against the order refits without it), so the score falls with the fused order.
+
+    Returns
+    -------
+    tuple
+        ``(bias, w_fused, w_top, w_match)``.
+
+    Example
+    -------
+    >>> x = np.array([[f, 0.0, 0.5] for f in (0.1, 0.4, 0.6, 0.9)] * 25)
+    >>> bias, w_fused, w_top, w_match = fit_fused_score(x, [0, 0, 1, 1] * 25)
+    >>> w_fused > 0
+    True
+    """
+    x = np.asarray(features, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.float64).ravel()
+    if x.ndim != 2 or x.shape != (len(y), 3) or not np.isfinite(x).all():
+        raise QueryError(f"fused score features must be finite numbers of shape (n, 3), got {x.shape}")
+    positives = int(y.sum())
+    if not np.isin(y, (0.0, 1.0)).all() or positives in (0, len(y)):
+        raise QueryError(f"the fused score fit needs 0/1 labels, both present; got {positives} relevant of {len(y)}")
+    w = _logistic(x, y)  # the weights of (fused, top, match), then the bias
+    if w[0] < 0:
+        w = np.concatenate([[0.0], _logistic(x[:, 1:], y)])
+    return float(w[3]), float(w[0]), float(w[1]), float(w[2])
 
 
 def _fit_isotonic(r: np.ndarray, y: np.ndarray) -> Calibration:

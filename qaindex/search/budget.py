@@ -135,8 +135,14 @@ def questions_per_call(ranker: Any, k: int) -> int:
     >>> questions_per_call(ranker, 10) >= 1
     True
     """
-    per_question = min(k, len(ranker)) * int(ranker._hit_bytes())
+    per_question = min(k, len(ranker)) * hit_bytes(ranker._records)
     return max(1, (request_budget(ranker.memory_budget) // 2) // max(1, int(per_question)))
+
+
+def hit_bytes(records: Any) -> int:
+    """About what one Hit of a record store costs in memory: :data:`HIT_OVERHEAD` plus the
+    mean stored record's bytes."""
+    return HIT_OVERHEAD + int(records.offsets[-1]) // max(1, len(records))
 
 
 def chunk(per_item: int, budget: int, most: int) -> int:

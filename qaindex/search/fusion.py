@@ -1,7 +1,7 @@
 """Fusion of the dense and lexical (BM25) rankings: the second stage of hybrid search.
 
-For each question the candidates are the union of the dense stage's ``k × overfetch``
-best answers (the coarse index's recall) and BM25's ``k × overfetch`` best answers (at
+For each question the candidates are the union of the dense stage's ``max(k × overfetch,
+CANDIDATE_FLOOR)`` best answers (the coarse index's recall) and as many of BM25's best (at
 scale, :data:`LEXICAL_SCAN_LIMIT`, BM25 scores the dense candidates only: see
 :func:`hybrid_arrays`). Every candidate gets both scores exactly: the model's score (the
 ONNX scorer, as in a dense search) and its BM25 score (0 when no term matches). The two are
@@ -10,15 +10,17 @@ model score, then lower row).
 
 - ``rrf`` (reciprocal-rank fusion, Cormack et al., 2009)::
 
-      fused(a) = 1 / (c + rank_dense(a)) + [bm25(a) > 0] / (c + rank_bm25(a))
+      fused(a) = [rank_dense(a) <= D] / (c + rank_dense(a))
+                 + [bm25(a) > 0 and rank_bm25(a) <= D] / (c + rank_bm25(a))
 
-  ranks are 1-based within the candidate set (ties by row), and answers without a matching
-  term get no lexical part;
-- ``convex``: a convex combination of min-max normalised scores over the candidate set::
+  ranks are 1-based within the candidate set (ties by row), each list counts its first
+  ``D`` = :data:`CANDIDATE_FLOOR` only, and answers without a matching term get no lexical part;
+- ``convex``: a convex combination of normalised scores::
 
-      fused(a) = w * (s(a) - min s) / (max s - min s) + (1 - w) * bm25(a) / max bm25
+      fused(a) = w * clip((s(a) - s_D) / (max s - s_D), 0, 1) + (1 - w) * bm25(a) / max bm25
 
-  (a constant part counts 0);
+  where ``s_D`` is the ``D``-th best model score among the candidates (their lowest when
+  there are fewer; a constant part counts 0);
 - ``adaptive`` (the default): ``convex`` with a dense weight set per corpus and per question::
 
       w(q) = clip(a + b * rho, 0, 1) * clip(d - e * cov(q), 0, 1) * min(1, terms / n(q))
@@ -45,6 +47,12 @@ The constants ``a``, ``b``, ``d``, ``e``, ``terms`` are fitted per model by ``be
 on held-out labelled corpora and stored in the model manifest (``"fusion"``), which
 :func:`fusion_from` reads; a model without one uses :data:`DEFAULT_FUSION`.
 
+Every quantity a fused value depends on (``max s``, ``s_D``, ``max bm25``, ranks up to ``D``)
+comes from the ``D`` best of each list, which every candidate pool holds: so with exact recall
+the fused value of an answer, and the order of the hits, do not depend on ``k`` (a larger
+``k`` only appends hits). A hybrid hit's ``score`` falls with that order
+(:func:`~qaindex.search.scoring.hybrid_scores`): hits are ordered by the score they report.
+
 Example
 -------
 >>> fuse(np.array([3.0, 2.0, 1.0]), np.array([0.0, 1.0, 5.0]), Fusion("rrf", c=60)).round(4).tolist()
@@ -63,8 +71,11 @@ import numpy as np
 
 from ..errors import ModelFormatError, QueryError
 from ..text.lexical import STOPWORDS_EN, LexicalIndex, top_rows
+from .hits import Explanation
+from .scoring import fused_probability, hybrid_probability, hybrid_scores
 
 __all__ = [
+    "CANDIDATE_FLOOR",
     "DEFAULT_FUSION",
     "FUSION_RULES",
     "LEXICAL_SCAN_LIMIT",
@@ -73,8 +84,10 @@ __all__ = [
     "dense_ratio",
     "dense_weight",
     "fuse",
+    "fused_probability",
     "fusion_from",
     "hybrid_probability",
+    "hybrid_scores",
     "question_coverage",
     "union_candidates",
     "with_dense_ratio",
@@ -113,10 +126,14 @@ class Fusion:
         ``adaptive``: questions of more BM25 terms than this lower the dense weight in
         proportion (``inf``: never).
     score : tuple of 4 or 5 float, optional
-        The calibration of hybrid hits' ``score`` (:func:`hybrid_probability`): bias and the
-        weights of the model's calibrated logit, the normalised BM25 score, the fused value
-        and (optional) the question's BM25 match. None: hits keep the model's calibrated
-        probability.
+        An older per-hit calibration of hybrid hits' ``score`` (:func:`hybrid_probability`): bias
+        and the weights of the model's calibrated logit, the normalised BM25 score, the fused
+        value and (optional) the question's BM25 match. Used only without ``fused_score``,
+        and then made monotone with rank (:func:`hybrid_scores`).
+    fused_score : tuple of 4 float, optional
+        The calibration of the fused value itself (:func:`fused_probability`): bias and the
+        weights of the fused value (>= 0), the calibrated logit of the question's best model
+        score and the question's BM25 match.
     """
 
     rule: str = "rrf"
@@ -128,6 +145,7 @@ class Fusion:
     d: float = 1.0
     e: float = 0.0
     score: tuple[float, ...] | None = None
+    fused_score: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.rule not in FUSION_RULES:
@@ -148,6 +166,16 @@ class Fusion:
             or not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in self.score)
         ):
             raise QueryError(f"the hybrid score calibration must be 4 or 5 finite numbers, got {self.score!r}")
+        if self.fused_score is not None and (
+            not isinstance(self.fused_score, tuple)
+            or len(self.fused_score) != len(FUSED_SCORE_FIELDS)
+            or not all(_finite(v) for v in self.fused_score)
+            or self.fused_score[1] < 0
+        ):
+            raise QueryError(
+                "the fused score calibration must be 4 finite numbers (bias, fused >= 0, top, match), "
+                f"got {self.fused_score!r}"
+            )
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"rule": self.rule, "c": self.c, "weight": self.weight}
@@ -155,14 +183,24 @@ class Fusion:
             out.update(a=self.a, b=self.b, terms=None if math.isinf(self.terms) else self.terms, d=self.d, e=self.e)
         if self.score is not None:
             out["score"] = dict(zip((*SCORE_FIELDS, MATCH_FIELD), self.score, strict=False))
+        if self.fused_score is not None:
+            out["fused_score"] = dict(zip(FUSED_SCORE_FIELDS, self.fused_score, strict=True))
         return out
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # the fallback of models whose manifest has no "fusion" (benchmarks/hybrid.py --fit writes one);
 # fitted for the built-in default model (see docs/hybrid.md)
 DEFAULT_FUSION = Fusion("adaptive", weight=0.5, a=0.0, b=2.0, terms=10.0, d=1.25, e=1.5)
-FIELDS = ("rule", "c", "weight", "a", "b", "terms", "d", "e", "score")
+FIELDS = ("rule", "c", "weight", "a", "b", "terms", "d", "e", "score", "fused_score")
 SCORE_FIELDS = ("bias", "dense", "bm25", "fused")
+FUSED_SCORE_FIELDS = ("bias", "fused", "top", "match")
+# the depth D of each ranking that fusion reads: the dense normalisation's reference rank, the
+# RRF lists' length and the smallest candidate pool of a hybrid search (so the pool never shrinks with k)
+CANDIDATE_FLOOR = 100
 
 
 def _from_mapping(value: Mapping[str, Any]) -> Fusion:
@@ -184,6 +222,15 @@ def _from_mapping(value: Mapping[str, Any]) -> Fusion:
         )
     elif isinstance(score, list):
         fields["score"] = tuple(score)
+    fused_score = fields.get("fused_score")
+    if isinstance(fused_score, Mapping):
+        if set(fused_score) != set(FUSED_SCORE_FIELDS):
+            raise QueryError(
+                f"the fused score calibration needs exactly {', '.join(FUSED_SCORE_FIELDS)}, got {sorted(fused_score)}"
+            )
+        fields["fused_score"] = tuple(fused_score[k] for k in FUSED_SCORE_FIELDS)
+    elif isinstance(fused_score, list):
+        fields["fused_score"] = tuple(fused_score)
     base = DEFAULT_FUSION if fields.get("rule", DEFAULT_FUSION.rule) == DEFAULT_FUSION.rule else Fusion()
     return replace(base, **fields)
 
@@ -194,7 +241,8 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
     ``None`` gives the model's fitted fusion (its manifest's ``"fusion"``) when ``model`` has
     one, else :data:`DEFAULT_FUSION`; a mapping's missing fields come from the default (a
     stored ``adaptive`` fusion without ``e``, fitted before the question part existed, keeps
-    its rule: ``e`` = 0).
+    its rule: ``e`` = 0; a stored score calibration alone, from ``qaindex calibrate``, goes
+    with the default rule).
 
     Example
     -------
@@ -207,7 +255,8 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
             return DEFAULT_FUSION
         try:
             fields = {k: v for k, v in stored.items() if k in FIELDS}
-            if fields.get("rule", DEFAULT_FUSION.rule) == "adaptive" and "e" not in fields:
+            fitted_rule = set(fields) - {"score", "fused_score"}  # only a score calibration: the default rule
+            if fitted_rule and fields.get("rule", DEFAULT_FUSION.rule) == "adaptive" and "e" not in fields:
                 fields.update(d=1.0, e=0.0)  # fitted before the question part: the rule without it
             return _from_mapping(fields)
         except (QueryError, TypeError, AttributeError) as exc:
@@ -223,36 +272,6 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
 
 
 MATCH_FIELD = "match"  # the optional fifth weight of Fusion.score (models fitted before it have four)
-
-
-def hybrid_probability(fusion: Fusion, dense_probability: Any, bm25: Any, fused: Any, match: Any = 0.0) -> np.ndarray:
-    """The calibrated ``score`` of hybrid hits, from what a fused search knows of each hit::
-
-        p = sigmoid(bias + w_d * logit(p_dense) + w_l * bm25 + w_f * fused + w_m * match)
-
-    ``p_dense`` is the model's calibrated probability, ``bm25`` the hit's BM25 score over the
-    best among the candidates, ``fused`` its fused value, ``match`` the best candidate's
-    BM25 score over the question's bound
-    (:meth:`~qaindex.text.lexical.LexicalIndex.score_bound`: how much of the question's term
-    evidence the corpus matches at all; one value per question, so it changes no order within
-    a search, and low for questions the corpus does not answer). ``w_m`` is 0 for a 4-weight
-    ``fusion.score``. Without ``fusion.score`` the model's probability is returned unchanged.
-
-    Example
-    -------
-    >>> rule = Fusion("adaptive", score=(0.0, 1.0, 0.0, 0.0))
-    >>> hybrid_probability(rule, np.array([0.25]), np.array([1.0]), np.array([0.5])).round(6).tolist()
-    [0.25]
-    """
-    p = np.asarray(dense_probability, dtype=np.float64)
-    if fusion.score is None:
-        return p
-    bias, w_dense, w_bm25, w_fused = fusion.score[:4]
-    w_match = fusion.score[4] if len(fusion.score) > 4 else 0.0
-    clipped = np.clip(p, 1e-6, 1.0 - 1e-6)
-    z = bias + w_dense * np.log(clipped / (1.0 - clipped)) + w_bm25 * np.asarray(bm25) + w_fused * np.asarray(fused)
-    z = z + w_match * np.asarray(match, dtype=np.float64)
-    return np.asarray(1.0 / (1.0 + np.exp(-z)))
 
 
 def dense_weight(fusion: Fusion, ratio: float | None, terms: int, coverage: float = 0.0) -> float:
@@ -321,7 +340,9 @@ def _ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def fuse(dense: np.ndarray, lexical: np.ndarray, fusion: Fusion = DEFAULT_FUSION) -> np.ndarray:
+def fuse(
+    dense: np.ndarray, lexical: np.ndarray, fusion: Fusion = DEFAULT_FUSION, depth: int | None = None
+) -> np.ndarray:
     """Fused scores (float64, higher is better) of one question's candidates.
 
     Parameters
@@ -331,21 +352,36 @@ def fuse(dense: np.ndarray, lexical: np.ndarray, fusion: Fusion = DEFAULT_FUSION
     lexical : array (m,)
         Their BM25 scores (0: no matching term).
     fusion : Fusion
+    depth : int, optional
+        ``D``: the dense scores are normalised against the ``D``-th best (``convex``), each
+        list's ranks count up to ``D`` (``rrf``). None: every candidate (``D = m``), as a
+        search uses :data:`CANDIDATE_FLOOR`.
 
     Returns
     -------
     numpy.ndarray (m,)
+
+    Example
+    -------
+    >>> fuse(np.array([3.0, 2.0, 1.0]), np.array([0.0, 1.0, 2.0]), Fusion("convex", weight=0.5), depth=2).tolist()
+    [0.5, 0.25, 0.5]
     """
     d = np.asarray(dense, dtype=np.float64)
     lex = np.asarray(lexical, dtype=np.float64)
+    m = len(d)
+    depth = m if depth is None else min(m, int(depth))
     if fusion.rule == "rrf":
-        return 1.0 / (fusion.c + _ranks(d)) + np.where(lex > 0, 1.0 / (fusion.c + _ranks(lex)), 0.0)
+        rank_d, rank_l = _ranks(d), _ranks(lex)
+        return np.where(rank_d <= depth, 1.0 / (fusion.c + rank_d), 0.0) + np.where(
+            (lex > 0) & (rank_l <= depth), 1.0 / (fusion.c + rank_l), 0.0
+        )
     if fusion.rule == "adaptive":
         raise QueryError(
             "fuse the adaptive rule with its weight: fuse(d, l, Fusion('convex', weight=dense_weight(...)))"
         )
-    span = d.max() - d.min() if len(d) else 0.0
-    dn = (d - d.min()) / span if span > 0 else np.zeros_like(d)
+    low = float(np.partition(d, m - depth)[m - depth]) if m else 0.0  # the depth-th best model score
+    span = d.max() - low if m else 0.0
+    dn = np.clip((d - low) / span, 0.0, 1.0) if span > 0 else np.zeros_like(d)
     top = lex.max() if len(lex) else 0.0
     ln = lex / top if top > 0 else np.zeros_like(lex)
     return fusion.weight * dn + (1.0 - fusion.weight) * ln
@@ -456,7 +492,8 @@ def hybrid_arrays(
     allowed: np.ndarray | None = None,
     *,
     scan: bool | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    explain: list[list[Explanation]] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The ``k`` best fused candidates of each question, as :meth:`qaindex.Ranker.search_vectors` arrays.
 
     Parameters
@@ -484,15 +521,19 @@ def hybrid_arrays(
         (:meth:`~qaindex.lexical.LexicalIndex.impact_rows`), and scores only the candidates
         (:meth:`~qaindex.lexical.LexicalIndex.scores_of_rows`, equal to the full scores
         there). None (default): scan up to :data:`LEXICAL_SCAN_LIMIT` answers.
+    explain : list, keyword-only, optional
+        A list that gets, per question, the :class:`~qaindex.search.hits.Explanation` of each
+        hit (ranks among the candidates, matched terms, fused value).
 
     Returns
     -------
     scores, distances, rows : (n, k) arrays
         The model's scores and distances of the hits (not the fused values), in fused order;
         ``-inf``, ``inf``, ``-1`` where missing.
-    probabilities : (n, k) array or None
-        The hits' calibrated ``score`` (:func:`hybrid_probability`; 0 where missing), or None
-        when ``fusion`` has no score calibration (hits keep the model's).
+    probabilities : (n, k) array
+        The hits' ``score`` (:func:`hybrid_scores`: non-increasing along each row; 0 where
+        missing). The model's calibration of a candidate's score is relative to the best
+        model score among all the candidates, not among the hits, so it does not depend on ``k``.
     """
     n, m = dense_rows.shape
     if scan is None:
@@ -523,7 +564,7 @@ def hybrid_arrays(
     top_s = np.full((n, k), -np.inf, np.float32)
     top_d = np.full((n, k), np.inf, np.float32)
     top_r = np.full((n, k), -1, np.int64)
-    top_p = None if fusion.score is None else np.zeros((n, k), np.float64)
+    top_p = np.zeros((n, k), np.float64)
     for i in range(n):
         rows = cand[i, valid[i]]
         s, d = score[i, valid[i]], dist[i, valid[i]]
@@ -533,17 +574,53 @@ def hybrid_arrays(
         if fusion.rule == "adaptive":
             cov = question_coverage(fusion, lexical, terms, length, rows, lex)
             rule = Fusion("convex", weight=dense_weight(fusion, ratio, length, cov))
-        fused = fuse(s, lex, rule)
+        fused = fuse(s, lex, rule, CANDIDATE_FLOOR)
         order = np.lexsort((rows, -s.astype(np.float64), -fused))[:k]
         top_s[i, : len(order)] = s[order]
         top_d[i, : len(order)] = d[order]
         top_r[i, : len(order)] = rows[order]
-        if top_p is not None and len(order):
-            dense_p = model.calibration(s[order], float(s[order].max()))  # as Ranker.hits: best of the hits
-            best_lex = float(lex.max())
-            bound = lexical.score_bound(terms, length)
-            top_p[i, : len(order)] = hybrid_probability(
-                fusion, dense_p, lex[order] / best_lex if best_lex > 0 else np.zeros(len(order)), fused[order],
-                best_lex / bound if bound > 0 else 0.0,
-            )  # fmt: skip
+        if not len(order):
+            if explain is not None:
+                explain.append([])
+            continue
+        best = float(s.max())
+        best_lex = float(lex.max())
+        bound = lexical.score_bound(terms, length)
+        top_p[i, : len(order)] = hybrid_scores(
+            fusion,
+            model.calibration(s[order], best),
+            model.calibration(best),
+            lex[order] / best_lex if best_lex > 0 else np.zeros(len(order)),
+            fused[order],
+            best_lex / bound if bound > 0 else 0.0,
+        )
+        if explain is not None:
+            weight = rule.weight if rule.rule == "convex" else None
+            explain.append(_explanations(lexical, terms, rows, s, lex, fused, order, weight))
     return top_s, top_d, top_r, top_p
+
+
+def _explanations(
+    lexical: Any,
+    terms: np.ndarray,
+    rows: np.ndarray,
+    dense: np.ndarray,
+    lex: np.ndarray,
+    fused: np.ndarray,
+    order: np.ndarray,
+    weight: float | None,
+) -> list[Explanation]:
+    """The :class:`~qaindex.search.hits.Explanation` of the hits ``order`` of one question's candidates."""
+    rank_d, rank_l = _ranks(np.asarray(dense, np.float64)), _ranks(np.asarray(lex, np.float64))
+    return [
+        Explanation(
+            dense_score=float(dense[j]),
+            dense_rank=int(rank_d[j]),
+            bm25_score=float(lex[j]),
+            bm25_rank=int(rank_l[j]) if lex[j] > 0 else None,
+            matched_terms=lexical.matched_terms(terms, int(rows[j])) if lex[j] > 0 else (),
+            fused=float(fused[j]),
+            dense_weight=weight,
+        )
+        for j in order.tolist()
+    ]

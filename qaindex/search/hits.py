@@ -18,8 +18,74 @@ from ..arguments import numeric_table
 from ..errors import QueryError
 from ..store.records import RecordStore
 from . import budget
+from .budget import hit_bytes
 
-__all__ = ["Hit", "cut", "hit_bytes", "make_hits"]
+__all__ = ["Explanation", "Hit", "cut", "dense_explanations", "hit_bytes", "make_hits"]
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a hit has its rank (``search(..., explain=True)``).
+
+    Attributes
+    ----------
+    key : str
+        What of the record matched the question: ``"answer"``.
+    dense_score : float
+        The model's raw score of the hit (higher is better).
+    dense_rank : int
+        Its 1-based rank by that score among the answers the search scored (ties by row).
+    bm25_score : float or None
+        Its BM25 score (0: no question term matched); None in a dense search.
+    bm25_rank : int or None
+        Its 1-based rank by BM25 among the scored answers; None when no term matched or in
+        a dense search.
+    matched_terms : tuple of str
+        The question's BM25 terms (lower-cased, stemmed) the answer holds, in question order.
+    fused : float or None
+        The fused value the hybrid order sorts by (:func:`qaindex.search.fusion.fuse`); None
+        in a dense search.
+    dense_weight : float or None
+        The weight of the model's part in a ``convex``/``adaptive`` fusion (None otherwise).
+
+    Example
+    -------
+    >>> Explanation(dense_score=1.5, dense_rank=1).to_json()["key"]
+    'answer'
+    """
+
+    dense_score: float
+    dense_rank: int
+    bm25_score: float | None = None
+    bm25_rank: int | None = None
+    matched_terms: tuple[str, ...] = ()
+    fused: float | None = None
+    dense_weight: float | None = None
+    key: str = "answer"
+
+    def to_json(self) -> dict[str, Any]:
+        """Every attribute, ``matched_terms`` as a list."""
+        return {
+            "key": self.key,
+            "dense_score": self.dense_score,
+            "dense_rank": self.dense_rank,
+            "bm25_score": self.bm25_score,
+            "bm25_rank": self.bm25_rank,
+            "matched_terms": list(self.matched_terms),
+            "fused": self.fused,
+            "dense_weight": self.dense_weight,
+        }
+
+    def line(self) -> str:
+        """One line for the CLI table: ``dense 1.2345 (#2)  bm25 3.4000 (#1: refund)  fused 0.9000  key answer``."""
+        parts = [f"dense {self.dense_score:.4f} (#{self.dense_rank})"]
+        if self.bm25_score is not None:
+            rank = "-" if self.bm25_rank is None else f"#{self.bm25_rank}"
+            terms = f": {', '.join(self.matched_terms)}" if self.matched_terms else ""
+            parts.append(f"bm25 {self.bm25_score:.4f} ({rank}{terms})")
+        if self.fused is not None:
+            parts.append(f"fused {self.fused:.4f}")
+        return "  ".join([*parts, f"key {self.key}"])
 
 
 @dataclass(frozen=True)
@@ -46,6 +112,9 @@ class Hit:
     raw_score : float
         The model's own score, higher is better, unbounded (the reranker's with a reranker);
         NaN for a Hit made by hand without one.
+    explanation : Explanation or None
+        Why the hit has its rank (the first stage's parts), with ``explain=True``; else None.
+        Not part of equality.
     """
 
     id: str | int
@@ -55,10 +124,12 @@ class Hit:
     metadata: dict[str, Any] = field(default_factory=dict)
     row: int = field(default=-1, compare=False)
     raw_score: float = math.nan
+    explanation: Explanation | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"id", "answer", "score", "raw_score", "distance", "metadata"}`` (NaN raw_score: null)."""
-        return {
+        """``{"id", "answer", "score", "raw_score", "distance", "metadata"}`` (NaN raw_score: null),
+        and ``"explanation"`` when the hit has one."""
+        out = {
             "id": self.id,
             "answer": self.answer,
             "score": self.score,
@@ -66,6 +137,9 @@ class Hit:
             "distance": self.distance,
             "metadata": self.metadata,
         }
+        if self.explanation is not None:
+            out["explanation"] = self.explanation.to_json()
+        return out
 
 
 def cut(hits: list[Hit], k: int, min_score: float | None) -> list[Hit]:
@@ -73,11 +147,6 @@ def cut(hits: list[Hit], k: int, min_score: float | None) -> list[Hit]:
     if min_score is not None:
         hits = [h for h in hits if h.score >= min_score]
     return hits[:k]
-
-
-def hit_bytes(records: RecordStore) -> int:
-    """About what one Hit costs in memory (:mod:`qaindex.search.budget`)."""
-    return budget.HIT_OVERHEAD + int(records.offsets[-1]) // max(1, len(records))
 
 
 def make_hits(
@@ -88,13 +157,15 @@ def make_hits(
     rows: Any,
     memory_budget: int | None,
     probabilities: Any = None,
+    explanations: list[list[Explanation]] | None = None,
 ) -> list[list[Hit]]:
     """Hits from score, distance and row arrays (rows ``-1`` skipped), one list per query.
 
     Scores become probabilities through the model's ``calibration`` (a raw score and its
     distance below the best of its row), unless ``probabilities`` (hybrid search's calibrated
     scores, :mod:`qaindex.search.fusion`) are given; the arrays are checked first (same 2-D shape, rows
-    of this store) and the result is bounded by the request's memory budget.
+    of this store) and the result is bounded by the request's memory budget. ``explanations``:
+    one per valid row, in order, attached to the hits.
     """
     s = numeric_table(scores, "scores")
     d = numeric_table(distances, "distances")
@@ -116,12 +187,23 @@ def make_hits(
     # raw score (and its distance below the best of its row) -> P(relevant), qaindex.eval.calibration
     best = np.where(r >= 0, s, -np.inf).max(axis=1, keepdims=True) if s.size else s
     probs = calibration(s, best) if probabilities is None else np.asarray(probabilities, np.float64)
-    for srow, prow, drow, rrow in zip(s, probs, d, r, strict=True):
+    for i, (srow, prow, drow, rrow) in enumerate(zip(s, probs, d, r, strict=True)):
         found = []
+        why = iter(explanations[i]) if explanations is not None else None
         for score, prob, dist, row in zip(srow.tolist(), prow.tolist(), drow.tolist(), rrow.tolist(), strict=True):
             if row < 0:
                 continue
             rec = records.get(row)
-            found.append(Hit(rec.id, rec.answer, prob, dist + 0.0, dict(rec.metadata), row, score + 0.0))
+            explanation = None if why is None else next(why)
+            found.append(Hit(rec.id, rec.answer, prob, dist + 0.0, dict(rec.metadata), row, score + 0.0, explanation))
         out.append(found)
+    return out
+
+
+def dense_explanations(scores: np.ndarray, rows: np.ndarray) -> list[list[Explanation]]:
+    """Explanations of dense hits (best first): their raw score and position (``-1`` rows skipped)."""
+    out = []
+    for srow, rrow in zip(np.asarray(scores).tolist(), np.asarray(rows).tolist(), strict=True):
+        kept = [score for score, row in zip(srow, rrow, strict=True) if row >= 0]
+        out.append([Explanation(dense_score=score + 0.0, dense_rank=j + 1) for j, score in enumerate(kept)])
     return out

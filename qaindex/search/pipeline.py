@@ -22,13 +22,13 @@ from ..errors import QueryError
 from ..reranker import Reranker, rerank_stage
 from ..store.index_checks import stored_vectors_error
 from . import budget, filters
-from .fusion import Fusion, fusion_from, hybrid_arrays
-from .hits import Hit, cut, hit_bytes, make_hits
+from .fusion import CANDIDATE_FLOOR, Fusion, fusion_from, hybrid_arrays
+from .hits import Explanation, Hit, cut, dense_explanations, hit_bytes, make_hits
 
 if TYPE_CHECKING:
     from ..ranker import Ranker
 
-__all__ = ["candidate_rows", "candidates", "check_k", "check_questions", "search_batch", "search_vectors"]
+__all__ = ["candidate_rows", "candidates", "check_k", "check_questions", "pool_size", "search_batch", "search_vectors"]
 
 Where = Mapping[str, Any] | Callable[[Record], bool]
 _QUERY_CHUNK = 256
@@ -37,6 +37,19 @@ _QUERY_CHUNK = 256
 def check_k(k: Any) -> int:
     """``k``: any positive integer (searches bound it by the index size before allocating)."""
     return positive_int(k, "k")
+
+
+def pool_size(k: int, overfetch: int, total: int) -> int:
+    """The candidates a search of ``k`` hits scores exactly: ``min(total, max(k * overfetch,
+    CANDIDATE_FLOOR))``. The floor keeps the pool of a small ``k`` as wide as that of the
+    default one, so the first hits do not depend on ``k`` (a pool never shrinks as ``k`` falls).
+
+    Example
+    -------
+    >>> pool_size(1, 10, 10_000), pool_size(50, 10, 10_000), pool_size(50, 10, 30)
+    (100, 500, 30)
+    """
+    return min(total, max(k * overfetch, CANDIDATE_FLOOR))
 
 
 def check_questions(questions: Any) -> list[str]:
@@ -96,9 +109,12 @@ def search_batch(
     depth: int | None,
     hybrid: bool | None,
     fusion: Fusion | Mapping[str, Any] | None,
+    explain: bool = False,
 ) -> list[list[Hit]]:
-    """:meth:`~qaindex.Ranker.search_batch`: one list of hits per question."""
+    """:meth:`~qaindex.Ranker.search_batch`: one list of hits per question (each with its
+    :class:`~qaindex.search.hits.Explanation` when ``explain``)."""
     qs = check_questions(questions)
+    flag(explain, "explain")
     k = check_k(k)
     flt = filters.compile_where(where)
     if min_score is not None:
@@ -121,21 +137,30 @@ def search_batch(
     qv = ranker.model.encode(qs, role="question")
 
     def hits(
-        scores: np.ndarray, distances: np.ndarray, rows: np.ndarray, probabilities: np.ndarray | None = None
+        scores: np.ndarray,
+        distances: np.ndarray,
+        rows: np.ndarray,
+        probabilities: np.ndarray | None = None,
+        why: list[list[Explanation]] | None = None,
     ) -> list[list[Hit]]:
+        if explain and why is None:
+            why = dense_explanations(scores, rows)
         return make_hits(
-            records, ranker.model.calibration, scores, distances, rows, ranker.memory_budget, probabilities
+            records, ranker.model.calibration, scores, distances, rows, ranker.memory_budget, probabilities, why
         )
 
     def first_stage(pick: list[int], width: int) -> list[list[Hit]]:
         if fused is None:
             return hits(*search_vectors(ranker, qv[pick], width))
-        rows = candidate_rows(ranker, qv[pick], min(total, width * ranker.overfetch))
+        rows = candidate_rows(ranker, qv[pick], pool_size(width, ranker.overfetch, total))
         picked = [qs[i] for i in pick]
-        arrays = hybrid_arrays(ranker.model, vectors, ranker._lexical, picked, qv[pick], rows, width, fused)
+        why: list[list[Explanation]] | None = [] if explain else None
+        arrays = hybrid_arrays(
+            ranker.model, vectors, ranker._lexical, picked, qv[pick], rows, width, fused, explain=why
+        )
         if np.isnan(arrays[0]).any():  # queries are checked: a damaged vectors.npy loaded with verify=False
             raise stored_vectors_error(ranker._disk.vectors_source(ranker.path), arrays[2][np.isnan(arrays[0])])
-        return hits(*arrays)
+        return hits(*arrays, why)
 
     if flt is None:
         first = [cut(row, k, min_score) for row in first_stage(list(range(len(qs))), k)]
@@ -152,7 +177,7 @@ def search_batch(
     else:
         rows = filters.matching_rows(records, flt) if flt.predicate is None else None
         if rows is not None and len(rows) <= filters.prefilter_limit(k, ranker.overfetch, total):
-            out = _fused_among(ranker, qs, qv, rows, k, fused, min_score)
+            out = _fused_among(ranker, qs, qv, rows, k, fused, min_score, explain)
         else:  # a fused search widens its first stage until each question has k matching hits
             out = [[] for _ in qs]
             pending = list(range(len(qs)))
@@ -162,7 +187,9 @@ def search_batch(
                 for i, row_hits in zip(pending, first_stage(pending, width), strict=True):
                     kept = cut([h for h in row_hits if flt.matches(records.get(h.row))], k, min_score)
                     out[i] = kept
-                    if len(kept) < k and width < total:  # fused scores need not fall with rank: go on
+                    # scores fall with rank: past a hit below min_score, every hit is below it
+                    below = min_score is not None and bool(row_hits) and row_hits[-1].score < min_score
+                    if len(kept) < k and width < total and not below:
                         still.append(i)
                 pending = still
                 width = min(total, width * 4)
@@ -170,7 +197,14 @@ def search_batch(
 
 
 def _fused_among(
-    ranker: Ranker, qs: list[str], qv: np.ndarray, rows: np.ndarray, k: int, fused: Fusion, min_score: float | None
+    ranker: Ranker,
+    qs: list[str],
+    qv: np.ndarray,
+    rows: np.ndarray,
+    k: int,
+    fused: Fusion,
+    min_score: float | None,
+    explain: bool = False,
 ) -> list[list[Hit]]:
     """Hybrid search among ``rows`` (a filter's few matches): every one scored exactly and by
     BM25, then fused, as an unfiltered hybrid search ranks its candidates."""
@@ -179,10 +213,20 @@ def _fused_among(
     allowed = np.zeros(len(ranker._records), dtype=bool)
     allowed[rows] = True
     dense = np.ascontiguousarray(np.broadcast_to(rows, (len(qs), len(rows))))
-    arrays = hybrid_arrays(ranker.model, ranker._vectors, ranker._lexical, qs, qv, dense, k, fused, allowed=allowed)
+    why: list[list[Explanation]] | None = [] if explain else None
+    arrays = hybrid_arrays(
+        ranker.model, ranker._vectors, ranker._lexical, qs, qv, dense, k, fused, allowed=allowed, explain=why
+    )
     scores, distances, found_rows, probabilities = arrays
     found = make_hits(
-        ranker._records, ranker.model.calibration, scores, distances, found_rows, ranker.memory_budget, probabilities
+        ranker._records,
+        ranker.model.calibration,
+        scores,
+        distances,
+        found_rows,
+        ranker.memory_budget,
+        probabilities,
+        why,
     )
     return [cut(row, k, min_score) for row in found]
 
@@ -202,8 +246,8 @@ def search_vectors(
         Any positive integer; the arrays have ``min(k, len(ranker))`` columns, so a huge
         ``k`` costs no more than ``k = len(ranker)``.
     use_coarse : bool, keyword-only
-        Go through FAISS even when ``k * overfetch`` covers every answer (by default such
-        small searches rerank every answer exactly and skip FAISS).
+        Go through FAISS even when the candidate pool (:func:`pool_size`) covers every answer
+        (by default such small searches rerank every answer exactly and skip FAISS).
 
     Returns
     -------
@@ -222,7 +266,7 @@ def search_vectors(
         f"a search of {len(q):,} question vectors for {k:,} hits each",
         "search fewer vectors per call or a smaller k",
     )
-    m = min(len(ranker._records), k * ranker.overfetch)
+    m = pool_size(k, ranker.overfetch, len(ranker._records))
     budget.check_work(
         m * budget.CANDIDATE_BYTES,
         limit,
@@ -283,7 +327,7 @@ def _search_chunk(
     ranker: Ranker, q: np.ndarray, k: int, use_coarse: bool, limit: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n, dim = len(q), ranker.model.dimension
-    rows = candidate_rows(ranker, q, min(len(ranker._records), k * ranker.overfetch), use_coarse=use_coarse)
+    rows = candidate_rows(ranker, q, pool_size(k, ranker.overfetch, len(ranker._records)), use_coarse=use_coarse)
     valid = rows >= 0
     all_valid = bool(valid.all())
     safe_rows = rows if all_valid else np.where(valid, rows, 0)

@@ -411,6 +411,20 @@ class LexicalIndex:
         own = self._terms[self._offsets[row] : self._offsets[row + 1]]
         return float(self._idf[terms][np.isin(terms, own)].sum()) / total
 
+    def matched_terms(self, terms: np.ndarray, row: int) -> tuple[str, ...]:
+        """The distinct terms of a question (:meth:`query`'s ``terms``) that answer ``row``
+        holds, as indexed (lower-cased, stemmed), in question order.
+
+        Example
+        -------
+        >>> lex = LexicalIndex.from_texts(["cats purr", "dogs bark", "cats and dogs"])
+        >>> lex.matched_terms(lex.query("dogs and cats")[0], 2)
+        ('dog', 'cat')
+        """
+        own = self._terms[self._offsets[row] : self._offsets[row + 1]]
+        held = np.isin(np.asarray(terms, dtype=np.int64), own)
+        return tuple(dict.fromkeys(self.vocab[int(t)] for t, h in zip(terms, held, strict=True) if h))
+
     def scores(self, question: str) -> np.ndarray:
         """BM25 score (float32) of every answer for a question (0 where no term matches).
 

@@ -85,6 +85,33 @@ def test_table_without_metadata_and_empty_results(
     assert json.loads(res.stdout)["hits"] == []
 
 
+def test_search_explain_shows_the_dense_part(
+    runner: CliRunner, faq_file: Path, faq_model: Path, tmp_path: Path
+) -> None:
+    index = tmp_path / "ix"
+    build(runner, faq_file, faq_model, index)
+    args = ["search", "how do I reset my password", "--index", str(index), "-k", "2", "--no-hybrid", "--explain"]
+    res = runner.invoke(main, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    hits = json.loads(res.stdout)["hits"]
+    for rank, hit in enumerate(hits, start=1):
+        assert hit["explanation"] == {
+            "key": "answer",
+            "dense_score": hit["raw_score"],
+            "dense_rank": rank,
+            "bm25_score": None,
+            "bm25_rank": None,
+            "matched_terms": [],
+            "fused": None,
+            "dense_weight": None,
+        }
+    table = runner.invoke(main, args)
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert len(lines) == 1 + 2 * 2
+    assert lines[2].split() == ["dense", f"{hits[0]['raw_score']:.4f}", "(#1)", "key", "answer"]
+
+
 def test_search_reads_stdin_and_env_index(
     runner: CliRunner, faq_file: Path, faq_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

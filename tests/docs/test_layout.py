@@ -38,7 +38,6 @@ MAX_LINES = 700  # lines of code per module
 # entry when its pragmas are gone (test_the_packed_file_list_is_current says when).
 PACKED: set[str] = {
     "qaindex/ranker.py",
-    "qaindex/search/fusion.py",
     "qaindex/search/pipeline.py",
     "qaindex/store/saving.py",
     "qaindex/cli/app.py",

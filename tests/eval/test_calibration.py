@@ -169,12 +169,52 @@ def test_calibrate_model_on_a_planted_task(planted_model: Path, tmp_path: Path) 
     groups = _planted(20, seed=4)
     answers = sorted({c.answer for g in groups for c in g.candidates})[:60]
     ranker = Ranker.build([{"id": i, "answer": a} for i, a in enumerate(answers)], model=model_dir)
-    for g in groups[:5]:
-        hits = ranker.search(g.question, k=10)
-        kept = ranker.search(g.question, k=10, min_score=0.5)
+    for g in groups[:5]:  # dense search: the model's calibration (hybrid: the test below)
+        hits = ranker.search(g.question, k=10, hybrid=False)
+        kept = ranker.search(g.question, k=10, min_score=0.5, hybrid=False)
         assert [h.id for h in kept] == [h.id for h in hits if h.score >= 0.5]
         top = max(h.raw_score for h in hits)
         assert all(h.score == pytest.approx(float(model.calibration(h.raw_score, top))) for h in hits)
+
+
+def test_calibrate_model_fits_the_hybrid_score_on_the_fused_value(planted_model: Path, tmp_path: Path) -> None:
+    """With hybrid search, ``calibrate_model`` also fits ``fusion.fused_score``: hybrid hits then
+    score sigmoid(bias + w_f * fused + w_t * logit(p_top) + w_m * match), falling with rank,
+    and the fusion rule is the default one, unchanged."""
+    import shutil
+    from dataclasses import replace
+
+    from qaindex.search.fusion import DEFAULT_FUSION, fusion_from
+
+    pytest.importorskip("Stemmer")
+    model_dir = tmp_path / "model"
+    shutil.copytree(planted_model, model_dir)
+    dense_only = calibrate_model(model_dir, _planted(100, seed=1), depth=5)  # by default: dense only
+    assert "hybrid" not in dense_only and "fusion" not in json.loads((model_dir / "manifest.json").read_text())
+    stored = calibrate_model(model_dir, _planted(300, seed=1), depth=5, source="planted", hybrid=True)
+    fitted = stored["hybrid"]["fused_score"]
+    assert stored["hybrid"]["pairs"] > 1000 and stored["hybrid"]["ece"] < 0.05 and fitted["fused"] > 0
+    assert json.loads((model_dir / "manifest.json").read_text())["fusion"] == {"fused_score": fitted}
+    model = Model.load(model_dir)
+    rule = fusion_from(None, model)
+    assert rule.fused_score == (fitted["bias"], fitted["fused"], fitted["top"], fitted["match"])
+    assert replace(rule, fused_score=None) == DEFAULT_FUSION
+    groups = _planted(20, seed=4)
+    answers = sorted({c.answer for g in groups for c in g.candidates})[:60]
+    ranker = Ranker.build([{"id": i, "answer": a} for i, a in enumerate(answers)], model=model_dir, hybrid=True)
+    lexical = ranker._lexical
+    assert lexical is not None
+    for g in groups[:8]:
+        hits = ranker.search(g.question, k=10, explain=True)
+        p_top = float(model.calibration(ranker.search(g.question, k=1, hybrid=False)[0].raw_score))
+        terms, length = lexical.query(g.question)
+        match = float(lexical.scores(g.question).max()) / lexical.score_bound(terms, length)
+        for h in hits:
+            assert h.explanation is not None and h.explanation.fused is not None
+            z = fitted["bias"] + fitted["fused"] * h.explanation.fused + fitted["match"] * match
+            z += fitted["top"] * np.log(p_top / (1 - p_top))
+            assert h.score == pytest.approx(1 / (1 + np.exp(-z)), rel=1e-6)
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
 
 def test_cli_calibrate_writes_the_manifest_and_reports_ece(planted_model: Path, tmp_path: Path) -> None:
@@ -202,6 +242,10 @@ def test_cli_calibrate_writes_the_manifest_and_reports_ece(planted_model: Path, 
     assert report["calibration"]["method"] == "isotonic" and report["checks"][str(check)]["ece"] < 0.1
     manifest = json.loads((model_dir / "manifest.json").read_text())
     assert manifest["calibration"] == report["calibration"]
+    assert "hybrid" not in report["calibration"] and "fusion" not in manifest  # dense only unless asked
+    hybrid = CliRunner().invoke(main, ["calibrate", str(model_dir), str(data), "--hybrid-score", "--dry-run"])
+    assert hybrid.exit_code == 0, hybrid.output
+    assert json.loads(hybrid.output)["calibration"]["hybrid"]["fused_score"]["fused"] > 0
     Ranker.build([{"id": 1, "answer": "topic1"}], model=model_dir).save(tmp_path / "ix")
     info = CliRunner().invoke(main, ["info", "--index", str(tmp_path / "ix")])
     assert "scores:     calibrated (isotonic on dev.jsonl, labelled" in info.output

@@ -13,7 +13,15 @@ from click.testing import CliRunner
 
 import qaindex.cli
 from qaindex import QueryError, Ranker
-from qaindex.search.budget import DEFAULT_BUDGET, ENV_VAR, HIT_OVERHEAD, parse_size, questions_per_call, request_budget
+from qaindex.search.budget import (
+    DEFAULT_BUDGET,
+    ENV_VAR,
+    HIT_OVERHEAD,
+    hit_bytes,
+    parse_size,
+    questions_per_call,
+    request_budget,
+)
 
 WORDS = ["reset", "password", "refund", "order", "export", "notes", "sync", "login", "app", "menu", "email"]
 N = 600
@@ -61,7 +69,7 @@ QUESTIONS = [" ".join(WORDS[i % 11 : i % 11 + 2]) or "reset" for i in range(40)]
 
 def test_a_result_over_the_budget_is_refused_before_any_work(ranker: Ranker, monkeypatch: pytest.MonkeyPatch) -> None:
     ranker.configure(memory_budget=1 << 24)  # 16 MiB
-    hit = ranker._hit_bytes()
+    hit = hit_bytes(ranker._records)
     assert HIT_OVERHEAD < hit < HIT_OVERHEAD + 200
     called = []
     monkeypatch.setattr(ranker.model, "encode", lambda *a, **kw: called.append(1))

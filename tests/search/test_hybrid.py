@@ -25,6 +25,7 @@ from qaindex.search.fusion import (
     hybrid_arrays,
     question_coverage,
 )
+from qaindex.search.pipeline import pool_size
 from qaindex.text.lexical import LexicalIndex, top_rows
 
 bm25s = pytest.importorskip("bm25s")
@@ -94,7 +95,10 @@ def _brute_force(
 ) -> list[str]:  # fmt: skip
     """The fused top k, computed without qaindex.search.fusion: union, exact model scores, ranks, fusion.
 
-    ``lexical_rows``: BM25's candidates (default: its ``m`` best of all answers)."""
+    ``lexical_rows``: BM25's candidates (default: its ``m`` best of all answers). Each ranking
+    counts to depth ``D`` = CANDIDATE_FLOOR (100): RRF ranks beyond it give nothing, and the model
+    scores are normalised against the D-th best (clipped at 0)."""
+    depth = 100
     answers = [r.answer for r in ranker.records()]
     ids = [r.id for r in ranker.records()]
     cand = sorted(dense_rows | (_top(lexical, m) if lexical_rows is None else lexical_rows))
@@ -108,7 +112,9 @@ def _brute_force(
         rank_d = {c: r + 1 for r, c in enumerate(sorted(range(len(cand)), key=lambda i: (-s[i], cand[i])))}
         rank_l = {c: r + 1 for r, c in enumerate(sorted(range(len(cand)), key=lambda i: (-lx[i], cand[i])))}
         fused = [
-            1 / (fusion.c + rank_d[i]) + (1 / (fusion.c + rank_l[i]) if lx[i] > 0 else 0) for i in range(len(cand))
+            (1 / (fusion.c + rank_d[i]) if rank_d[i] <= depth else 0)
+            + (1 / (fusion.c + rank_l[i]) if lx[i] > 0 and rank_l[i] <= depth else 0)
+            for i in range(len(cand))
         ]
     else:
         weight = fusion.weight
@@ -121,7 +127,8 @@ def _brute_force(
                 * min(1.0, max(0.0, fusion.d - fusion.e * cov))
                 * min(1.0, fusion.terms / max(1, _question_terms(question)))
             )
-        dn = (s - s.min()) / (s.max() - s.min())
+        low = sorted(s, reverse=True)[min(depth, len(s)) - 1]
+        dn = np.clip((s - low) / (s.max() - low), 0.0, 1.0)
         ln = lx / lx.max() if lx.max() > 0 else np.zeros_like(lx)
         fused = list(weight * dn + (1 - weight) * ln)
     order = sorted(range(len(cand)), key=lambda i: (-fused[i], -s[i], cand[i]))[:k]
@@ -174,7 +181,8 @@ COVERAGE = Fusion("adaptive", a=0.25, b=1.0, terms=6, d=1.25, e=1.5)  # the ques
     [Fusion("rrf", c=60), Fusion("rrf", c=10), Fusion("convex", weight=0.3), ADAPTIVE, COVERAGE, DEFAULT_FUSION],
 )
 def test_hybrid_ranking_equals_brute_force_fusion(faq_hybrid: Ranker, fusion: Fusion) -> None:
-    k, m = 5, 15
+    k = 20  # deep enough that answers only BM25 recalled make the hits
+    m = pool_size(k, 3, len(ANSWERS))  # overfetch 3: the floor of 100
     model = faq_hybrid.model
     av = model.encode(ANSWERS, role="answer")
     lexical = _bm25s_scores(ANSWERS, QUESTIONS)
@@ -199,7 +207,7 @@ def test_hybrid_ranking_equals_brute_force_fusion(faq_hybrid: Ranker, fusion: Fu
 @pytest.mark.parametrize("kind", ["hnsw", "ivf", "pq"])
 def test_every_index_kind_fuses_its_own_candidates(kind: str) -> None:
     ranker = Ranker.build(FAQ_PATH, hybrid=True, overfetch=3, index_kind=kind)
-    k, m = 5, 15
+    k, m = 5, pool_size(5, 3, len(ANSWERS))
     lexical = _bm25s_scores(ANSWERS, QUESTIONS)
     qv = ranker.model.encode(QUESTIONS, role="question")
     coarse = ranker.candidates(qv, m)
@@ -625,24 +633,36 @@ def _model_with_fusion(tmp_path: Path, fusion: dict[str, Any]) -> Path:
 
 
 def test_hybrid_hits_carry_the_fused_score_calibration(tmp_path: Path) -> None:
-    """score = sigmoid(bias + w_d * logit(p_dense) + w_l * bm25 + w_f * fused), checked through
-    three settings whose result is known without the features."""
+    """A per-hit score calibration (``score``: sigmoid(bias + w_d * logit(p_dense) + w_l * bm25 +
+    w_f * fused)) is capped by the hits above; a fused one (``fused_score``: sigmoid(bias +
+    w_f * fused + w_t * logit(p_top) + w_m * match)) is used as it is; checked through settings
+    whose result is known from the hits' explanations."""
     base = {"rule": "adaptive", "a": -0.25, "b": 1.0, "terms": 10, "weight": 0.5}
     question = "how long does shipping take to canada?"
     identity = Ranker.build(RECORDS, model=_model_with_fusion(tmp_path, {**base, "score": {
         "bias": 0.0, "dense": 1.0, "bm25": 0.0, "fused": 0.0}}), hybrid=True)  # fmt: skip
     hits = identity.search(question, k=8)
-    best = max(h.raw_score for h in hits)
-    for h in hits:  # the model's own calibrated probability
-        assert h.score == pytest.approx(identity.model.calibration(h.raw_score, best), rel=1e-5)
+    best = identity.search(question, k=1, hybrid=False)[0].raw_score  # the best model score of all candidates
+    own = [float(identity.model.calibration(h.raw_score, best)) for h in hits]
+    assert own != sorted(own, reverse=True)  # the model's own probabilities disagree with the fused order here
+    for j, h in enumerate(hits):  # the model's own calibrated probability, capped by the hits above
+        assert h.score == pytest.approx(min(own[: j + 1]), rel=1e-5)
     constant = Ranker.build(RECORDS, model=_model_with_fusion(tmp_path, {**base, "score": {
         "bias": -1.0, "dense": 0.0, "bm25": 0.0, "fused": 0.0}}), hybrid=True)  # fmt: skip
     assert {round(h.score, 9) for h in constant.search(question, k=8)} == {round(1 / (1 + np.e), 9)}
-    fused = Ranker.build(RECORDS, model=_model_with_fusion(tmp_path, {**base, "score": {
-        "bias": 0.0, "dense": 0.0, "bm25": 0.0, "fused": 5.0}}), hybrid=True)  # fmt: skip
-    scores = [h.score for h in fused.search(question, k=8)]
-    assert scores == sorted(scores, reverse=True) and scores[0] > scores[-1]  # hits are in fused order
-    assert [h.id for h in fused.search(question, k=8)] == [h.id for h in hits]  # ranking unchanged
+    fused = Ranker.build(RECORDS, model=_model_with_fusion(tmp_path, {**base, "fused_score": {
+        "bias": 0.0, "fused": 5.0, "top": 0.0, "match": 0.0}}), hybrid=True)  # fmt: skip
+    explained = fused.search(question, k=8, explain=True)
+    assert [h.id for h in explained] == [h.id for h in hits]  # ranking unchanged
+    for h in explained:
+        assert h.explanation is not None and h.explanation.fused is not None
+        assert h.score == pytest.approx(1 / (1 + np.exp(-5.0 * h.explanation.fused)), rel=1e-9)
+    assert explained[0].score > explained[-1].score
+    top = Ranker.build(RECORDS, model=_model_with_fusion(tmp_path, {**base, "fused_score": {
+        "bias": -1.0, "fused": 0.0, "top": 1.0, "match": 0.0}}), hybrid=True)  # fmt: skip
+    p_top = float(top.model.calibration(best))
+    expected = 1 / (1 + np.exp(1.0 - np.log(p_top / (1 - p_top))))
+    assert {round(h.score, 9) for h in top.search(question, k=8)} == {round(expected, 9)}
     # the dense search keeps the model's calibration
     dense = fused.search(question, k=3, hybrid=False)
     best = max(h.raw_score for h in dense)

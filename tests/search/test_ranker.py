@@ -345,7 +345,7 @@ def test_configure_trades_speed_for_recall_and_is_saved(
     low = hnsw.recall(10, questions=words[::15])["recall"]
     hnsw.configure(ef_search=400, overfetch=4)
     high = hnsw.recall(10, questions=words[::15])["recall"]
-    assert high > low + 0.3
+    assert high > low + 0.1  # overfetch 1 still ranks the pool floor of 100 candidates
     hnsw.save(tmp_path / "ix")
     loaded = Ranker.load(tmp_path / "ix")
     assert loaded.info()["index"]["params"]["ef_search"] == 400 and loaded.overfetch == 4

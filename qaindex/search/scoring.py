@@ -1,0 +1,102 @@
+"""The ``score`` of hybrid hits: a probability of relevance that falls with the fused order.
+
+A fused search (:mod:`qaindex.search.fusion`) orders its hits by their fused value; the score
+it reports is, where the model's manifest has one, a calibration of that fused value
+(:func:`fused_probability`, ``"fused_score"`` in the manifest's ``"fusion"``), fitted by
+logistic regression on the top hits of held-out labelled questions (``benchmarks/hybrid.py
+--fit``). Without one, :func:`hybrid_scores` keeps each hit's per-hit probability capped by
+those above it, so the order and the score never disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..errors import QueryError
+
+__all__ = ["fused_probability", "hybrid_probability", "hybrid_scores"]
+
+
+def hybrid_probability(fusion: Any, dense_probability: Any, bm25: Any, fused: Any, match: Any = 0.0) -> np.ndarray:
+    """The calibrated ``score`` of hybrid hits, from what a fused search knows of each hit::
+
+        p = sigmoid(bias + w_d * logit(p_dense) + w_l * bm25 + w_f * fused + w_m * match)
+
+    ``p_dense`` is the model's calibrated probability, ``bm25`` the hit's BM25 score over the
+    best among the candidates, ``fused`` its fused value, ``match`` the best candidate's
+    BM25 score over the question's bound
+    (:meth:`~qaindex.text.lexical.LexicalIndex.score_bound`: how much of the question's term
+    evidence the corpus matches at all; one value per question, so it changes no order within
+    a search, and low for questions the corpus does not answer). ``w_m`` is 0 for a 4-weight
+    ``fusion.score``. Without ``fusion.score`` the model's probability is returned unchanged.
+
+    Example
+    -------
+    >>> from qaindex.search.fusion import Fusion
+    >>> rule = Fusion("adaptive", score=(0.0, 1.0, 0.0, 0.0))
+    >>> hybrid_probability(rule, np.array([0.25]), np.array([1.0]), np.array([0.5])).round(6).tolist()
+    [0.25]
+    """
+    p = np.asarray(dense_probability, dtype=np.float64)
+    if fusion.score is None:
+        return p
+    bias, w_dense, w_bm25, w_fused = fusion.score[:4]
+    w_match = fusion.score[4] if len(fusion.score) > 4 else 0.0
+    clipped = np.clip(p, 1e-6, 1.0 - 1e-6)
+    z = bias + w_dense * np.log(clipped / (1.0 - clipped)) + w_bm25 * np.asarray(bm25) + w_fused * np.asarray(fused)
+    z = z + w_match * np.asarray(match, dtype=np.float64)
+    return np.asarray(1.0 / (1.0 + np.exp(-z)))
+
+
+def fused_probability(fusion: Any, fused: Any, top: Any, match: Any = 0.0) -> np.ndarray:
+    """The calibrated ``score`` of hybrid hits from their fused value (``fusion.fused_score``)::
+
+        p = sigmoid(bias + w_f * fused + w_t * logit(p_top) + w_m * match)
+
+    ``fused`` is the hit's fused value (:func:`~qaindex.search.fusion.fuse`), ``p_top`` the model's calibrated
+    probability of the question's best model score among the candidates and ``match`` the
+    question's BM25 match (:func:`hybrid_probability`); both are one value per question, and
+    ``w_f`` >= 0, so the score falls with the fused order.
+
+    Example
+    -------
+    >>> from qaindex.search.fusion import Fusion
+    >>> rule = Fusion("adaptive", fused_score=(0.0, 2.0, 0.0, 0.0))
+    >>> fused_probability(rule, np.array([0.0, 1.0]), 0.5).round(4).tolist()
+    [0.5, 0.8808]
+    """
+    if fusion.fused_score is None:
+        raise QueryError("this fusion has no fused score calibration (fused_score)")
+    bias, w_fused, w_top, w_match = fusion.fused_score
+    top_p = float(np.clip(np.asarray(top, dtype=np.float64), 1e-6, 1.0 - 1e-6))
+    z = bias + w_fused * np.asarray(fused, dtype=np.float64) + w_top * math.log(top_p / (1.0 - top_p))
+    z = z + w_match * float(match)
+    return np.asarray(1.0 / (1.0 + np.exp(-z)))
+
+
+def hybrid_scores(
+    fusion: Any, dense_probability: Any, top: Any, bm25: Any, fused: Any, match: float = 0.0
+) -> np.ndarray:
+    """The ``score`` of one question's hybrid hits, given in fused order: non-increasing.
+
+    With ``fusion.fused_score``, :func:`fused_probability` of the fused values. Without one
+    (a model fitted before it, or none), each hit's :func:`hybrid_probability` (the model's
+    calibrated probability ``dense_probability`` where ``fusion.score`` is None) capped by
+    those of the hits above it (a running minimum), so that a hit never scores above one
+    ranked before it and ``min_score`` keeps a prefix of the ranking.
+
+    Example
+    -------
+    >>> from qaindex.search.fusion import Fusion
+    >>> hybrid_scores(Fusion("rrf"), np.array([0.25, 0.5, 0.125]), 0.5, 0, np.zeros(3)).tolist()
+    [0.25, 0.25, 0.125]
+    """
+    if fusion.fused_score is not None:
+        p = fused_probability(fusion, fused, top, match)
+    else:
+        p = hybrid_probability(fusion, dense_probability, bm25, fused, match)
+    p = np.asarray(p, dtype=np.float64)
+    return np.minimum.accumulate(p) if p.size else p
