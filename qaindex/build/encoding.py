@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from ..corpus import Record, records_from_dicts
 from ..errors import QueryError
 from ..model import Model
 from ..reranker import Reranker
+from ..store.index_checks import check_content
 from ..store.records import RecordStore
 from ..text.lexical import LexicalBuilder, LexicalIndex, build_hybrid
 from ..vector_index import INDEX_KINDS, CoarseIndex, choose_kind
@@ -130,7 +132,13 @@ def encode_corpus(
         corpus, loaded, is_path=is_path, index_kind=index_kind, hnsw=hnsw, device=device,
         batch_size=batch_size, progress=progress, recall=recall, overfetch=overfetch, lexical=lexical,
     )  # fmt: skip
-    return Built(loaded, store, vectors, coarse, reranker, overfetch, None if lexical is None else lexical.finish())
+    analysed = None if lexical is None else lexical.finish()
+    # the checks a load applies to what a checksum cannot vouch for (a save repeats them, scanning everything)
+    check_content(
+        Path("new index"), model=loaded, vectors=vectors, records=store, lexical=analysed, scan=False,
+        blame=loaded.directory,
+    )  # fmt: skip
+    return Built(loaded, store, vectors, coarse, reranker, overfetch, analysed)
 
 
 def _encode(

@@ -46,7 +46,7 @@ from ..text.lexical import check_entry as check_lexical_entry
 from ..vector_index import INDEX_KINDS, KIND_PARAMS, CoarseIndex
 from ..version import __version__
 from .diskspace import writing
-from .index_checks import check_geometry, check_offsets, check_records, check_vectors
+from .index_checks import check_content, check_offsets, check_vectors
 from .model_format import copy_model_files
 from .ownership import INDEX_FORMAT, MARKER_NAME, SNAPSHOT_NAME, remove_snapshot_dir, write_marker
 from .records import RecordStore
@@ -260,6 +260,10 @@ def write_snapshot(
     files : dict
         The manifest's ``files`` table: ``{relative name: {"bytes", "sha256"}}``.
     """
+    # the checks a load applies, before anything is written (qaindex.store.index_checks)
+    check_content(
+        root, model=model, vectors=vectors, records=records, lexical=lexical, scan=True, blame=model.directory
+    )
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
     snap_name = f"data-{stamp}-{os.getpid()}"
     count = len(records)
@@ -491,13 +495,9 @@ def open_snapshot(root: Path, manifest: dict[str, Any], *, device: str, threads:
             f"do not match the model copy ({model.dimension}, {model.geometry}); the index is corrupted, "
             "rebuild it"
         )
-    check_geometry(mpath, model)
     count = manifest["count"]
     vectors, offsets = open_vectors(snap, count, model.dimension)
     records = open_records(snap, offsets)
-    if verify:  # scan the content the checksums vouched for (qaindex.store.index_checks)
-        check_vectors(snap / "vectors.npy", vectors, ball=model.space.ball, scan=True)
-        records._ids = check_records(snap / "records.jsonl", records.data, records.offsets)
     coarse_info = manifest["coarse"]
     coarse = CoarseIndex.load(
         snap / "coarse.faiss",
@@ -513,5 +513,8 @@ def open_snapshot(root: Path, manifest: dict[str, Any], *, device: str, threads:
     if manifest.get("lexical") is not None:
         check_lexical_entry(manifest["lexical"], manifest["files"], mpath)
         lexical = LexicalIndex.load(snap / LEXICAL_DIRECTORY, count)
+    # what the checksums cannot vouch for, as a build and a save check it (qaindex.store.index_checks);
+    # verify scans the content too
+    check_content(snap, mpath=mpath, model=model, vectors=vectors, records=records, lexical=lexical, scan=verify)
     reranker = stored_reranker(snap, manifest, device=device, threads=threads)
     return Snapshot(model, records, vectors, coarse, reranker, lexical)
