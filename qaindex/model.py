@@ -372,8 +372,8 @@ class Model:
             wrong = f"{vectors.shape[0]} vector(s) for a batch of {rows} texts"
         if wrong is not None:
             raise ModelFormatError(
-                f"{self.directory}: the {role} encoder returned {wrong}; the model is broken: re-export it, or use "
-                "another model"
+                f"{self.directory}: the model's {role} encoder returned {wrong}; the model is broken: re-export it, "
+                "or use another model"
             )
 
     def _non_finite(

@@ -60,8 +60,8 @@ class Range:
 
     Example
     -------
-    >>> Range(0, 10, low_open=True).holds(0), str(Range(0, 10, low_open=True))
-    (False, '(0, 10]')
+    >>> Range(0, 10, low_open=True).holds(0), str(Range(0, 10, low_open=True)), Range(1, 9, integer=True).holds(2.0)
+    (False, '(0, 10]', False)
     """
 
     low: float
@@ -85,8 +85,7 @@ class Range:
         def num(x: float) -> str:
             return str(int(x)) if self.integer or (float(x).is_integer() and abs(x) < 1e6) else f"{x:g}"
 
-        text = f"{'(' if self.low_open else '['}{num(self.low)}, {num(self.high)}{')' if self.high_open else ']'}"
-        return f"an integer in {text}" if self.integer else text
+        return f"{'(' if self.low_open else '['}{num(self.low)}, {num(self.high)}{')' if self.high_open else ']'}"
 
 
 def _shown(value: Any) -> str:
@@ -96,9 +95,9 @@ def _shown(value: Any) -> str:
 
 def _why(field: str, value: Any, valid: Range) -> str:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        return f'field "{field}" is {_shown(value)}, not a number in {valid}'
+        return f'field "{field}" is {_shown(value)}, not {"an integer" if valid.integer else "a number"} in {valid}'
     if valid.integer and not isinstance(value, int):
-        return f'field "{field}" is {_shown(value)}, not {valid}'
+        return f'field "{field}" is {_shown(value)}, not an integer in {valid}'
     return f'field "{field}" is {_shown(value)}, outside {valid}'
 
 
@@ -308,13 +307,13 @@ def record_value_error(obj: Mapping[str, Any], raw: bytes | None) -> str | None:
     Example
     -------
     >>> record_value_error({"id": 2**70}, b"")
-    'field "id" is 1180591620717411303424, not an integer in [-9223372036854775808, 9223372036854775807]'
+    'field "id" is 1180591620717411303424, outside [-9223372036854775808, 9223372036854775807]'
     >>> record_value_error({"id": "a\\ud800"}, b'{"id": "a\\\\ud800"}')
     'a string holds a lone surrogate (not valid Unicode), in field "id"'
     """
     ident = obj.get("id")
     if type(ident) is int and not ID_RANGE.holds(ident):
-        return f'field "id" is {ident}, not {ID_RANGE}'
+        return _why("id", ident, ID_RANGE)
     if raw is not None and not has_escaped_surrogate(raw):
         return None
     for name, value in obj.items():

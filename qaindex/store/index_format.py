@@ -401,6 +401,10 @@ def new_manifest(
     return manifest
 
 
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False)
+
+
 def commit_manifest(root: Path, manifest: dict[str, Any], model: Model, model_source: Path) -> None:
     """Make a written snapshot the index's: replace ``manifest.json`` atomically.
 
@@ -409,9 +413,12 @@ def commit_manifest(root: Path, manifest: dict[str, Any], model: Model, model_so
     the previous index stays as it was.
     """
     snap_name, files = manifest["snapshot"], manifest["files"]
+    copied = root / snap_name / "model" / "manifest.json"
     try:
-        check_model_copy(root / snap_name / "model" / "manifest.json", files, model.manifest)
-    except IndexFormatError:
+        check_model_copy(copied, files, model.manifest)
+        if _canonical(json.loads(copied.read_bytes())) != _canonical(model.manifest):  # its fields too
+            raise IndexFormatError(f"{copied}: not the loaded model's manifest")
+    except (IndexFormatError, OSError, ValueError):
         remove_snapshot_dir(root / snap_name)
         raise ModelFormatError(
             f"{model_source}: the model files changed on disk since the model was loaded "
