@@ -128,6 +128,7 @@ def calibrate_model(
     stored_json = stored.to_json()
     if write:
         mpath = directory / "manifest.json"
+        Calibration.from_manifest(stored_json, mpath)  # in range (qaindex.store.field_ranges): the model loads
         manifest = read_json_object(mpath, error=ModelFormatError, what="model directory")
         manifest["calibration"] = stored_json
         write_json_atomic(mpath, manifest)

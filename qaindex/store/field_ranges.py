@@ -50,6 +50,7 @@ __all__ = [
     "fusion_entry_error",
     "has_escaped_surrogate",
     "lexical_error",
+    "ranges_table",
     "record_value_error",
 ]
 
@@ -117,8 +118,8 @@ LEXICAL = {
     "b": Range(
         0,
         1,
-        "the share of length normalisation: outside [0, 1] the normaliser 1 - b + b |d| / avgdl can be 0 "
-        "or negative (b = 5 gives infinite or negative weights)",
+        "the share of length normalisation: outside [0, 1] the normaliser 1 - b + b * len(d) / avgdl can be "
+        "0 or negative (b = 5 gives infinite or negative weights)",
     ),
 }
 # add/remove keep a measured dense/BM25 ratio while the answers change by at most this share
@@ -133,8 +134,8 @@ DENSE_RATIO = {
     "answers": Range(
         1,
         1 << 40,
-        "the answers the ratio was measured on: the index's count within 10% (add and remove "
-        "measure again beyond), so never far from it",
+        "the answers the ratio was measured on: within 10% of the index's count (add and "
+        "remove measure again beyond), which is at most 2**40",
         integer=True,
     ),
 }
@@ -214,8 +215,8 @@ FUSION = {
 _WEIGHT = Range(
     -1000,
     1000,
-    "a logistic weight of a feature of order 1 (the normalised BM25 score, the fused value, "
-    "the match, the model's clipped logit): beyond 1000 every score is 0 or 1",
+    "a logistic weight of a bounded feature (the normalised BM25 score, the fused value and "
+    "the match in [0, 1], the model's clipped logit in [-14, 14]): beyond 1000 every score is 0 or 1",
 )
 FUSION_SCORE = {
     "bias": Range(
@@ -276,8 +277,9 @@ CALIBRATION = {
     "a": Range(
         0,
         1e4,
-        "Platt's slope on the raw score (float32 distances or similarities of order 1 to 100): beyond "
-        "1e4 a raw-score step below float32 resolution flips a probability from 0 to 1",
+        "Platt's slope on the raw score, a float32 distance or similarity of order 1 to 100 (fitted slopes "
+        "are of order 1 to 10): at 1e4 a raw-score difference of 0.001 already moves the logit by 10, and 1e308 "
+        "makes every score about 0",
     ),
     "c": Range(0, 1e4, "the slope on raw - best, as a"),
     "b": Range(-1e6, 1e6, "Platt's offset: up to the largest slope times a raw score of 100"),
@@ -323,3 +325,33 @@ def record_value_error(obj: Mapping[str, Any], raw: bytes | None) -> str | None:
             shown = name.encode("utf-8", "backslashreplace").decode()
             return f'a string holds a lone surrogate (not valid Unicode), in field "{shown}"'
     return None
+
+
+def ranges_table() -> str:
+    """The table of every range above as Markdown (``docs/formats.md`` holds it; a test
+    checks that it is this one)."""
+    rows: list[tuple[str, str, str, str]] = []
+    vocab, manifest = "`lexical/vocab.json`", "model `manifest.json`"
+    rows += [(vocab, f"`{name}`", str(valid), valid.why) for name, valid in LEXICAL.items()]
+    for name, valid in DENSE_RATIO.items():
+        kind = "an integer in " if valid.integer else ""
+        rows.append((vocab, f"`dense_ratio.{name}`", kind + str(valid), valid.why))
+    rows.append((
+        "`lexical/counts.npy`", "term counts", "each >= 1; an answer's sum <= the bytes of its `records.jsonl` line",
+        "a BM25 term has two or more word characters, each at least one byte (a count of 2**31 - 1 is refused)",
+    ))  # fmt: skip
+    rows.append((manifest, "`fusion.rule`", " or ".join(FUSION_RULES), "the fusion rules qaindex knows"))
+    for name, valid in FUSION.items():
+        rows.append((manifest, f"`fusion.{name}`", str(valid) + (" or null" if name == "terms" else ""), valid.why))
+    for name, valid in FUSION_SCORE.items():
+        rows.append((manifest, f"`fusion.score.{name}`", str(valid), valid.why))
+    rows.append((manifest, "`calibration.method`", " or ".join(CALIBRATION_METHODS), "the calibrations qaindex knows"))
+    rows += [(manifest, f"`calibration.{name}`", str(valid), valid.why) for name, valid in CALIBRATION.items()]
+    rows.append(("`records.jsonl`", "`id`", f"a string, or an integer in {ID_RANGE}", ID_RANGE.why))
+    rows.append((
+        "`records.jsonl`", "every string", "valid Unicode (no lone surrogate)",
+        "the corpus reader refuses them; UTF-8 cannot hold one",
+    ))  # fmt: skip
+    lines = ["| file | field | valid | why |", "|---|---|---|---|"]
+    lines += [f"| {file} | {field} | {valid} | {why} |" for file, field, valid, why in rows]
+    return "\n".join(lines) + "\n"

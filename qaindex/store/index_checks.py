@@ -7,16 +7,21 @@ load (:meth:`qaindex.Ranker.load`):
 * ``records.offsets.npy`` has an integer dtype, starts at 0, strictly increases and ends
   at the size of ``records.jsonl``; every line starts with ``{`` and ends with a newline;
 * ``vectors.npy`` is exactly float32;
-* the model's scorer measures the geometry the index and the model declare (a Poincaré
-  scorer relabelled ``cosine`` is refused): one tiny scorer call.
+* the model's scorer gives finite numbers and measures the geometry the index and the model
+  declare (a Poincaré scorer relabelled ``cosine`` is refused): one tiny scorer call;
+* the lexical index's parameters and each answer's BM25 term counts are in their ranges
+  (:mod:`qaindex.store.field_ranges`, the one table of valid stored values).
 
 With ``verify=True`` (the default, which also hashes every file) the content is scanned too,
 in blocks:
 
 * every vector is finite, and inside the unit ball for Poincaré models;
 * every record parses as strict JSON (no ``NaN``/``Infinity``, also in metadata) with a
-  string or integer ``id``, a string ``answer``, a list of string ``questions`` and an
-  object ``metadata``; ids are unique.
+  string or integer ``id`` (a signed 64-bit one), a string ``answer``, a list of string
+  ``questions`` and an object ``metadata``, and no lone surrogate; ids are unique.
+
+A build and a save apply the same checks (:func:`check_content`), scanning every vector and
+every record not known good, so nothing a load refuses is written.
 
 ``verify=False`` skips the scans (and the checksums); a record that is damaged is then
 refused when it is read, by :meth:`qaindex.store.records.RecordStore.get`. Each failure is an
@@ -337,16 +342,18 @@ def check_content(
     """The content checks a load, a build and a save share: what a checksum cannot vouch for.
 
     The scorer (:func:`check_geometry`), the vectors' dtype (and with ``scan`` every vector:
-    :func:`check_vectors`), with ``scan`` every record (:func:`check_records`; the ids found
-    are kept by ``records``), and the lexical index (:func:`check_lexical`). ``where``: the
+    :func:`check_vectors`), with ``scan`` every record unless ``records.checked`` (a store of
+    validated records, or one scanned before: :func:`check_records`, the ids found kept by
+    ``records``), and the lexical index (:func:`check_lexical`). ``where``: the
     index directory or snapshot the messages name; a broken scorer is blamed on ``blame``, the
     model directory of a build or save, or on ``mpath``, the manifest of the index loaded.
     """
     check_geometry(mpath or where / "manifest.json", model, blame=blame)
     check_vectors(where / "vectors.npy", vectors, ball=model.space.ball, scan=scan)
-    if scan:
+    if scan and not records.checked:  # a store of validated records (a build, an add) is not scanned again
         source = records.source or where / "records.jsonl"
         records._ids = check_records(source, records.data, records.offsets)
+        records.checked = True
     if lexical is not None:
         check_lexical(where, lexical, records.offsets)
 

@@ -303,3 +303,12 @@ def test_a_save_does_not_copy_a_model_manifest_changed_on_disk(index: Path, tmp_
     with pytest.raises(ModelFormatError, match="the model files changed on disk since the model was loaded"):
         ranker.save(tmp_path / "copy")
     assert not (tmp_path / "copy" / "manifest.json").exists()
+
+
+def test_the_docs_show_the_table() -> None:
+    from qaindex.search import fusion
+    from qaindex.store.field_ranges import DENSE_RATIO, ranges_table
+
+    docs = (Path(__file__).parents[2] / "docs" / "formats.md").read_text(encoding="utf-8")
+    assert ranges_table() in docs
+    assert DENSE_RATIO["pool"].high == fusion.RATIO_POOL and DENSE_RATIO["questions"].high == fusion.RATIO_QUESTIONS
