@@ -40,6 +40,7 @@ __all__ = [
     "FUSION_RULES",
     "FUSION_SCORE",
     "ID_RANGE",
+    "INDEX_MANIFEST",
     "LEXICAL",
     "MATCH_FIELD",
     "RATIO_REMEASURE",
@@ -106,6 +107,17 @@ def field_error(source: Path | str, field: str, value: Any, valid: Range, remedy
     """The one-line message for a stored ``field`` whose ``value`` is outside ``valid``."""
     return f"{source}: {_why(field, value, valid)}; {remedy}"
 
+
+# -- the index manifest (qaindex.store.index_format checks these where it reads the manifest) ----
+_FAISS = "FAISS takes C ints, and a search allocates k x overfetch candidates"
+INDEX_MANIFEST = {
+    "count": Range(0, 1 << 40, "answers: 2**40 is beyond any disk", integer=True),
+    "dimension": Range(1, 1 << 16, "the vectors' dimension: 65536 is beyond any encoder", integer=True),
+    "overfetch": Range(1, 1 << 20, _FAISS, integer=True),
+    "coarse.params.*": Range(1, 1 << 20, _FAISS, integer=True),
+    "coarse.tuning.target": Range(0, 1, "a recall"),
+    "coarse.tuning.recall": Range(0, 1, "a recall"),
+}
 
 # -- the BM25 index: lexical/vocab.json (qaindex.text.lexical) ---------------------------------
 LEXICAL = {
@@ -327,15 +339,19 @@ def record_value_error(obj: Mapping[str, Any], raw: bytes | None) -> str | None:
     return None
 
 
+def _shown_range(valid: Range) -> str:
+    return f"an integer in {valid}" if valid.integer else str(valid)
+
+
 def ranges_table() -> str:
     """The table of every range above as Markdown (``docs/formats.md`` holds it; a test
     checks that it is this one)."""
-    rows: list[tuple[str, str, str, str]] = []
     vocab, manifest = "`lexical/vocab.json`", "model `manifest.json`"
-    rows += [(vocab, f"`{name}`", str(valid), valid.why) for name, valid in LEXICAL.items()]
-    for name, valid in DENSE_RATIO.items():
-        kind = "an integer in " if valid.integer else ""
-        rows.append((vocab, f"`dense_ratio.{name}`", kind + str(valid), valid.why))
+    rows = [
+        ("index `manifest.json`", f"`{name}`", _shown_range(valid), valid.why) for name, valid in INDEX_MANIFEST.items()
+    ]
+    rows += [(vocab, f"`{name}`", _shown_range(valid), valid.why) for name, valid in LEXICAL.items()]
+    rows += [(vocab, f"`dense_ratio.{name}`", _shown_range(valid), valid.why) for name, valid in DENSE_RATIO.items()]
     rows.append((
         "`lexical/counts.npy`", "term counts", "each >= 1; an answer's sum <= the bytes of its `records.jsonl` line",
         "a BM25 term has two or more word characters, each at least one byte (a count of 2**31 - 1 is refused)",

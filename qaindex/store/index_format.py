@@ -46,6 +46,7 @@ from ..text.lexical import check_entry as check_lexical_entry
 from ..vector_index import INDEX_KINDS, KIND_PARAMS, CoarseIndex
 from ..version import __version__
 from .diskspace import writing
+from .field_ranges import INDEX_MANIFEST
 from .index_checks import check_content, check_offsets, check_vectors
 from .model_format import copy_model_files
 from .ownership import INDEX_FORMAT, MARKER_NAME, SNAPSHOT_NAME, remove_snapshot_dir, write_marker
@@ -84,8 +85,8 @@ REQUIRED_FILES = ("records.jsonl", "records.offsets.npy", "vectors.npy", "coarse
 HNSW_PARAMS = ("M", "ef_construction", "ef_search")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # bounds of the manifest's numbers: what a save can write (FAISS takes C ints; searches allocate k x overfetch)
-MAX_PARAM = 1 << 20
-MAXIMA = {"count": 1 << 40, "dimension": 1 << 16, "overfetch": MAX_PARAM}
+MAX_PARAM = int(INDEX_MANIFEST["coarse.params.*"].high)
+MAXIMA = {key: int(INDEX_MANIFEST[key].high) for key in ("count", "dimension", "overfetch")}
 
 
 def manifest_checksum(manifest: dict[str, Any]) -> str:

@@ -312,3 +312,19 @@ def test_the_docs_show_the_table() -> None:
     docs = (Path(__file__).parents[2] / "docs" / "formats.md").read_text(encoding="utf-8")
     assert ranges_table() in docs
     assert DENSE_RATIO["pool"].high == fusion.RATIO_POOL and DENSE_RATIO["questions"].high == fusion.RATIO_QUESTIONS
+
+
+def test_a_save_scans_only_records_not_known_good(index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from qaindex.store import index_checks
+
+    scanned: list[Path] = []
+    real = index_checks.check_records
+    monkeypatch.setattr(index_checks, "check_records", lambda path, *a: scanned.append(path) or real(path, *a))
+    ranker = Ranker.load(index, device="cpu")
+    ranker.add([{"id": "new", "answer": "A new answer."}])
+    ranker.save(tmp_path / "a")
+    assert len(scanned) == 1  # the load's scan; the add and the save trust it
+    Ranker.build(RECORDS[:3], device="cpu", hybrid=False).save(tmp_path / "b")
+    assert len(scanned) == 1  # records read from a corpus are validated there
+    Ranker.load(index, device="cpu", verify=False).save(tmp_path / "c")
+    assert len(scanned) == 2  # never scanned: the save does
