@@ -159,7 +159,7 @@ class Fusion:
             or not all(FUSION_SCORE[n].holds(v) for n, v in zip(names, self.score, strict=False))
         ):
             raise QueryError(
-                "the hybrid score calibration must be 4 or 5 numbers (bias in "
+                "the hybrid score calibration must be 4 or 5 finite numbers (bias in "
                 f"{FUSION_SCORE['bias']}, weights in {FUSION_SCORE['dense']}), got {self.score!r}"
             )
 

@@ -199,7 +199,7 @@ def test_the_api_takes_the_same_fusion_ranges() -> None:
         Fusion("rrf", c=0)
     with pytest.raises(QueryError, match=r"the adaptive constant b must be a number in \[-1000, 1000\]"):
         Fusion("adaptive", b=1e308)
-    with pytest.raises(QueryError, match=r"score calibration must be 4 or 5 numbers \(bias in \[-40, 40\]"):
+    with pytest.raises(QueryError, match=r"score calibration must be 4 or 5 finite numbers \(bias in \[-40, 40\]"):
         Fusion("adaptive", score=(1e308, 0.0, 0.0, 0.0))
     assert Fusion("adaptive", terms=math.inf).terms == math.inf
 
