@@ -3,9 +3,10 @@
 A checksum proves that a file is the one its manifest lists, not that its writer wrote
 sensible values: an index copied from elsewhere, or a model directory edited by hand, can
 hold ``"b": 5`` with a valid checksum. Each such field is declared once, here, with the
-reason for its range (:data:`LEXICAL`, :data:`DENSE_RATIO`, :func:`check_term_counts`,
-:data:`FUSION`, :data:`FUSION_SCORE`, :data:`CALIBRATION`, :data:`ID_RANGE`), and every
-reader and writer checks against this table: :meth:`qaindex.Model.load` (the model
+reason for its range (:data:`INDEX_MANIFEST`, :data:`LEXICAL`, :data:`DENSE_RATIO`,
+:func:`check_term_counts`, :data:`FUSION`, :data:`FUSION_SCORE`, :data:`CALIBRATION`,
+:data:`ID_RANGE`), and every reader and writer checks against this table: the index manifest's
+reader (:mod:`qaindex.store.index_format`), :meth:`qaindex.Model.load` (the model
 manifest's ``fusion`` and ``calibration``), :meth:`qaindex.Ranker.load` and ``qaindex info
 --verify`` (the lexical index, the records), and :meth:`qaindex.Ranker.build` and
 :meth:`qaindex.Ranker.save` through the same function
