@@ -338,23 +338,43 @@ class Model:
         out = np.empty((count, self.dimension), dtype=np.float32)
         for rows, feeds in batches:
             vectors = session.run(None, feeds)[0]
-            if vectors.ndim != 2 or vectors.shape[1] != self.dimension:
-                raise ModelFormatError(
-                    f"{self.directory}: the {role} encoder returned shape {vectors.shape}, "
-                    f"the manifest says dimension {self.dimension}; re-export the model"
-                )
+            self._check_output(role, vectors, len(rows))
             if not np.isfinite(vectors).all():
                 raise self._non_finite(role, rows, vectors, texts)
             out[rows] = vectors
             if progress is not None:
                 progress(len(rows))
         if self.max_norm is not None:
-            # The encoder keeps points inside the ball; re-project only what a float32
-            # rounding (or a faulty graph) put outside, so serving never sees norm >= 1.
-            sq = np.einsum("ij,ij->i", out, out)
+            # The encoder keeps points inside the ball (a point on or beyond its boundary is a
+            # broken graph: refused); re-project only what a float32 rounding put between
+            # max_norm and 1.
+            sq = np.einsum("ij,ij->i", out, out, dtype=np.float64)
+            if np.any(sq >= 1.0):
+                row = int(np.argmax(sq >= 1.0))
+                which = f"text {row} ({shown(texts[row])})" if texts is not None else f"text {row}"
+                raise ModelFormatError(
+                    f"{self.directory}: the model's {role} encoder returned a vector of norm {np.sqrt(sq[row]):.6g} "
+                    f"for {which}, outside the unit ball of a Poincaré model; the model is broken, not the text: "
+                    "re-export or retrain it, or use another model"
+                )
             if np.any(sq > self.max_norm * self.max_norm):
                 out = hyperbolic.project(out, max_norm=self.max_norm)
         return out
+
+    def _check_output(self, role: str, vectors: np.ndarray, rows: int) -> None:
+        """An encoder's output for a batch of ``rows`` texts: floating point, shape ``(rows, dimension)``."""
+        wrong = None
+        if vectors.dtype.kind != "f":
+            wrong = f"values of type {vectors.dtype} (not floating point)"
+        elif vectors.ndim != 2 or vectors.shape[1] != self.dimension:
+            wrong = f"shape {vectors.shape}, the manifest says dimension {self.dimension}"
+        elif vectors.shape[0] != rows:
+            wrong = f"{vectors.shape[0]} vector(s) for a batch of {rows} texts"
+        if wrong is not None:
+            raise ModelFormatError(
+                f"{self.directory}: the model's {role} encoder returned {wrong}; the model is broken: re-export it, "
+                "or use another model"
+            )
 
     def _non_finite(
         self, role: str, rows: np.ndarray, vectors: np.ndarray, texts: Sequence[str] | None

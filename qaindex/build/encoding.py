@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from ..corpus import Record, records_from_dicts
 from ..errors import QueryError
 from ..model import Model
 from ..reranker import Reranker
+from ..store.index_checks import check_content
 from ..store.records import RecordStore
 from ..text.lexical import LexicalBuilder, LexicalIndex, build_hybrid
 from ..vector_index import INDEX_KINDS, CoarseIndex, choose_kind
@@ -139,7 +141,18 @@ def encode_corpus(
         overfetch=overfetch,
         lexical=lexical,
     )
-    return Built(loaded, store, vectors, coarse, reranker, overfetch, None if lexical is None else lexical.finish())
+    analysed = None if lexical is None else lexical.finish()
+    # the checks a load applies to what a checksum cannot vouch for (a save repeats them, scanning everything)
+    check_content(
+        Path("new index"),
+        model=loaded,
+        vectors=vectors,
+        records=store,
+        lexical=analysed,
+        scan=False,
+        blame=loaded.directory,
+    )
+    return Built(loaded, store, vectors, coarse, reranker, overfetch, analysed)
 
 
 def _encode(

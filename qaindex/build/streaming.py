@@ -174,7 +174,7 @@ class RecordSpool:
         size = int(offsets[-1])
         data: bytes | mmap.mmap = mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         source.close()  # the mapping stays valid; the unlinked file goes when it is unmapped
-        return RecordStore(data, offsets)
+        return RecordStore(data, offsets, checked=True)  # lines of validated records
 
     def _rewrite(self, offsets: np.ndarray) -> tuple[BinaryIO, np.ndarray]:
         out = _spool_file(self._directory, "qaindex-records-")

@@ -219,6 +219,7 @@ def calibrate_model(
     stored_json = stored.to_json()
     if write:
         mpath = directory / "manifest.json"
+        Calibration.from_manifest(stored_json, mpath)  # in range (qaindex.store.field_ranges): the model loads
         manifest = read_json_object(mpath, error=ModelFormatError, what="model directory")
         manifest["calibration"] = stored_json
         if "hybrid" in info:

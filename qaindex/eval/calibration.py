@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelFormatError, QueryError
+from ..store.field_ranges import CALIBRATION, CALIBRATION_METHODS, field_error
 
 __all__ = [
     "CALIBRATION_METHODS",
@@ -59,7 +60,6 @@ __all__ = [
     "reliability_bins",
 ]
 
-CALIBRATION_METHODS = ("platt", "isotonic")
 ECE_BINS = 10
 DEFAULT_DEPTH = 10
 
@@ -138,11 +138,15 @@ class Calibration:
         if entry is None:
             return cls.uncalibrated()
 
+        remedy = "recalibrate the model with `qaindex calibrate`, or remove the field"
+
         def bad(what: str) -> ModelFormatError:
-            return ModelFormatError(
-                f'{mpath}: field "calibration" {what}; recalibrate the model with `qaindex calibrate`, or '
-                "remove the field"
-            )
+            return ModelFormatError(f'{mpath}: field "calibration" {what}; {remedy}')
+
+        def in_range(name: str, values: list[Any]) -> None:  # the ranges: qaindex.store.field_ranges
+            for value in values:
+                if not CALIBRATION[name].holds(value):
+                    raise ModelFormatError(field_error(mpath, f"calibration.{name}", value, CALIBRATION[name], remedy))
 
         if not isinstance(entry, dict):
             raise bad(f"must be an object, got {entry!r}")
@@ -157,6 +161,8 @@ class Calibration:
                 or float(a) + float(c) <= 0  # type: ignore[arg-type]
             ):
                 raise bad(f'needs finite "a", "c" >= 0 (not both 0) and "b" for platt, got a={a!r}, b={b!r}, c={c!r}')
+            for name, value in (("a", a), ("b", b), ("c", c)):
+                in_range(name, [value])
             return cls("platt", a=float(a), b=float(b), c=float(c), info=info)  # type: ignore[arg-type]
         if method == "isotonic":
             x, y = entry.get("x"), entry.get("y")
@@ -172,6 +178,7 @@ class Calibration:
                 or max(y) > 1
             ):
                 raise bad('needs "x" (increasing) and "y" (non-decreasing, in [0, 1]) lists of one length')
+            in_range("x", x)
             return cls("isotonic", x=tuple(map(float, x)), y=tuple(map(float, y)), info=info)
         raise bad(f'"method" must be one of {", ".join(CALIBRATION_METHODS)}, got {method!r}')
 

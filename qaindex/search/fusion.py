@@ -70,6 +70,18 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelFormatError, QueryError
+from ..store.field_ranges import (
+    FUSED_SCORE,
+    FUSED_SCORE_FIELDS,
+    FUSION,
+    FUSION_FIELDS,
+    FUSION_RULES,
+    FUSION_SCORE,
+    MATCH_FIELD,
+    SCORE_FIELDS,
+    fusion_entry_error,
+)
+from ..store.field_ranges import RATIO_REMEASURE as RATIO_REMEASURE
 from ..text.lexical import STOPWORDS_EN, LexicalIndex, top_rows
 from .hits import Explanation
 from .scoring import fused_probability, hybrid_probability, hybrid_scores
@@ -93,7 +105,6 @@ __all__ = [
     "with_dense_ratio",
 ]
 
-FUSION_RULES = ("rrf", "convex", "adaptive")
 # answers beyond which BM25 scores only the dense candidates (no full scan; benchmarks/hybrid.py)
 LEXICAL_SCAN_LIMIT = 50_000
 # the label-free dense/BM25 ratio: pseudo-questions of RATIO_WORDS words cut from RATIO_QUESTIONS
@@ -102,7 +113,6 @@ RATIO_POOL = 2000
 RATIO_QUESTIONS = 200
 RATIO_WORDS = 3
 RATIO_MIN_QUESTIONS = 20
-RATIO_REMEASURE = 0.1  # add/remove measure the ratio again once the corpus changed by this share
 _WORD = re.compile(r"\w\w+")
 
 
@@ -147,34 +157,39 @@ class Fusion:
     score: tuple[float, ...] | None = None
     fused_score: tuple[float, ...] | None = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # the ranges: qaindex.store.field_ranges
         if self.rule not in FUSION_RULES:
             raise QueryError(f"fusion rule must be one of {', '.join(FUSION_RULES)}; got {self.rule!r}")
-        if not (isinstance(self.c, int | float) and math.isfinite(self.c) and self.c >= 0):
-            raise QueryError(f"the rrf constant c must be a non-negative number, got {self.c!r}")
-        if not (isinstance(self.weight, int | float) and 0.0 <= self.weight <= 1.0):
-            raise QueryError(f"the convex weight must be a number in [0, 1], got {self.weight!r}")
+        if not FUSION["c"].holds(self.c):
+            raise QueryError(f"the rrf constant c must be a number in {FUSION['c']}, got {self.c!r}")
+        if not FUSION["weight"].holds(self.weight):
+            raise QueryError(f"the convex weight must be a number in {FUSION['weight']}, got {self.weight!r}")
         for name in ("a", "b", "d", "e"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not (isinstance(value, int | float) and math.isfinite(value)):
-                raise QueryError(f"the adaptive constant {name} must be a finite number, got {value!r}")
-        if isinstance(self.terms, bool) or not (isinstance(self.terms, int | float) and self.terms > 0):
-            raise QueryError(f"the adaptive constant terms must be a positive number (or inf), got {self.terms!r}")
+            if not FUSION[name].holds(value):
+                raise QueryError(f"the adaptive constant {name} must be a number in {FUSION[name]}, got {value!r}")
+        if not (FUSION["terms"].holds(self.terms) or (isinstance(self.terms, float) and self.terms == math.inf)):
+            raise QueryError(
+                f"the adaptive constant terms must be a number in {FUSION['terms']} (or inf), got {self.terms!r}"
+            )
+        names = (*SCORE_FIELDS, MATCH_FIELD)
         if self.score is not None and (
             not isinstance(self.score, tuple)
             or len(self.score) not in (4, 5)
-            or not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in self.score)
+            or not all(FUSION_SCORE[n].holds(v) for n, v in zip(names, self.score, strict=False))
         ):
-            raise QueryError(f"the hybrid score calibration must be 4 or 5 finite numbers, got {self.score!r}")
+            raise QueryError(
+                "the hybrid score calibration must be 4 or 5 finite numbers (bias in "
+                f"{FUSION_SCORE['bias']}, weights in {FUSION_SCORE['dense']}), got {self.score!r}"
+            )
         if self.fused_score is not None and (
             not isinstance(self.fused_score, tuple)
             or len(self.fused_score) != len(FUSED_SCORE_FIELDS)
-            or not all(_finite(v) for v in self.fused_score)
-            or self.fused_score[1] < 0
+            or not all(FUSED_SCORE[n].holds(v) for n, v in zip(FUSED_SCORE_FIELDS, self.fused_score, strict=True))
         ):
             raise QueryError(
-                "the fused score calibration must be 4 finite numbers (bias, fused >= 0, top, match), "
-                f"got {self.fused_score!r}"
+                f"the fused score calibration must be 4 numbers ({', '.join(FUSED_SCORE_FIELDS)}; fused in "
+                f"{FUSED_SCORE['fused']}, bias in {FUSED_SCORE['bias']}), got {self.fused_score!r}"
             )
 
     def to_json(self) -> dict[str, Any]:
@@ -188,16 +203,10 @@ class Fusion:
         return out
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 # the fallback of models whose manifest has no "fusion" (benchmarks/hybrid.py --fit writes one);
 # fitted for the built-in default model (see docs/hybrid.md)
 DEFAULT_FUSION = Fusion("adaptive", weight=0.5, a=0.0, b=2.0, terms=10.0, d=1.25, e=1.5)
-FIELDS = ("rule", "c", "weight", "a", "b", "terms", "d", "e", "score", "fused_score")
-SCORE_FIELDS = ("bias", "dense", "bm25", "fused")
-FUSED_SCORE_FIELDS = ("bias", "fused", "top", "match")
+FIELDS = FUSION_FIELDS
 # the depth D of each ranking that fusion reads: the dense normalisation's reference rank, the
 # RRF lists' length and the smallest candidate pool of a hybrid search (so the pool never shrinks with k)
 CANDIDATE_FLOOR = 100
@@ -253,6 +262,12 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
         stored = None if model is None else getattr(model, "manifest", {}).get("fusion")
         if stored is None:
             return DEFAULT_FUSION
+        why = fusion_entry_error(stored)  # checked by Model.load too; a manifest changed in memory since
+        if why is not None:
+            raise ModelFormatError(
+                f"{model.directory / 'manifest.json'}: {why}; refit it with `python -m benchmarks.hybrid --fit` "
+                "or remove the field"
+            )
         try:
             fields = {k: v for k, v in stored.items() if k in FIELDS}
             fitted_rule = set(fields) - {"score", "fused_score"}  # only a score calibration: the default rule
@@ -269,9 +284,6 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
     if isinstance(value, Mapping):
         return _from_mapping(value)
     raise QueryError(f"fusion must be a Fusion, a mapping or None, got {type(value).__name__}")
-
-
-MATCH_FIELD = "match"  # the optional fifth weight of Fusion.score (models fitted before it have four)
 
 
 def dense_weight(fusion: Fusion, ratio: float | None, terms: int, coverage: float = 0.0) -> float:

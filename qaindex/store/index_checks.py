@@ -7,16 +7,21 @@ load (:meth:`qaindex.Ranker.load`):
 * ``records.offsets.npy`` has an integer dtype, starts at 0, strictly increases and ends
   at the size of ``records.jsonl``; every line starts with ``{`` and ends with a newline;
 * ``vectors.npy`` is exactly float32;
-* the model's scorer measures the geometry the index and the model declare (a Poincaré
-  scorer relabelled ``cosine`` is refused): one tiny scorer call.
+* the model's scorer gives finite numbers and measures the geometry the index and the model
+  declare (a Poincaré scorer relabelled ``cosine`` is refused): one tiny scorer call;
+* the lexical index's parameters and each answer's BM25 term counts are in their ranges
+  (:mod:`qaindex.store.field_ranges`, the one table of valid stored values).
 
 With ``verify=True`` (the default, which also hashes every file) the content is scanned too,
 in blocks:
 
 * every vector is finite, and inside the unit ball for Poincaré models;
 * every record parses as strict JSON (no ``NaN``/``Infinity``, also in metadata) with a
-  string or integer ``id``, a string ``answer``, a list of string ``questions`` and an
-  object ``metadata``; ids are unique.
+  string or integer ``id`` (a signed 64-bit one), a string ``answer``, a list of string
+  ``questions`` and an object ``metadata``, and no lone surrogate; ids are unique.
+
+A build and a save apply the same checks (:func:`check_content`), scanning every vector and
+every record not known good, so nothing a load refuses is written.
 
 ``verify=False`` skips the scans (and the checksums); a record that is damaged is then
 refused when it is read, by :meth:`qaindex.store.records.RecordStore.get`. Each failure is an
@@ -33,10 +38,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import IndexFormatError
+from ..errors import IndexFormatError, ModelFormatError
+from .field_ranges import ID_RANGE, check_term_counts, has_escaped_surrogate, lexical_error, record_value_error
 
 __all__ = [
+    "check_content",
     "check_geometry",
+    "check_lexical",
     "check_offsets",
     "check_records",
     "check_vectors",
@@ -76,6 +84,9 @@ def parse_record(raw: bytes) -> dict[str, Any]:
         raise ValueError(f"not strict JSON ({exc})") from None
     if _key(obj) is None:  # the usual types pass one quick test; anything else is looked at closely
         _check_fields(obj)
+    why = record_value_error(obj, raw)  # the ranges: qaindex.store.field_ranges
+    if why is not None:
+        raise ValueError(why)
     return obj  # type: ignore[no-any-return]
 
 
@@ -171,6 +182,8 @@ def check_records(path: Path, data: Any, offsets: np.ndarray) -> dict[str, int]:
             if not isinstance(parsed, list) or len(parsed) != end - row:
                 raise ValueError("not one object per line")
             keys = _block_keys(parsed)
+            if _out_of_range(parsed, chunk):
+                raise ValueError("a value out of range")  # _locate names the line and the field
             before = len(ids)
             ids.update(zip(keys, range(row, end), strict=True))
             if len(ids) != before + end - row:
@@ -208,6 +221,15 @@ def _block_keys(parsed: list[Any]) -> list[str]:
 
 
 _NO_QUESTIONS: list[str] = []
+
+
+def _out_of_range(parsed: list[Any], chunk: bytes) -> bool:
+    """Whether a block may hold an integer id beyond 64 bits or a lone surrogate (an escape
+    like ``\\ud800``: UTF-8 cannot hold one raw); C-level scans, details by :func:`parse_record`."""
+    ints = [obj["id"] for obj in parsed if type(obj["id"]) is int]
+    if ints and not (ID_RANGE.holds(min(ints)) and ID_RANGE.holds(max(ints))):
+        return True
+    return has_escaped_surrogate(chunk) and any(record_value_error(obj, None) is not None for obj in parsed)
 
 
 def _key(obj: Any) -> str | None:
@@ -254,28 +276,86 @@ def _locate(path: Path, data: Any, offsets: np.ndarray, start: int, end: int) ->
     raise IndexFormatError(f"{path}: lines {start + 1}..{end} are not one JSON object per line; {_REBUILD}")
 
 
-def check_geometry(mpath: Path, model: Any) -> None:
-    """The model's scorer measures its declared geometry (one call on two tiny vectors).
+def check_geometry(mpath: Path, model: Any, *, blame: Path | None = None) -> None:
+    """The model's scorer gives finite numbers and measures its declared geometry (one call
+    on two tiny vectors).
 
     Poincaré distance between ``0.1 e1`` and ``0.2 e1`` is about 0.2; their cosine distance
-    is 0. Other geometries are not probed.
+    is 0. Other geometries are not probed for their distance. ``blame``: the model directory
+    a build or save names (a :class:`~qaindex.errors.ModelFormatError`); None: the index
+    manifest ``mpath`` of a load (an :class:`~qaindex.errors.IndexFormatError`).
     """
     geometry = model.geometry
-    if not model.space.probed:
-        return
     q = np.zeros((1, model.dimension), dtype=np.float32)
     c = np.zeros((1, 1, model.dimension), dtype=np.float32)
     q[0, 0], c[0, 0, 0] = 0.1, 0.2
+
+    def bad(what: str) -> Exception:
+        if blame is not None:
+            return ModelFormatError(f"{blame}: {what}; the model is broken: re-export it, or use another model")
+        return IndexFormatError(f"{mpath}: {what}; {_REBUILD}")
+
     try:
-        _score, distance = model.score_checked(q, c)
-        d = float(distance[0, 0])
+        score, distance = model.score_checked(q, c)
+        s, d = float(score[0, 0]), float(distance[0, 0])
     except Exception as exc:  # noqa: BLE001 - a graph that cannot score two vectors is broken
-        raise IndexFormatError(f"{mpath}: the model's scorer fails on two test vectors ({exc}); {_REBUILD}") from None
-    if not model.space.scorer_measures(d):
-        raise IndexFormatError(
-            f'{mpath}: geometry is "{geometry}", but the model\'s scorer does not measure it (distance {d:.4g} '
-            f"between two vectors of the same direction); {_REBUILD}"
+        raise bad(f"the model's scorer fails on two test vectors ({exc})") from None
+    if not (np.isfinite(s) and np.isfinite(d)):
+        raise bad(f"the model's scorer returns NaN or infinite values for two test vectors (score {s}, distance {d})")
+    if model.space.probed and not model.space.scorer_measures(d):
+        raise bad(
+            f'geometry is "{geometry}", but the model\'s scorer does not measure it (distance {d:.4g} '
+            "between two vectors of the same direction)"
         )
+
+
+def check_lexical(where: Path, lexical: Any, offsets: np.ndarray) -> None:
+    """The BM25 index's parameters in their ranges (:func:`~qaindex.store.field_ranges.lexical_error`)
+    and each answer's term counts within its record line (:func:`~qaindex.store.field_ranges.check_term_counts`)."""
+    count = len(offsets) - 1
+    meta = {"k1": lexical.k1, "b": lexical.b, "dense_ratio": lexical.ratio_info}
+    why = lexical_error(meta, count)
+    if why is not None:
+        raise IndexFormatError(f"{where / 'lexical' / 'vocab.json'}: {why}; {_REBUILD} with --hybrid")
+    row = check_term_counts(lexical._counts, lexical._offsets, np.diff(np.asarray(offsets, dtype=np.int64)))
+    if row is not None:
+        start, end = int(lexical._offsets[row]), int(lexical._offsets[row + 1])
+        total = int(np.asarray(lexical._counts[start:end], dtype=np.int64).sum())
+        raise IndexFormatError(
+            f"{where / 'lexical' / 'counts.npy'}: answer {row} (line {row + 1} of records.jsonl) counts {total} BM25 "
+            f"terms, more than its line's {int(offsets[row + 1]) - int(offsets[row])} bytes can hold; {_REBUILD} "
+            "with --hybrid"
+        )
+
+
+def check_content(
+    where: Path,
+    *,
+    mpath: Path | None = None,
+    model: Any,
+    vectors: np.ndarray,
+    records: Any,
+    lexical: Any,
+    scan: bool,
+    blame: Path | None = None,
+) -> None:
+    """The content checks a load, a build and a save share: what a checksum cannot vouch for.
+
+    The scorer (:func:`check_geometry`), the vectors' dtype (and with ``scan`` every vector:
+    :func:`check_vectors`), with ``scan`` every record unless ``records.checked`` (a store of
+    validated records, or one scanned before: :func:`check_records`, the ids found kept by
+    ``records``), and the lexical index (:func:`check_lexical`). ``where``: the
+    index directory or snapshot the messages name; a broken scorer is blamed on ``blame``, the
+    model directory of a build or save, or on ``mpath``, the manifest of the index loaded.
+    """
+    check_geometry(mpath or where / "manifest.json", model, blame=blame)
+    check_vectors(where / "vectors.npy", vectors, ball=model.space.ball, scan=scan)
+    if scan and not records.checked:  # a store of validated records (a build, an add) is not scanned again
+        source = records.source or where / "records.jsonl"
+        records._ids = check_records(source, records.data, records.offsets)
+        records.checked = True
+    if lexical is not None:
+        check_lexical(where, lexical, records.offsets)
 
 
 def stored_vectors_error(source: Path | str, rows: np.ndarray) -> IndexFormatError:

@@ -46,7 +46,8 @@ from ..text.lexical import check_entry as check_lexical_entry
 from ..vector_index import INDEX_KINDS, KIND_PARAMS, CoarseIndex
 from ..version import __version__
 from .diskspace import writing
-from .index_checks import check_geometry, check_offsets, check_records, check_vectors
+from .field_ranges import INDEX_MANIFEST
+from .index_checks import check_content, check_offsets, check_vectors
 from .model_format import copy_model_files
 from .ownership import INDEX_FORMAT, MARKER_NAME, SNAPSHOT_NAME, remove_snapshot_dir, write_marker
 from .records import RecordStore
@@ -86,8 +87,8 @@ REQUIRED_FILES = ("records.jsonl", "records.offsets.npy", "vectors.npy", "coarse
 HNSW_PARAMS = ("M", "ef_construction", "ef_search")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # bounds of the manifest's numbers: what a save can write (FAISS takes C ints; searches allocate k x overfetch)
-MAX_PARAM = 1 << 20
-MAXIMA = {"count": 1 << 40, "dimension": 1 << 16, "overfetch": MAX_PARAM}
+MAX_PARAM = int(INDEX_MANIFEST["coarse.params.*"].high)
+MAXIMA = {key: int(INDEX_MANIFEST[key].high) for key in ("count", "dimension", "overfetch")}
 
 
 def manifest_checksum(manifest: dict[str, Any]) -> str:
@@ -262,6 +263,10 @@ def write_snapshot(
     files : dict
         The manifest's ``files`` table: ``{relative name: {"bytes", "sha256"}}``.
     """
+    # the checks a load applies, before anything is written (qaindex.store.index_checks)
+    check_content(
+        root, model=model, vectors=vectors, records=records, lexical=lexical, scan=True, blame=model.directory
+    )
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
     snap_name = f"data-{stamp}-{os.getpid()}"
     count = len(records)
@@ -401,6 +406,10 @@ def new_manifest(
     return manifest
 
 
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False)
+
+
 def commit_manifest(root: Path, manifest: dict[str, Any], model: Model, model_source: Path) -> None:
     """Make a written snapshot the index's: replace ``manifest.json`` atomically.
 
@@ -409,9 +418,12 @@ def commit_manifest(root: Path, manifest: dict[str, Any], model: Model, model_so
     the previous index stays as it was.
     """
     snap_name, files = manifest["snapshot"], manifest["files"]
+    copied = root / snap_name / "model" / "manifest.json"
     try:
-        check_model_copy(root / snap_name / "model" / "manifest.json", files, model.manifest)
-    except IndexFormatError:
+        check_model_copy(copied, files, model.manifest)
+        if _canonical(json.loads(copied.read_bytes())) != _canonical(model.manifest):  # its fields too
+            raise IndexFormatError(f"{copied}: not the loaded model's manifest")
+    except (IndexFormatError, OSError, ValueError):
         remove_snapshot_dir(root / snap_name)
         raise ModelFormatError(
             f"{model_source}: the model files changed on disk since the model was loaded "
@@ -495,13 +507,9 @@ def open_snapshot(root: Path, manifest: dict[str, Any], *, device: str, threads:
             f"do not match the model copy ({model.dimension}, {model.geometry}); the index is corrupted, "
             "rebuild it"
         )
-    check_geometry(mpath, model)
     count = manifest["count"]
     vectors, offsets = open_vectors(snap, count, model.dimension)
     records = open_records(snap, offsets)
-    if verify:  # scan the content the checksums vouched for (qaindex.store.index_checks)
-        check_vectors(snap / "vectors.npy", vectors, ball=model.space.ball, scan=True)
-        records._ids = check_records(snap / "records.jsonl", records.data, records.offsets)
     coarse_info = manifest["coarse"]
     coarse = CoarseIndex.load(
         snap / "coarse.faiss",
@@ -517,5 +525,8 @@ def open_snapshot(root: Path, manifest: dict[str, Any], *, device: str, threads:
     if manifest.get("lexical") is not None:
         check_lexical_entry(manifest["lexical"], manifest["files"], mpath)
         lexical = LexicalIndex.load(snap / LEXICAL_DIRECTORY, count)
+    # what the checksums cannot vouch for, as a build and a save check it (qaindex.store.index_checks);
+    # verify scans the content too
+    check_content(snap, mpath=mpath, model=model, vectors=vectors, records=records, lexical=lexical, scan=verify)
     reranker = stored_reranker(snap, manifest, device=device, threads=threads)
     return Snapshot(model, records, vectors, coarse, reranker, lexical)

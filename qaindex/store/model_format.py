@@ -23,6 +23,7 @@ from ..text.chunking import read_chunking
 from ..text.tokenizer import Tokenizer
 from ..version import __version__
 from .diskspace import estimate_bytes, writing
+from .field_ranges import fusion_entry_error
 from .storage import (
     check_file_entries,
     check_format,
@@ -187,6 +188,12 @@ def read_model_manifest(
             )
     if "calibration" in manifest:
         Calibration.from_manifest(manifest["calibration"], mpath)
+    if manifest.get("fusion") is not None:  # read at search time; checked here, so a load refuses it
+        why = fusion_entry_error(manifest["fusion"])
+        if why is not None:
+            raise ModelFormatError(
+                f"{mpath}: {why}; refit it with `python -m benchmarks.hybrid --fit` or remove the field"
+            )
     if verify:
         verify_files(directory, files, error=ModelFormatError, what="model directory")
     return manifest

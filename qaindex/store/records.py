@@ -106,10 +106,15 @@ class RecordStore:
     (1, 'Yes.', {'a': 0})
     """
 
-    def __init__(self, data: bytes | mmap.mmap, offsets: np.ndarray, *, source: Path | None = None) -> None:
+    def __init__(
+        self, data: bytes | mmap.mmap, offsets: np.ndarray, *, source: Path | None = None, checked: bool = False
+    ) -> None:
         self.data = data
         self.offsets = offsets
         self.source = source  # the file the lines came from, for errors about damaged lines
+        # every line is known good: encoded from validated records, or scanned by a load
+        # (qaindex.store.index_checks); a save scans only a store that is not
+        self.checked = checked
         self._ids: dict[str, int] | None = None
         self._cache: dict[int, Record] = {}
 
@@ -122,8 +127,10 @@ class RecordStore:
 
     @classmethod
     def from_records(cls, records: Sequence[Record]) -> RecordStore:
-        """A store of these records, in order."""
-        return cls.from_lines(encode_records(records))
+        """A store of these records, in order; ``checked``: records are validated when made."""
+        store = cls.from_lines(encode_records(records))
+        store.checked = True
+        return store
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -177,8 +184,10 @@ class RecordStore:
         """A new store: these rows followed by ``records``."""
         extra = RecordStore.from_records(records)
         offsets = np.concatenate([self.offsets, extra.offsets[1:] + self.offsets[-1]])
-        return RecordStore(self.content() + bytes(extra.data), offsets)
+        return RecordStore(self.content() + bytes(extra.data), offsets, checked=self.checked)
 
     def keep(self, rows: np.ndarray) -> RecordStore:
         """A new store of the given rows, in that order."""
-        return RecordStore.from_lines([self.raw(int(r)) for r in rows])
+        store = RecordStore.from_lines([self.raw(int(r)) for r in rows])
+        store.checked = self.checked
+        return store

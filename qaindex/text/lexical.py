@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import IndexFormatError, MissingDependencyError, QueryError
+from ..store.field_ranges import lexical_error
 from ..store.storage import create_file, save_array
 
 __all__ = [
@@ -494,12 +495,9 @@ class LexicalIndex:
         vocab = meta.get("vocab")
         if not isinstance(vocab, list) or not all(isinstance(t, str) for t in vocab) or len(set(vocab)) != len(vocab):
             raise bad("vocab.json", 'field "vocab" must be a list of distinct strings')
-        params = {}
-        for key in ("k1", "b"):
-            value = meta.get(key)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-                raise bad("vocab.json", f'field "{key}" must be a non-negative number, got {value!r}')
-            params[key] = float(value)
+        why = lexical_error(meta, count)  # the ranges: qaindex.store.field_ranges
+        if why is not None:
+            raise bad("vocab.json", why)
         arrays = {}
         for name, dtype in (("terms.npy", np.int32), ("counts.npy", np.int32), ("offsets.npy", np.int64)):
             try:
@@ -515,15 +513,9 @@ class LexicalIndex:
             raise bad("counts.npy", f"must hold {len(terms)} positive counts")
         if len(terms) and (terms.min() < 0 or terms.max() >= len(vocab)):
             raise bad("terms.npy", f"term ids must be in [0, {len(vocab) - 1}]")
-        out = cls(terms, counts, offsets, vocab, k1=params["k1"], b=params["b"])
-        ratio = meta.get("dense_ratio")
-        if ratio is not None:
-            value = ratio.get("ratio") if isinstance(ratio, dict) else None
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-                raise bad(
-                    "vocab.json", f'field "dense_ratio" must be an object with a non-negative "ratio", got {ratio!r}'
-                )
-            out.ratio_info = dict(ratio)
+        out = cls(terms, counts, offsets, vocab, k1=float(meta["k1"]), b=float(meta["b"]))
+        if meta.get("dense_ratio") is not None:
+            out.ratio_info = dict(meta["dense_ratio"])
         return out
 
     def describe(self) -> dict[str, Any]:

@@ -236,3 +236,56 @@ def broken_model(
     for word in poison:
         emb[vocab.index(word)] = value
     return make_model(directory, vocab, emb, **kwargs)  # type: ignore[arg-type]
+
+
+def _rewired(graph: bytes, output: str, nodes: list[onnx.NodeProto], kind: int = TensorProto.FLOAT) -> bytes:
+    """``graph`` with its output ``output`` renamed ``{output}_raw`` and computed from it by ``nodes``."""
+    model = onnx.load_from_string(graph)
+    for node in model.graph.node:
+        node.output[:] = [f"{output}_raw" if name == output else name for name in node.output]
+    model.graph.node.extend(nodes)
+    for value in model.graph.output:
+        if value.name == output:
+            value.type.tensor_type.elem_type = kind
+            if output == "vectors":
+                value.type.tensor_type.shape.dim[0].dim_param = "rows"
+    onnx.checker.check_model(model)
+    return bytes(model.SerializeToString())
+
+
+def faulty_model(directory: Path, words: Sequence[str], fault: str) -> Path:
+    """A Poincaré model over ``words`` with one fault: ``one-row`` (the encoder returns one
+    vector, the batch's mean, for any batch), ``int64`` (integer vectors), ``outside`` (the
+    encoder's vectors have norm about 2, outside the ball), ``inf-score`` / ``nan-score`` (the
+    scorer's scores are -inf / NaN)."""
+    vocab = Tokenizer.build_word_vocab(list(words))
+    emb = np.random.default_rng(5).normal(scale=0.15, size=(len(vocab), 6)).astype(np.float32)
+    emb[0] = 0.0
+    encoder = encoder_graph(emb, max_norm=0.999)
+    scorer = poincare_scorer_graph()
+    if fault == "one-row":
+        encoder = _rewired(
+            encoder, "vectors", [helper.make_node("ReduceMean", ["vectors_raw"], ["vectors"], axes=[0], keepdims=1)]
+        )
+    elif fault == "int64":
+        encoder = _rewired(
+            encoder, "vectors", [helper.make_node("Cast", ["vectors_raw"], ["vectors"], to=TensorProto.INT64)],
+            TensorProto.INT64,
+        )  # fmt: skip
+    elif fault == "outside":
+        big = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), TINY32) * 2.0
+        big[0] = 0.0
+        encoder = encoder_graph(big.astype(np.float32), max_norm=None)
+    elif fault in ("inf-score", "nan-score"):
+        value = -np.inf if fault == "inf-score" else np.nan
+        scorer = _rewired(scorer, "score", [
+            _const("bad", np.array(value, dtype=np.float32)),
+            helper.make_node("Add", ["score_raw", "bad"], ["score"]),
+        ])  # fmt: skip
+    else:
+        raise ValueError(f"unknown fault {fault!r}")
+    return write_model(
+        directory, name=f"faulty-{fault}", geometry={"name": "poincare", "max_norm": 0.999}, dimension=6,
+        tokenizer=Tokenizer(vocab, kind="word"), max_tokens={"question": 16, "answer": 32}, encoder=encoder,
+        scorer=scorer, score={"formula": "-d", "higher_is_better": True, "parameters": {}},
+    )  # fmt: skip
