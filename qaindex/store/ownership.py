@@ -48,6 +48,7 @@ __all__ = [
     "check_writable",
     "collect_garbage",
     "current_snapshot",
+    "existing_index",
     "is_owned_snapshot",
     "missing_parents",
     "orphan_snapshots",
@@ -250,7 +251,7 @@ def orphan_snapshots(root: Path) -> list[tuple[str, int]]:
     Example
     -------
     >>> from qaindex import Ranker
-    >>> _ = Ranker.build("examples/faq.jsonl").save("qaindex-index")
+    >>> _ = Ranker.build("examples/faq.jsonl").save("qaindex-index", overwrite=True)
     >>> orphan_snapshots(Path("qaindex-index"))
     []
     """
@@ -374,7 +375,7 @@ def collect_garbage(
     Example
     -------
     >>> from qaindex import Ranker
-    >>> _ = Ranker.build("examples/faq.jsonl").save("qaindex-index")
+    >>> _ = Ranker.build("examples/faq.jsonl").save("qaindex-index", overwrite=True)
     >>> collect_garbage("qaindex-index").removed
     ()
     """
@@ -408,3 +409,16 @@ def missing_parents(root: Path) -> list[Path]:
             break
         current = current.parent
     return list(reversed(out))
+
+
+def existing_index(root: Path) -> str | None:
+    """What ``root`` holds, for a refusal to replace it: "an index of N answers" (or "an index"
+    when its manifest is unreadable), or None where there is no index to replace."""
+    manifest = root / "manifest.json"
+    if not manifest.exists():
+        return None
+    try:
+        count = json.loads(manifest.read_text(encoding="utf-8")).get("count")
+    except (OSError, ValueError, AttributeError):
+        count = None
+    return f"an index of {count} answers" if isinstance(count, int) and not isinstance(count, bool) else "an index"
