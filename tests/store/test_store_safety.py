@@ -129,7 +129,7 @@ def test_rebuilding_over_an_old_index_removes_its_unmarked_snapshot(index: Path,
     manifest = json.loads((index / "manifest.json").read_text())
     old = index / manifest["snapshot"]
     (old / ".qaindex-snapshot").unlink()
-    Ranker.build([{"id": 1, "answer": "Refunds are paid."}], model=faq_model).save(index)
+    Ranker.build([{"id": 1, "answer": "Refunds are paid."}], model=faq_model).save(index, overwrite=True)
     assert not old.exists()
     assert len(Ranker.load(index)) == 1
 
