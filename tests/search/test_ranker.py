@@ -322,7 +322,7 @@ def test_load_retries_when_a_save_replaces_the_snapshot(
     def racing(cls: type[Ranker], root: Path, manifest: dict, **kwargs: object) -> Ranker:
         calls.append(manifest["snapshot"])
         if len(calls) == 1:
-            newer.save(target)  # the writer wins the race: the snapshot just read is deleted
+            newer.save(target, overwrite=True)  # the writer wins the race: the snapshot just read is deleted
         return original(cls, root, manifest, **kwargs)
 
     monkeypatch.setattr(Ranker, "_open_snapshot", classmethod(racing))
