@@ -11,6 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+
+from qaindex.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -72,6 +75,8 @@ def test_readme_python_api_example_runs(tmp_path: Path) -> None:
     code = _python_block("qaindex.Ranker.build(")  # run as written, from a folder holding examples/
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     (tmp_path / "examples").symlink_to(ROOT / "examples")
+    quickstart = ["build", str(ROOT / "examples" / "faq.jsonl"), "--index", str(tmp_path / "qaindex-index")]
+    assert CliRunner().invoke(main, quickstart).exit_code == 0  # run after the quickstart, as the README reads
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0].startswith("account-reset-password ")
