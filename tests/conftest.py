@@ -85,10 +85,11 @@ def _empty_cwd(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` (training on ../shared/datasets) run only with QAINDEX_SLOW=1."""
+    """Tests marked ``slow`` (training on ../shared/datasets, or for a minute or more) run only with
+    QAINDEX_SLOW=1, which CI sets."""
     if os.environ.get("QAINDEX_SLOW") == "1":
         return
-    skip = pytest.mark.skip(reason="slow: set QAINDEX_SLOW=1 to run (trains on ../shared/datasets)")
+    skip = pytest.mark.skip(reason="slow: set QAINDEX_SLOW=1 to run (a long training, or one on ../shared/datasets)")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)

@@ -253,6 +253,7 @@ def planted_teacher() -> tuple[np.ndarray, list[str], object]:
     return np.abs(table), answers, teacher
 
 
+@pytest.mark.slow  # a minute of training on two cores: CI runs it (QAINDEX_SLOW=1)
 def test_label_free_adaptation_improves_a_weak_start_and_spreads_norms(tmp_path: Path) -> None:
     table, answers, teacher = planted_teacher()
     start = write_start(tmp_path / "weak", table)
@@ -379,6 +380,7 @@ def test_teacher_alignment_recovers_a_rotated_centred_space() -> None:
     np.testing.assert_allclose(q, q0, atol=1e-5)
 
 
+@pytest.mark.slow  # a minute of training on two cores: CI runs it (QAINDEX_SLOW=1)
 def test_label_free_adaptation_moves_a_static_start_towards_the_teacher(tmp_path: Path) -> None:
     rng = np.random.default_rng(7)
     answers, questions = varied_corpus(rng)
@@ -486,6 +488,7 @@ def test_a_noisy_gain_on_a_tiny_held_out_split_keeps_the_start(tmp_path: Path) -
     )
 
 
+@pytest.mark.slow  # a minute of training on two cores: CI runs it (QAINDEX_SLOW=1)
 def test_cli_train_without_labels_uses_the_label_free_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import qaindex_export.distill as distill
 
