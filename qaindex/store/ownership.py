@@ -413,7 +413,18 @@ def missing_parents(root: Path) -> list[Path]:
 
 def existing_index(root: Path) -> str | None:
     """What ``root`` holds, for a refusal to replace it: "an index of N answers" (or "an index"
-    when its manifest is unreadable), or None where there is no index to replace."""
+    when its manifest is unreadable), or None where there is no index to replace.
+
+    ``qaindex build`` without ``--force`` and ``Ranker.save`` without ``overwrite=True`` (of an
+    index the Ranker did not load) refuse with it.
+
+    Example
+    -------
+    >>> from qaindex import Ranker
+    >>> _ = Ranker.build("examples/faq.jsonl").save("qaindex-index", overwrite=True)
+    >>> existing_index(Path("qaindex-index")), existing_index(Path("nothing-here"))
+    ('an index of 289 answers', None)
+    """
     manifest = root / "manifest.json"
     if not manifest.exists():
         return None
