@@ -131,7 +131,7 @@ def _in_child(op: Callable[[], None]) -> None:
 
 
 def _rebuild(index: Path, model: Path, prefix: str) -> None:
-    _in_child(lambda: Ranker.build(records(prefix, 300), model=model).save(index) and None)
+    _in_child(lambda: Ranker.build(records(prefix, 300), model=model).save(index, overwrite=True) and None)
 
 
 def kill_loop(workdir: Path, model: Path, kills: int, *, seed: int = 0) -> dict[str, Any]:
@@ -156,7 +156,7 @@ def kill_loop(workdir: Path, model: Path, kills: int, *, seed: int = 0) -> dict[
                     after = {"ids": sorted(str(r["id"]) for r in new), "overfetch": before["overfetch"]}
 
                     def op(new: list[dict[str, Any]] = new, overfetch: int = before["overfetch"]) -> None:
-                        Ranker.build(new, model=model, overfetch=overfetch).save(index)
+                        Ranker.build(new, model=model, overfetch=overfetch).save(index, overwrite=True)
 
                 elif op_name == "add":
                     new = records(f"a{step}-", 2)

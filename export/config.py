@@ -408,8 +408,6 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     {'epochs': 5, 'ball': 'clip'}
     """
     source = Path(path)
-    if source.suffix != ".json" and sys.version_info < (3, 11):
-        raise QAIndexError(f"{source}: TOML settings need Python 3.11 or newer; write them as JSON (a .json file)")
     try:
         text = source.read_text(encoding="utf-8")
         values = json.loads(text) if source.suffix == ".json" else _toml(text)
@@ -487,6 +485,12 @@ def _shown(value: Any) -> str:
 
 
 def _toml(text: str) -> Any:
-    import tomllib  # Python 3.11+
+    """Parse TOML with the standard library's ``tomllib`` (Python 3.11+) or, before 3.11, with
+    ``tomli`` (the same parser, a dependency there); both raise ``ValueError`` subclasses."""
+    if sys.version_info >= (3, 11):
+        import tomllib
 
-    return tomllib.loads(text)
+        return tomllib.loads(text)
+    import tomli
+
+    return tomli.loads(text)

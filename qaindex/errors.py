@@ -38,7 +38,7 @@ class IndexLockedError(QAIndexError):
 
 
 class IndexChangedError(QAIndexError):
-    """A save would overwrite an index that another writer changed since this Ranker read it."""
+    """A save would replace an index this Ranker never loaded, or one another writer changed since it did."""
 
 
 class ModelFormatError(QAIndexError):

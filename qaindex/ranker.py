@@ -244,7 +244,7 @@ class Ranker:
 
         Example
         -------
-        >>> _ = Ranker.build("examples/faq.jsonl").save("qaindex-index")
+        >>> _ = Ranker.build("examples/faq.jsonl").save("qaindex-index", overwrite=True)
         >>> with Ranker.edit("qaindex-index") as ranker:
         ...     ranker.add([{"id": "new", "answer": "A new answer."}])
         1
@@ -603,8 +603,8 @@ class Ranker:
     ) -> Path:
         """Save atomically: a new snapshot, then ``manifest.json`` replaced, then cleanup.
 
-        Under the index's writer lock (``INDEX/.lock``); it refuses to overwrite an index
-        another writer changed since this Ranker loaded or saved it (:mod:`qaindex.store.saving`).
+        Under the index's writer lock (``INDEX/.lock``); it refuses to replace an index this Ranker
+        did not load or save, or one changed since by another writer (:mod:`qaindex.store.saving`).
         For read-modify-write, load under the lock: ``with Ranker.edit(path) as r: r.add(...)``.
 
         Parameters
@@ -612,7 +612,7 @@ class Ranker:
         path : path-like
             The index directory (created if missing).
         overwrite : bool, keyword-only
-            Replace the index even if another writer changed it since this Ranker read it.
+            Replace the index at ``path`` even if this Ranker did not load it or it changed since (``--force``).
         lock_timeout : float or None, keyword-only
             Seconds to wait for another writer; None or ``math.inf`` waits as long as it takes.
 
@@ -626,7 +626,7 @@ class Ranker:
         IndexLockedError
             Another writer held the lock for longer than ``lock_timeout``.
         IndexChangedError
-            The index changed since this Ranker read it, and ``overwrite`` is false.
+            ``path`` holds an index this Ranker did not load or one changed since, without ``overwrite``.
         IndexFormatError
             ``path`` is not a new or empty directory nor a qaindex index (a folder qaindex
             did not write is never overwritten; see :mod:`qaindex.store.ownership`).
@@ -636,7 +636,7 @@ class Ranker:
 
         Example
         -------
-        >>> _ = Ranker.build("examples/faq.jsonl").save("qaindex-index")
+        >>> _ = Ranker.build("examples/faq.jsonl").save("qaindex-index", overwrite=True)
         >>> ranker = Ranker.load("qaindex-index")
         >>> ranker.configure(overfetch=20)
         >>> ranker.save("qaindex-index")

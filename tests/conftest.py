@@ -76,11 +76,20 @@ def _no_index_env(monkeypatch: pytest.MonkeyPatch) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+@pytest.fixture(autouse=True)
+def _empty_cwd(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs in an empty working directory of its own (CLI subprocesses inherit it), so
+    nothing in the folder pytest was started from (a ``./qaindex-index`` the quickstart built)
+    changes a result, and no test writes there or races another xdist worker on a relative path."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` (training on ../shared/datasets) run only with QAINDEX_SLOW=1."""
+    """Tests marked ``slow`` (training on ../shared/datasets, or for a minute or more) run only with
+    QAINDEX_SLOW=1, which CI sets."""
     if os.environ.get("QAINDEX_SLOW") == "1":
         return
-    skip = pytest.mark.skip(reason="slow: set QAINDEX_SLOW=1 to run (trains on ../shared/datasets)")
+    skip = pytest.mark.skip(reason="slow: set QAINDEX_SLOW=1 to run (a long training, or one on ../shared/datasets)")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)

@@ -237,7 +237,7 @@ def build(
         ranker = build_on_ray(corpus, address=ray_address, batch_size=batch_size, **options)
     else:
         ranker = Ranker.build(corpus, batch_size=batch_size, progress=True, **options)
-    ranker.save(index, lock_timeout=lock_timeout)
+    ranker.save(index, overwrite=force, lock_timeout=lock_timeout)
     seconds = time.perf_counter() - start
     info = ranker.info()
     click.echo(

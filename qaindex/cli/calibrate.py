@@ -5,7 +5,11 @@ Also the lines ``qaindex info`` prints about hybrid search and scores.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +58,38 @@ def calibration_line(calibration: dict[str, Any]) -> str:
     )
 
 
-@click.command("calibrate")
-@click.argument("model_dir", type=click.Path(path_type=Path, file_okay=False, exists=True))
+@contextlib.contextmanager
+def _model_to_calibrate(model_dir: str, out: Path | None, dry_run: bool) -> Iterator[Path]:
+    """The directory whose manifest gets the calibration: MODEL_DIR itself, or (with ``--out``)
+    a copy of it, moved to ``out`` only once calibrated (a failure leaves no ``out``). The
+    built-in model (``default``) is never changed: it needs ``--out``."""
+    from ..model import DEFAULT_MODEL_NAME, resolve_model_path
+
+    source = resolve_model_path(model_dir)
+    if not (source / "manifest.json").is_file():
+        raise click.ClickException(f"{model_dir}: no such model directory")
+    if out is None or dry_run:
+        if model_dir == DEFAULT_MODEL_NAME and not dry_run:
+            raise click.UsageError(
+                "default is the built-in model, which calibrate never changes: pass --out DIR to write a "
+                "calibrated copy (then use --model DIR), or --dry-run to fit and report only"
+            )
+        yield source
+        return
+    if out.exists() or out.is_symlink():
+        raise click.ClickException(f"--out {out}: already exists; choose a new directory for the calibrated copy")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        shutil.copytree(source, work, dirs_exist_ok=True)
+        yield work
+        work.rename(out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@click.command("calibrate", epilog="MODEL_DIR may be the word `default`: the built-in model (with --out).")
+@click.argument("model_dir", type=click.Path())  # kept as typed: "default" names the built-in model
 @click.argument("data", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option(
     "--method", type=click.Choice(CALIBRATION_METHODS), default="platt", show_default=True,
@@ -100,8 +134,15 @@ def calibration_line(calibration: dict[str, Any]) -> str:
     "(docs/scores.md).",
 )
 @click.option("--dry-run", is_flag=True, help="Fit and report, but leave the model directory unchanged.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Write a calibrated copy of MODEL_DIR to this new directory and leave MODEL_DIR unchanged "
+    "(needed for `default`, the built-in model).",
+)
 def calibrate_command(
-    model_dir: Path,
+    model_dir: str,
     data: Path,
     method: str,
     depth: int,
@@ -112,6 +153,7 @@ def calibrate_command(
     no_offtopic: bool,
     hybrid_score: bool,
     dry_run: bool,
+    out: Path | None,
 ) -> None:
     """Calibrate MODEL_DIR's scores on held-out DATA (JSONL) and store the calibration in its manifest.
 
@@ -120,12 +162,33 @@ def calibrate_command(
     Hits then get score = estimated probability of relevance (docs/scores.md). The top hits
     of off-topic questions (--offtopic, or a built-in set) are fitted as not relevant.
     """
-    from ..eval.datasets import read_labelled
-    from ..model import Model
-
     if offtopic is not None and no_offtopic:
         raise click.UsageError("--offtopic and --no-offtopic exclude each other; give one")
     off_questions, off_source = offtopic_questions(offtopic, no_offtopic)
+    with _model_to_calibrate(model_dir, out, dry_run) as target:
+        report = _calibrate(
+            target, data, method, depth, teacher, per_answer, checks, off_questions, off_source, hybrid_score, dry_run
+        )
+    report["model"] = str(out if out is not None and not dry_run else target)
+    click.echo(json.dumps(report, indent=2))
+
+
+def _calibrate(
+    target: Path,
+    data: Path,
+    method: str,
+    depth: int,
+    teacher: str | None,
+    per_answer: int,
+    checks: tuple[Path, ...],
+    off_questions: list[str],
+    off_source: str,
+    hybrid_score: bool,
+    dry_run: bool,
+) -> dict[str, Any]:
+    """Fit the calibration of the model in ``target`` (written there unless ``dry_run``); the report."""
+    from ..eval.datasets import read_labelled
+    from ..model import Model
 
     if teacher is not None:
         from ..corpus import read_corpus
@@ -147,12 +210,12 @@ def calibrate_command(
         groups = read_labelled(data)
         labels = "labelled"
     stored = calibrate_model(
-        model_dir, groups, method=method, depth=depth, source=data.name, labels=labels, write=not dry_run,
+        target, groups, method=method, depth=depth, source=data.name, labels=labels, write=not dry_run,
         offtopic=off_questions, offtopic_source=off_source, hybrid=hybrid_score,
     )  # fmt: skip
-    report: dict[str, Any] = {"model": str(model_dir), "written": not dry_run, "calibration": stored}
+    report: dict[str, Any] = {"model": str(target), "written": not dry_run, "calibration": stored}
     if checks:
-        model = Model.load(model_dir)
+        model = Model.load(target)
         from ..eval.calibration import Calibration
 
         fitted = Calibration.from_manifest(stored)
@@ -164,4 +227,4 @@ def calibrate_command(
                 "relevant": round(float(y.mean()), 4),
                 "ece": round(expected_calibration_error(fitted(raw, best), y), 4),
             }
-    click.echo(json.dumps(report, indent=2))
+    return report

@@ -89,7 +89,8 @@ def eval_command(
     """Evaluate MODEL_DIR on DATA (labelled JSONL): MAP, MRR and P@1.
 
     DATA is the benchmark format (qid, question, aid, answer, label per line) or a corpus
-    with questions (each question's own answer is correct, every other answer wrong).
+    with questions (a question is correct for every answer listing it, wrong for the others;
+    the same question text under several answers counts once).
     Each question's candidates are ranked by score; tied scores count as the expected
     value over random orderings, never by their order in the file. Questions without a
     correct candidate are skipped.

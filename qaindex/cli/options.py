@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -10,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from ..devices import DEVICES
+from ..store.ownership import existing_index
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_INDEX = "qaindex-index"
@@ -71,16 +71,11 @@ class Timeout(click.ParamType):  # type: ignore[type-arg]
 def refuse_existing_index(index: Path) -> None:
     """Refuse to build over an index that is already there (``qaindex build`` without ``--force``).
 
-    Raises :class:`click.ClickException` (exit 1) naming the index, its size and the way out.
+    Raises :class:`click.ClickException` (exit 1) naming the index, its size and the way out;
+    ``Ranker.save`` refuses the same way without ``overwrite=True``.
     """
-    manifest = index / "manifest.json"
-    if not manifest.exists():
-        return
-    try:
-        count = json.loads(manifest.read_text(encoding="utf-8")).get("count")
-    except (OSError, ValueError, AttributeError):
-        count = None
-    held = f"an index of {count} answers" if isinstance(count, int) and not isinstance(count, bool) else "an index"
-    raise click.ClickException(
-        f"{index} already holds {held}; pass --force to replace it, or add answers to it with `qaindex add`"
-    )
+    held = existing_index(index)
+    if held is not None:
+        raise click.ClickException(
+            f"{index} already holds {held}; pass --force to replace it, or add answers to it with `qaindex add`"
+        )

@@ -4,8 +4,8 @@ Two input formats are accepted:
 
 - the answer-selection benchmark format, one (question, candidate) pair per line:
   ``{"qid", "question", "aid", "answer", "label"}`` (label 1 = correct);
-- the corpus format (``answer`` plus ``question``/``questions``): each listed question is
-  paired with its answer as the one correct candidate; there are no listed wrong candidates
+- the corpus format (``answer`` plus ``question``/``questions``): each distinct question text
+  is one question whose correct candidates are the answers listing it; there are no listed wrong candidates
   (training samples negatives from other answers; evaluation ranks every answer of the file).
 
 Candidate order is kept as in the file; never use it to break ties (in TrecQA every correct
@@ -58,7 +58,9 @@ def read_labelled(path: str | os.PathLike[str]) -> list[QuestionGroup]:
     -------
     list of QuestionGroup
         In order of first appearance. For the corpus format every question's candidates are
-        all answers of the file, its own answer labelled 1.
+        all answers of the file, labelled 1 under each answer that lists the question: a
+        question text listed under several answers is one question with several relevant
+        answers.
 
     Raises
     ------
@@ -79,16 +81,26 @@ def read_labelled(path: str | os.PathLike[str]) -> list[QuestionGroup]:
         return _read_benchmark(Path(path))
     records = read_corpus(path)
     candidates = tuple(Candidate(str(r.id), r.answer, 0) for r in records)
-    groups = []
+    # one group per distinct question text: a question listed under several answers is one
+    # question with several relevant answers, never counted once per answer
+    qids: dict[str, str] = {}
+    relevant: dict[str, list[int]] = {}
     for i, rec in enumerate(records):
-        if not rec.questions:
-            continue
-        # the wrong candidates are shared objects; only the correct one is new per answer
-        cands = list(candidates)
-        cands[i] = Candidate(str(rec.id), rec.answer, 1)
-        shared = tuple(cands)
         for j, q in enumerate(rec.questions):
-            groups.append(QuestionGroup(f"{rec.id}#{j}", q, shared))
+            if q not in qids:
+                qids[q], relevant[q] = f"{rec.id}#{j}", []
+            if i not in relevant[q]:
+                relevant[q].append(i)
+    groups = []
+    shared: dict[tuple[int, ...], tuple[Candidate, ...]] = {}  # one tuple per set of relevant answers
+    for q, qid in qids.items():
+        key = tuple(relevant[q])
+        if key not in shared:
+            cands = list(candidates)  # the wrong candidates are shared objects
+            for i in key:
+                cands[i] = Candidate(candidates[i].aid, candidates[i].answer, 1)
+            shared[key] = tuple(cands)
+        groups.append(QuestionGroup(qid, q, shared[key]))
     if not groups:
         raise CorpusError(
             f'{source}: no questions found; labelled data needs "question"/"questions" fields '

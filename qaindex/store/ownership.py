@@ -49,6 +49,7 @@ __all__ = [
     "check_writable",
     "collect_garbage",
     "current_snapshot",
+    "existing_index",
     "is_owned_snapshot",
     "missing_parents",
     "orphan_snapshots",
@@ -249,7 +250,7 @@ def orphan_snapshots(root: Path) -> list[tuple[str, int]]:
     Example
     -------
     >>> from qaindex import Ranker
-    >>> _ = Ranker.build("examples/faq.jsonl").save("qaindex-index")
+    >>> _ = Ranker.build("examples/faq.jsonl").save("qaindex-index", overwrite=True)
     >>> orphan_snapshots(Path("qaindex-index"))
     []
     """
@@ -373,7 +374,7 @@ def collect_garbage(
     Example
     -------
     >>> from qaindex import Ranker
-    >>> _ = Ranker.build("examples/faq.jsonl").save("qaindex-index")
+    >>> _ = Ranker.build("examples/faq.jsonl").save("qaindex-index", overwrite=True)
     >>> collect_garbage("qaindex-index").removed
     ()
     """
@@ -407,3 +408,27 @@ def missing_parents(root: Path) -> list[Path]:
             break
         current = current.parent
     return list(reversed(out))
+
+
+def existing_index(root: Path) -> str | None:
+    """What ``root`` holds, for a refusal to replace it: "an index of N answers" (or "an index"
+    when its manifest is unreadable), or None where there is no index to replace.
+
+    ``qaindex build`` without ``--force`` and ``Ranker.save`` without ``overwrite=True`` (of an
+    index the Ranker did not load) refuse with it.
+
+    Example
+    -------
+    >>> from qaindex import Ranker
+    >>> _ = Ranker.build("examples/faq.jsonl").save("qaindex-index", overwrite=True)
+    >>> existing_index(Path("qaindex-index")), existing_index(Path("nothing-here"))
+    ('an index of 289 answers', None)
+    """
+    manifest = root / "manifest.json"
+    if not manifest.exists():
+        return None
+    try:
+        count = json.loads(manifest.read_text(encoding="utf-8")).get("count")
+    except (OSError, ValueError, AttributeError):
+        count = None
+    return f"an index of {count} answers" if isinstance(count, int) and not isinstance(count, bool) else "an index"

@@ -28,7 +28,14 @@ from ..text.lexical import LexicalIndex
 from ..vector_index import CoarseIndex
 from .index_format import commit_manifest, new_manifest, read_index_manifest, write_snapshot
 from .locking import index_lock
-from .ownership import check_writable, current_snapshot, missing_parents, remove_empty, remove_garbage
+from .ownership import (
+    check_writable,
+    current_snapshot,
+    existing_index,
+    missing_parents,
+    remove_empty,
+    remove_garbage,
+)
 from .records import RecordStore
 from .storage import verify_files
 
@@ -108,6 +115,12 @@ class SavedState:
         key = os.path.realpath(root)
         seen = self.seen.get(key)
         current = _current(root)
+        held = None if overwrite or seen is not None else existing_index(root)
+        if held is not None:  # the rule of `qaindex build` without --force
+            raise IndexChangedError(
+                f"{root} already holds {held} that this Ranker did not load; pass overwrite=True to replace "
+                "it, or add answers to it with Ranker.edit"
+            )
         if not overwrite and seen is not None and current is not None and current != seen:
             raise IndexChangedError(
                 f"{root}: another writer changed this index since it was loaded (snapshot {seen} is now "

@@ -267,7 +267,7 @@ def test_bad_recall_targets_and_tuning_fields_are_refused(answers: list[dict[str
     mpath = tmp_path / "ix" / "manifest.json"
     manifest = json.loads(mpath.read_text())
     assert "tuning" not in manifest["coarse"]  # flat is exact: nothing to tune
-    Ranker.build(answers[:300], index_kind="ivf", recall=0.9).save(tmp_path / "ix")
+    Ranker.build(answers[:300], index_kind="ivf", recall=0.9).save(tmp_path / "ix", overwrite=True)
     manifest = json.loads(mpath.read_text())
     manifest["coarse"]["tuning"]["recall"] = 2
     manifest["checksum"] = manifest_checksum({k: v for k, v in manifest.items() if k != "checksum"})

@@ -68,6 +68,47 @@ def test_eval_and_inspect_accept_default(tmp_path: Path) -> None:
     assert res.exit_code == 1 and "Traceback" not in res.output
 
 
+def test_calibrate_accepts_default_and_writes_a_calibrated_copy(tmp_path: Path) -> None:
+    import filecmp
+
+    rows = [
+        {"id": "reset", "answer": "Use the reset link on the sign-in page.", "question": "how do I reset my password"},
+        {"id": "refund", "answer": "Refunds are paid within 14 days.", "question": "can I get my money back"},
+        {"id": "dark", "answer": "Dark mode is under Settings, Appearance.", "question": "is there a dark theme"},
+    ]
+    data = _write(tmp_path / "dev.jsonl", rows)
+    built_in = (DEFAULT_MODEL_DIR / "manifest.json").read_bytes()
+    runner = CliRunner()
+    res = runner.invoke(main, ["calibrate", "default", str(data)])
+    assert (res.exit_code, res.stderr.splitlines()[-1]) == (
+        2,
+        "Error: default is the built-in model, which calibrate never changes: pass --out DIR to write a "
+        "calibrated copy (then use --model DIR), or --dry-run to fit and report only",
+    )
+    res = runner.invoke(main, ["calibrate", "default", str(data), "--dry-run"])
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "models" / "calibrated"
+    res = runner.invoke(main, ["calibrate", "default", str(data), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert (report["model"], report["written"]) == (str(out), True)
+    assert (DEFAULT_MODEL_DIR / "manifest.json").read_bytes() == built_in  # the built-in model is untouched
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["calibration"] == report["calibration"] and manifest["calibration"]["data"] == "dev.jsonl"
+    files = sorted(p.name for p in DEFAULT_MODEL_DIR.iterdir() if p.name != "manifest.json")
+    assert filecmp.cmpfiles(DEFAULT_MODEL_DIR, out, files, shallow=False)[0] == files
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["calibrated"]  # no work folder left
+    res = runner.invoke(main, ["calibrate", "default", str(data), "--out", str(out)])
+    assert (res.exit_code, res.stderr) == (
+        1,
+        f"Error: --out {out}: already exists; choose a new directory for the calibrated copy\n",
+    )
+    unlabelled = _write(tmp_path / "answers.jsonl", [{"answer": r["answer"]} for r in rows])
+    res = runner.invoke(main, ["calibrate", "default", str(unlabelled), "--out", str(tmp_path / "models" / "x")])
+    assert res.exit_code == 1 and "no questions found" in res.stderr
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["calibrated"]  # a failure writes nothing
+
+
 def test_help_says_where_the_built_in_model_lives() -> None:
     runner = CliRunner()
     for args in (["--help"], ["eval", "--help"], ["inspect", "--help"]):
@@ -273,3 +314,51 @@ def test_train_summary_has_dev_onnx_for_a_held_out_dev_split(tmp_path: Path) -> 
     assert summary["dev"]["questions"] == 8  # 10% of the 80 training questions, held out
     assert set(summary["dev_onnx"]) == {"map", "mrr"}
     assert summary["dev_onnx"]["map"] == pytest.approx(summary["dev"]["map"], abs=1e-4)
+
+
+# -- the tests themselves never depend on the folder they are started from ----------------------------
+
+
+def test_tests_run_in_an_empty_folder_of_their_own() -> None:
+    assert Path.cwd() != ROOT and list(Path.cwd().iterdir()) == []
+
+
+def test_a_quickstart_index_in_the_starting_folder_changes_no_test_result(
+    faq_file: Path, faq_model: Path, tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    start = tmp_path / "clone"
+    start.mkdir()
+    _build(faq_file, faq_model, start / "qaindex-index")  # what the README's quickstart leaves behind
+    tests = [
+        "tests/build/test_distributed.py::test_ray_missing_says_which_extra",
+        "tests/cli/test_cli.py",
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "QAINDEX_"))}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "--rootdir",
+            str(ROOT),
+            "-c",
+            str(ROOT / "pyproject.toml"),
+            *(str(ROOT / t) for t in tests),
+        ],
+        cwd=start,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert sorted(p.name for p in start.iterdir()) == ["qaindex-index"]  # and no test wrote beside it

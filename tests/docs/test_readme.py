@@ -3,6 +3,7 @@ page carries internal references (issue numbers, paths outside the repository)."
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -10,6 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+
+from qaindex.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -37,7 +41,9 @@ def test_readme_test_command_is_the_one_ci_runs() -> None:
     assert pip is not None
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").replace("pip install -q ", "pip install ")
     assert f".venv-ci/bin/pip {pip.group(1)}\n" in ci
-    assert ".venv-ci/bin/python -m pytest -q" in ci
+    pytest_args = command.split(".venv/bin/python -m pytest", 1)[1].strip()
+    assert "-n auto" in pytest_args  # parallel workers: the suite takes minutes, not a quarter of an hour
+    assert f".venv-ci/bin/python -m pytest {pytest_args} " in ci
 
 
 def test_readme_quickstart_builds_and_searches_with_the_built_in_model() -> None:
@@ -47,7 +53,8 @@ def test_readme_quickstart_builds_and_searches_with_the_built_in_model() -> None
 
 
 def test_readme_install_advice() -> None:
-    assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in README
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in README
+    assert set(re.findall(r"torch==[\d.]+", README)) == {"torch==2.13.0"}  # one version, the one CI installs
     assert "CUDA 13 / cuDNN 9" in README and "CUDA 12" in README
     assert "only costs download size" in README
     assert "pip install 'qaindex" not in README  # not on a package index: install from a checkout
@@ -65,13 +72,29 @@ def _python_block(marker: str) -> str:
 
 
 def test_readme_python_api_example_runs(tmp_path: Path) -> None:
-    code = _python_block("qaindex.Ranker.build(")
-    code = code.replace('r.remove(["billing-old-plan"])', 'r.remove(["new-1"])')  # an id of the example FAQ
+    code = _python_block("qaindex.Ranker.build(")  # run as written, from a folder holding examples/
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     (tmp_path / "examples").symlink_to(ROOT / "examples")
+    quickstart = ["build", str(ROOT / "examples" / "faq.jsonl"), "--index", str(tmp_path / "qaindex-index")]
+    assert CliRunner().invoke(main, quickstart).exit_code == 0  # run after the quickstart, as the README reads
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0].startswith("account-reset-password ")
+    import qaindex
+
+    edited = qaindex.Ranker.load(tmp_path / "qaindex-index")
+    faq = [
+        json.loads(line)["id"] for line in (ROOT / "examples" / "faq.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    removed = re.findall(r'r\.remove\(\["([^"]+)"\]\)', code)
+    assert removed and set(removed) <= set(faq)  # the snippet removes answers the example FAQ has
+    assert sorted(str(r.id) for r in edited.records()) == sorted({*faq, "new-1"} - set(removed))
+
+
+def test_the_readme_names_only_files_the_repository_has() -> None:
+    named = set(re.findall(r"\b((?:examples|docs|benchmarks|tools)/[\w./-]+\.(?:jsonl|py|md))\b", README))
+    assert "examples/faq-test.jsonl" in named
+    assert [p for p in sorted(named) if not (ROOT / p).is_file()] == []
 
 
 @pytest.mark.parametrize("framework", ["langchain", "llamaindex"])

@@ -315,6 +315,36 @@ def test_eval_on_a_corpus_with_questions(model_dir: Path, tmp_path: Path) -> Non
     assert (out["questions"], out["candidates"], out["answers"]) == (2, 6, 3)
 
 
+def test_a_question_listed_under_several_answers_is_one_question(model_dir: Path, tmp_path: Path) -> None:
+    rows = [
+        {"id": "reset", "answer": "open settings and choose reset password", "questions": ["reset my password"]},
+        {"id": "link", "answer": "the reset link is sent by email", "questions": ["reset my password", "email"]},
+        {"id": "refund", "answer": "refunds are paid within fourteen days", "question": "can I get a refund"},
+        {"id": "sync", "answer": "sync runs every five minutes"},
+    ]
+    corpus = tmp_path / "faq.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    groups = read_labelled(corpus)
+    assert [(g.question, [c.aid for c in g.candidates if c.label]) for g in groups] == [
+        ("reset my password", ["reset", "link"]),
+        ("email", ["link"]),
+        ("can I get a refund", ["refund"]),
+    ]
+    # the same data in the benchmark format (one qid per question) gives the same figures
+    questions = list(dict.fromkeys(q for r in rows for q in r.get("questions", [r.get("question")]) if q))
+    bench = [
+        (f"q{n}", q, r["id"], r["answer"], int(q in r.get("questions", [r.get("question")])))
+        for n, q in enumerate(questions)
+        for r in rows
+    ]
+    as_corpus = json.loads(run("eval", model_dir, corpus, "--json").output)
+    as_bench = json.loads(run("eval", model_dir, write_data(tmp_path / "b.jsonl", bench), "--json").output)
+    assert as_corpus["questions"] == 3
+    assert {k: as_corpus[k] for k in ("questions", "map", "mrr", "p@1")} == {
+        k: as_bench[k] for k in ("questions", "map", "mrr", "p@1")
+    }
+
+
 def test_eval_errors(model_dir: Path, data_file: Path, tmp_path: Path) -> None:
     missing = tmp_path / "missing.jsonl"
     result = run("eval", model_dir, missing)

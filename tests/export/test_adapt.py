@@ -253,6 +253,7 @@ def planted_teacher() -> tuple[np.ndarray, list[str], object]:
     return np.abs(table), answers, teacher
 
 
+@pytest.mark.slow  # a minute of training on two cores: CI runs it (QAINDEX_SLOW=1)
 def test_label_free_adaptation_improves_a_weak_start_and_spreads_norms(tmp_path: Path) -> None:
     table, answers, teacher = planted_teacher()
     start = write_start(tmp_path / "weak", table)
@@ -379,6 +380,7 @@ def test_teacher_alignment_recovers_a_rotated_centred_space() -> None:
     np.testing.assert_allclose(q, q0, atol=1e-5)
 
 
+@pytest.mark.slow  # a minute of training on two cores: CI runs it (QAINDEX_SLOW=1)
 def test_label_free_adaptation_moves_a_static_start_towards_the_teacher(tmp_path: Path) -> None:
     rng = np.random.default_rng(7)
     answers, questions = varied_corpus(rng)
@@ -486,6 +488,7 @@ def test_a_noisy_gain_on_a_tiny_held_out_split_keeps_the_start(tmp_path: Path) -
     )
 
 
+@pytest.mark.slow  # a minute of training on two cores: CI runs it (QAINDEX_SLOW=1)
 def test_cli_train_without_labels_uses_the_label_free_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import qaindex_export.distill as distill
 
@@ -507,3 +510,24 @@ def test_cli_train_without_labels_uses_the_label_free_defaults(tmp_path: Path, m
     res = CliRunner().invoke(main, [*common, "--pair-weight", "1"])
     assert res.exit_code == 1
     assert "pair_weight 1.0 ranks pseudo-questions: set pseudo_questions to 1 or more" in res.output
+
+
+@pytest.mark.slow
+def test_the_readme_training_example_keeps_the_built_in_model_as_it_says(tmp_path: Path) -> None:
+    """The README says what `qaindex train examples/faq.jsonl` does on the small FAQ: no epoch beats
+    the built-in model on the held-out split, so it is kept and ranks as the built-in model does."""
+    root = Path(__file__).resolve().parents[2]
+    readme = " ".join((root / "README.md").read_text(encoding="utf-8").split())
+    assert (
+        'no epoch beats the built-in model on the held-out split: `train` says "the start model is kept unchanged"'
+        in readme
+    )
+    faq, held_out = root / "examples" / "faq.jsonl", root / "examples" / "faq-test.jsonl"
+    res = CliRunner().invoke(main, ["train", str(faq), "--out", str(tmp_path / "my-model")])
+    assert res.exit_code == 0, res.output
+    assert "the start model is kept unchanged" in res.output
+    scores = [
+        json.loads(CliRunner().invoke(main, ["eval", model, str(held_out), "--json"]).stdout)
+        for model in (str(tmp_path / "my-model"), "default")
+    ]
+    assert scores[0]["mrr"] == pytest.approx(scores[1]["mrr"], abs=1e-9)

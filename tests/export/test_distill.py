@@ -188,6 +188,7 @@ def test_training_without_labels_needs_two_answers_and_a_table() -> None:
 # -- the CLI ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a minute of training on two cores: CI runs it (QAINDEX_SLOW=1)
 def test_cli_train_with_teacher_on_answers_only(tmp_path: Path) -> None:
     """`qaindex train CORPUS --teacher minilm` on a corpus without any question (real MiniLM
     teacher, a small distilled table from a file so no distillation runs here)."""

@@ -491,3 +491,23 @@ def test_cli_train_config_file_errors(tmp_path: Path, text: str, name: str, mess
     )
     assert res.exit_code == 1
     assert message in res.stderr and "Traceback" not in res.output
+
+
+def test_a_toml_config_reads_on_python_3_10_with_tomli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The package declares Python 3.10, where tomllib is missing: tomli (the same parser) stands in."""
+    import types
+
+    import tomllib
+    from qaindex_export.config import read_config_file
+
+    config = tmp_path / "t.toml"
+    config.write_text('epochs = 3\nball = "clip"\n', encoding="utf-8")
+    calls: list[str] = []
+    fake = types.ModuleType("tomli")
+    fake.loads = lambda text: calls.append(text) or tomllib.loads(text)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "tomli", fake)
+    monkeypatch.setattr(sys, "version_info", (3, 10, 14, "final", 0))
+    assert read_config_file(config) == {"epochs": 3, "ball": "clip"}
+    assert calls == [config.read_text(encoding="utf-8")]
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8")
+    assert "\"tomli>=2; python_version<'3.11'\"" in pyproject

@@ -197,18 +197,18 @@ def test_interrupted_save_keeps_previous_index(
     # crash while writing the snapshot's files
     monkeypatch.setattr(index_format.CoarseIndex, "save", crash)
     with pytest.raises(KeyboardInterrupt):
-        bigger.save(target)
+        bigger.save(target, overwrite=True)
     monkeypatch.undo()
     assert Ranker.load(target).search("refund", k=5) == expected
     # crash after the snapshot is complete, before the manifest is replaced
     monkeypatch.setattr(index_format, "write_json_atomic", crash)
     with pytest.raises(KeyboardInterrupt):
-        bigger.save(target)
+        bigger.save(target, overwrite=True)
     monkeypatch.undo()
     assert len(Ranker.load(target)) == 5
     assert Ranker.load(target).search("refund", k=5) == expected
     # the next good save cleans up every leftover snapshot
-    bigger.save(target)
+    bigger.save(target, overwrite=True)
     assert len(Ranker.load(target)) == 6
     assert sorted(p.name.split("-")[0] for p in target.iterdir()) == ["data", "manifest.json"]
 
@@ -322,7 +322,7 @@ def test_load_retries_when_a_save_replaces_the_snapshot(
     def racing(cls: type[Ranker], root: Path, manifest: dict, **kwargs: object) -> Ranker:
         calls.append(manifest["snapshot"])
         if len(calls) == 1:
-            newer.save(target)  # the writer wins the race: the snapshot just read is deleted
+            newer.save(target, overwrite=True)  # the writer wins the race: the snapshot just read is deleted
         return original(cls, root, manifest, **kwargs)
 
     monkeypatch.setattr(Ranker, "_open_snapshot", classmethod(racing))

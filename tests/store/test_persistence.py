@@ -175,9 +175,40 @@ def test_save_refuses_to_drop_another_writers_update(index: Path, faq_file: Path
     assert "theirs" in _ids(Ranker.load(index))
     first.save(index, overwrite=True)
     assert _ids(Ranker.load(index)) == {"reset", "refund", "export", "7", "5", "mine"}
-    # a fresh build replaces whatever is there
-    Ranker.build(faq_file, model=faq_model).save(index)
+    # a fresh build replaces whatever is there when told to
+    Ranker.build(faq_file, model=faq_model).save(index, overwrite=True)
     assert "mine" not in _ids(Ranker.load(index))
+
+
+def test_save_refuses_an_index_built_elsewhere_as_build_does(
+    index: Path, faq_file: Path, faq_model: Path, tmp_path: Path
+) -> None:
+    before = _manifest(index)
+    fresh = Ranker.build([{"id": "new", "answer": "Another answer."}], model=faq_model)
+    Ranker.load(index).save(tmp_path / "copy")
+    for ranker in (fresh, Ranker.load(tmp_path / "copy")):  # neither loaded `index`
+        ranker.add([{"id": "extra", "answer": "One more answer."}])
+        with pytest.raises(IndexChangedError) as err:
+            ranker.save(index)
+        assert str(err.value) == (
+            f"{index} already holds an index of 5 answers that this Ranker did not load; pass overwrite=True "
+            "to replace it, or add answers to it with Ranker.edit"
+        )
+        assert _manifest(index) == before  # untouched
+    cli = CliRunner().invoke(main, ["build", str(faq_file), "--model", str(faq_model), "--index", str(index)])
+    assert (cli.exit_code, cli.stderr) == (
+        1,
+        f"Error: {index} already holds an index of 5 answers; pass --force to replace it, or add answers to it "
+        "with `qaindex add`\n",
+    )
+    fresh.save(index, overwrite=True)
+    assert _ids(Ranker.load(index)) == {"new", "extra"}
+    fresh.save(index)  # saved there now: later saves need no overwrite
+    cli = CliRunner().invoke(
+        main, ["build", str(faq_file), "--model", str(faq_model), "--index", str(index), "--force"]
+    )
+    assert cli.exit_code == 0, cli.output
+    assert _ids(Ranker.load(index)) == {"reset", "refund", "export", "7", "5"}
 
 
 def test_edit_loads_under_the_lock_and_saves_on_success_only(index: Path, tmp_path: Path) -> None:

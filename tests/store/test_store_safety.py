@@ -129,7 +129,7 @@ def test_rebuilding_over_an_old_index_removes_its_unmarked_snapshot(index: Path,
     manifest = json.loads((index / "manifest.json").read_text())
     old = index / manifest["snapshot"]
     (old / ".qaindex-snapshot").unlink()
-    Ranker.build([{"id": 1, "answer": "Refunds are paid."}], model=faq_model).save(index)
+    Ranker.build([{"id": 1, "answer": "Refunds are paid."}], model=faq_model).save(index, overwrite=True)
     assert not old.exists()
     assert len(Ranker.load(index)) == 1
 
@@ -219,7 +219,7 @@ def test_replaced_index_save_elsewhere_fails_without_leaving_a_directory(
     index: Path, faq_file: Path, other_model: Path, tmp_path: Path
 ) -> None:
     ranker = Ranker.load(index)
-    Ranker.build(faq_file, model=other_model).save(index)  # another writer, another model
+    Ranker.build(faq_file, model=other_model).save(index, overwrite=True)  # another writer, another model
     target = tmp_path / "a" / "b"
     with pytest.raises(ModelFormatError, match="missing, so the model cannot be copied"):
         ranker.save(target)
@@ -230,7 +230,7 @@ def test_verify_checks_the_snapshot_served_not_the_new_one(index: Path, faq_file
     ranker = Ranker.load(index)
     served = json.loads((index / "manifest.json").read_text())["snapshot"]
     ranker.verify()
-    Ranker.build(faq_file, model=faq_model).save(index)  # replaces the snapshot on disk
+    Ranker.build(faq_file, model=faq_model).save(index, overwrite=True)  # replaces the snapshot on disk
     new = json.loads((index / "manifest.json").read_text())["snapshot"]
     with pytest.raises(IndexChangedError) as err:
         ranker.verify()
@@ -272,7 +272,7 @@ def test_disk_full_names_the_destination_not_the_source(
 
     monkeypatch.setattr(shutil, "copyfile", full_copy)
     with pytest.raises(DiskFullError) as err:
-        Ranker.build(faq_file, model=faq_model).save(index)
+        Ranker.build(faq_file, model=faq_model).save(index, overwrite=True)
     message = str(err.value)
     assert message.startswith(f"{index}: no space left on the device while writing model of a new snapshot ")
     assert "this write needs about " in message and " free); free some space or write elsewhere" in message
