@@ -46,6 +46,14 @@ class Hit:
     raw_score : float
         The model's own score, higher is better, unbounded (the reranker's with a reranker);
         NaN for a Hit made by hand without one.
+
+    Hits are hashable (sets, dict keys): equal hits hash equally.
+
+    Example
+    -------
+    >>> a = Hit("a1", "Open Settings.", 0.9, 0.3, {"tags": ["ui"]})
+    >>> len({a, Hit("a1", "Open Settings.", 0.9, 0.3, {"tags": ["ui"]})})
+    1
     """
 
     id: str | int
@@ -55,6 +63,11 @@ class Hit:
     metadata: dict[str, Any] = field(default_factory=dict)
     row: int = field(default=-1, compare=False)
     raw_score: float = math.nan
+
+    def __hash__(self) -> int:
+        # equality compares id, answer, score, distance, metadata and raw_score; hashing the
+        # hashable ones of them (not the metadata dict) keeps equal hits at equal hashes
+        return hash((self.id, self.answer, self.score, self.distance))
 
     def to_json(self) -> dict[str, Any]:
         """``{"id", "answer", "score", "raw_score", "distance", "metadata"}`` (NaN raw_score: null)."""

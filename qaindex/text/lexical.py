@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import IndexFormatError, MissingDependencyError, QueryError
+from ..store.storage import read_array
 
 __all__ = [
     "DIRECTORY",
@@ -453,6 +454,8 @@ class LexicalIndex:
             meta = json.loads((directory / "vocab.json").read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise bad("vocab.json", f"cannot be read ({exc})") from None
+        except RecursionError:
+            raise bad("vocab.json", "cannot be read (JSON nested too deeply)") from None
         if not isinstance(meta, dict) or meta.get("format") != LEXICAL_FORMAT:
             raise bad("vocab.json", f'field "format" must be {LEXICAL_FORMAT!r}')
         if meta.get("format_version") != LEXICAL_FORMAT_VERSION:
@@ -472,7 +475,7 @@ class LexicalIndex:
         arrays = {}
         for name, dtype in (("terms.npy", np.int32), ("counts.npy", np.int32), ("offsets.npy", np.int64)):
             try:
-                arrays[name] = np.load(directory / name, allow_pickle=False)
+                arrays[name] = read_array(directory / name)
             except (OSError, ValueError) as exc:
                 raise bad(name, f"cannot be read ({exc})") from None
             if arrays[name].dtype != dtype or arrays[name].ndim != 1:

@@ -187,6 +187,29 @@ def test_unsupported_sources_are_refused_by_name(tiny_st: Path, tmp_path: Path, 
     assert not (tmp_path / "m").exists()
 
 
+@pytest.mark.torch
+def test_pickled_weights_are_refused_unloaded(tiny_st: Path, tmp_path: Path) -> None:
+    import safetensors.torch
+    import torch
+
+    import qaindex.cli
+
+    src = _copy(tiny_st, tmp_path / "src")
+    weights = safetensors.torch.load_file(src / "model.safetensors")
+    (src / "model.safetensors").unlink()
+    torch.save(weights, src / "pytorch_model.bin")  # a pickle: loading it could run code
+    result = CliRunner().invoke(qaindex.cli.main, ["export-model", str(src), "--out", str(tmp_path / "m")])
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: {src / 'pytorch_model.bin'}: the weights are a pickle, refused (loading a pickle can run any "
+        "code in it); convert them to model.safetensors\n"
+    )
+    assert not (tmp_path / "m").exists()
+    (src / "pytorch_model.bin").unlink()
+    result = CliRunner().invoke(qaindex.cli.main, ["export-model", str(src), "--out", str(tmp_path / "m")])
+    assert result.output == f"Error: {src}: no model.safetensors; qaindex exports safetensors weights only\n"
+
+
 def test_cli_import_stays_light() -> None:
     """``import qaindex.cli`` loads neither torch nor the exporter (the command imports them)."""
     import subprocess
