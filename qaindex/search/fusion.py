@@ -63,6 +63,8 @@ import numpy as np
 
 from ..errors import ModelFormatError, QueryError
 from ..text.lexical import STOPWORDS_EN, LexicalIndex, top_rows
+from . import budget
+from .exact import scored_rows
 
 __all__ = [
     "DEFAULT_FUSION",
@@ -456,6 +458,7 @@ def hybrid_arrays(
     allowed: np.ndarray | None = None,
     *,
     scan: bool | None = None,
+    memory_budget: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """The ``k`` best fused candidates of each question, as :meth:`qaindex.Ranker.search_vectors` arrays.
 
@@ -484,6 +487,9 @@ def hybrid_arrays(
         (:meth:`~qaindex.lexical.LexicalIndex.impact_rows`), and scores only the candidates
         (:meth:`~qaindex.lexical.LexicalIndex.scores_of_rows`, equal to the full scores
         there). None (default): scan up to :data:`LEXICAL_SCAN_LIMIT` answers.
+    memory_budget : int, keyword-only, optional
+        The request's budget (:mod:`qaindex.search.budget`): candidate vectors are gathered
+        for the scorer in column blocks of a quarter of it (default: the default budget).
 
     Returns
     -------
@@ -515,11 +521,11 @@ def hybrid_arrays(
                 extra = extra[allowed[extra]]
             lex_rows.append(extra[top_rows(lexical.scores_of_rows(terms, extra), m)])
         cand = union_candidates(dense_rows, lex_rows)
-    width = cand.shape[1]
     valid = cand >= 0
     safe = np.where(valid, cand, 0)
-    gathered = np.asarray(np.asarray(vectors)[safe.ravel()], dtype=np.float32).reshape(n, width, -1)
-    score, dist = model.score_checked(np.ascontiguousarray(qv, dtype=np.float32), gathered)
+    q = np.ascontiguousarray(qv, dtype=np.float32)  # candidates scored in column blocks within the budget
+    block = budget.request_budget(memory_budget) // (4 * budget.SCORER_COPIES)
+    score, dist = scored_rows(q, np.asarray(vectors), safe, model.score_checked, block)
     top_s = np.full((n, k), -np.inf, np.float32)
     top_d = np.full((n, k), np.inf, np.float32)
     top_r = np.full((n, k), -1, np.int64)

@@ -112,9 +112,10 @@ def search_batch(
     total = len(ranker._records)
     k = min(k, total)
     records, vectors = ranker._records, ranker._vectors
+    limit = budget.request_budget(ranker.memory_budget)
     budget.check_result(
         len(qs) * k * hit_bytes(records),
-        budget.request_budget(ranker.memory_budget),
+        limit,
         f"a search of {len(qs):,} question(s) for {k:,} hits each",
         "ask fewer questions per call or a smaller k (or rerank depth)",
     )
@@ -130,12 +131,28 @@ def search_batch(
     def first_stage(pick: list[int], width: int) -> list[list[Hit]]:
         if fused is None:
             return hits(*search_vectors(ranker, qv[pick], width))
-        rows = candidate_rows(ranker, qv[pick], min(total, width * ranker.overfetch))
-        picked = [qs[i] for i in pick]
-        arrays = hybrid_arrays(ranker.model, vectors, ranker._lexical, picked, qv[pick], rows, width, fused)
-        if np.isnan(arrays[0]).any():  # queries are checked: a damaged vectors.npy loaded with verify=False
-            raise stored_vectors_error(ranker._disk.vectors_source(ranker.path), arrays[2][np.isnan(arrays[0])])
-        return hits(*arrays)
+        m = min(total, width * ranker.overfetch)
+        # questions in chunks whose candidates (dense + BM25, scores, sort keys) fit the budget
+        step = budget.chunk((2 * m * budget.CANDIDATE_BYTES + total * 4), limit, max(1, len(pick)))
+        chunked: list[list[Hit]] = []
+        for s in range(0, len(pick), step):
+            part = pick[s : s + step]
+            rows = candidate_rows(ranker, qv[part], m)
+            arrays = hybrid_arrays(
+                ranker.model,
+                vectors,
+                ranker._lexical,
+                [qs[i] for i in part],
+                qv[part],
+                rows,
+                width,
+                fused,
+                memory_budget=limit,
+            )
+            if np.isnan(arrays[0]).any():  # queries are checked: a damaged vectors.npy loaded with verify=False
+                raise stored_vectors_error(ranker._disk.vectors_source(ranker.path), arrays[2][np.isnan(arrays[0])])
+            chunked.extend(hits(*arrays))
+        return chunked
 
     if flt is None:
         first = [cut(row, k, min_score) for row in first_stage(list(range(len(qs))), k)]
@@ -179,7 +196,18 @@ def _fused_among(
     allowed = np.zeros(len(ranker._records), dtype=bool)
     allowed[rows] = True
     dense = np.ascontiguousarray(np.broadcast_to(rows, (len(qs), len(rows))))
-    arrays = hybrid_arrays(ranker.model, ranker._vectors, ranker._lexical, qs, qv, dense, k, fused, allowed=allowed)
+    arrays = hybrid_arrays(
+        ranker.model,
+        ranker._vectors,
+        ranker._lexical,
+        qs,
+        qv,
+        dense,
+        k,
+        fused,
+        allowed=allowed,
+        memory_budget=budget.request_budget(ranker.memory_budget),
+    )
     scores, distances, found_rows, probabilities = arrays
     found = make_hits(
         ranker._records, ranker.model.calibration, scores, distances, found_rows, ranker.memory_budget, probabilities

@@ -15,7 +15,10 @@ Scoring is BM25 in the Lucene variant (bm25s's default, ``k1`` = 1.5, ``b`` = 0.
 
 with ``N`` answers, ``df(t)`` of them containing ``t``, ``|d|`` the answer's token count after
 stopword removal and ``avgdl`` its mean; a term repeated in the question counts once per
-occurrence (as in bm25s).
+occurrence (as in bm25s), computed as its weight times its count, so a question costs its
+distinct terms, not its length. A question is read up to :data:`MAX_QUESTION_CHARS`
+characters (cut at a space) and up to its :data:`MAX_QUERY_TERMS`-th distinct term: what
+follows is ignored, as the dense side ignores what follows its token limit.
 
 On disk (``SNAPSHOT/lexical/``), no pickle anywhere::
 
@@ -54,6 +57,8 @@ from ..store.storage import read_array
 __all__ = [
     "DIRECTORY",
     "LEXICAL_FORMAT",
+    "MAX_QUERY_TERMS",
+    "MAX_QUESTION_CHARS",
     "LexicalBuilder",
     "LexicalIndex",
     "build_hybrid",
@@ -75,6 +80,8 @@ STOPWORDS_EN = frozenset(
     "they this to was will with".split()
 )
 TOKENIZER = {"pattern": TOKEN_PATTERN, "lower": True, "stopwords": "en (Lucene)", "stemmer": "english (PyStemmer)"}
+MAX_QUESTION_CHARS = 65_536  # characters of a question the BM25 side reads
+MAX_QUERY_TERMS = 1_024  # distinct terms of a question the BM25 side reads
 _IMPACT_CACHE = 65_536  # (term, count) entries of impact_rows's cache
 _ANALYSE_CHUNK = 65_536  # texts analysed at once by LexicalBuilder.add
 INSTALL_HINT = "install PyStemmer: pip install 'qaindex[hybrid]' (the cpu and gpu extras include it)"
@@ -280,8 +287,25 @@ class LexicalIndex:
 
     def query(self, question: str) -> tuple[np.ndarray, int]:
         """A question's term ids that occur in the index (repeats kept) and its number of
-        terms (known or not): what :meth:`scores_of_terms` and the fusion need."""
-        tokens = _tokenizer()(question)
+        terms (known or not): what :meth:`scores_of_terms` and the fusion need.
+
+        Only the question's first :data:`MAX_QUESTION_CHARS` characters (cut at a space)
+        and its terms before the ``MAX_QUERY_TERMS + 1``-th distinct one are read.
+
+        Example
+        -------
+        >>> lex = LexicalIndex.from_texts(["cats purr", "dogs bark"])
+        >>> terms, length = lex.query("cats cats fly " * 100_000)
+        >>> len(terms), length
+        (9362, 14043)
+        """
+        tokens = _tokenizer()(_bounded(question))
+        distinct: dict[str, None] = {}
+        for at, term in enumerate(tokens):
+            if term not in distinct and len(distinct) == MAX_QUERY_TERMS:
+                tokens = tokens[:at]
+                break
+            distinct[term] = None
         ids = [self._ids.get(term, -1) for term in tokens]
         return np.asarray([i for i in ids if i >= 0], dtype=np.int64), len(tokens)
 
@@ -310,8 +334,12 @@ class LexicalIndex:
         n = len(self)
         if not len(terms):
             return np.zeros(n, np.float32)
-        take = _ranges(indptr[terms], indptr[terms + 1] - indptr[terms])
-        return np.bincount(docs[take], weights=weights[take], minlength=n).astype(np.float32)
+        # each distinct term's postings once, weighted by its count in the question
+        unique, count = np.unique(np.asarray(terms, dtype=np.int64), return_counts=True)
+        lengths = indptr[unique + 1] - indptr[unique]
+        take = _ranges(indptr[unique], lengths)
+        weighted = weights[take].astype(np.float64) * np.repeat(count, lengths)
+        return np.bincount(docs[take], weights=weighted, minlength=n).astype(np.float32)
 
     def impact_rows(self, terms: np.ndarray, per_term: int) -> np.ndarray:
         """The answers among the ``per_term`` highest-weighted postings of each of the
@@ -502,6 +530,16 @@ class LexicalIndex:
         """What ``info`` shows: kind, terms, parameters, the measured dense/BM25 ratio."""
         return {"kind": "bm25", "terms": len(self.vocab), "k1": self.k1, "b": self.b, "tokenizer": TOKENIZER,
                 "dense_ratio": self.ratio}  # fmt: skip
+
+
+def _bounded(question: str) -> str:
+    """The first :data:`MAX_QUESTION_CHARS` characters of a question, cut at a space when
+    one is in the last quarter (a word is not split in two)."""
+    if len(question) <= MAX_QUESTION_CHARS:
+        return question
+    head = question[:MAX_QUESTION_CHARS]
+    space = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
+    return head[:space] if space >= MAX_QUESTION_CHARS * 3 // 4 else head
 
 
 def top_rows(scores: np.ndarray, m: int) -> np.ndarray:
