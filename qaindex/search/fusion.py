@@ -91,6 +91,7 @@ RATIO_POOL = 2000
 RATIO_QUESTIONS = 200
 RATIO_WORDS = 3
 RATIO_MIN_QUESTIONS = 20
+RATIO_TEXT_CHARS = 65_536  # pseudo-questions are cut from an answer's first characters (bounded memory)
 RATIO_REMEASURE = 0.1  # add/remove measure the ratio again once the corpus changed by this share
 _WORD = re.compile(r"\w\w+")
 
@@ -372,7 +373,8 @@ def dense_ratio(
     A fixed-seed sample of at most :data:`RATIO_POOL` answers is the pool; from
     :data:`RATIO_QUESTIONS` of them (those with more than :data:`RATIO_WORDS` words of two
     or more characters, English stopwords left out) a pseudo-question is cut: :data:`RATIO_WORDS`
-    of its words, in order. Each pseudo-question is searched in the pool by the model
+    of its words, in order (words of its first :data:`RATIO_TEXT_CHARS` characters). Each
+    pseudo-question is searched in the pool by the model
     (exact scores) and by BM25 (the pool's own statistics); the reciprocal rank of its
     source answer (ties count against it) is averaged per ranker, and::
 
@@ -393,7 +395,7 @@ def dense_ratio(
     questions: list[str] = []
     source: list[int] = []
     for i in rng.permutation(len(rows)).tolist():
-        words = [w for w in _WORD.findall(answer(int(rows[i]))) if w.lower() not in STOPWORDS_EN]
+        words = [w for w in _WORD.findall(answer(int(rows[i]))[:RATIO_TEXT_CHARS]) if w.lower() not in STOPWORDS_EN]
         if len(words) <= RATIO_WORDS:
             continue
         pick = np.sort(rng.choice(len(words), size=RATIO_WORDS, replace=False))

@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from itertools import chain
 from pathlib import Path
@@ -84,6 +85,8 @@ MAX_QUESTION_CHARS = 65_536  # characters of a question the BM25 side reads
 MAX_QUERY_TERMS = 1_024  # distinct terms of a question the BM25 side reads
 _IMPACT_CACHE = 65_536  # (term, count) entries of impact_rows's cache
 _ANALYSE_CHUNK = 65_536  # texts analysed at once by LexicalBuilder.add
+_LONG_TEXT = 1 << 20  # characters: a longer text is analysed slice by slice (bounded memory)
+_NON_WORD = re.compile(r"\W")
 INSTALL_HINT = "install PyStemmer: pip install 'qaindex[hybrid]' (the cpu and gpu extras include it)"
 
 
@@ -114,7 +117,15 @@ class _Tokenizer:
         ``words`` (word → term id, ``-1`` for a stopword) caches the stemming across calls;
         new terms are appended to ``vocab`` and ``ids`` in order of first occurrence.
         """
-        per_text = list(map(self._pattern.findall, map(str.lower, texts)))
+        # a long text is counted word by word in slices (its distinct words, each with its
+        # count: memory in its vocabulary, not its length); the others are listed whole
+        long = [i for i, t in enumerate(texts) if len(t) > _LONG_TEXT]
+        per_text: list[list[str]] = [[] if len(t) > _LONG_TEXT else self._pattern.findall(t.lower()) for t in texts]
+        repeats: list[np.ndarray] = []
+        for i in long:
+            counted = self._word_counts(texts[i])
+            per_text[i] = list(counted)
+            repeats.append(np.fromiter(counted.values(), np.int64, len(counted)))
         n_words = np.fromiter(map(len, per_text), np.int64, len(per_text))
         flat = list(chain.from_iterable(per_text))
         new = [w for w in dict.fromkeys(flat) if w not in words]  # first occurrence order
@@ -129,14 +140,38 @@ class _Tokenizer:
             words[w] = tid
         tids = np.fromiter(map(words.__getitem__, flat), np.int64, len(flat))
         rows = np.repeat(np.arange(len(per_text), dtype=np.int64), n_words)
+        weight = None
+        if long:  # each listed word counts once, a long text's words their count
+            weight = np.ones(len(flat), np.int64)
+            ends = np.cumsum(n_words)
+            for i, rep in zip(long, repeats, strict=True):
+                weight[ends[i] - len(rep) : ends[i]] = rep
         keep = tids >= 0
         tids, rows = tids[keep], rows[keep]
         # distinct (row, term) pairs with counts, then back to first-occurrence order in each row
-        keys, first, count = np.unique(rows * len(vocab) + tids, return_index=True, return_counts=True)
+        keys, first, inverse = np.unique(rows * len(vocab) + tids, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        if weight is None:
+            count = np.bincount(inverse, minlength=len(keys))
+        else:
+            count = np.bincount(inverse, weights=weight[keep], minlength=len(keys)).astype(np.int64)
         order = np.argsort(first, kind="stable")
         keys, count = keys[order], count[order]
         bag_rows = keys // max(len(vocab), 1)
         return keys - bag_rows * len(vocab), count, np.bincount(bag_rows, minlength=len(per_text)).astype(np.int64)
+
+    def _word_counts(self, text: str) -> Counter[str]:
+        """A text's words (before stopwords and stemming) with their counts, in order of first
+        occurrence, read in slices of about :data:`_LONG_TEXT` characters cut between words."""
+        counted: Counter[str] = Counter()
+        start = 0
+        while start < len(text):
+            end = start + _LONG_TEXT
+            cut = _NON_WORD.search(text, end) if end < len(text) else None
+            stop = len(text) if end >= len(text) or cut is None else cut.start()
+            counted.update(self._pattern.findall(text[start:stop].lower()))
+            start = stop
+        return counted
 
 
 _TOKENIZER: _Tokenizer | None = None
