@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -21,7 +21,7 @@ __all__ = [
     "SCREEN_TOLERANCE",
     "Scorer",
     "exact_among",
-    "scored_rows",
+    "gathered_blocks",
     "screened_among",
     "squared_norms",
 ]
@@ -68,36 +68,25 @@ def squared_norms(vectors: np.ndarray) -> np.ndarray:
     return norms
 
 
-def scored_rows(
-    queries: np.ndarray, vectors: np.ndarray, rows: np.ndarray, scorer: Scorer, block_bytes: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Scores and distances ``(n, m)`` of each query with its candidate ``rows`` ``(n, m)``
-    (valid row numbers), gathering at most ``block_bytes`` of candidate vectors per scorer
-    call (column blocks; at least one column): a huge candidate list costs its scores, not
-    ``n × m × dimension`` gathered floats.
+def gathered_blocks(vectors: np.ndarray, rows: np.ndarray, block_bytes: int) -> Iterator[tuple[int, np.ndarray]]:
+    """The vectors of candidate ``rows`` ``(n, m)`` (valid row numbers) in column blocks of
+    at most ``block_bytes`` (at least one column): ``(first column, (n, width, dimension)
+    float32)``, so that scoring a huge candidate list gathers a block at a time, not
+    ``n × m × dimension`` floats.
 
     Example
     -------
     >>> import numpy as np
-    >>> dot = lambda q, c: (np.einsum("nd,nmd->nm", q, c), -np.einsum("nd,nmd->nm", q, c))
     >>> vecs = np.eye(3, dtype=np.float32)
-    >>> scored_rows(vecs[:2], vecs, np.array([[0, 1, 2], [2, 1, 0]]), dot, 8)[0].tolist()
-    [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
+    >>> [(c, g.shape) for c, g in gathered_blocks(vecs, np.array([[0, 1, 2], [2, 1, 0]]), 48)]
+    [(0, (2, 2, 3)), (2, (2, 1, 3))]
     """
     n, m = rows.shape
     dim = vectors.shape[1]
     block = max(1, min(m, block_bytes // max(1, n * dim * 4)))
-    if block >= m:
-        gathered = np.asarray(vectors[rows.ravel()], dtype=np.float32).reshape(n, m, dim)
-        score, dist = scorer(queries, gathered)
-        return np.asarray(score, np.float32), np.asarray(dist, np.float32)
-    score = np.empty((n, m), np.float32)
-    dist = np.empty((n, m), np.float32)
     for c in range(0, m, block):
         cols = rows[:, c : c + block]
-        gathered = np.asarray(vectors[cols.ravel()], dtype=np.float32).reshape(n, cols.shape[1], dim)
-        score[:, c : c + block], dist[:, c : c + block] = scorer(queries, gathered)
-    return score, dist
+        yield c, np.asarray(vectors[cols.ravel()], dtype=np.float32).reshape(n, cols.shape[1], dim)
 
 
 def exact_among(

@@ -64,7 +64,7 @@ import numpy as np
 from ..errors import ModelFormatError, QueryError
 from ..text.lexical import STOPWORDS_EN, LexicalIndex, top_rows
 from . import budget
-from .exact import scored_rows
+from .exact import gathered_blocks
 
 __all__ = [
     "DEFAULT_FUSION",
@@ -526,8 +526,10 @@ def hybrid_arrays(
     valid = cand >= 0
     safe = np.where(valid, cand, 0)
     q = np.ascontiguousarray(qv, dtype=np.float32)  # candidates scored in column blocks within the budget
+    score, dist = np.empty(cand.shape, np.float32), np.empty(cand.shape, np.float32)
     block = budget.request_budget(memory_budget) // (4 * budget.SCORER_COPIES)
-    score, dist = scored_rows(q, np.asarray(vectors), safe, model.score_checked, block)
+    for c, gathered in gathered_blocks(np.asarray(vectors), safe, block):
+        score[:, c : c + gathered.shape[1]], dist[:, c : c + gathered.shape[1]] = model.score_checked(q, gathered)
     top_s = np.full((n, k), -np.inf, np.float32)
     top_d = np.full((n, k), np.inf, np.float32)
     top_r = np.full((n, k), -1, np.int64)
