@@ -24,7 +24,8 @@ model, loaded with :class:`qaindex.Model`, gives the vectors of ``SentenceTransf
 (cosine of each pair within ``tolerance`` of 1).
 
 Anything else (another tokenizer family, a cased vocabulary, ``Dense`` or other modules, a
-pooling mode qaindex does not reproduce) is refused with a message that names the file.
+pooling mode qaindex does not reproduce, weights other than ``model.safetensors``: a pickle is
+never loaded) is refused with a message that names the file.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from qaindex.errors import MissingDependencyError
+from qaindex.errors import MissingDependencyError, ModelFormatError
 from qaindex.model import write_model
 from qaindex.text.tokenizer import Tokenizer
 
@@ -169,8 +170,27 @@ def read_source(directory: str | os.PathLike[str]) -> SentenceTransformerSource:
             f"{prompts_path}: the model prepends prompts {sorted(k for k, v in prompts.items() if v)}; "
             "not supported by qaindex"
         )
+    _check_weights(transformer_dir)
     tokenizer = _read_tokenizer(transformer_dir, st_config)
     return SentenceTransformerSource(root, max_seq_length, modes[0], normalize, dimension, tokenizer)
+
+
+_SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+
+
+def _check_weights(directory: Path) -> None:
+    """The transformer's weights must be safetensors: loading a pickle (``pytorch_model.bin``)
+    can run any code it holds, so a directory with only pickled weights is refused."""
+    if any((directory / name).is_file() for name in _SAFE_WEIGHTS):
+        return
+    pickles = sorted(p.name for p in directory.iterdir() if p.suffix in _PICKLE_SUFFIXES)
+    if pickles:
+        raise ModelFormatError(
+            f"{directory / pickles[0]}: the weights are a pickle, refused (loading a pickle can run any code "
+            "in it); convert them to model.safetensors"
+        )
+    raise ModelFormatError(f"{directory}: no model.safetensors; qaindex exports safetensors weights only")
 
 
 def _read_tokenizer(directory: Path, st_config: dict[str, Any]) -> Tokenizer:

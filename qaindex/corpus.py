@@ -36,7 +36,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 from . import fast_paths
 from .arguments import path_arg
@@ -50,6 +50,7 @@ _MAX_ID = (1 << 63) - 1
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _RESERVED = frozenset({"id", "answer", "question", "questions"})
 _READ_HINT = 1 << 20  # bytes of whole lines read per call
+MAX_LINE_BYTES = 64 << 20  # the longest line a corpus or labelled file may hold (64 MiB)
 _raw_decode = json.JSONDecoder().raw_decode
 
 
@@ -536,22 +537,12 @@ def read_json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
         raise CorpusError(f"{source}: cannot be read ({_reason(exc)})") from None
     with handle:
         number = 0
-        # Whole lines about a MiB at a time (one call instead of one per line) when the file
-        # can be re-read from a position: a line too large for memory is then read again
-        # on its own, so that the message names its line.
-        bulk = fast_paths.enabled() and handle.seekable()
+        # Whole lines about a MiB at a time (one call instead of one per line); no line is
+        # read past MAX_LINE_BYTES, so an endless input (/dev/zero) stops at its first line.
+        bulk = fast_paths.enabled()
         while True:
             try:
-                if bulk:
-                    position = handle.tell()
-                    try:
-                        lines = handle.readlines(_READ_HINT)
-                    except MemoryError:
-                        handle.seek(position)
-                        bulk = False
-                        continue
-                else:
-                    lines = [handle.readline()]
+                lines = _next_lines(handle, bulk)
             except (OSError, ValueError) as exc:
                 raise CorpusError(f"{source}: cannot be read ({_reason(exc)})") from None
             except MemoryError:
@@ -560,11 +551,32 @@ def read_json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
                 return
             for line_bytes in lines:
                 number += 1
+                if len(line_bytes) > MAX_LINE_BYTES and not (
+                    len(line_bytes) == MAX_LINE_BYTES + 1 and line_bytes.endswith(b"\n")
+                ):
+                    raise CorpusError(
+                        f"{source}:{number}: line longer than {MAX_LINE_BYTES:,} bytes, the most one line may "
+                        "hold (is this a JSONL file?); split or shorten the answer"
+                    )
                 obj = _parse_plain_line(line_bytes) if number > 1 else None
                 if obj is not None:
                     yield number, obj
                 else:
                     yield from _parse_line(source, number, line_bytes.removesuffix(b"\n"))
+
+
+def _next_lines(handle: BinaryIO, bulk: bool) -> list[bytes]:
+    """The next whole lines of ``handle`` (each with its newline, but the last line of the
+    file), about :data:`_READ_HINT` bytes of them when ``bulk``, else one; a line is read
+    to at most ``MAX_LINE_BYTES + 1`` bytes (longer ones are the caller's error)."""
+    if not bulk:
+        return [handle.readline(MAX_LINE_BYTES + 1)]
+    block = handle.read(_READ_HINT)
+    if block and not block.endswith(b"\n"):
+        block += handle.readline(MAX_LINE_BYTES + 1)
+    lines = block.split(b"\n")
+    last = lines.pop()  # empty after a final newline, else the file's unterminated last line
+    return [line + b"\n" for line in lines] + ([last] if last else [])
 
 
 def _reason(exc: BaseException) -> str:

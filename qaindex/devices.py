@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .arguments import shown
-from .errors import DeviceError, MissingDependencyError
+from .errors import DeviceError, MissingDependencyError, ModelFormatError
 
 __all__ = [
     "DEVICES",
@@ -37,6 +37,7 @@ __all__ = [
     "import_faiss",
     "import_onnxruntime",
     "open_sessions",
+    "run_graph",
 ]
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -157,6 +158,31 @@ class SessionPair:
     def for_rows(self, rows: int) -> Any:
         """The session for a call with ``rows`` rows (texts to encode, or questions to score)."""
         return self.bulk if rows >= self.bulk_from else self.small
+
+
+def run_graph(session: Any, outputs: list[str] | None, feeds: dict[str, Any], where: object) -> list[Any]:
+    """``session.run(outputs, feeds)``; a graph that fails to run is the model's fault.
+
+    onnxruntime raises its own exception types (a node that cannot run on these inputs, an
+    allocation a hostile graph asks for, ...): each becomes a :class:`~qaindex.ModelFormatError`
+    naming ``where`` (the graph file), with onnxruntime's first line of explanation.
+
+    Example
+    -------
+    >>> pair = open_sessions(model.directory / "encoder.onnx", device="cpu")
+    >>> run_graph(pair.small, None, {}, "encoder.onnx")
+    Traceback (most recent call last):
+    ...
+    qaindex.errors.ModelFormatError: encoder.onnx: onnxruntime failed to run this graph (...); ...
+    """
+    try:
+        return list(session.run(outputs, feeds))
+    except Exception as exc:  # onnxruntime raises its own exception types
+        lines = str(exc).strip().splitlines()
+        why = lines[0][:300] if lines else type(exc).__name__
+        raise ModelFormatError(
+            f"{where}: onnxruntime failed to run this graph ({why}); the model is broken, re-export it"
+        ) from exc
 
 
 def open_sessions(

@@ -46,7 +46,7 @@ from .arguments import (
     text_list,
     threads_arg,
 )
-from .devices import SessionPair, check_device, open_sessions
+from .devices import SessionPair, check_device, open_sessions, run_graph
 from .errors import ModelFormatError, QueryError
 from .eval.calibration import Calibration
 from .geometry import Geometry, hyperbolic
@@ -337,7 +337,7 @@ class Model:
         session = self._graphs.encoders[role].for_rows(count)
         out = np.empty((count, self.dimension), dtype=np.float32)
         for rows, feeds in batches:
-            vectors = session.run(None, feeds)[0]
+            vectors = np.asarray(run_graph(session, None, feeds, self._graph_file(f"{role}_encoder"))[0])
             self._check_output(role, vectors, len(rows))
             if not np.isfinite(vectors).all():
                 raise self._non_finite(role, rows, vectors, texts)
@@ -438,8 +438,20 @@ class Model:
             empty = np.zeros((q.shape[0], 0), dtype=np.float32)
             return empty, empty.copy()
         session = self._graphs.scorer.for_rows(q.shape[0])
-        score, distance = session.run(["score", "distance"], {"query": q, "candidates": c})
+        where = self._graph_file("scorer")
+        score, distance = run_graph(session, ["score", "distance"], {"query": q, "candidates": c}, where)
+        shape = (q.shape[0], c.shape[1])
+        for name, out in (("score", score), ("distance", distance)):
+            if getattr(out, "shape", None) != shape or not np.issubdtype(out.dtype, np.number):
+                raise ModelFormatError(
+                    f"{where}: the scorer returned {name} of shape {getattr(out, 'shape', None)} "
+                    f"({getattr(out, 'dtype', type(out).__name__)}), expected {shape} numbers; re-export the model"
+                )
         return np.asarray(score, dtype=np.float32), np.asarray(distance, dtype=np.float32)
+
+    def _graph_file(self, role: str) -> Path:
+        """The file of a graph role (``question_encoder``, ``answer_encoder``, ``scorer``)."""
+        return self.directory / str(self.manifest["graphs"][role])
 
     def copy_to(self, destination: Path) -> None:
         """Copy the model's files (manifest and every listed file) into ``destination``."""

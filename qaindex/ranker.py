@@ -517,9 +517,8 @@ class Ranker:
     ) -> dict[str, Any]:
         """Recall@k of the coarse stage and of the full pipeline against exact search.
 
-        See :func:`qaindex.eval.recall.measure_recall` (the ground truth is a brute-force
-        float64 ranking of every stored answer; questions default to a seeded ``sample`` of
-        the stored questions, or the answer texts when none are stored). Returns
+        See :func:`qaindex.eval.recall.measure_recall` (the ground truth: a brute-force float64
+        ranking of every stored answer, the coarse index brought up to date first). Returns
         ``{"k", "queries", "candidates", "coarse_recall", "recall", "source"}``.
 
         Example
@@ -527,6 +526,7 @@ class Ranker:
         >>> ranker.recall(k=10)["recall"]
         1.0
         """
+        self._refresh_coarse()
         return measure_recall(self, k, questions=questions, sample=sample, seed=seed)
 
     # -- updates ---------------------------------------------------------------------------

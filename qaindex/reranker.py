@@ -54,7 +54,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .arguments import flag, path_arg, positive_int, text_list, threads_arg
-from .devices import SessionPair, check_device, open_sessions
+from .devices import SessionPair, check_device, open_sessions, run_graph
 from .errors import IndexFormatError, ModelFormatError, QueryError
 from .eval.calibration import Calibration
 from .store.model_format import (
@@ -98,11 +98,18 @@ def model_kind(path: str | os.PathLike[str]) -> str | None:
 
 
 def score_with_session(
-    session: Any, tokenizer: Tokenizer, max_tokens: Mapping[str, int], question: str, answers: Sequence[str]
+    session: Any,
+    tokenizer: Tokenizer,
+    max_tokens: Mapping[str, int],
+    question: str,
+    answers: Sequence[str],
+    where: object = "the reranker graph",
 ) -> np.ndarray:
     """Scores (len(answers),) float32 of one question with each answer through a reranker graph.
 
-    Answers are grouped by length (less padding), ``_PAIRS_PER_CALL`` pairs per call.
+    Answers are grouped by length (less padding), ``_PAIRS_PER_CALL`` pairs per call. A graph
+    that fails to run or returns other than one number per pair is a
+    :class:`~qaindex.ModelFormatError` naming ``where``.
     """
     out = np.zeros(len(answers), dtype=np.float32)
     if not answers:
@@ -120,7 +127,13 @@ def score_with_session(
             "answer_ids": a_ids,
             "answer_mask": a_mask,
         }
-        (scores,) = session.run(["scores"], feeds)
+        (scores,) = run_graph(session, ["scores"], feeds, where)
+        if getattr(scores, "size", None) != n or not np.issubdtype(scores.dtype, np.number):
+            raise ModelFormatError(
+                f"{where}: the reranker returned {getattr(scores, 'shape', None)} "
+                f"({getattr(scores, 'dtype', type(scores).__name__)}) for {n} pairs, expected {n} numbers; "
+                "re-export the model"
+            )
         out[rows] = np.asarray(scores, dtype=np.float32).reshape(-1)
     return out
 
@@ -234,7 +247,8 @@ class Reranker:
         (question,) = text_list([question], "question")
         texts = text_list(answers, "answers")
         session = self._sessions.for_rows(len(texts))
-        scores = score_with_session(session, self.tokenizer, self.max_tokens, question, texts)
+        where = self.directory / str(self.manifest["graphs"]["reranker"])
+        scores = score_with_session(session, self.tokenizer, self.max_tokens, question, texts, where)
         if np.isnan(scores).any():
             raise ModelFormatError(f"{self.directory}: the reranker returned NaN; the model is broken, re-export it")
         return scores

@@ -28,6 +28,7 @@ import contextlib
 import json
 import mmap
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -420,7 +421,8 @@ class _EncodePipeline:
 
 
 def count_lines(path: str | os.PathLike[str], *, block: int = 1 << 20) -> int | None:
-    """The number of lines of a file (the last one need not end with a newline), or None if unreadable.
+    """The number of lines of a file (the last one need not end with a newline), or None if
+    unreadable or not a regular file (a pipe or a device may never end: nothing is read).
 
     The progress bar's total for a file build: counting newlines reads the file once at
     disk speed, far faster than validating and encoding it.
@@ -436,6 +438,8 @@ def count_lines(path: str | os.PathLike[str], *, block: int = 1 << 20) -> int | 
     lines, last = 0, b"\n"
     try:
         with open(path, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
             while chunk := f.read(block):
                 lines += chunk.count(b"\n")
                 last = chunk[-1:]

@@ -216,6 +216,25 @@ def _hashable(value: Any) -> bool:
     return True
 
 
+def _block_metadata(store: RecordStore, first: int, last: int, chunk: bytes) -> list[dict[str, Any]]:
+    """The metadata of rows ``first:last`` (their lines joined in ``chunk``), decoded at once.
+
+    A damaged line (an index loaded with ``verify=False``) makes the block decode row by row
+    through :meth:`RecordStore.get`, whose error names the file and line.
+    """
+    try:
+        objs = json.loads(b"[" + chunk + b"]")
+    except (ValueError, RecursionError):
+        objs = None
+    if (
+        not isinstance(objs, list)
+        or len(objs) != last - first
+        or not all(isinstance(o, dict) and isinstance(o.get("metadata", {}), dict) for o in objs)
+    ):
+        return [dict(store.get(row).metadata) for row in range(first, last)]
+    return [o.get("metadata", {}) for o in objs]
+
+
 class FieldIndex:
     """``value → rows`` for every metadata field of a record store, and the fields that exist.
 
@@ -242,8 +261,8 @@ class FieldIndex:
             last = min(len(store), first + _DECODE_BLOCK)
             # stored lines are JSON objects without raw newlines: join them into one array
             chunk = bytes(data[int(offsets[first]) : int(offsets[last])]).rstrip(b"\n").replace(b"\n", b",")
-            for row, obj in enumerate(json.loads(b"[" + chunk + b"]"), start=first):
-                for key, value in obj.get("metadata", {}).items():
+            for row, metadata in enumerate(_block_metadata(store, first, last, chunk), start=first):
+                for key, value in metadata.items():
                     if _hashable(value):
                         values.setdefault(key, {}).setdefault(value, []).append(row)
                     else:

@@ -83,6 +83,8 @@ from ..store.field_ranges import (
 )
 from ..store.field_ranges import RATIO_REMEASURE as RATIO_REMEASURE
 from ..text.lexical import STOPWORDS_EN, LexicalIndex, top_rows
+from . import budget
+from .exact import gathered_blocks
 from .hits import Explanation
 from .scoring import fused_probability, hybrid_probability, hybrid_scores
 
@@ -113,6 +115,7 @@ RATIO_POOL = 2000
 RATIO_QUESTIONS = 200
 RATIO_WORDS = 3
 RATIO_MIN_QUESTIONS = 20
+RATIO_TEXT_CHARS = 65_536  # pseudo-questions are cut from an answer's first characters (bounded memory)
 _WORD = re.compile(r"\w\w+")
 
 
@@ -418,7 +421,8 @@ def dense_ratio(
     A fixed-seed sample of at most :data:`RATIO_POOL` answers is the pool; from
     :data:`RATIO_QUESTIONS` of them (those with more than :data:`RATIO_WORDS` words of two
     or more characters, English stopwords left out) a pseudo-question is cut: :data:`RATIO_WORDS`
-    of its words, in order. Each pseudo-question is searched in the pool by the model
+    of its words, in order (words of its first :data:`RATIO_TEXT_CHARS` characters). Each
+    pseudo-question is searched in the pool by the model
     (exact scores) and by BM25 (the pool's own statistics); the reciprocal rank of its
     source answer (ties count against it) is averaged per ranker, and::
 
@@ -439,7 +443,7 @@ def dense_ratio(
     questions: list[str] = []
     source: list[int] = []
     for i in rng.permutation(len(rows)).tolist():
-        words = [w for w in _WORD.findall(answer(int(rows[i]))) if w.lower() not in STOPWORDS_EN]
+        words = [w for w in _WORD.findall(answer(int(rows[i]))[:RATIO_TEXT_CHARS]) if w.lower() not in STOPWORDS_EN]
         if len(words) <= RATIO_WORDS:
             continue
         pick = np.sort(rng.choice(len(words), size=RATIO_WORDS, replace=False))
@@ -505,6 +509,7 @@ def hybrid_arrays(
     *,
     scan: bool | None = None,
     explain: list[list[Explanation]] | None = None,
+    memory_budget: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The ``k`` best fused candidates of each question, as :meth:`qaindex.Ranker.search_vectors` arrays.
 
@@ -536,6 +541,9 @@ def hybrid_arrays(
     explain : list, keyword-only, optional
         A list that gets, per question, the :class:`~qaindex.search.hits.Explanation` of each
         hit (ranks among the candidates, matched terms, fused value).
+    memory_budget : int, keyword-only, optional
+        The request's budget (:mod:`qaindex.search.budget`): candidate vectors are gathered
+        for the scorer in column blocks of a quarter of it (default: the default budget).
 
     Returns
     -------
@@ -568,11 +576,13 @@ def hybrid_arrays(
                 extra = extra[allowed[extra]]
             lex_rows.append(extra[top_rows(lexical.scores_of_rows(terms, extra), m)])
         cand = union_candidates(dense_rows, lex_rows)
-    width = cand.shape[1]
     valid = cand >= 0
     safe = np.where(valid, cand, 0)
-    gathered = np.asarray(np.asarray(vectors)[safe.ravel()], dtype=np.float32).reshape(n, width, -1)
-    score, dist = model.score_checked(np.ascontiguousarray(qv, dtype=np.float32), gathered)
+    q = np.ascontiguousarray(qv, dtype=np.float32)  # candidates scored in column blocks within the budget
+    score, dist = np.empty(cand.shape, np.float32), np.empty(cand.shape, np.float32)
+    block = budget.request_budget(memory_budget) // (4 * budget.SCORER_COPIES)
+    for c, gathered in gathered_blocks(np.asarray(vectors), safe, block):
+        score[:, c : c + gathered.shape[1]], dist[:, c : c + gathered.shape[1]] = model.score_checked(q, gathered)
     top_s = np.full((n, k), -np.inf, np.float32)
     top_d = np.full((n, k), np.inf, np.float32)
     top_r = np.full((n, k), -1, np.int64)

@@ -115,6 +115,14 @@ class Hit:
     explanation : Explanation or None
         Why the hit has its rank (the first stage's parts), with ``explain=True``; else None.
         Not part of equality.
+
+    Hits are hashable (sets, dict keys): equal hits hash equally.
+
+    Example
+    -------
+    >>> a = Hit("a1", "Open Settings.", 0.9, 0.3, {"tags": ["ui"]})
+    >>> len({a, Hit("a1", "Open Settings.", 0.9, 0.3, {"tags": ["ui"]})})
+    1
     """
 
     id: str | int
@@ -125,6 +133,11 @@ class Hit:
     row: int = field(default=-1, compare=False)
     raw_score: float = math.nan
     explanation: Explanation | None = field(default=None, compare=False)
+
+    def __hash__(self) -> int:
+        # equality compares id, answer, score, distance, metadata and raw_score; hashing the
+        # hashable ones of them (not the metadata dict) keeps equal hits at equal hashes
+        return hash((self.id, self.answer, self.score, self.distance))
 
     def to_json(self) -> dict[str, Any]:
         """``{"id", "answer", "score", "raw_score", "distance", "metadata"}`` (NaN raw_score: null),

@@ -128,9 +128,10 @@ def search_batch(
     total = len(ranker._records)
     k = min(k, total)
     records, vectors = ranker._records, ranker._vectors
+    limit = budget.request_budget(ranker.memory_budget)
     budget.check_result(
         len(qs) * k * hit_bytes(records),
-        budget.request_budget(ranker.memory_budget),
+        limit,
         f"a search of {len(qs):,} question(s) for {k:,} hits each",
         "ask fewer questions per call or a smaller k (or rerank depth)",
     )
@@ -152,15 +153,30 @@ def search_batch(
     def first_stage(pick: list[int], width: int) -> list[list[Hit]]:
         if fused is None:
             return hits(*search_vectors(ranker, qv[pick], width))
-        rows = candidate_rows(ranker, qv[pick], pool_size(width, ranker.overfetch, total))
-        picked = [qs[i] for i in pick]
-        why: list[list[Explanation]] | None = [] if explain else None
-        arrays = hybrid_arrays(
-            ranker.model, vectors, ranker._lexical, picked, qv[pick], rows, width, fused, explain=why
-        )
-        if np.isnan(arrays[0]).any():  # queries are checked: a damaged vectors.npy loaded with verify=False
-            raise stored_vectors_error(ranker._disk.vectors_source(ranker.path), arrays[2][np.isnan(arrays[0])])
-        return hits(*arrays, why)
+        m = pool_size(width, ranker.overfetch, total)
+        # questions in chunks whose candidates (dense + BM25, scores, sort keys) fit the budget
+        step = budget.chunk((2 * m * budget.CANDIDATE_BYTES + total * 4), limit, max(1, len(pick)))
+        chunked: list[list[Hit]] = []
+        for s in range(0, len(pick), step):
+            part = pick[s : s + step]
+            rows = candidate_rows(ranker, qv[part], m)
+            why: list[list[Explanation]] | None = [] if explain else None
+            arrays = hybrid_arrays(
+                ranker.model,
+                vectors,
+                ranker._lexical,
+                [qs[i] for i in part],
+                qv[part],
+                rows,
+                width,
+                fused,
+                explain=why,
+                memory_budget=limit,
+            )
+            if np.isnan(arrays[0]).any():  # queries are checked: a damaged vectors.npy loaded with verify=False
+                raise stored_vectors_error(ranker._disk.vectors_source(ranker.path), arrays[2][np.isnan(arrays[0])])
+            chunked.extend(hits(*arrays, why))
+        return chunked
 
     if flt is None:
         first = [cut(row, k, min_score) for row in first_stage(list(range(len(qs))), k)]
@@ -215,7 +231,17 @@ def _fused_among(
     dense = np.ascontiguousarray(np.broadcast_to(rows, (len(qs), len(rows))))
     why: list[list[Explanation]] | None = [] if explain else None
     arrays = hybrid_arrays(
-        ranker.model, ranker._vectors, ranker._lexical, qs, qv, dense, k, fused, allowed=allowed, explain=why
+        ranker.model,
+        ranker._vectors,
+        ranker._lexical,
+        qs,
+        qv,
+        dense,
+        k,
+        fused,
+        allowed=allowed,
+        explain=why,
+        memory_budget=budget.request_budget(ranker.memory_budget),
     )
     scores, distances, found_rows, probabilities = arrays
     found = make_hits(

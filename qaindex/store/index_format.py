@@ -58,6 +58,7 @@ from .storage import (
     create_file,
     file_entry,
     fsync_tree,
+    read_array,
     read_json_object,
     save_array,
     verify_files,
@@ -327,11 +328,15 @@ def _listed_bytes(manifest: dict[str, Any]) -> int:
 
 def open_vectors(snap: Path, count: int, dimension: int) -> tuple[np.ndarray, np.ndarray]:
     """Memory-map ``vectors.npy`` and read ``records.offsets.npy``, checking their shapes."""
-    try:
-        vectors = np.load(snap / "vectors.npy", mmap_mode="r", allow_pickle=False)
-        offsets = np.load(snap / "records.offsets.npy", allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise IndexFormatError(f"{snap}: cannot read the stored arrays ({exc}); rebuild the index") from None
+    arrays = []
+    for name in ("vectors.npy", "records.offsets.npy"):
+        try:
+            arrays.append(read_array(snap / name, mmap=name == "vectors.npy"))
+        except (OSError, ValueError) as exc:
+            raise IndexFormatError(
+                f"{snap / name}: cannot be read ({exc}); the index is corrupted, rebuild it"
+            ) from None
+    vectors, offsets = arrays
     if vectors.shape != (count, dimension) or offsets.shape != (count + 1,):
         raise IndexFormatError(
             f"{snap}: stored arrays do not match the manifest ({count} answers of dimension "
@@ -343,10 +348,15 @@ def open_vectors(snap: Path, count: int, dimension: int) -> tuple[np.ndarray, np
 
 def open_records(snap: Path, offsets: np.ndarray) -> RecordStore:
     """Memory-map ``records.jsonl`` as a :class:`RecordStore` with these offsets."""
-    with open(snap / "records.jsonl", "rb") as handle:
-        data: bytes | mmap.mmap = (
-            mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(handle.fileno()).st_size else b""
-        )
+    try:
+        with open(snap / "records.jsonl", "rb") as handle:
+            data: bytes | mmap.mmap = (
+                mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(handle.fileno()).st_size else b""
+            )
+    except OSError as exc:
+        raise IndexFormatError(
+            f"{snap / 'records.jsonl'}: cannot be read ({exc.strerror or exc}); the index is corrupted, rebuild it"
+        ) from None
     check_offsets(snap / "records.jsonl", offsets, data)
     return RecordStore(data, offsets.astype(np.int64, copy=False), source=snap / "records.jsonl")
 

@@ -56,6 +56,7 @@ MODEL_KINDS = ("dual_encoder", "reranker")
 GRAPH_ROLES = {"dual_encoder": ("question_encoder", "answer_encoder", "scorer"), "reranker": ("reranker",)}
 GEOMETRIES = NAMES  # the geometry names a manifest may give (qaindex.geometry)
 ROLES = ("question", "answer")
+MAX_DIMENSION = 65536  # vectors wider than this are refused at load (every buffer is sized by it)
 DEFAULT_MODEL_DIR = Path(__file__).parent / "models" / "default"
 
 
@@ -134,8 +135,10 @@ def read_model_manifest(
         raise ModelFormatError(wrong_kind_message(mpath, kind))
     _require(manifest, "name", str, mpath)
     dim = _require(manifest, "dimension", int, mpath)
-    if dim < 1:
-        raise ModelFormatError(f'{mpath}: field "dimension" must be positive, got {dim}')
+    if not 1 <= dim <= MAX_DIMENSION:
+        raise ModelFormatError(
+            f'{mpath}: field "dimension" must be an integer in [1, {MAX_DIMENSION}], got {dim}; re-export the model'
+        )
     geometry = _require(manifest, "geometry", dict, mpath)
     if geometry.get("name") not in GEOMETRIES:
         raise ModelFormatError(

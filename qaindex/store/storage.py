@@ -14,6 +14,7 @@ import os
 import re
 import secrets
 import shutil
+import tokenize
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, BinaryIO
@@ -29,6 +30,7 @@ __all__ = [
     "create_file",
     "file_entry",
     "fsync_tree",
+    "read_array",
     "read_json_object",
     "remove_debris",
     "save_array",
@@ -90,6 +92,22 @@ def save_array(path: str | os.PathLike[str], array: np.ndarray) -> None:
     """
     with create_file(path) as handle:
         np.lib.format.write_array(_Chunks(handle), np.asarray(array), allow_pickle=False)
+
+
+# What numpy's ``.npy`` reader raises on a damaged file besides OSError: its header parser runs
+# tokenize and ast (TokenError, SyntaxError, RecursionError, MemoryError), then checks keys,
+# dtype and shape (ValueError, TypeError, KeyError, OverflowError); a short file gives EOFError.
+_NPY_ERRORS = (
+    ValueError,
+    TypeError,
+    KeyError,
+    SyntaxError,
+    tokenize.TokenError,
+    RecursionError,
+    MemoryError,
+    OverflowError,
+    EOFError,
+)
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
@@ -276,6 +294,28 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Mapping[str, Any]) -> N
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
+def read_array(path: Path, *, mmap: bool = False) -> np.ndarray:
+    """Read an ``.npy`` file, never with pickle; any damage is a ``ValueError`` saying what is wrong.
+
+    A missing or unreadable file stays an :class:`OSError`; every other failure of numpy's
+    reader (a damaged header, a shape the data does not hold) becomes one ``ValueError``, so a
+    caller turns both into its own error naming the file.
+
+    Example
+    -------
+    >>> read_array(Path("no/such.npy"))
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: [Errno 2] No such file or directory: 'no/such.npy'
+    """
+    try:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)  # type: ignore[no-any-return]
+    except OSError:
+        raise
+    except _NPY_ERRORS as exc:
+        raise ValueError(f"not a valid .npy file: {type(exc).__name__}: {exc}") from None
+
+
 def read_json_object(path: Path, *, error: type[QAIndexError], what: str) -> dict[str, Any]:
     """Read a JSON object from ``path``, raising ``error`` with a message that says what to do.
 
@@ -298,6 +338,8 @@ def read_json_object(path: Path, *, error: type[QAIndexError], what: str) -> dic
         obj = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise error(f"{path}: not valid JSON ({exc}); the {what} is corrupted, rebuild it") from None
+    except RecursionError:
+        raise error(f"{path}: JSON nested too deeply to read; the {what} is corrupted, rebuild it") from None
     if not isinstance(obj, dict):
         raise error(f"{path}: expected a JSON object; the {what} is corrupted, rebuild it")
     return obj

@@ -15,7 +15,10 @@ Scoring is BM25 in the Lucene variant (bm25s's default, ``k1`` = 1.5, ``b`` = 0.
 
 with ``N`` answers, ``df(t)`` of them containing ``t``, ``|d|`` the answer's token count after
 stopword removal and ``avgdl`` its mean; a term repeated in the question counts once per
-occurrence (as in bm25s).
+occurrence (as in bm25s), computed as its weight times its count, so a question costs its
+distinct terms, not its length. A question is read up to :data:`MAX_QUESTION_CHARS`
+characters (cut at a space) and up to its :data:`MAX_QUERY_TERMS`-th distinct term: what
+follows is ignored, as the dense side ignores what follows its token limit.
 
 On disk (``SNAPSHOT/lexical/``), no pickle anywhere::
 
@@ -41,6 +44,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from itertools import chain
 from pathlib import Path
@@ -50,11 +54,13 @@ import numpy as np
 
 from ..errors import IndexFormatError, MissingDependencyError, QueryError
 from ..store.field_ranges import lexical_error
-from ..store.storage import create_file, save_array
+from ..store.storage import create_file, read_array, save_array
 
 __all__ = [
     "DIRECTORY",
     "LEXICAL_FORMAT",
+    "MAX_QUERY_TERMS",
+    "MAX_QUESTION_CHARS",
     "LexicalBuilder",
     "LexicalIndex",
     "build_hybrid",
@@ -76,8 +82,12 @@ STOPWORDS_EN = frozenset(
     "they this to was will with".split()
 )
 TOKENIZER = {"pattern": TOKEN_PATTERN, "lower": True, "stopwords": "en (Lucene)", "stemmer": "english (PyStemmer)"}
+MAX_QUESTION_CHARS = 65_536  # characters of a question the BM25 side reads
+MAX_QUERY_TERMS = 1_024  # distinct terms of a question the BM25 side reads
 _IMPACT_CACHE = 65_536  # (term, count) entries of impact_rows's cache
 _ANALYSE_CHUNK = 65_536  # texts analysed at once by LexicalBuilder.add
+_LONG_TEXT = 1 << 20  # characters: a longer text is analysed slice by slice (bounded memory)
+_NON_WORD = re.compile(r"\W")
 INSTALL_HINT = "install PyStemmer: pip install 'qaindex[hybrid]' (the cpu and gpu extras include it)"
 
 
@@ -108,7 +118,15 @@ class _Tokenizer:
         ``words`` (word → term id, ``-1`` for a stopword) caches the stemming across calls;
         new terms are appended to ``vocab`` and ``ids`` in order of first occurrence.
         """
-        per_text = list(map(self._pattern.findall, map(str.lower, texts)))
+        # a long text is counted word by word in slices (its distinct words, each with its
+        # count: memory in its vocabulary, not its length); the others are listed whole
+        long = [i for i, t in enumerate(texts) if len(t) > _LONG_TEXT]
+        per_text: list[list[str]] = [[] if len(t) > _LONG_TEXT else self._pattern.findall(t.lower()) for t in texts]
+        repeats: list[np.ndarray] = []
+        for i in long:
+            counted = self._word_counts(texts[i])
+            per_text[i] = list(counted)
+            repeats.append(np.fromiter(counted.values(), np.int64, len(counted)))
         n_words = np.fromiter(map(len, per_text), np.int64, len(per_text))
         flat = list(chain.from_iterable(per_text))
         new = [w for w in dict.fromkeys(flat) if w not in words]  # first occurrence order
@@ -123,14 +141,38 @@ class _Tokenizer:
             words[w] = tid
         tids = np.fromiter(map(words.__getitem__, flat), np.int64, len(flat))
         rows = np.repeat(np.arange(len(per_text), dtype=np.int64), n_words)
+        weight = None
+        if long:  # each listed word counts once, a long text's words their count
+            weight = np.ones(len(flat), np.int64)
+            ends = np.cumsum(n_words)
+            for i, rep in zip(long, repeats, strict=True):
+                weight[ends[i] - len(rep) : ends[i]] = rep
         keep = tids >= 0
         tids, rows = tids[keep], rows[keep]
         # distinct (row, term) pairs with counts, then back to first-occurrence order in each row
-        keys, first, count = np.unique(rows * len(vocab) + tids, return_index=True, return_counts=True)
+        keys, first, inverse = np.unique(rows * len(vocab) + tids, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        if weight is None:
+            count = np.bincount(inverse, minlength=len(keys))
+        else:
+            count = np.bincount(inverse, weights=weight[keep], minlength=len(keys)).astype(np.int64)
         order = np.argsort(first, kind="stable")
         keys, count = keys[order], count[order]
         bag_rows = keys // max(len(vocab), 1)
         return keys - bag_rows * len(vocab), count, np.bincount(bag_rows, minlength=len(per_text)).astype(np.int64)
+
+    def _word_counts(self, text: str) -> Counter[str]:
+        """A text's words (before stopwords and stemming) with their counts, in order of first
+        occurrence, read in slices of about :data:`_LONG_TEXT` characters cut between words."""
+        counted: Counter[str] = Counter()
+        start = 0
+        while start < len(text):
+            end = start + _LONG_TEXT
+            cut = _NON_WORD.search(text, end) if end < len(text) else None
+            stop = len(text) if end >= len(text) or cut is None else cut.start()
+            counted.update(self._pattern.findall(text[start:stop].lower()))
+            start = stop
+        return counted
 
 
 _TOKENIZER: _Tokenizer | None = None
@@ -287,8 +329,25 @@ class LexicalIndex:
 
     def query(self, question: str) -> tuple[np.ndarray, int]:
         """A question's term ids that occur in the index (repeats kept) and its number of
-        terms (known or not): what :meth:`scores_of_terms` and the fusion need."""
-        tokens = _tokenizer()(question)
+        terms (known or not): what :meth:`scores_of_terms` and the fusion need.
+
+        Only the question's first :data:`MAX_QUESTION_CHARS` characters (cut at a space)
+        and its terms before the ``MAX_QUERY_TERMS + 1``-th distinct one are read.
+
+        Example
+        -------
+        >>> lex = LexicalIndex.from_texts(["cats purr", "dogs bark"])
+        >>> terms, length = lex.query("cats cats fly " * 100_000)
+        >>> len(terms), length
+        (9362, 14043)
+        """
+        tokens = _tokenizer()(_bounded(question))
+        distinct: dict[str, None] = {}
+        for at, term in enumerate(tokens):
+            if term not in distinct and len(distinct) == MAX_QUERY_TERMS:
+                tokens = tokens[:at]
+                break
+            distinct[term] = None
         ids = [self._ids.get(term, -1) for term in tokens]
         return np.asarray([i for i in ids if i >= 0], dtype=np.int64), len(tokens)
 
@@ -317,8 +376,12 @@ class LexicalIndex:
         n = len(self)
         if not len(terms):
             return np.zeros(n, np.float32)
-        take = _ranges(indptr[terms], indptr[terms + 1] - indptr[terms])
-        return np.bincount(docs[take], weights=weights[take], minlength=n).astype(np.float32)
+        # each distinct term's postings once, weighted by its count in the question
+        unique, count = np.unique(np.asarray(terms, dtype=np.int64), return_counts=True)
+        lengths = indptr[unique + 1] - indptr[unique]
+        take = _ranges(indptr[unique], lengths)
+        weighted = weights[take].astype(np.float64) * np.repeat(count, lengths)
+        return np.bincount(docs[take], weights=weighted, minlength=n).astype(np.float32)
 
     def impact_rows(self, terms: np.ndarray, per_term: int) -> np.ndarray:
         """The answers among the ``per_term`` highest-weighted postings of each of the
@@ -485,6 +548,8 @@ class LexicalIndex:
             meta = json.loads((directory / "vocab.json").read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise bad("vocab.json", f"cannot be read ({exc})") from None
+        except RecursionError:
+            raise bad("vocab.json", "cannot be read (JSON nested too deeply)") from None
         if not isinstance(meta, dict) or meta.get("format") != LEXICAL_FORMAT:
             raise bad("vocab.json", f'field "format" must be {LEXICAL_FORMAT!r}')
         if meta.get("format_version") != LEXICAL_FORMAT_VERSION:
@@ -501,7 +566,7 @@ class LexicalIndex:
         arrays = {}
         for name, dtype in (("terms.npy", np.int32), ("counts.npy", np.int32), ("offsets.npy", np.int64)):
             try:
-                arrays[name] = np.load(directory / name, allow_pickle=False)
+                arrays[name] = read_array(directory / name)
             except (OSError, ValueError) as exc:
                 raise bad(name, f"cannot be read ({exc})") from None
             if arrays[name].dtype != dtype or arrays[name].ndim != 1:
@@ -528,6 +593,16 @@ class LexicalIndex:
             "tokenizer": TOKENIZER,
             "dense_ratio": self.ratio,
         }
+
+
+def _bounded(question: str) -> str:
+    """The first :data:`MAX_QUESTION_CHARS` characters of a question, cut at a space when
+    one is in the last quarter (a word is not split in two)."""
+    if len(question) <= MAX_QUESTION_CHARS:
+        return question
+    head = question[:MAX_QUESTION_CHARS]
+    space = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
+    return head[:space] if space >= MAX_QUESTION_CHARS * 3 // 4 else head
 
 
 def top_rows(scores: np.ndarray, m: int) -> np.ndarray:

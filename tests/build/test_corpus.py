@@ -124,3 +124,38 @@ def test_records_from_dicts_positions() -> None:
     assert str(info.value) == 'records[2]: field "answer" is missing; every record needs a non-empty "answer" text'
     with pytest.raises(CorpusError, match=r"^records: no answers found"):
         records_from_dicts([])
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_line_over_the_maximum_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fast: bool
+) -> None:
+    import contextlib
+
+    import qaindex.corpus
+    from qaindex import fast_paths
+
+    monkeypatch.setattr(qaindex.corpus, "MAX_LINE_BYTES", 64)
+    monkeypatch.setattr(qaindex.corpus, "_READ_HINT", 40)  # lines straddle the bulk reads
+    at_most = json.dumps({"answer": "x" * (64 - 14)})  # 64 bytes: the longest line accepted
+    assert len(at_most) == 64
+    p = write(tmp_path, f'{{"answer": "a"}}\n{at_most}\n{at_most}')
+    with contextlib.nullcontext() if fast else fast_paths.generic_only():
+        assert [r.answer for r in read_corpus(p)] == ["a", "x" * 50, "x" * 50]
+        over = json.dumps({"answer": "x" * 51})
+        p = write(tmp_path, f'{{"answer": "a"}}\n{at_most}\n{over}\n{{"answer": "b"}}\n')
+        with pytest.raises(CorpusError) as err:
+            read_corpus(p)
+    assert str(err.value) == (
+        f"{p}:3: line longer than 64 bytes, the most one line may hold (is this a JSONL file?); split or shorten the answer"
+    )
+
+
+def test_an_endless_input_stops_at_its_first_line() -> None:
+    # /dev/zero has no newline: its first line passes the 64 MiB maximum
+    with pytest.raises(CorpusError) as err:
+        read_corpus("/dev/zero")
+    assert str(err.value) == (
+        "/dev/zero:1: line longer than 67,108,864 bytes, the most one line may hold (is this a JSONL file?); "
+        "split or shorten the answer"
+    )

@@ -394,6 +394,27 @@ def test_cli_corpus_errors_are_one_line(faq_model: Path, tmp_path: Path) -> None
     assert not (tmp_path / "i").exists()
 
 
+def test_cli_build_of_an_endless_input_stops_naming_its_line(
+    faq_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # /dev/zero never ends and has no newline: neither the progress bar's line count nor
+    # the reader may read it to its end
+    import qaindex.build.streaming
+
+    counted: list[int | None] = []
+    count_lines = qaindex.build.streaming.count_lines
+    monkeypatch.setattr(qaindex.build.streaming, "count_lines", lambda p: counted.append(count_lines(p)) or counted[-1])
+    res = CliRunner().invoke(
+        qaindex.cli.main, ["build", "/dev/zero", "--model", str(faq_model), "--index", str(tmp_path / "i")]
+    )
+    assert res.exit_code == 1 and counted == [None]
+    assert _one_clean_line(res) == (
+        "Error: /dev/zero:1: line longer than 67,108,864 bytes, the most one line may hold (is this a JSONL "
+        "file?); split or shorten the answer"
+    )
+    assert not (tmp_path / "i").exists()
+
+
 def test_cli_stdin_and_argv_encoding(two_dir: Path) -> None:
     runner = CliRunner()
     res = runner.invoke(qaindex.cli.main, ["search", "-", "--index", str(two_dir)], input=b"reset \xff\n")

@@ -197,8 +197,40 @@ def test_unsupported_sources_are_refused_by_name(tiny_st: Path, tmp_path: Path, 
     result = CliRunner().invoke(qaindex.cli.main, ["export-model", str(src), "--out", str(tmp_path / "m")])
     assert result.exit_code == 1
     types = [m["type"] for m in json.loads((src / "modules.json").read_text())]
-    assert result.output == f"Error: {src}/{message}\n".replace("{types}", str(types))
+    assert _error_after_progress(result.output) == f"Error: {src}/{message}".replace("{types}", str(types))
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.torch
+def test_pickled_weights_are_refused_unloaded(tiny_st: Path, tmp_path: Path) -> None:
+    import safetensors.torch
+    import torch
+
+    import qaindex.cli
+
+    src = _copy(tiny_st, tmp_path / "src")
+    weights = safetensors.torch.load_file(src / "model.safetensors")
+    (src / "model.safetensors").unlink()
+    torch.save(weights, src / "pytorch_model.bin")  # a pickle: loading it could run code
+    result = CliRunner().invoke(qaindex.cli.main, ["export-model", str(src), "--out", str(tmp_path / "m")])
+    assert result.exit_code == 1
+    assert _error_after_progress(result.output) == (
+        f"Error: {src / 'pytorch_model.bin'}: the weights are a pickle, refused (loading a pickle can run any "
+        "code in it); convert them to model.safetensors"
+    )
+    assert not (tmp_path / "m").exists()
+    (src / "pytorch_model.bin").unlink()
+    result = CliRunner().invoke(qaindex.cli.main, ["export-model", str(src), "--out", str(tmp_path / "m")])
+    assert _error_after_progress(result.output) == (
+        f"Error: {src}: no model.safetensors; qaindex exports safetensors weights only"
+    )
+
+
+def _error_after_progress(output: str) -> str:
+    """The one error line ending ``export-model``'s output; every line before it is a progress line."""
+    *progress, last = output.splitlines()
+    assert all(line.startswith("export-model: ") for line in progress), output
+    return last
 
 
 def test_cli_import_stays_light() -> None:

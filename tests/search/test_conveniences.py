@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 from pathlib import Path
 
@@ -11,10 +12,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import FAQ
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import qaindex
 import qaindex.cli
 from qaindex import QueryError, Ranker
+from qaindex.search.hits import Hit
 from qaindex.store.concurrency import ReadWriteLock
 
 QUESTIONS = ["how do I reset my password", "can I get a refund", "export notes", "login app", "sync minutes"]
@@ -111,6 +115,39 @@ def test_hits_are_json_without_the_row(ranker: Ranker) -> None:
     hit = ranker.search("refund", k=1)[0]
     assert set(hit.to_json()) == {"id", "answer", "score", "raw_score", "distance", "metadata"}
     assert hit.row >= 0 and ranker.records().__next__() is not None
+
+
+_HIT_VALUES = st.one_of(st.integers(), st.text(max_size=3), st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ident=st.one_of(st.integers(-3, 3), st.sampled_from(["a", "b"])),
+    answer=st.sampled_from(["x", "y"]),
+    score=st.sampled_from([0.0, -0.0, 0.5, math.nan]),
+    distance=st.sampled_from([0.0, 1.0]),
+    metadata=st.dictionaries(st.sampled_from(["c", "tags"]), _HIT_VALUES, max_size=2),
+    raw=st.sampled_from([0.0, 2.0, math.nan]),
+    row=st.integers(-1, 5),
+    other_row=st.integers(-1, 5),
+)
+def test_hits_are_hashable_and_equal_hits_hash_equally(
+    ident: str | int, answer: str, score: float, distance: float, metadata: dict, raw: float, row: int, other_row: int
+) -> None:
+    a = Hit(ident, answer, score, distance, metadata, row, raw)
+    twin = Hit(ident, answer, score, distance, json.loads(json.dumps(metadata)), other_row, raw)  # a copy, other row
+    assert a == twin  # the row is not part of equality
+    assert hash(a) == hash(twin)
+    assert len({a, twin}) == 1 and {a: 1}[twin] == 1
+    other = Hit(ident, answer + "!", score, distance, metadata, row, raw)
+    assert a != other and len({a, other}) == 2
+
+
+def test_search_hits_go_into_sets(ranker: Ranker) -> None:
+    hits = ranker.search_batch(QUESTIONS, k=3)
+    union = {h for row in hits for h in row}
+    assert union == {h for row in ranker.search_batch(QUESTIONS, k=3) for h in row}
+    assert len(union) == len({json.dumps(h.to_json(), sort_keys=True) for row in hits for h in row})
 
 
 def test_library_logs_to_the_qaindex_logger(faq_model: Path, caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:

@@ -414,3 +414,25 @@ def test_upsert_is_all_or_nothing(
     every = [{"id": r.id, "answer": f"new {r.answer}"} for r in ranker.records()]
     assert ranker.upsert(every) == len(before)  # replacing every answer never empties the index
     assert [r.answer for r in ranker.records()] == [f"new {a}" for _, a in before]
+
+
+def test_recall_after_remove_uses_the_remaining_answers(
+    points_ranker: tuple[Ranker, np.ndarray, list[str]],
+) -> None:
+    # recall() must bring the coarse index up to date after remove(), as search does: a stale
+    # coarse index recalls rows that no longer exist (wrong figures, or an IndexError)
+    ranker, points, words = points_ranker
+    flat = Ranker.build([{"id": w, "answer": w} for w in words[:600]], model=ranker.model, index_kind="flat")
+    gone = words[:600:2]
+    flat.remove(gone)
+    kept = points[1:600:2]
+    questions = words[1:600:20]
+    report = flat.recall(10, questions=questions)
+    assert report["k"] == 10 and report["queries"] == len(questions)
+    # brute-force ground truth over the answers left, against the pipeline's own rows
+    qv = points[1:600:20]
+    truth = np.argsort(brute_force(qv, kept), axis=1, kind="stable")[:, :10]
+    _, _, rows = flat.search_vectors(qv, 10)
+    expect = np.mean([len(set(r) & set(t)) / 10 for r, t in zip(rows, truth, strict=True)])
+    assert expect == 1.0
+    assert report["recall"] == expect and report["coarse_recall"] == 1.0

@@ -240,7 +240,7 @@ def test_out_of_inodes_is_not_reported_as_missing_bytes(
     monkeypatch.setattr(shutil, "copyfile", no_inode)
     monkeypatch.setattr(os, "statvfs", _statvfs(free_bytes=int(81.7 * 2**20), free_inodes=0))
     with pytest.raises(DiskFullError) as err:
-        Ranker.build(faq_file, model=faq_model).save(index)
+        Ranker.build(faq_file, model=faq_model).save(index, overwrite=True)
     assert str(err.value) == (
         f"{index}: no free inodes left on the device while writing model of a new snapshot (81.7 MiB free, but "
         "no room for another file); delete some files or write elsewhere"

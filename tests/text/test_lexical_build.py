@@ -70,6 +70,36 @@ def test_chunked_analysis_equals_tokenizing_text_by_text(texts: list[str], more:
         lexical._ANALYSE_CHUNK = old
 
 
+@settings(max_examples=150, deadline=None)
+@given(texts=texts_strategy, long=st.integers(1, 30))
+def test_long_texts_counted_in_slices_equal_tokenizing_text_by_text(texts: list[str], long: int) -> None:
+    # a text over _LONG_TEXT characters is counted slice by slice (cut between words): the
+    # same arrays as tokenizing it whole
+    old = lexical._LONG_TEXT
+    lexical._LONG_TEXT = long
+    try:
+        _assert_arrays(LexicalIndex.from_texts(texts), _text_by_text(texts))
+    finally:
+        lexical._LONG_TEXT = old
+
+
+def test_a_long_text_is_read_in_bounded_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lexical, "_LONG_TEXT", 1_000)
+    tok = lexical._tokenizer()
+    read: list[int] = []
+
+    class Spy:
+        def findall(self, text: str) -> list[str]:
+            read.append(len(text))
+            return lexical.re.findall(lexical.TOKEN_PATTERN, text)
+
+    monkeypatch.setattr(tok, "_pattern", Spy())
+    text = " ".join(["Cats", "running", "naïve", "the"] * 5_000)  # 94,999 characters
+    lex = LexicalIndex.from_texts([text, "cats"])
+    assert lex.vocab == ["cat", "run", "naïv"] and lex._counts.tolist() == [5_000, 5_000, 5_000, 1]
+    assert sum(read) == len(text) + 4 and max(read) <= 1_000 + len("running")
+
+
 def test_a_builder_leaves_its_base_unchanged() -> None:
     base = LexicalIndex.from_texts(["cats purr", "dogs bark"])
     before = (base._terms.copy(), base._offsets.copy(), list(base.vocab))
