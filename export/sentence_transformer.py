@@ -353,8 +353,14 @@ def export_sentence_transformer(
     name: str | None = None,
     tolerance: float = 1e-4,
     texts: tuple[str, ...] = PARITY_TEXTS,
+    calibrate: bool = True,
 ) -> Path:
     """Write a sentence-transformers model directory as a qaindex model directory.
+
+    The written model gets its own fusion rule and calibration
+    (:func:`qaindex.eval.fusion_fit.fit_written_model`): both fitted on the example FAQ
+    shipped with qaindex (labelled questions the source model never trained on), the
+    calibration with the built-in off-topic questions' ``fit`` split as not relevant.
 
     Parameters
     ----------
@@ -369,6 +375,8 @@ def export_sentence_transformer(
         between 1 and the cosine of the vectors of qaindex and sentence-transformers.
     texts : tuple of str, keyword-only
         Texts of the token-id and end-to-end checks (default :data:`PARITY_TEXTS`).
+    calibrate : bool, keyword-only
+        Fit the fusion and the calibration (default); False: leave the manifest without them.
 
     Returns
     -------
@@ -441,9 +449,20 @@ def export_sentence_transformer(
             "texts": len(texts),
         }
     }
-    return write_model(
+    path = write_model(
         directory, **common, metrics=metrics, extra_files={"SOURCE_README.md": card} if card.is_file() else None
     )
+    if calibrate:
+        from qaindex.eval.fusion_fit import fit_written_model
+        from qaindex.eval.offtopic import BUILTIN_OFFTOPIC, read_offtopic
+
+        fit_written_model(
+            path,
+            calibration_source="example FAQ (qaindex/eval/data/faq.jsonl)",
+            offtopic=read_offtopic(BUILTIN_OFFTOPIC, split="fit"),
+            offtopic_source="built-in off-topic questions (fit split)",
+        )
+    return path
 
 
 def _check_end_to_end(st: Any, model_dir: Path, texts: tuple[str, ...], tolerance: float) -> float:

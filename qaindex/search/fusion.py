@@ -47,9 +47,11 @@ the fused value of an answer, and the order of the hits, do not depend on ``k`` 
   ``e`` = 0 (``d`` = 1), as in manifests fitted before the question part existed, is the
   rule ``clip(a + b * rho, 0, 1) * min(1, terms / n(q))``.
 
-The constants ``a``, ``b``, ``d``, ``e``, ``terms`` are fitted per model by ``benchmarks/hybrid.py --fit``
-on held-out labelled corpora and stored in the model manifest (``"fusion"``), which
-:func:`fusion_from` reads; a model without one uses :data:`DEFAULT_FUSION`.
+The constants ``a``, ``b``, ``d``, ``e``, ``terms`` are fitted per model
+(:mod:`qaindex.eval.fusion_fit`: ``qaindex export-model`` and ``qaindex train`` fit them on
+the model they write; ``benchmarks/hybrid.py --fit`` on held-out labelled corpora for the
+built-in model) and stored in the model manifest (``"fusion"``), which :func:`fusion_from`
+reads; a model without one uses the safe fallback :data:`SAFE_FUSION`.
 
 A hybrid hit's ``score`` is a calibration of its fused value (:func:`hybrid_scores`), so that
 hits are ordered by the score they report.
@@ -80,6 +82,7 @@ __all__ = [
     "DEFAULT_FUSION",
     "FUSION_RULES",
     "LEXICAL_SCAN_LIMIT",
+    "SAFE_FUSION",
     "Fusion",
     "best_coverage",
     "dense_ratio",
@@ -193,9 +196,13 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-# the fallback of models whose manifest has no "fusion" (benchmarks/hybrid.py --fit writes one);
-# fitted for the built-in default model (see docs/hybrid.md)
+# the rule of a mapping without a rule (the constants benchmarks/hybrid.py --fit fitted for the
+# built-in default model, whose manifest stores them; see docs/hybrid.md)
 DEFAULT_FUSION = Fusion("adaptive", weight=0.5, a=0.0, b=2.0, terms=10.0, d=1.25, e=1.5)
+# the fallback of a model whose manifest has no fitted rule: the dense weight is the corpus's
+# dense/BM25 ratio (capped at 1), with no question part and no length part, so a model stronger
+# than BM25 on a corpus ranks by its own scores there (see docs/hybrid.md)
+SAFE_FUSION = Fusion("adaptive", weight=0.8, a=0.0, b=1.0, terms=math.inf, d=1.0, e=0.0)
 FIELDS = ("rule", "c", "weight", "a", "b", "terms", "d", "e", "score", "fused_score")
 SCORE_FIELDS = ("bias", "dense", "bm25", "fused")
 FUSED_SCORE_FIELDS = ("bias", "fused", "top", "match")
@@ -240,10 +247,11 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
     """A :class:`Fusion` from a Fusion, ``None`` (the default) or a mapping of its fields.
 
     ``None`` gives the model's fitted fusion (its manifest's ``"fusion"``) when ``model`` has
-    one, else :data:`DEFAULT_FUSION`; a mapping's missing fields come from the default (a
-    stored ``adaptive`` fusion without ``e``, fitted before the question part existed, keeps
-    its rule: ``e`` = 0; a stored score calibration alone, from ``qaindex calibrate``, goes
-    with the default rule).
+    one, else the safe fallback :data:`SAFE_FUSION` (:data:`DEFAULT_FUSION` without a
+    model); a mapping's missing fields come from :data:`DEFAULT_FUSION` (a stored
+    ``adaptive`` fusion without ``e``, fitted before the question part existed, keeps its
+    rule: ``e`` = 0; a stored score calibration alone, from ``qaindex calibrate``, goes with
+    the safe fallback).
 
     Example
     -------
@@ -251,12 +259,17 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
     10
     """
     if value is None:
-        stored = None if model is None else getattr(model, "manifest", {}).get("fusion")
-        if stored is None:
+        if model is None:
             return DEFAULT_FUSION
+        stored = getattr(model, "manifest", {}).get("fusion")
+        if stored is None:
+            return SAFE_FUSION
         try:
             fields = {k: v for k, v in stored.items() if k in FIELDS}
-            fitted_rule = set(fields) - {"score", "fused_score"}  # only a score calibration: the default rule
+            fitted_rule = set(fields) - {"score", "fused_score"}  # only a score calibration: the safe rule
+            if not fitted_rule:
+                parsed = _from_mapping(fields)
+                return replace(SAFE_FUSION, score=parsed.score, fused_score=parsed.fused_score)
             if fitted_rule and fields.get("rule", DEFAULT_FUSION.rule) == "adaptive" and "e" not in fields:
                 fields.update(d=1.0, e=0.0)  # fitted before the question part: the rule without it
             return _from_mapping(fields)
