@@ -63,12 +63,13 @@ __all__ = [
 
 K = 10
 EXAMPLE_FAQ = Path(__file__).resolve().parent / "data" / "faq.jsonl"  # a copy of examples/faq.jsonl
-# (a, b, (d, e), terms) of the grid fit_written_model searches
+# (a, b, (d, e), terms) of the grid fit_written_model searches; ties keep the first, so each list
+# runs from the rule nearest dense search (no question part, no length part) to the farthest
 FIT_GRID: dict[str, list[Any]] = {
-    "a": [round(x, 2) for x in np.arange(-1.0, 1.01, 0.25)],
-    "b": [0.0, 0.5, 1.0, 1.5, 2.0],
-    "de": [(1.0, 0.0), (1.0, 0.5), (1.25, 0.5), (1.25, 1.0), (1.25, 1.5), (1.5, 1.0), (1.5, 2.0)],
-    "terms": [10.0, 15.0, 30.0, math.inf],
+    "a": [round(x, 2) for x in np.arange(1.0, -1.01, -0.25)],
+    "b": [2.0, 1.5, 1.0, 0.5, 0.0],
+    "de": [(1.0, 0.0), (1.5, 1.0), (1.25, 0.5), (1.5, 2.0), (1.0, 0.5), (1.25, 1.0), (1.25, 1.5)],
+    "terms": [math.inf, 30.0, 15.0, 10.0],
 }
 MIN_GAIN = 0.005  # a fit replaces the safe fallback only when its worst-case margin is this much better
 
@@ -276,7 +277,9 @@ def fit_written_model(
         write_json_atomic(path, manifest)
     if calibration_groups is None:
         calibration_groups = [*held_out, *faq]
-        calibration_source = " + ".join(s for s in (held_out_source if held_out else "", "example FAQ") if s)
+        calibration_source = calibration_source or " + ".join(
+            s for s in (held_out_source if held_out else "", fitted_on[0]) if s
+        )
     calibration = calibrate_model(
         directory,
         calibration_groups,
