@@ -23,7 +23,7 @@ off-topic questions' ``fit`` split as not relevant.
 
 Example
 -------
->>> pool = FitPool("p", 1.0, [np.array([0, 1])], [np.array([2.0, 1.0])], [np.array([0.0, 3.0])],
+>>> pool = FitPool("p", 1.0, [np.array([0, 1])], [np.array([2.0, 1.0])], [np.array([1.0, 3.0])],
 ...                [2], [1.0], [{0}])
 >>> pool.parts()
 (1.0, 0.5)
