@@ -199,10 +199,11 @@ def _finite(value: Any) -> bool:
 # the rule of a mapping without a rule (the constants benchmarks/hybrid.py --fit fitted for the
 # built-in default model, whose manifest stores them; see docs/hybrid.md)
 DEFAULT_FUSION = Fusion("adaptive", weight=0.5, a=0.0, b=2.0, terms=10.0, d=1.25, e=1.5)
-# the fallback of a model whose manifest has no fitted rule: the dense weight is the corpus's
-# dense/BM25 ratio (capped at 1), with no question part and no length part, so a model stronger
-# than BM25 on a corpus ranks by its own scores there (see docs/hybrid.md)
-SAFE_FUSION = Fusion("adaptive", weight=0.8, a=0.0, b=1.0, terms=math.inf, d=1.0, e=0.0)
+# the fallback of a model whose manifest has no fitted rule: dense weight clip(0.5 + rho, 0, 1),
+# no question part, no length part; a model whose pseudo-question MRR is at least half BM25's
+# (pseudo-questions are the answer's own words, which favours BM25) ranks by its own scores
+# (see docs/hybrid.md)
+SAFE_FUSION = Fusion("adaptive", weight=0.8, a=0.5, b=1.0, terms=math.inf, d=1.0, e=0.0)
 FIELDS = ("rule", "c", "weight", "a", "b", "terms", "d", "e", "score", "fused_score")
 SCORE_FIELDS = ("bias", "dense", "bm25", "fused")
 FUSED_SCORE_FIELDS = ("bias", "fused", "top", "match")

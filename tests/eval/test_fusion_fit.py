@@ -129,9 +129,9 @@ def test_a_model_without_a_fitted_fusion_gets_the_safe_fallback(tmp_path: Path) 
     assert fusion_from(None, Model.load(target)) == replace(SAFE_FUSION, fused_score=(-3.0, 4.0, 0.5, 1.0))
 
 
-@pytest.mark.parametrize("ratio", [1.0, 1.7])
+@pytest.mark.parametrize("ratio", [0.5, 1.0, 1.7])
 def test_the_safe_fallback_ranks_by_the_model_where_it_is_stronger_than_bm25(ratio: float) -> None:
-    """A corpus ratio of 1 or more gives dense weight 1: the fused order is the dense order."""
+    """A corpus ratio of 0.5 or more gives dense weight 1: the fused order is the dense order."""
     pool = _pool("p", 3, ratio, 0.5)
     from qaindex.eval.fusion_fit import ranked
 
