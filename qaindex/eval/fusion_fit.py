@@ -63,8 +63,7 @@ __all__ = [
 
 K = 10
 EXAMPLE_FAQ = Path(__file__).resolve().parent / "data" / "faq.jsonl"  # a copy of examples/faq.jsonl
-# (a, b, (d, e), terms) of the grid fit_written_model searches; ties keep the first, so each list
-# runs from the rule nearest dense search (no question part, no length part) to the farthest
+# (a, b, (d, e), terms) of the grid fit_written_model searches (ties: the point nearest the start)
 FIT_GRID: dict[str, list[Any]] = {
     "a": [round(x, 2) for x in np.arange(1.0, -1.01, -0.25)],
     "b": [2.0, 1.5, 1.0, 0.5, 0.0],
@@ -164,8 +163,9 @@ def fit_fusion(
     grid : dict, optional
         ``{"a": [...], "b": [...], "de": [(d, e), ...], "terms": [...]}`` (default :data:`FIT_GRID`).
     start : Fusion or None
-        Kept unless a grid point's worst-case margin beats it by ``min_gain``; with a single
-        distinct ratio among the pools, ``b`` is fixed at ``start.b``. None: the grid's best.
+        Kept unless a grid point's worst-case margin beats it by ``min_gain``; ties of the
+        objective go to the grid point nearest it; with a single distinct ratio among the
+        pools, ``b`` is fixed at ``start.b``. None: the grid's first best.
     min_gain : float
 
     Returns
@@ -209,11 +209,13 @@ def fit_fusion(
     if start is not None and len({None if p.ratio is None else round(p.ratio, 4) for p in pools}) < 2:
         b_grid = [start.b]
     best: tuple[tuple[float, float], Fusion, list[float]] | None = None
+    near: float | None = None
     for a, b, (d, e), terms in itertools.product(grid["a"], b_grid, grid["de"], grid["terms"]):
         fusion = Fusion("adaptive", weight=0.5 if start is None else start.weight, a=a, b=b, terms=terms, d=d, e=e)
         key, margins = score(fusion)
-        if best is None or key > best[0]:
-            best = (key, fusion, margins)
+        distance = _distance(fusion, start)
+        if best is None or key > best[0] or (key == best[0] and near is not None and distance < near):
+            best, near = (key, fusion, margins), distance
     assert best is not None
     kept = False
     if start is not None:
@@ -227,6 +229,21 @@ def fit_fusion(
         "margins": {p.name: round(m, 4) for p, m in zip(pools, margins, strict=True)},
         "kept_start": kept,
     }
+
+
+def _distance(fusion: Fusion, start: Fusion | None) -> float:
+    """How far a grid point is from ``start`` (0 without one): ties of the objective go to the
+    nearest, so a fit on pools that cannot tell two rules apart keeps the start's corpus part."""
+    if start is None:
+        return 0.0
+    inv = [0.0 if math.isinf(t) else 1.0 / t for t in (fusion.terms, start.terms)]
+    return (
+        abs(fusion.a - start.a)
+        + abs(fusion.b - start.b)
+        + abs(fusion.d - start.d)
+        + abs(fusion.e - start.e)
+        + abs(inv[0] - inv[1])
+    )
 
 
 def faq_pool_groups() -> list[Any]:

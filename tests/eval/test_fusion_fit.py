@@ -142,3 +142,12 @@ def test_the_safe_fallback_ranks_by_the_model_where_it_is_stronger_than_bm25(rat
 
 def test_the_packaged_faq_is_the_example_faq() -> None:
     assert EXAMPLE_FAQ.read_bytes() == (Path(__file__).parents[2] / "examples" / "faq.jsonl").read_bytes()
+
+
+def test_ties_go_to_the_grid_point_nearest_the_start() -> None:
+    """With ratio 1, a = 1 and a = 0.5 both give corpus part 1: the fit keeps the start's a."""
+    pool = _pool("p", 4, 1.0, 0.5)
+    grid = {"a": [1.0, 0.5], "b": [1.0], "de": [(1.0, 0.0)], "terms": [math.inf]}
+    start = Fusion("adaptive", weight=0.8, a=0.5, b=1.0, terms=math.inf)
+    assert fit_fusion([pool], grid=grid, start=start, min_gain=0.0)[0].a == 0.5
+    assert fit_fusion([pool], grid=grid, start=None)[0].a == 1.0  # no start: the first best
