@@ -54,7 +54,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import os
@@ -81,6 +80,7 @@ from qaindex.corpus import read_corpus
 from qaindex.errors import ModelFormatError
 from qaindex.eval.calibration import fit_fused_score, labelled_pool, summary
 from qaindex.eval.datasets import read_labelled
+from qaindex.eval.fusion_fit import FitPool, fit_fusion
 from qaindex.model import DEFAULT_MODEL_DIR, Model
 from qaindex.search.fusion import (
     CANDIDATE_FLOOR,
@@ -290,34 +290,16 @@ def fit(
 ) -> tuple[Fusion, dict[str, Any]]:
     """The adaptive constants with the best worst-case margin over the fit pools' half A (ties:
     the best mean MRR@10 there), on the grid ``GRID_A x GRID_B x de_grid x terms_grid``."""
-    halves = {n: np.flatnonzero(half_a(len(pools[n].questions))) for n in collected}
-    best_part = {}
-    for n, c in collected.items():
-        d, b = parts(c, pools[n])
-        best_part[n] = max(d[halves[n]].mean(), b[halves[n]].mean())
-    seen: dict[tuple[str, int, float], float] = {}  # reciprocal rank by (pool, question, dense weight)
+    grid = {"a": GRID_A, "b": GRID_B, "de": de_grid, "terms": terms_grid}
+    fit_pools = [fit_pool(n, c, pools[n]) for n, c in collected.items()]
+    masks = [half_a(len(pools[n].questions)) for n in collected]
+    fusion, info = fit_fusion(fit_pools, masks=masks, grid=grid, start=None)
+    return fusion, {"worst_margin_half_a": info["worst_margin"], "mean_mrr_half_a": info["mean_mrr"]}
 
-    def rr_at(n: str, i: int, w: float) -> float:
-        if (n, i, w) not in seen:
-            c = collected[n]
-            ranked = ranked_by(Fusion("convex", weight=w), c.rows[i], c.dense[i], c.lexical[i], None, 1, 0.0)
-            seen[n, i, w] = _rr(ranked, pools[n].relevant[i])
-        return seen[n, i, w]
 
-    best: tuple[tuple[float, float], Fusion] | None = None
-    for a, b, (d, e), terms in itertools.product(GRID_A, GRID_B, de_grid, terms_grid):
-        fusion = Fusion("adaptive", weight=0.5, a=a, b=b, terms=terms, d=d, e=e)
-        fused = {
-            n: float(np.mean([
-                rr_at(n, int(i), dense_weight(fusion, c.ratio, c.terms[i], c.coverage[i])) for i in halves[n]
-            ]))
-            for n, c in collected.items()
-        }  # fmt: skip
-        key = (round(min(fused[n] - best_part[n] for n in fused), 4), float(np.mean(list(fused.values()))))
-        if best is None or key > best[0]:
-            best = (key, fusion)
-    assert best is not None
-    return best[1], {"worst_margin_half_a": best[0][0], "mean_mrr_half_a": round(best[0][1], 4)}
+def fit_pool(name: str, c: Collected, pool: Pool) -> FitPool:
+    """The runtime fit's view of a collected pool (:class:`qaindex.eval.fusion_fit.FitPool`)."""
+    return FitPool(name, c.ratio, c.rows, c.dense, c.lexical, c.terms, c.coverage, pool.relevant)
 
 
 def hit_features(

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from qaindex.eval.calibrate import calibrate_model
 from qaindex.eval.datasets import Candidate, QuestionGroup, read_labelled
+from qaindex.eval.fusion_fit import fit_written_model
 from qaindex.eval.offtopic import BUILTIN_OFFTOPIC, read_offtopic
 
 from .data import hold_out_dev
@@ -129,7 +129,10 @@ def calibrate_trained(
     - otherwise: the questions training held out of ``train_data`` (:func:`held_out_groups`);
 
     with the ``fit`` split of the built-in off-topic questions as not relevant, as
-    ``qaindex calibrate`` does by default (:mod:`qaindex.eval.offtopic`).
+    ``qaindex calibrate`` does by default (:mod:`qaindex.eval.offtopic`). Before it, the
+    model's fusion rule is fitted (:func:`qaindex.eval.fusion_fit.fit_written_model`) on the
+    example FAQ and, when labelled, on the same held-out questions; the calibration then
+    fits the hybrid score on that rule's fused value.
     """
     offtopic = read_offtopic(BUILTIN_OFFTOPIC, split="fit")
     off_source = "built-in off-topic questions (fit split)"
@@ -145,9 +148,17 @@ def calibrate_trained(
     else:
         groups = held_out_groups(train_data, seed, dev_fraction)
         source, labels = _name(train_data) + " (questions held out of training)", "labelled"
-    return calibrate_model(
-        model_dir, groups, source=source, labels=labels, offtopic=offtopic, offtopic_source=off_source
-    )
+    held_out = groups if labels == "labelled" else []
+    return fit_written_model(
+        model_dir,
+        held_out=held_out,
+        held_out_source=source,
+        calibration_groups=groups if any(g.has_positive for g in groups) else None,
+        calibration_source=source,
+        labels=labels,
+        offtopic=offtopic,
+        offtopic_source=off_source,
+    )["calibration"]
 
 
 def _name(train_data: str | os.PathLike[str] | Sequence[QuestionGroup]) -> str:

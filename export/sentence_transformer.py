@@ -375,8 +375,14 @@ def export_sentence_transformer(
     tolerance: float = 1e-4,
     texts: tuple[str, ...] = PARITY_TEXTS,
     progress: Callable[[str], None] | None = None,
+    calibrate: bool = True,
 ) -> Path:
     """Write a sentence-transformers model directory as a qaindex model directory.
+
+    The written model gets its own fusion rule and calibration
+    (:func:`qaindex.eval.fusion_fit.fit_written_model`): both fitted on the example FAQ
+    shipped with qaindex (labelled questions the source model never trained on), the
+    calibration with the built-in off-topic questions' ``fit`` split as not relevant.
 
     Parameters
     ----------
@@ -394,6 +400,8 @@ def export_sentence_transformer(
     progress : callable, keyword-only, optional
         Called with a short line as each step starts (loading, exporting, each parity check,
         writing): ``qaindex export-model`` prints them on stderr.
+    calibrate : bool, keyword-only
+        Fit the fusion and the calibration (default); False: leave the manifest without them.
 
     Returns
     -------
@@ -473,9 +481,21 @@ def export_sentence_transformer(
             "texts": len(texts),
         }
     }
-    return write_model(
+    path = write_model(
         directory, **common, metrics=metrics, extra_files={"SOURCE_README.md": card} if card.is_file() else None
     )
+    if calibrate:
+        say("fitting its fusion and calibrating its scores on the example FAQ")
+        from qaindex.eval.fusion_fit import fit_written_model
+        from qaindex.eval.offtopic import BUILTIN_OFFTOPIC, read_offtopic
+
+        fit_written_model(
+            path,
+            calibration_source="example FAQ (qaindex/eval/data/faq.jsonl)",
+            offtopic=read_offtopic(BUILTIN_OFFTOPIC, split="fit"),
+            offtopic_source="built-in off-topic questions (fit split)",
+        )
+    return path
 
 
 def _check_end_to_end(st: Any, model_dir: Path, texts: tuple[str, ...], tolerance: float) -> float:

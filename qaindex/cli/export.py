@@ -78,3 +78,14 @@ def export_model_command(source: str, out: Path, name: str | None, tolerance: fl
         f"{parity['sentence_transformers_min_cosine']:.7f}, encoder max diff {parity['encoder_max_abs_diff']:.2g} "
         f"({time.perf_counter() - started:.1f} s)"
     )
+    calibration = manifest.get("calibration") or {}
+    fusion = manifest.get("fusion") or {}
+    if "method" in calibration:
+        click.echo(
+            f"scores calibrated on the example FAQ with off-topic questions (ECE {calibration['ece']:.3f})"
+            + (
+                f"; hybrid fusion fitted on it (worst margin over dense and BM25 {fusion['worst_margin']:+.3f})"
+                if "worst_margin" in fusion
+                else ""
+            )
+        )

@@ -43,9 +43,11 @@ model score, then lower row).
   ``e`` = 0 (``d`` = 1), as in manifests fitted before the question part existed, is the
   rule ``clip(a + b * rho, 0, 1) * min(1, terms / n(q))``.
 
-The constants ``a``, ``b``, ``d``, ``e``, ``terms`` are fitted per model by ``benchmarks/hybrid.py --fit``
-on held-out labelled corpora and stored in the model manifest (``"fusion"``), which
-:func:`fusion_from` reads; a model without one uses :data:`DEFAULT_FUSION`.
+The constants ``a``, ``b``, ``d``, ``e``, ``terms`` are fitted per model
+(:mod:`qaindex.eval.fusion_fit`: ``qaindex export-model`` and ``qaindex train`` fit them on
+the model they write; ``benchmarks/hybrid.py --fit`` on held-out labelled corpora for the
+built-in model) and stored in the model manifest (``"fusion"``), which :func:`fusion_from`
+reads; a model without one uses the safe fallback :data:`SAFE_FUSION`.
 
 Every quantity a fused value depends on (``max s``, ``s_D``, ``max bm25``, ranks up to ``D``)
 comes from the ``D`` best of each list, which every candidate pool holds: so with exact recall
@@ -93,6 +95,7 @@ __all__ = [
     "DEFAULT_FUSION",
     "FUSION_RULES",
     "LEXICAL_SCAN_LIMIT",
+    "SAFE_FUSION",
     "Fusion",
     "best_coverage",
     "dense_ratio",
@@ -206,9 +209,14 @@ class Fusion:
         return out
 
 
-# the fallback of models whose manifest has no "fusion" (benchmarks/hybrid.py --fit writes one);
-# fitted for the built-in default model (see docs/hybrid.md)
+# the rule of a mapping without a rule (the constants benchmarks/hybrid.py --fit fitted for the
+# built-in default model, whose manifest stores them; see docs/hybrid.md)
 DEFAULT_FUSION = Fusion("adaptive", weight=0.5, a=0.0, b=2.0, terms=10.0, d=1.25, e=1.5)
+# the fallback of a model whose manifest has no fitted rule: dense weight clip(0.5 + rho, 0, 1),
+# no question part, no length part; a model whose pseudo-question MRR is at least half BM25's
+# (pseudo-questions are the answer's own words, which favours BM25) ranks by its own scores
+# (see docs/hybrid.md)
+SAFE_FUSION = Fusion("adaptive", weight=0.8, a=0.5, b=1.0, terms=math.inf, d=1.0, e=0.0)
 FIELDS = FUSION_FIELDS
 # the depth D of each ranking that fusion reads: the dense normalisation's reference rank, the
 # RRF lists' length and the smallest candidate pool of a hybrid search (so the pool never shrinks with k)
@@ -251,10 +259,11 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
     """A :class:`Fusion` from a Fusion, ``None`` (the default) or a mapping of its fields.
 
     ``None`` gives the model's fitted fusion (its manifest's ``"fusion"``) when ``model`` has
-    one, else :data:`DEFAULT_FUSION`; a mapping's missing fields come from the default (a
-    stored ``adaptive`` fusion without ``e``, fitted before the question part existed, keeps
-    its rule: ``e`` = 0; a stored score calibration alone, from ``qaindex calibrate``, goes
-    with the default rule).
+    one, else the safe fallback :data:`SAFE_FUSION` (:data:`DEFAULT_FUSION` without a
+    model); a mapping's missing fields come from :data:`DEFAULT_FUSION` (a stored
+    ``adaptive`` fusion without ``e``, fitted before the question part existed, keeps its
+    rule: ``e`` = 0; a stored score calibration alone, from ``qaindex calibrate``, goes with
+    the safe fallback).
 
     Example
     -------
@@ -262,9 +271,11 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
     10
     """
     if value is None:
-        stored = None if model is None else getattr(model, "manifest", {}).get("fusion")
-        if stored is None:
+        if model is None:
             return DEFAULT_FUSION
+        stored = getattr(model, "manifest", {}).get("fusion")
+        if stored is None:
+            return SAFE_FUSION
         why = fusion_entry_error(stored)  # checked by Model.load too; a manifest changed in memory since
         if why is not None:
             raise ModelFormatError(
@@ -273,7 +284,10 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
             )
         try:
             fields = {k: v for k, v in stored.items() if k in FIELDS}
-            fitted_rule = set(fields) - {"score", "fused_score"}  # only a score calibration: the default rule
+            fitted_rule = set(fields) - {"score", "fused_score"}  # only a score calibration: the safe rule
+            if not fitted_rule:
+                parsed = _from_mapping(fields)
+                return replace(SAFE_FUSION, score=parsed.score, fused_score=parsed.fused_score)
             if fitted_rule and fields.get("rule", DEFAULT_FUSION.rule) == "adaptive" and "e" not in fields:
                 fields.update(d=1.0, e=0.0)  # fitted before the question part: the rule without it
             return _from_mapping(fields)

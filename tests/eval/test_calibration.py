@@ -180,11 +180,11 @@ def test_calibrate_model_on_a_planted_task(planted_model: Path, tmp_path: Path) 
 def test_calibrate_model_fits_the_hybrid_score_on_the_fused_value(planted_model: Path, tmp_path: Path) -> None:
     """With hybrid search, ``calibrate_model`` also fits ``fusion.fused_score``: hybrid hits then
     score sigmoid(bias + w_f * fused + w_t * logit(p_top) + w_m * match), falling with rank,
-    and the fusion rule is the default one, unchanged."""
+    and the fusion rule is the safe fallback, unchanged."""
     import shutil
     from dataclasses import replace
 
-    from qaindex.search.fusion import DEFAULT_FUSION, fusion_from
+    from qaindex.search.fusion import SAFE_FUSION, fusion_from
 
     pytest.importorskip("Stemmer")
     model_dir = tmp_path / "model"
@@ -198,7 +198,7 @@ def test_calibrate_model_fits_the_hybrid_score_on_the_fused_value(planted_model:
     model = Model.load(model_dir)
     rule = fusion_from(None, model)
     assert rule.fused_score == (fitted["bias"], fitted["fused"], fitted["top"], fitted["match"])
-    assert replace(rule, fused_score=None) == DEFAULT_FUSION
+    assert replace(rule, fused_score=None) == SAFE_FUSION  # no fitted rule: the safe fallback
     groups = _planted(20, seed=4)
     answers = sorted({c.answer for g in groups for c in g.candidates})[:60]
     ranker = Ranker.build([{"id": i, "answer": a} for i, a in enumerate(answers)], model=model_dir, hybrid=True)

@@ -27,6 +27,7 @@ from qaindex_export.train import TrainConfig, pseudo_questions, train_unlabelled
 
 from qaindex.cli import main  # noqa: E402
 from qaindex.model import Model  # noqa: E402
+from qaindex.text.lexical import tokenizer_available  # noqa: E402
 
 VOCAB = ["[PAD]", "[UNK]", "alpha", "beta", "gamma", "delta", "epsilon"]
 # what a fake teacher "outputs" for each token id (the [PAD] row is ignored)
@@ -236,6 +237,10 @@ def test_cli_train_with_teacher_on_answers_only(tmp_path: Path) -> None:
     # and on the built-in off-topic questions as not relevant (those the teacher finds answered left out)
     assert calibration["offtopic"]["data"].startswith("built-in off-topic questions (fit split)")
     assert 0 < calibration["offtopic"]["questions"] <= 114
+    if tokenizer_available():  # no labelled question: the fusion is fitted on the example FAQ alone
+        fusion = json.loads((out / "manifest.json").read_text())["fusion"]
+        assert fusion["fitted_on"] == ["example FAQ (qaindex/eval/data/faq.jsonl)"]
+        assert fusion["fused_score"] == calibration["hybrid"]["fused_score"]
     # without --teacher the same corpus cannot train: it has no question
     res = runner.invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m2"), "--quiet"])
     assert res.exit_code == 1 and "no questions found" in res.output

@@ -109,6 +109,7 @@ def test_tiny_sentence_transformer_exports_with_parity(tiny_st: Path, tmp_path: 
 
     import qaindex.cli
     from qaindex import Model, Ranker
+    from qaindex.text.lexical import tokenizer_available
 
     result = CliRunner().invoke(qaindex.cli.main, ["export-model", str(tiny_st), "--out", str(tmp_path / "m")])
     assert result.exit_code == 0, result.output
@@ -123,6 +124,7 @@ def test_tiny_sentence_transformer_exports_with_parity(tiny_st: Path, tmp_path: 
         "export-model: checking parity: onnxruntime against torch",
         "export-model: checking parity: qaindex's vectors against sentence-transformers'",
         f"export-model: writing {tmp_path / 'm'}",
+        "export-model: fitting its fusion and calibrating its scores on the example FAQ",
     ]
     assert steps[3].startswith("export-model: exporting the encoder to ONNX (") or steps[3] == (
         "export-model: exporting the encoder to ONNX"
@@ -133,6 +135,17 @@ def test_tiny_sentence_transformer_exports_with_parity(tiny_st: Path, tmp_path: 
     assert manifest["max_tokens"] == {"question": 24, "answer": 24}
     assert manifest["tokenizer"]["cls_token"] == "[CLS]"
     assert manifest["metrics"]["parity"]["sentence_transformers_min_cosine"] > 1 - 1e-5
+    # calibrated on the example FAQ shipped with the package, with off-topic questions; a fusion of its own
+    calibration = manifest["calibration"]
+    assert calibration["data"] == "example FAQ (qaindex/eval/data/faq.jsonl)" and calibration["method"] == "platt"
+    assert calibration["offtopic"]["questions"] > 0 and calibration["pairs"] > 732
+    assert model.calibration.calibrated
+    assert "calibrated on the example FAQ" in result.output
+    if tokenizer_available():  # the hybrid extra: a fusion fitted on the FAQ, the hybrid score on its fused value
+        fusion = manifest["fusion"]
+        assert fusion["rule"] == "adaptive" and fusion["fitted_on"] == ["example FAQ (qaindex/eval/data/faq.jsonl)"]
+        assert set(fusion) >= {"a", "b", "d", "e", "terms", "worst_margin", "margins"}
+        assert fusion["fused_score"] == calibration["hybrid"]["fused_score"]
 
     st = SentenceTransformer(str(tiny_st), device="cpu")
     rng = np.random.default_rng(0)

@@ -44,6 +44,7 @@ from qaindex_export.train import (  # noqa: E402
 
 from qaindex.cli.train import train as train_command  # noqa: E402
 from qaindex.errors import CorpusError  # noqa: E402
+from qaindex.text.lexical import tokenizer_available  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -396,6 +397,9 @@ def test_cli_train_writes_model(tmp_path: Path) -> None:
     assert (
         summary["calibration"]["calibrated"] is True and summary["calibration"]["ece"] == manifest["calibration"]["ece"]
     )
+    if tokenizer_available():  # a fusion fitted on the example FAQ and the held-out questions; hybrid score on it
+        assert manifest["fusion"]["fitted_on"] == ["example FAQ (qaindex/eval/data/faq.jsonl)", "dev.jsonl"]
+        assert manifest["fusion"]["fused_score"] == manifest["calibration"]["hybrid"]["fused_score"]
     assert "epoch 3/3" in res.stderr
     assert sorted(p.name for p in (tmp_path / "best.ckpt").iterdir()) == ["checkpoint.json", "weights.safetensors"]
     assert load_checkpoint(tmp_path / "best.ckpt").best_epoch == summary["best_epoch"]
