@@ -82,7 +82,7 @@ def _torch(function: Any, *arrays: np.ndarray) -> np.ndarray:
 @pytest.fixture(scope="module", params=MODEL_KINDS)
 def exported(request: pytest.FixtureRequest, planted_data: dict, tmp_path_factory: pytest.TempPathFactory):
     """``(family, model, directory)``: the kind trained for one epoch on the planted task, exported."""
-    config = TrainConfig(model=request.param, **TINY)
+    config = TrainConfig.for_model(request.param, **TINY)  # the kind's own defaults, as qaindex train
     result = train(config, planted_data["train"], planted_data["dev"], log=None)
     directory = export_model(result, tmp_path_factory.mktemp("families") / request.param)
     return family(request.param), result.model.cpu().eval(), directory
