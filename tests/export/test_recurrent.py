@@ -208,6 +208,36 @@ def test_parity_check_catches_a_wrong_graph(kind: str) -> None:
         check_recurrent_parity(model, question, _export_torchscript(other, "answer"), scorer)
 
 
+def test_parity_check_names_a_numerically_unstable_model() -> None:
+    # large recurrent weights (spectral norm ~11) amplify float32 rounding along a text: torch in
+    # float32, torch in float64 and onnxruntime disagree, a property of the weights, not the export
+    from qaindex_export.recurrent_export import _export_torchscript
+
+    torch.manual_seed(0)
+    model = RecurrentQA("rde", 50, hidden=32, embed_dim=8).eval()
+    with torch.no_grad():
+        model.word.weight_hh_l0.normal_(0.0, 1.0)
+    graphs = [_export_torchscript(model, "question"), _export_torchscript(model, "answer")]
+    with pytest.raises(
+        ExportError,
+        match=r"^parity check failed: the trained rde model is numerically unstable \(its GRU amplifies rounding: "
+        r"torch's own float32 and float64 question vectors differ by [0-9.e-]+, tolerance 0.0001\), so no export "
+        r"can reproduce it; train again with a lower --lr or --optimizer adam$",
+    ):
+        check_recurrent_parity(model, *graphs, export_graph(model, "scorer"))
+    with torch.no_grad():  # the same model with its initial (orthogonal) recurrence exports faithfully
+        model.word.weight_hh_l0.copy_(RecurrentQA("rde", 50, hidden=32, embed_dim=8).word.weight_hh_l0)
+    graphs = [_export_torchscript(model, "question"), _export_torchscript(model, "answer")]
+    assert max(check_recurrent_parity(model, *graphs, export_graph(model, "scorer")).values()) < 1e-5
+
+
+def test_recurrent_models_default_to_adam() -> None:
+    for kind in KINDS:  # qaindex train's defaults (AdaGrad at 0.1 grew unstable GRUs on WikiQA)
+        config = TrainConfig.for_model(kind)
+        assert (config.optimizer, config.lr) == ("adam", 0.005)
+    assert TrainConfig.for_model("rde", lr=0.1, optimizer="adagrad").optimizer == "adagrad"
+
+
 def test_runtime_encodes_like_torch(exported: Path, trained) -> None:
     model = trained.model.cpu().eval()
     served = Model.load(exported, device="cpu")
