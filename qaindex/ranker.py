@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from .arguments import flag, path_arg, positive_int, threads_arg
-from .build.encoding import encode_answers, encode_corpus, rebuilt_coarse
+from .build.encoding import appended_keys, encode_answers, encode_corpus, rebuilt_coarse
 from .build.updates import new_records, row_of, rows_kept
 from .corpus import Record
-from .devices import check_device, devices_info
+from .devices import check_device
 from .errors import QueryError
 from .eval.recall import measure_recall
 from .model import Model
@@ -39,6 +39,8 @@ from .store.index_format import (
     read_consistently,
     read_index_manifest,
 )
+from .store.index_info import index_info
+from .store.keys import KeyIndex, key_texts
 from .store.locking import DEFAULT_LOCK_TIMEOUT, check_timeout, index_lock
 from .store.ownership import check_writable
 from .store.records import RecordStore
@@ -81,8 +83,11 @@ class Ranker:
         snapshot: str | None = None,
         reranker: Reranker | None = None,
         lexical: LexicalIndex | None = None,
+        keys: KeyIndex | None = None,
     ) -> None:
         self.model = model
+        # the stored questions as search keys (qaindex.store.keys), saved with the index; None: answers only
+        self._keys = keys
         # the BM25 index of hybrid search (qaindex.text.lexical), saved with the index; None: dense only
         self._lexical = lexical
         # the reranking stage searches use by default (saved with the index); None: first stage only
@@ -118,6 +123,7 @@ class Ranker:
         recall: float | None = None,
         reranker: str | os.PathLike[str] | Reranker | None = None,
         hybrid: bool | None = None,
+        question_keys: bool = True,
     ) -> Ranker:
         """Encode a corpus and index it.
 
@@ -156,13 +162,19 @@ class Ranker:
             index: searches then fuse both rankings by default (:mod:`qaindex.search.fusion`). None
             (default): when PyStemmer is installed (the ``cpu``/``gpu``/``hybrid`` extras);
             True: required (an error names the extra); False: dense only.
+        question_keys : bool, keyword-only
+            Also index each record's stored ``question``/``questions`` as search keys mapping
+            to it (:mod:`qaindex.store.keys`): searches then match answers and stored
+            questions and return each record once (``Hit.matched`` says which). False:
+            answers only (e.g. when the stored questions are the ones an evaluation asks).
         """
         built = encode_corpus(
             corpus, model=model, device=device, index_kind=index_kind, hnsw=hnsw, overfetch=overfetch,
             batch_size=batch_size, progress=progress, recall=recall, reranker=reranker, hybrid=hybrid,
+            question_keys=question_keys,
         )  # fmt: skip
         ranker = cls(built.model, built.records, built.vectors, built.coarse, overfetch=built.overfetch,
-                     kind_requested=index_kind, reranker=built.reranker)  # fmt: skip
+                     kind_requested=index_kind, reranker=built.reranker, keys=built.keys)  # fmt: skip
         if built.lexical is not None:  # analysed in the encoding pass (qaindex.build.encoding)
             ranker._lexical = ranker._measured(built.lexical)
         return ranker
@@ -346,6 +358,8 @@ class Ranker:
         'bm25'
         """
         self._lexical = self._measured(LexicalIndex.from_texts([r.answer for r in self.records()]))
+        if self._keys is not None:  # the stored questions' BM25 rows too
+            self._keys = self._keys.with_lexical([text for _, text in key_texts(self._records)])
         return self
 
     def _measured(self, lexical: LexicalIndex, previous: Any = None) -> LexicalIndex:  # adaptive fusion's ratio
@@ -556,6 +570,8 @@ class Ranker:
         self._vectors = np.concatenate([np.asarray(self._vectors), vectors])
         if lexical is not None:
             self._lexical = self._measured(lexical, self._lexical.ratio_info if self._lexical else None)
+        if self._keys is not None:  # the new records' stored questions as keys
+            self._keys = appended_keys(self._keys, self.model, new, len(self) - len(new), batch_size)
         if not self._coarse_stale:
             self._coarse.add(vectors)
         _log.info("added %d answers; %d in all", len(new), len(self))
@@ -582,6 +598,8 @@ class Ranker:
         self._vectors = np.ascontiguousarray(np.asarray(self._vectors)[keep])
         if self._lexical is not None:
             self._lexical = self._measured(self._lexical.kept(keep), self._lexical.ratio_info)
+        if self._keys is not None:
+            self._keys = self._keys.kept(keep)
         self._coarse_stale = True
         _log.info("removed %d answers; %d left", removed, len(self))
         return removed
@@ -655,7 +673,7 @@ class Ranker:
         self._disk.save(
             root, overwrite=overwrite, lock_timeout=lock_timeout, model=self.model, records=self._records,
             vectors=self._vectors, coarse=self._coarse, reranker=self.reranker, lexical=self._lexical,
-            created=self.created, requested=self.kind_requested, overfetch=self.overfetch,
+            created=self.created, requested=self.kind_requested, overfetch=self.overfetch, keys=self._keys,
         )  # fmt: skip
         self.path = root
         return root
@@ -677,24 +695,6 @@ class Ranker:
 
     @reading
     def info(self) -> dict[str, Any]:
-        """What ``qaindex info`` shows: model, counts, index kind, devices actually used."""
-        m = self.model.manifest
-        return {
-            "path": str(self.path) if self.path else None,
-            "answers": len(self),
-            "dimension": self.dimension,
-            "geometry": self.model.geometry,
-            "index": {**self._coarse.describe(), "overfetch": self.overfetch},
-            "model": {
-                "name": self.model.name,
-                "kind": m["kind"],
-                "parameters": m.get("parameters", {}),
-                "metrics": m.get("metrics", {}),
-            },
-            "devices": devices_info(self.model, self._coarse.device, self._coarse.kind),
-            "reranker": None if self.reranker is None else {"name": self.reranker.name, **self.reranker.providers},
-            "hybrid": None if self._lexical is None else self._lexical.describe(),
-            "calibration": self.model.calibration.describe(),
-            "created": self.created,
-            "near_centre": self.model.space.near_centre(self._vectors),
-        }
+        """What ``qaindex info`` shows: model, counts, index kind, devices actually used
+        (:func:`qaindex.store.index_info.index_info`)."""
+        return index_info(self)

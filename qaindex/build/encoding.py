@@ -23,12 +23,13 @@ from ..corpus import Record, records_from_dicts
 from ..errors import QueryError
 from ..model import Model
 from ..reranker import Reranker
+from ..store.keys import KEY_SIDE, KeyIndex, build_keys, key_texts
 from ..store.records import RecordStore
 from ..text.lexical import LexicalBuilder, LexicalIndex, build_hybrid
 from ..vector_index import INDEX_KINDS, CoarseIndex, choose_kind
 from .tuning import check_target, tune_for_corpus
 
-__all__ = ["Built", "check_hnsw", "encode_answers", "encode_corpus", "rebuilt_coarse"]
+__all__ = ["Built", "appended_keys", "check_hnsw", "encode_answers", "encode_corpus", "encode_keys", "rebuilt_coarse"]
 
 _log = logging.getLogger("qaindex.ranker")
 
@@ -79,6 +80,27 @@ class Built:
     overfetch: int
     #: the answers' BM25 index (hybrid search), or None for a dense-only index
     lexical: LexicalIndex | None
+    #: the stored questions as search keys (qaindex.store.keys), or None: answers only
+    keys: KeyIndex | None = None
+
+
+def encode_keys(model: Model, records: object, batch_size: int, *, lexical: bool, first_row: int = 0) -> KeyIndex:
+    """The stored questions of ``records`` as search keys, encoded on :data:`KEY_SIDE`
+    (:mod:`qaindex.store.keys`); ``first_row``: the row of the first record in the index."""
+    started = time.perf_counter()
+    keys, _ = build_keys(
+        records, lambda texts: model.encode(texts, role=KEY_SIDE, batch_size=batch_size), model.dimension,
+        lexical=lexical, first_row=first_row,
+    )  # fmt: skip
+    if len(keys):
+        _log.info("encoded %d stored questions as search keys in %.2f s", len(keys), time.perf_counter() - started)
+    return keys
+
+
+def appended_keys(keys: KeyIndex, model: Model, new: list[Record], first_row: int, batch_size: int) -> KeyIndex:
+    """``keys`` followed by the stored questions of ``new`` records (added at ``first_row``)."""
+    added = encode_keys(model, new, batch_size, lexical=False, first_row=first_row)
+    return keys.appended(added.vectors, added.owners, [text for _, text in key_texts(new)])
 
 
 def encode_corpus(
@@ -94,6 +116,7 @@ def encode_corpus(
     recall: float | None,
     reranker: str | os.PathLike[str] | Reranker | None,
     hybrid: bool | None,
+    question_keys: bool = True,
 ) -> Built:
     """:meth:`qaindex.Ranker.build`'s work: check every argument, then encode and index.
 
@@ -105,6 +128,7 @@ def encode_corpus(
     overfetch = positive_int(overfetch, "overfetch", maximum=MAX_SETTING)
     batch_size = positive_int(batch_size, "batch_size")
     flag(progress, "progress")
+    flag(question_keys, "question_keys")
     use_hybrid = build_hybrid(hybrid)  # a missing extra fails before any encoding
     choice(device, "device", ("auto", "cpu", "cuda"))
     choice(index_kind, "index_kind", INDEX_KINDS)
@@ -130,7 +154,10 @@ def encode_corpus(
         corpus, loaded, is_path=is_path, index_kind=index_kind, hnsw=hnsw, device=device,
         batch_size=batch_size, progress=progress, recall=recall, overfetch=overfetch, lexical=lexical,
     )  # fmt: skip
-    return Built(loaded, store, vectors, coarse, reranker, overfetch, None if lexical is None else lexical.finish())
+    keys = encode_keys(loaded, store, batch_size, lexical=use_hybrid) if question_keys else None
+    return Built(
+        loaded, store, vectors, coarse, reranker, overfetch, None if lexical is None else lexical.finish(), keys
+    )
 
 
 def _encode(

@@ -456,6 +456,7 @@ def hybrid_arrays(
     allowed: np.ndarray | None = None,
     *,
     scan: bool | None = None,
+    dense_best: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """The ``k`` best fused candidates of each question, as :meth:`qaindex.Ranker.search_vectors` arrays.
 
@@ -484,6 +485,9 @@ def hybrid_arrays(
         (:meth:`~qaindex.lexical.LexicalIndex.impact_rows`), and scores only the candidates
         (:meth:`~qaindex.lexical.LexicalIndex.scores_of_rows`, equal to the full scores
         there). None (default): scan up to :data:`LEXICAL_SCAN_LIMIT` answers.
+    dense_best : array (n,), keyword-only, optional
+        Model scores of hits found elsewhere (a record's stored questions,
+        :mod:`qaindex.search.keys`): the calibration's best of the hits is at least this.
 
     Returns
     -------
@@ -539,7 +543,8 @@ def hybrid_arrays(
         top_d[i, : len(order)] = d[order]
         top_r[i, : len(order)] = rows[order]
         if top_p is not None and len(order):
-            dense_p = model.calibration(s[order], float(s[order].max()))  # as Ranker.hits: best of the hits
+            best = float(s[order].max()) if dense_best is None else max(float(s[order].max()), float(dense_best[i]))
+            dense_p = model.calibration(s[order], best)  # as Ranker.hits: best of the hits
             best_lex = float(lex.max())
             bound = lexical.score_bound(terms, length)
             top_p[i, : len(order)] = hybrid_probability(

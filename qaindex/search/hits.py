@@ -19,7 +19,10 @@ from ..errors import QueryError
 from ..store.records import RecordStore
 from . import budget
 
-__all__ = ["Hit", "cut", "hit_bytes", "make_hits"]
+__all__ = ["MATCHED", "Hit", "cut", "hit_bytes", "make_hits"]
+
+#: ``Hit.matched`` by its code in a ``matched`` array (:mod:`qaindex.search.keys`)
+MATCHED = ("answer", "question")
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,9 @@ class Hit:
     raw_score : float
         The model's own score, higher is better, unbounded (the reranker's with a reranker);
         NaN for a Hit made by hand without one.
+    matched : {"answer", "question"}
+        Which key of the record the search matched: its answer, or one of its stored
+        questions (:mod:`qaindex.search.keys`); ``score`` and ``distance`` are that key's.
     """
 
     id: str | int
@@ -55,9 +61,10 @@ class Hit:
     metadata: dict[str, Any] = field(default_factory=dict)
     row: int = field(default=-1, compare=False)
     raw_score: float = math.nan
+    matched: str = "answer"
 
     def to_json(self) -> dict[str, Any]:
-        """``{"id", "answer", "score", "raw_score", "distance", "metadata"}`` (NaN raw_score: null)."""
+        """``{"id", "answer", "score", "raw_score", "distance", "metadata", "matched"}`` (NaN raw_score: null)."""
         return {
             "id": self.id,
             "answer": self.answer,
@@ -65,6 +72,7 @@ class Hit:
             "raw_score": None if math.isnan(self.raw_score) else self.raw_score,
             "distance": self.distance,
             "metadata": self.metadata,
+            "matched": self.matched,
         }
 
 
@@ -88,13 +96,15 @@ def make_hits(
     rows: Any,
     memory_budget: int | None,
     probabilities: Any = None,
+    matched: Any = None,
 ) -> list[list[Hit]]:
     """Hits from score, distance and row arrays (rows ``-1`` skipped), one list per query.
 
     Scores become probabilities through the model's ``calibration`` (a raw score and its
     distance below the best of its row), unless ``probabilities`` (hybrid search's calibrated
     scores, :mod:`qaindex.search.fusion`) are given; the arrays are checked first (same 2-D shape, rows
-    of this store) and the result is bounded by the request's memory budget.
+    of this store) and the result is bounded by the request's memory budget. ``matched``:
+    each hit's key code (:data:`MATCHED` order; None: every hit an answer's).
     """
     s = numeric_table(scores, "scores")
     d = numeric_table(distances, "distances")
@@ -116,12 +126,16 @@ def make_hits(
     # raw score (and its distance below the best of its row) -> P(relevant), qaindex.eval.calibration
     best = np.where(r >= 0, s, -np.inf).max(axis=1, keepdims=True) if s.size else s
     probs = calibration(s, best) if probabilities is None else np.asarray(probabilities, np.float64)
-    for srow, prow, drow, rrow in zip(s, probs, d, r, strict=True):
+    codes = np.zeros(r.shape, np.int8) if matched is None else np.asarray(matched)
+    for srow, prow, drow, rrow, mrow in zip(s, probs, d, r, codes, strict=True):
         found = []
-        for score, prob, dist, row in zip(srow.tolist(), prow.tolist(), drow.tolist(), rrow.tolist(), strict=True):
+        for score, prob, dist, row, code in zip(
+            srow.tolist(), prow.tolist(), drow.tolist(), rrow.tolist(), mrow.tolist(), strict=True
+        ):
             if row < 0:
                 continue
             rec = records.get(row)
-            found.append(Hit(rec.id, rec.answer, prob, dist + 0.0, dict(rec.metadata), row, score + 0.0))
+            key = MATCHED[code]
+            found.append(Hit(rec.id, rec.answer, prob, dist + 0.0, dict(rec.metadata), row, score + 0.0, key))
         out.append(found)
     return out

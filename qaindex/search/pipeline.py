@@ -21,7 +21,7 @@ from ..corpus import Record
 from ..errors import QueryError
 from ..reranker import Reranker, rerank_stage
 from ..store.index_checks import stored_vectors_error
-from . import budget, filters
+from . import budget, filters, keys
 from .fusion import Fusion, fusion_from, hybrid_arrays
 from .hits import Hit, cut, hit_bytes, make_hits
 
@@ -121,21 +121,32 @@ def search_batch(
     qv = ranker.model.encode(qs, role="question")
 
     def hits(
-        scores: np.ndarray, distances: np.ndarray, rows: np.ndarray, probabilities: np.ndarray | None = None
+        scores: np.ndarray,
+        distances: np.ndarray,
+        rows: np.ndarray,
+        probabilities: np.ndarray | None = None,
+        matched: np.ndarray | None = None,
     ) -> list[list[Hit]]:
         return make_hits(
-            records, ranker.model.calibration, scores, distances, rows, ranker.memory_budget, probabilities
+            records, ranker.model.calibration, scores, distances, rows, ranker.memory_budget, probabilities, matched
         )
 
     def first_stage(pick: list[int], width: int) -> list[list[Hit]]:
-        if fused is None:
-            return hits(*search_vectors(ranker, qv[pick], width))
-        rows = candidate_rows(ranker, qv[pick], min(total, width * ranker.overfetch))
         picked = [qs[i] for i in pick]
-        arrays = hybrid_arrays(ranker.model, vectors, ranker._lexical, picked, qv[pick], rows, width, fused)
-        if np.isnan(arrays[0]).any():  # queries are checked: a damaged vectors.npy loaded with verify=False
-            raise stored_vectors_error(ranker._disk.vectors_source(ranker.path), arrays[2][np.isnan(arrays[0])])
-        return hits(*arrays)
+
+        def answers(best: np.ndarray | None) -> keys.Arrays:
+            if fused is None:
+                return (*search_vectors(ranker, qv[pick], width), None)
+            rows = candidate_rows(ranker, qv[pick], min(total, width * ranker.overfetch))
+            arrays = hybrid_arrays(
+                ranker.model, vectors, ranker._lexical, picked, qv[pick], rows, width, fused, dense_best=best
+            )
+            if np.isnan(arrays[0]).any():  # queries are checked: a damaged vectors.npy loaded with verify=False
+                raise stored_vectors_error(ranker._disk.vectors_source(ranker.path), arrays[2][np.isnan(arrays[0])])
+            return arrays
+
+        # the answers' hits merged with the stored questions' (qaindex.search.keys)
+        return hits(*keys.with_keys(ranker, picked, qv[pick], answers, fused))
 
     if flt is None:
         first = [cut(row, k, min_score) for row in first_stage(list(range(len(qs))), k)]
@@ -148,7 +159,12 @@ def search_batch(
             candidates=functools.partial(candidate_rows, ranker), scorer=ranker.model.score_checked,
             overfetch=ranker.overfetch, space=ranker.model.space,
         )  # fmt: skip
-        out = [cut(hits(s[None], d[None], r[None])[0], k, min_score) for s, d, r in found]
+        allowed = keys.allowed_records(ranker, flt) if ranker._keys is not None else None
+        out = []
+        for i, (s, d, r) in enumerate(found):  # each merged with its stored questions' hits (qaindex.search.keys)
+            answers = (s[None], d[None], r[None], None)
+            merged = keys.with_keys(ranker, [qs[i]], qv[i : i + 1], lambda _, a=answers: a, None, allowed)
+            out.append(cut(hits(*merged)[0], k, min_score))
     else:
         rows = filters.matching_rows(records, flt) if flt.predicate is None else None
         if rows is not None and len(rows) <= filters.prefilter_limit(k, ranker.overfetch, total):
@@ -179,11 +195,18 @@ def _fused_among(
     allowed = np.zeros(len(ranker._records), dtype=bool)
     allowed[rows] = True
     dense = np.ascontiguousarray(np.broadcast_to(rows, (len(qs), len(rows))))
-    arrays = hybrid_arrays(ranker.model, ranker._vectors, ranker._lexical, qs, qv, dense, k, fused, allowed=allowed)
-    scores, distances, found_rows, probabilities = arrays
+
+    def answers(best: np.ndarray | None) -> keys.Arrays:
+        lexical = ranker._lexical
+        return hybrid_arrays(
+            ranker.model, ranker._vectors, lexical, qs, qv, dense, k, fused, allowed=allowed, dense_best=best
+        )
+
+    scores, distances, found_rows, probabilities, matched = keys.with_keys(ranker, qs, qv, answers, fused, allowed)
     found = make_hits(
-        ranker._records, ranker.model.calibration, scores, distances, found_rows, ranker.memory_budget, probabilities
-    )
+        ranker._records, ranker.model.calibration, scores, distances, found_rows, ranker.memory_budget, probabilities,
+        matched,
+    )  # fmt: skip
     return [cut(row, k, min_score) for row in found]
 
 
