@@ -162,8 +162,8 @@ def search_batch(
         allowed = keys.allowed_records(ranker, flt) if ranker._keys is not None else None
         out = []
         for i, (s, d, r) in enumerate(found):  # each merged with its stored questions' hits (qaindex.search.keys)
-            answers = (s[None], d[None], r[None], None)
-            merged = keys.with_keys(ranker, [qs[i]], qv[i : i + 1], lambda _, a=answers: a, None, allowed)
+            answers = keys.given((s[None], d[None], r[None], None))
+            merged = keys.with_keys(ranker, [qs[i]], qv[i : i + 1], answers, None, allowed)
             out.append(cut(hits(*merged)[0], k, min_score))
     else:
         rows = filters.matching_rows(records, flt) if flt.predicate is None else None
