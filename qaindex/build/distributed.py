@@ -219,6 +219,7 @@ def build_on_ray(
     recall: float | None = None,
     reranker: str | os.PathLike[str] | Reranker | None = None,
     hybrid: bool | None = None,
+    question_keys: bool = True,
 ) -> Ranker:
     """Build an index of a corpus file with Ray Data encoding shards in parallel workers.
 
@@ -229,9 +230,10 @@ def build_on_ray(
     address : str, keyword-only
         ``local``, ``auto`` or a Ray address such as ``ray://head:10001`` (see the module
         docstring); ignored when Ray is already initialised.
-    model, device, index_kind, hnsw, overfetch, batch_size, recall, reranker, hybrid
+    model, device, index_kind, hnsw, overfetch, batch_size, recall, reranker, hybrid, question_keys
         As for :meth:`qaindex.Ranker.build`; the BM25 index of ``hybrid`` is built on the
-        driver, chunk by chunk as it validates the records.
+        driver, chunk by chunk as it validates the records, and so are the stored questions'
+        keys, from the stored records (:mod:`qaindex.store.keys`).
     chunk_size : int, keyword-only
         Answers per ``map_batches`` call (and per chunk of the driver's validation).
     workers : int, optional
@@ -252,6 +254,7 @@ def build_on_ray(
     """
     from ..ranker import Ranker
     from ..text.lexical import LexicalBuilder, build_hybrid
+    from .encoding import encode_keys
 
     hybrid = build_hybrid(hybrid)
     ray = import_ray()
@@ -279,7 +282,10 @@ def build_on_ray(
         tune_for_corpus(coarse, loaded, store, vectors, target=check_target(recall), overfetch=overfetch)
     if reranker is not None and not isinstance(reranker, Reranker):
         reranker = Reranker.load(reranker, device=device)
-    ranker = Ranker(loaded, store, vectors, coarse, overfetch=overfetch, kind_requested=index_kind, reranker=reranker)
+    keys = encode_keys(loaded, store, batch_size, lexical=hybrid) if question_keys else None
+    ranker = Ranker(
+        loaded, store, vectors, coarse, overfetch=overfetch, kind_requested=index_kind, reranker=reranker, keys=keys
+    )
     if lexical is not None:
         ranker._lexical = ranker._measured(lexical.finish())
     return ranker
