@@ -168,4 +168,4 @@ def test_filters_apply_to_the_records_keys_match(faq: Ranker, hybrid: bool | Non
     # a filter letting a few records through (the pre-filter paths): exact, and keys still count
     few = {"id": ["sharing-share-notebook", "billing-refund-policy", "account-create"]}
     hits = faq.search(question, k=3, where=few, hybrid=hybrid)
-    assert [h.id for h in hits][0] == "sharing-share-notebook" and len(hits) == 3
+    assert hits[0].id == "sharing-share-notebook" and len(hits) == 3
