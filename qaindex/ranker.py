@@ -40,7 +40,7 @@ from .store.index_format import (
     read_index_manifest,
 )
 from .store.index_info import index_info
-from .store.keys import KeyIndex, key_texts
+from .store.keys import KeyIndex
 from .store.locking import DEFAULT_LOCK_TIMEOUT, check_timeout, index_lock
 from .store.ownership import check_writable
 from .store.records import RecordStore
@@ -88,6 +88,8 @@ class Ranker:
         self.model = model
         # the stored questions as search keys (qaindex.store.keys), saved with the index; None: answers only
         self._keys = keys
+        # what the build that made this Ranker reported (qaindex.build: "cuts", the answers cut); None: loaded
+        self.build_report: dict[str, Any] | None = None
         # the BM25 index of hybrid search (qaindex.text.lexical), saved with the index; None: dense only
         self._lexical = lexical
         # the reranking stage searches use by default (saved with the index); None: first stage only
@@ -175,6 +177,7 @@ class Ranker:
         )  # fmt: skip
         ranker = cls(built.model, built.records, built.vectors, built.coarse, overfetch=built.overfetch,
                      kind_requested=index_kind, reranker=built.reranker, keys=built.keys)  # fmt: skip
+        ranker.build_report = {"cuts": built.cuts}
         if built.lexical is not None:  # analysed in the encoding pass (qaindex.build.encoding)
             ranker._lexical = ranker._measured(built.lexical)
         return ranker
@@ -358,8 +361,7 @@ class Ranker:
         'bm25'
         """
         self._lexical = self._measured(LexicalIndex.from_texts([r.answer for r in self.records()]))
-        if self._keys is not None:  # the stored questions' BM25 rows too
-            self._keys = self._keys.with_lexical([text for _, text in key_texts(self._records)])
+        self._keys = self._keys and self._keys.with_lexical(self._records)  # the stored questions' BM25 rows too
         return self
 
     def _measured(self, lexical: LexicalIndex, previous: Any = None) -> LexicalIndex:  # adaptive fusion's ratio
@@ -570,8 +572,7 @@ class Ranker:
         self._vectors = np.concatenate([np.asarray(self._vectors), vectors])
         if lexical is not None:
             self._lexical = self._measured(lexical, self._lexical.ratio_info if self._lexical else None)
-        if self._keys is not None:  # the new records' stored questions as keys
-            self._keys = appended_keys(self._keys, self.model, new, len(self) - len(new), batch_size)
+        self._keys = appended_keys(self._keys, self.model, new, len(self) - len(new), batch_size)  # their questions
         if not self._coarse_stale:
             self._coarse.add(vectors)
         _log.info("added %d answers; %d in all", len(new), len(self))
@@ -598,8 +599,7 @@ class Ranker:
         self._vectors = np.ascontiguousarray(np.asarray(self._vectors)[keep])
         if self._lexical is not None:
             self._lexical = self._measured(self._lexical.kept(keep), self._lexical.ratio_info)
-        if self._keys is not None:
-            self._keys = self._keys.kept(keep)
+        self._keys = self._keys and self._keys.kept(keep)
         self._coarse_stale = True
         _log.info("removed %d answers; %d left", removed, len(self))
         return removed

@@ -254,6 +254,7 @@ def build_on_ray(
     """
     from ..ranker import Ranker
     from ..text.lexical import LexicalBuilder, build_hybrid
+    from .cuts import AnswerCuts
     from .encoding import encode_keys
 
     hybrid = build_hybrid(hybrid)
@@ -262,7 +263,8 @@ def build_on_ray(
     loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=None)
     spool = RecordSpool()
     lexical = LexicalBuilder() if hybrid else None  # the BM25 rows, analysed as the driver validates
-    on_chunk = None if lexical is None else (lambda chunk: lexical.add([r.answer for r in chunk]))
+    cuts = AnswerCuts(loaded, then=lexical)  # counts the answers the model cuts, then BM25 rows
+    on_chunk = lambda chunk: cuts.add([r.answer for r in chunk])  # noqa: E731
     record_lines = validate_corpus(source, spool, chunk_size=chunk_size, on_chunk=on_chunk)
     store = spool.store()
     started = _connect(ray, address)
@@ -286,6 +288,7 @@ def build_on_ray(
     ranker = Ranker(
         loaded, store, vectors, coarse, overfetch=overfetch, kind_requested=index_kind, reranker=reranker, keys=keys
     )
+    ranker.build_report = {"cuts": cuts.report()}
     if lexical is not None:
         ranker._lexical = ranker._measured(lexical.finish())
     return ranker

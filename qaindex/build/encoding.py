@@ -27,6 +27,7 @@ from ..store.keys import KEY_SIDE, KeyIndex, build_keys, key_texts
 from ..store.records import RecordStore
 from ..text.lexical import LexicalBuilder, LexicalIndex, build_hybrid
 from ..vector_index import INDEX_KINDS, CoarseIndex, choose_kind
+from .cuts import AnswerCuts, TextSink, cut_line
 from .tuning import check_target, tune_for_corpus
 
 __all__ = ["Built", "appended_keys", "check_hnsw", "encode_answers", "encode_corpus", "encode_keys", "rebuilt_coarse"]
@@ -82,6 +83,8 @@ class Built:
     lexical: LexicalIndex | None
     #: the stored questions as search keys (qaindex.store.keys), or None: answers only
     keys: KeyIndex | None = None
+    #: the answers the model's answer cut shortened (qaindex.build.cuts.AnswerCuts.report)
+    cuts: dict[str, Any] | None = None
 
 
 def encode_keys(model: Model, records: object, batch_size: int, *, lexical: bool, first_row: int = 0) -> KeyIndex:
@@ -97,8 +100,13 @@ def encode_keys(model: Model, records: object, batch_size: int, *, lexical: bool
     return keys
 
 
-def appended_keys(keys: KeyIndex, model: Model, new: list[Record], first_row: int, batch_size: int) -> KeyIndex:
-    """``keys`` followed by the stored questions of ``new`` records (added at ``first_row``)."""
+def appended_keys(
+    keys: KeyIndex | None, model: Model, new: list[Record], first_row: int, batch_size: int
+) -> KeyIndex | None:
+    """``keys`` followed by the stored questions of ``new`` records (added at ``first_row``);
+    None for an index without keys."""
+    if keys is None:
+        return None
     added = encode_keys(model, new, batch_size, lexical=False, first_row=first_row)
     return keys.appended(added.vectors, added.owners, [text for _, text in key_texts(new)])
 
@@ -150,14 +158,16 @@ def encode_corpus(
     if reranker is not None and not isinstance(reranker, Reranker):
         reranker = Reranker.load(reranker, device=device)
     lexical = LexicalBuilder() if use_hybrid else None
+    cuts = AnswerCuts(loaded, then=lexical)  # counts the answers the model cuts, then BM25 rows
     store, vectors, coarse = _encode(
         corpus, loaded, is_path=is_path, index_kind=index_kind, hnsw=hnsw, device=device,
-        batch_size=batch_size, progress=progress, recall=recall, overfetch=overfetch, lexical=lexical,
+        batch_size=batch_size, progress=progress, recall=recall, overfetch=overfetch, lexical=cuts,
     )  # fmt: skip
+    report = cuts.report()
+    (_log.warning if report["cut"] else _log.info)("answers: %s", cut_line(report))
     keys = encode_keys(loaded, store, batch_size, lexical=use_hybrid) if question_keys else None
-    return Built(
-        loaded, store, vectors, coarse, reranker, overfetch, None if lexical is None else lexical.finish(), keys
-    )
+    lexical_index = None if lexical is None else lexical.finish()
+    return Built(loaded, store, vectors, coarse, reranker, overfetch, lexical_index, keys, report)
 
 
 def _encode(
@@ -172,7 +182,7 @@ def _encode(
     progress: bool,
     recall: float | None,
     overfetch: int,
-    lexical: LexicalBuilder | None,
+    lexical: TextSink | None,
 ) -> tuple[RecordStore, np.ndarray, CoarseIndex]:
     started = time.perf_counter()
     if is_path:  # streamed: one chunk of texts in memory at a time (qaindex.build.streaming)
@@ -211,7 +221,7 @@ def _from_file(
     device: str,
     batch_size: int,
     progress: bool,
-    lexical: LexicalBuilder | None,
+    lexical: TextSink | None,
 ) -> tuple[RecordStore, np.ndarray, CoarseIndex]:
     from .streaming import build_from_file, count_lines
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from ..build.cuts import cut_line
 from ..devices import devices_line
 from ..errors import QAIndexError
 from ..model import DEFAULT_MODEL_DIR
@@ -258,6 +259,8 @@ def build(
         click.echo(f"hybrid:     {hybrid_line(info['hybrid'])}")
     if info["keys"] is not None:
         click.echo(f"keys:       {_keys_line(info['keys'])}")
+    if ranker.build_report is not None and ranker.build_report.get("cuts") is not None:
+        click.echo(f"answers:    {cut_line(ranker.build_report['cuts'])}")
     if info["near_centre"] is not None:
         click.echo(_near_centre_line(info["near_centre"]))
     if "tuning" in info["index"]:

@@ -84,9 +84,9 @@ class KeyIndex:
             lexical,
         )
 
-    def with_lexical(self, texts: Sequence[str]) -> KeyIndex:
-        """These keys with a BM25 index of their ``texts`` (one per key, in order)."""
-        return KeyIndex(self.vectors, self.owners, LexicalIndex.from_texts(list(texts)))
+    def with_lexical(self, records: Any) -> KeyIndex:
+        """These keys with a BM25 index of their texts, the stored questions of ``records``."""
+        return KeyIndex(self.vectors, self.owners, LexicalIndex.from_texts([text for _, text in key_texts(records)]))
 
     def entry(self) -> dict[str, Any]:
         """The index manifest's ``keys`` field."""
