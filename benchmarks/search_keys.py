@@ -34,6 +34,7 @@ import collections
 import json
 import platform
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -110,11 +111,11 @@ def stored_questions(model: Model) -> dict[str, Any]:
     return out
 
 
-def wikiqa_passages() -> tuple[list[dict[str, str]], list[tuple[str, set[Any]]], list[tuple[str, set[Any]]]]:
+def wikiqa_passages(data: Path) -> tuple[list[dict[str, str]], list[tuple[str, set[Any]]], list[tuple[str, set[Any]]]]:
     sentences: dict[str, dict[int, str]] = collections.defaultdict(dict)
     questions: dict[str, set[Any]] = {}
     for split in ("train", "dev", "test"):
-        for line in (DATA_DIR / "wikiqa" / f"{split}.jsonl").read_text(encoding="utf-8").splitlines():
+        for line in (data / "wikiqa" / f"{split}.jsonl").read_text(encoding="utf-8").splitlines():
             row = json.loads(line)
             doc, number = row["aid"].rsplit("-", 1)
             sentences[doc][int(number)] = row["answer"]
@@ -126,8 +127,8 @@ def wikiqa_passages() -> tuple[list[dict[str, str]], list[tuple[str, set[Any]]],
     return records, last, sorted(questions.items())
 
 
-def long_answers(model_dir: str | None) -> dict[str, Any]:
-    records, last, questions = wikiqa_passages()
+def long_answers(model_dir: str | None, data: Path) -> dict[str, Any]:
+    records, last, questions = wikiqa_passages(data)
     out: dict[str, Any] = {"passages": len(records), "long_passages": len(last), "questions": len(questions)}
     for name, limit in (("cut at 128", 128), ("read whole", STATIC_ANSWER_TOKENS)):
         model = Model.load(model_dir, device="cpu")
@@ -190,6 +191,7 @@ def readme_body(results: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="model directory (default: the built-in model)")
+    parser.add_argument("--data", type=Path, default=DATA_DIR, help="the shared datasets folder (holds wikiqa/)")
     args = parser.parse_args()
     model = Model.load(args.model, device="cpu")
     results = {
@@ -197,7 +199,7 @@ def main() -> None:
         "model": model.name,
         "machine": {"python": platform.python_version(), "processor": platform.machine()},
         "stored_questions": stored_questions(model),
-        "long_answers": long_answers(args.model),
+        "long_answers": long_answers(args.model, args.data),
     }
     print(json.dumps(results, indent=2))
     write_results(RESULTS, results)
