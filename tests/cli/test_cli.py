@@ -47,8 +47,10 @@ def test_build_search_info(runner: CliRunner, faq_file: Path, faq_model: Path, t
         "raw_score",
         "distance",
         "metadata",
+        "matched",
     }
     assert obj["hits"][0]["score"] >= obj["hits"][1]["score"]
+    assert (obj["hits"][0]["id"], obj["hits"][0]["matched"]) == ("reset", "question")  # its stored question
 
     res = runner.invoke(main, ["info", "--index", str(index), "--recall", "-k", "3", "--verify"])
     assert res.exit_code == 0, res.output
