@@ -27,19 +27,27 @@ Example
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import filters
-from .fusion import Fusion, hybrid_arrays
 from .hits import MATCHED
 
 if TYPE_CHECKING:
     from ..ranker import Ranker
 
-__all__ = ["MATCHED", "allowed_records", "given", "key_arrays", "key_scores", "merge", "with_keys"]
+__all__ = [
+    "MATCHED",
+    "allowed_records",
+    "answers_best",
+    "best_scores",
+    "dense_key_rows",
+    "key_arrays",
+    "key_scores",
+    "merge",
+    "with_keys",
+]
 
 _BLOCK = 1 << 22  # floats of key vectors per scorer call (16 MiB)
 
@@ -84,14 +92,22 @@ def _exact_key_scores(ranker: Ranker, qv: np.ndarray, rows: np.ndarray) -> tuple
 
 def key_scores(
     ranker: Ranker, qv: np.ndarray, allowed: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The keys a search considers (those of ``allowed`` records) and their exact model
-    scores and distances: ``(rows (K',), scores (n, K'), distances (n, K'))``."""
+    scores and distances: ``(rows (K',), scores (n, K'), distances (n, K'))``; None for an
+    index without keys or when no key counts (a filter lets none through).
+
+    A search computes these first, then the answers' hits (a hybrid search's calibration
+    takes :func:`best_scores` as a floor of its best of the hits: the hits are one list),
+    then :func:`with_keys`."""
     keys = ranker._keys
-    assert keys is not None
+    if keys is None or not len(keys):
+        return None
     candidates = np.arange(len(keys), dtype=np.int64)
     if allowed is not None:
         candidates = candidates[allowed[keys.owners]]
+        if not len(candidates):
+            return None
     return (candidates, *_exact_key_scores(ranker, qv, candidates))
 
 
@@ -101,16 +117,29 @@ def _best_per_record(owners: np.ndarray, order: np.ndarray, width: int) -> np.nd
     return order[np.sort(first)[:width]]
 
 
+def dense_key_rows(ranker: Ranker, exact: tuple[np.ndarray, np.ndarray, np.ndarray], width: int) -> np.ndarray:
+    """The ``min(K', width * overfetch)`` best keys of each question by the model's score (the
+    dense candidates of a hybrid search over the keys): int64 (n, m), best first."""
+    candidates, score, dist = exact
+    m = min(len(candidates), width * ranker.overfetch)
+    order = np.lexsort((np.broadcast_to(candidates, score.shape), dist, -score), axis=-1)
+    return np.ascontiguousarray(candidates[order[:, :m]])
+
+
+def answers_best(found: Arrays) -> np.ndarray:
+    """The answers' best model score per question (``-inf`` where none), for the keys'
+    calibration in a hybrid search (its best of the hits)."""
+    best: np.ndarray = np.where(found[2] >= 0, found[0], -np.inf).max(axis=1, initial=-np.inf)
+    return best.astype(np.float64)
+
+
 def key_arrays(
     ranker: Ranker,
-    questions: list[str],
-    qv: np.ndarray,
+    exact: tuple[np.ndarray, np.ndarray, np.ndarray],
     width: int,
-    fused: Fusion | None,
-    allowed: np.ndarray | None = None,
+    fused: Arrays | None = None,
     *,
-    exact: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-    dense_best: np.ndarray | None = None,
+    probabilities: bool = False,
 ) -> Arrays:
     """The best key of each of the ``width`` best records by their keys, for each question.
 
@@ -118,19 +147,16 @@ def key_arrays(
     ----------
     ranker : Ranker
         An index with keys.
-    questions : list of str
-    qv : array (n, dimension)
-        The questions' vectors.
+    exact : tuple
+        :func:`key_scores` of the questions.
     width : int
         Records per question.
-    fused : Fusion or None
-        The fusion of a hybrid search, or None for a dense one.
-    allowed : bool array over record rows, optional
-        Only keys of these records.
-    exact : tuple, keyword-only, optional
-        :func:`key_scores` of these questions (computed here when not given).
-    dense_best : array (n,), keyword-only, optional
-        The answers' best model scores, for the hybrid calibration's best of the hits.
+    fused : tuple of arrays, optional
+        A hybrid search's arrays over the keys (:func:`qaindex.search.fusion.hybrid_arrays` of
+        the keys' vectors and BM25 rows, rows being key rows, in fused order); without them
+        the keys are ranked by the model's exact scores.
+    probabilities : bool, keyword-only
+        Give a probabilities array (the hybrid calibration's, 0 where ``fused`` has none).
 
     Returns
     -------
@@ -140,28 +166,22 @@ def key_arrays(
     """
     keys = ranker._keys
     assert keys is not None
-    n = len(questions)
-    candidates, score, dist = key_scores(ranker, qv, allowed) if exact is None else exact
+    candidates, score, dist = exact
+    n = score.shape[0]
     s_out = np.full((n, width), -np.inf, np.float32)
     d_out = np.full((n, width), np.inf, np.float32)
     r_out = np.full((n, width), -1, np.int64)
-    p_out = None if fused is None or fused.score is None else np.zeros((n, width), np.float64)
+    p_out = np.zeros((n, width), np.float64) if probabilities else None
     if not len(candidates):
         return s_out, d_out, r_out, p_out
-    order = np.lexsort((np.broadcast_to(candidates, score.shape), dist, -score), axis=-1)
-    if fused is None or keys.lexical is None:
+    if fused is None:
+        order = np.lexsort((np.broadcast_to(candidates, score.shape), dist, -score), axis=-1)
         for i in range(n):
             pick = _best_per_record(keys.owners[candidates], order[i], width)
             s_out[i, : len(pick)], d_out[i, : len(pick)] = score[i, pick], dist[i, pick]
             r_out[i, : len(pick)] = keys.owners[candidates[pick]]
         return s_out, d_out, r_out, p_out
-    m = min(len(candidates), width * ranker.overfetch)
-    dense_rows = candidates[order[:, :m]]
-    key_allowed = None if allowed is None else allowed[keys.owners]
-    s, d, rows, p = hybrid_arrays(
-        ranker.model, keys.vectors, keys.lexical, questions, qv, dense_rows, 2 * m, fused, allowed=key_allowed,
-        dense_best=dense_best,
-    )  # fmt: skip
+    s, d, rows, p = fused
     for i in range(n):
         valid = np.flatnonzero(rows[i] >= 0)
         pick = _best_per_record(keys.owners[rows[i, valid]], valid, width)
@@ -214,32 +234,25 @@ def merge(
     return s, d, r, p, matched
 
 
-def given(arrays: Arrays) -> Callable[[np.ndarray | None], Arrays]:
-    """The ``answers`` argument of :func:`with_keys` for arrays already made (a dense search)."""
-    return lambda _: arrays
+def best_scores(exact: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> np.ndarray | None:
+    """The best key score of each question (``-inf`` where no key counts), or None without keys."""
+    return None if exact is None else exact[1].max(axis=1, initial=-np.inf).astype(np.float64)
 
 
 def with_keys(
     ranker: Ranker,
-    questions: list[str],
-    qv: np.ndarray,
-    answers: Callable[[np.ndarray | None], Arrays],
-    fused: Fusion | None,
-    allowed: np.ndarray | None = None,
+    found: Arrays,
+    exact: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+    fused: Arrays | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """The answers' arrays merged with the keys' (:func:`merge`), as wide as the answers';
-    unchanged (``matched`` None: every hit an answer's) for an index without keys.
+    """The answers' arrays ``found`` merged with the keys' (:func:`merge`), as wide as the
+    answers'; unchanged (``matched`` None: every hit an answer's) for an index without keys.
 
-    ``answers(dense_best)`` makes the answers' arrays; ``dense_best`` (None without keys) is
-    the keys' best model score per question, which a hybrid search's calibration takes as
-    the best of the hits when it is higher than the answers' (the hits are one list).
+    ``exact``: :func:`key_scores` of the questions (with the filter's ``allowed``); ``fused``:
+    a hybrid search's arrays over the keys (see :func:`key_arrays`).
     """
-    if ranker._keys is None or not len(ranker._keys):
-        return (*answers(None), None)
-    exact = key_scores(ranker, qv, allowed)
-    key_best = exact[1].max(axis=1, initial=-np.inf).astype(np.float64)
-    found = answers(key_best)
+    if exact is None:
+        return (*found, None)
     width = found[2].shape[1]
-    answer_best = np.where(found[2] >= 0, found[0], -np.inf).max(axis=1, initial=-np.inf)
-    keys = key_arrays(ranker, questions, qv, width, fused, allowed, exact=exact, dense_best=answer_best)
+    keys = key_arrays(ranker, exact, width, fused, probabilities=found[3] is not None)
     return merge(found, keys, width)

@@ -133,20 +133,20 @@ def search_batch(
 
     def first_stage(pick: list[int], width: int) -> list[list[Hit]]:
         picked = [qs[i] for i in pick]
-
-        def answers(best: np.ndarray | None) -> keys.Arrays:
-            if fused is None:
-                return (*search_vectors(ranker, qv[pick], width), None)
+        exact = keys.key_scores(ranker, qv[pick])  # the stored questions' scores (qaindex.search.keys)
+        if fused is None:
+            arrays: keys.Arrays = (*search_vectors(ranker, qv[pick], width), None)
+        else:
             rows = candidate_rows(ranker, qv[pick], min(total, width * ranker.overfetch))
+            best = keys.best_scores(exact)
             arrays = hybrid_arrays(
                 ranker.model, vectors, ranker._lexical, picked, qv[pick], rows, width, fused, dense_best=best
             )
             if np.isnan(arrays[0]).any():  # queries are checked: a damaged vectors.npy loaded with verify=False
                 raise stored_vectors_error(ranker._disk.vectors_source(ranker.path), arrays[2][np.isnan(arrays[0])])
-            return arrays
-
-        # the answers' hits merged with the stored questions' (qaindex.search.keys)
-        return hits(*keys.with_keys(ranker, picked, qv[pick], answers, fused))
+        # the answers' hits merged with the stored questions'
+        fused_keys = _fused_keys(ranker, picked, qv[pick], exact, arrays, fused)
+        return hits(*keys.with_keys(ranker, arrays, exact, fused_keys))
 
     if flt is None:
         first = [cut(row, k, min_score) for row in first_stage(list(range(len(qs))), k)]
@@ -162,8 +162,8 @@ def search_batch(
         allowed = keys.allowed_records(ranker, flt) if ranker._keys is not None else None
         out = []
         for i, (s, d, r) in enumerate(found):  # each merged with its stored questions' hits (qaindex.search.keys)
-            answers = keys.given((s[None], d[None], r[None], None))
-            merged = keys.with_keys(ranker, [qs[i]], qv[i : i + 1], answers, None, allowed)
+            exact = keys.key_scores(ranker, qv[i : i + 1], allowed)
+            merged = keys.with_keys(ranker, (s[None], d[None], r[None], None), exact)
             out.append(cut(hits(*merged)[0], k, min_score))
     else:
         rows = filters.matching_rows(records, flt) if flt.predicate is None else None
@@ -196,18 +196,57 @@ def _fused_among(
     allowed[rows] = True
     dense = np.ascontiguousarray(np.broadcast_to(rows, (len(qs), len(rows))))
 
-    def answers(best: np.ndarray | None) -> keys.Arrays:
-        lexical = ranker._lexical
-        return hybrid_arrays(
-            ranker.model, ranker._vectors, lexical, qs, qv, dense, k, fused, allowed=allowed, dense_best=best
-        )
-
-    scores, distances, found_rows, probabilities, matched = keys.with_keys(ranker, qs, qv, answers, fused, allowed)
+    exact = keys.key_scores(ranker, qv, allowed)  # the stored questions' scores (qaindex.search.keys)
+    best = keys.best_scores(exact)
+    arrays = hybrid_arrays(
+        ranker.model, ranker._vectors, ranker._lexical, qs, qv, dense, k, fused, allowed=allowed, dense_best=best
+    )
+    fused_keys = _fused_keys(ranker, qs, qv, exact, arrays, fused, allowed)
+    scores, distances, found_rows, probabilities, matched = keys.with_keys(ranker, arrays, exact, fused_keys)
     found = make_hits(
-        ranker._records, ranker.model.calibration, scores, distances, found_rows, ranker.memory_budget, probabilities,
+        ranker._records,
+        ranker.model.calibration,
+        scores,
+        distances,
+        found_rows,
+        ranker.memory_budget,
+        probabilities,
         matched,
-    )  # fmt: skip
+    )
     return [cut(row, k, min_score) for row in found]
+
+
+def _fused_keys(
+    ranker: Ranker,
+    qs: list[str],
+    qv: np.ndarray,
+    exact: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+    found: keys.Arrays,
+    fused: Fusion | None,
+    allowed: np.ndarray | None = None,
+) -> keys.Arrays | None:
+    """A hybrid search's fused arrays over the stored questions (their vectors and BM25 rows,
+    :mod:`qaindex.search.keys`, which merges them with the answers'), or None: a dense search,
+    or an index without keys or without their BM25 rows. The keys' calibration takes the
+    answers' best score as a floor of its best of the hits (one list of hits)."""
+    key_index = ranker._keys
+    if exact is None or fused is None or key_index is None or key_index.lexical is None:
+        return None
+    rows = keys.dense_key_rows(ranker, exact, found[2].shape[1])
+    key_allowed = None if allowed is None else allowed[key_index.owners]
+    best = keys.answers_best(found)
+    return hybrid_arrays(
+        ranker.model,
+        key_index.vectors,
+        key_index.lexical,
+        qs,
+        qv,
+        rows,
+        2 * rows.shape[1],
+        fused,
+        allowed=key_allowed,
+        dense_best=best,
+    )
 
 
 def search_vectors(

@@ -130,7 +130,7 @@ def _brute_force(
 
 @pytest.fixture(scope="module")
 def faq_hybrid() -> Ranker:
-    return Ranker.build(FAQ_PATH, hybrid=True, overfetch=3, index_kind="flat")
+    return Ranker.build(FAQ_PATH, hybrid=True, overfetch=3, index_kind="flat", question_keys=False)  # answers only
 
 
 # -- the lexical index -------------------------------------------------------------------------
@@ -198,7 +198,7 @@ def test_hybrid_ranking_equals_brute_force_fusion(faq_hybrid: Ranker, fusion: Fu
 
 @pytest.mark.parametrize("kind", ["hnsw", "ivf", "pq"])
 def test_every_index_kind_fuses_its_own_candidates(kind: str) -> None:
-    ranker = Ranker.build(FAQ_PATH, hybrid=True, overfetch=3, index_kind=kind)
+    ranker = Ranker.build(FAQ_PATH, hybrid=True, overfetch=3, index_kind=kind, question_keys=False)
     k, m = 5, 15
     lexical = _bm25s_scores(ANSWERS, QUESTIONS)
     qv = ranker.model.encode(QUESTIONS, role="question")
@@ -627,16 +627,16 @@ def test_hybrid_hits_carry_the_fused_score_calibration(tmp_path: Path) -> None:
     base = {"rule": "adaptive", "a": -0.25, "b": 1.0, "terms": 10, "weight": 0.5}
     question = "how long does shipping take to canada?"
     identity = Ranker.build(RECORDS, model=_model_with_fusion(tmp_path, {**base, "score": {
-        "bias": 0.0, "dense": 1.0, "bm25": 0.0, "fused": 0.0}}), hybrid=True)  # fmt: skip
+        "bias": 0.0, "dense": 1.0, "bm25": 0.0, "fused": 0.0}}), hybrid=True, question_keys=False)  # fmt: skip
     hits = identity.search(question, k=8)
     best = max(h.raw_score for h in hits)
     for h in hits:  # the model's own calibrated probability
         assert h.score == pytest.approx(identity.model.calibration(h.raw_score, best), rel=1e-5)
     constant = Ranker.build(RECORDS, model=_model_with_fusion(tmp_path, {**base, "score": {
-        "bias": -1.0, "dense": 0.0, "bm25": 0.0, "fused": 0.0}}), hybrid=True)  # fmt: skip
+        "bias": -1.0, "dense": 0.0, "bm25": 0.0, "fused": 0.0}}), hybrid=True, question_keys=False)  # fmt: skip
     assert {round(h.score, 9) for h in constant.search(question, k=8)} == {round(1 / (1 + np.e), 9)}
     fused = Ranker.build(RECORDS, model=_model_with_fusion(tmp_path, {**base, "score": {
-        "bias": 0.0, "dense": 0.0, "bm25": 0.0, "fused": 5.0}}), hybrid=True)  # fmt: skip
+        "bias": 0.0, "dense": 0.0, "bm25": 0.0, "fused": 5.0}}), hybrid=True, question_keys=False)  # fmt: skip
     scores = [h.score for h in fused.search(question, k=8)]
     assert scores == sorted(scores, reverse=True) and scores[0] > scores[-1]  # hits are in fused order
     assert [h.id for h in fused.search(question, k=8)] == [h.id for h in hits]  # ranking unchanged

@@ -92,10 +92,15 @@ def test_remove_removes_question_keys_and_keeps_the_others_right(tmp_path: Path)
 def test_add_indexes_the_new_records_questions() -> None:
     ranker = Ranker.build(FAQ_FILE)
     new = {"id": "new", "answer": "Hold the shift key while you drag.", "questions": ["Zorblax the flimwidget?"]}
-    ranker.add([new])
+    ranker.add([new, {"id": "plain", "answer": "Drag with two fingers."}])
     for hybrid in MODES:
         top = ranker.search("Zorblax the flimwidget?", k=3, hybrid=hybrid)[0]
         assert (top.id, top.matched) == ("new", "question")
+        # a filter that lets through records without stored questions only
+        only = ranker.search("Zorblax the flimwidget?", k=3, hybrid=hybrid, where={"id": ["plain"]})
+        assert [(h.id, h.matched) for h in only] == [("plain", "answer")]
+        some = ranker.search("Zorblax the flimwidget?", k=3, hybrid=hybrid, where=lambda r: not r.questions)
+        assert some and all(h.matched == "answer" and not ranker.get(h.id).questions for h in some)
 
 
 def test_save_load_gives_identical_results(faq: Ranker, tmp_path: Path) -> None:
