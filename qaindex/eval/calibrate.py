@@ -20,7 +20,7 @@ from ..arguments import flag
 from ..errors import ModelFormatError, QueryError
 from ..model import Model
 from ..ranker import Ranker
-from ..search.fusion import FUSED_SCORE_FIELDS
+from ..store.field_ranges import FUSED_SCORE_FIELDS
 from ..store.storage import read_json_object, write_json_atomic
 from ..text.lexical import tokenizer_available
 from .calibration import (

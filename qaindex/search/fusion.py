@@ -505,6 +505,8 @@ def hybrid_arrays(
     *,
     scan: bool | None = None,
     explain: list[list[Explanation]] | None = None,
+    dense_best: np.ndarray | None = None,
+    best_out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The ``k`` best fused candidates of each question, as :meth:`qaindex.Ranker.search_vectors` arrays.
 
@@ -536,6 +538,13 @@ def hybrid_arrays(
     explain : list, keyword-only, optional
         A list that gets, per question, the :class:`~qaindex.search.hits.Explanation` of each
         hit (ranks among the candidates, matched terms, fused value).
+    dense_best : array (n,), keyword-only, optional
+        The best model score of candidates scored elsewhere (the stored questions,
+        :mod:`qaindex.search.keys`): the calibration's best among the candidates is at least
+        this, so that two lists of hits fused apart are scored on one scale.
+    best_out : array (n,), keyword-only, optional
+        Gets the best model score each question's calibration used (untouched where a question
+        has no candidate).
 
     Returns
     -------
@@ -595,7 +604,9 @@ def hybrid_arrays(
             if explain is not None:
                 explain.append([])
             continue
-        best = float(s.max())
+        best = float(s.max()) if dense_best is None else max(float(s.max()), float(dense_best[i]))
+        if best_out is not None:
+            best_out[i] = best
         best_lex = float(lex.max())
         bound = lexical.score_bound(terms, length)
         top_p[i, : len(order)] = hybrid_scores(

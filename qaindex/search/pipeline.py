@@ -21,7 +21,7 @@ from ..corpus import Record
 from ..errors import QueryError
 from ..reranker import Reranker, rerank_stage
 from ..store.index_checks import stored_vectors_error
-from . import budget, filters
+from . import budget, filters, keys
 from .fusion import CANDIDATE_FLOOR, Fusion, fusion_from, hybrid_arrays
 from .hits import Explanation, Hit, cut, dense_explanations, hit_bytes, make_hits
 
@@ -141,26 +141,33 @@ def search_batch(
         distances: np.ndarray,
         rows: np.ndarray,
         probabilities: np.ndarray | None = None,
+        matched: np.ndarray | None = None,
         why: list[list[Explanation]] | None = None,
     ) -> list[list[Hit]]:
         if explain and why is None:
             why = dense_explanations(scores, rows)
         return make_hits(
-            records, ranker.model.calibration, scores, distances, rows, ranker.memory_budget, probabilities, why
+            records,
+            ranker.model.calibration,
+            scores,
+            distances,
+            rows,
+            ranker.memory_budget,
+            probabilities,
+            why,
+            matched,
         )
 
     def first_stage(pick: list[int], width: int) -> list[list[Hit]]:
+        exact = keys.key_scores(ranker, qv[pick])  # the stored questions' scores (qaindex.search.keys)
         if fused is None:
-            return hits(*search_vectors(ranker, qv[pick], width))
+            s, d, r, _, matched, _ = keys.with_keys(ranker, (*search_vectors(ranker, qv[pick], width), None), exact)
+            return hits(s, d, r, None, matched)
         rows = candidate_rows(ranker, qv[pick], pool_size(width, ranker.overfetch, total))
-        picked = [qs[i] for i in pick]
-        why: list[list[Explanation]] | None = [] if explain else None
-        arrays = hybrid_arrays(
-            ranker.model, vectors, ranker._lexical, picked, qv[pick], rows, width, fused, explain=why
+        s, d, r, p, matched, why = _fused_arrays(
+            ranker, [qs[i] for i in pick], qv[pick], rows, width, fused, exact, explain
         )
-        if np.isnan(arrays[0]).any():  # queries are checked: a damaged vectors.npy loaded with verify=False
-            raise stored_vectors_error(ranker._disk.vectors_source(ranker.path), arrays[2][np.isnan(arrays[0])])
-        return hits(*arrays, why)
+        return hits(s, d, r, p, matched, why)
 
     if flt is None:
         first = [cut(row, k, min_score) for row in first_stage(list(range(len(qs))), k)]
@@ -173,7 +180,12 @@ def search_batch(
             candidates=functools.partial(candidate_rows, ranker), scorer=ranker.model.score_checked,
             overfetch=ranker.overfetch, space=ranker.model.space,
         )  # fmt: skip
-        out = [cut(hits(s[None], d[None], r[None])[0], k, min_score) for s, d, r in found]
+        allowed = keys.allowed_records(ranker, flt) if ranker._keys is not None else None
+        out = []
+        for i, (s, d, r) in enumerate(found):  # each merged with its stored questions' hits (qaindex.search.keys)
+            exact = keys.key_scores(ranker, qv[i : i + 1], allowed)
+            merged = keys.with_keys(ranker, (s[None], d[None], r[None], None), exact)
+            out.append(cut(hits(*merged)[0], k, min_score))
     else:
         rows = filters.matching_rows(records, flt) if flt.predicate is None else None
         if rows is not None and len(rows) <= filters.prefilter_limit(k, ranker.overfetch, total):
@@ -213,22 +225,89 @@ def _fused_among(
     allowed = np.zeros(len(ranker._records), dtype=bool)
     allowed[rows] = True
     dense = np.ascontiguousarray(np.broadcast_to(rows, (len(qs), len(rows))))
-    why: list[list[Explanation]] | None = [] if explain else None
-    arrays = hybrid_arrays(
-        ranker.model, ranker._vectors, ranker._lexical, qs, qv, dense, k, fused, allowed=allowed, explain=why
-    )
-    scores, distances, found_rows, probabilities = arrays
-    found = make_hits(
-        ranker._records,
-        ranker.model.calibration,
-        scores,
-        distances,
-        found_rows,
-        ranker.memory_budget,
-        probabilities,
-        why,
-    )
+    exact = keys.key_scores(ranker, qv, allowed)  # the stored questions' scores (qaindex.search.keys)
+    s, d, r, p, matched, why = _fused_arrays(ranker, qs, qv, dense, k, fused, exact, explain, allowed)
+    found = make_hits(ranker._records, ranker.model.calibration, s, d, r, ranker.memory_budget, p, why, matched)
     return [cut(row, k, min_score) for row in found]
+
+
+def _fused_arrays(
+    ranker: Ranker,
+    qs: list[str],
+    qv: np.ndarray,
+    rows: np.ndarray,
+    k: int,
+    fused: Fusion,
+    exact: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+    explain: bool,
+    allowed: np.ndarray | None = None,
+) -> keys.Merged:
+    """A hybrid search's hits among the answers' candidate ``rows`` and the stored questions
+    (:mod:`qaindex.search.keys`), merged, with their explanations when ``explain``.
+
+    The answers and the keys are fused apart (each with its own BM25 rows), their model scores
+    calibrated against one best score, the best of the answer candidates and of every key
+    (``dense_best``/``best_out``), so that the two lists' scores are on one scale and the merge
+    by score keeps hits in score order."""
+    why: list[list[Explanation]] | None = [] if explain else None
+    best = np.full(len(qs), -np.inf)
+    key_best = keys.best_scores(exact)
+    arrays = hybrid_arrays(
+        ranker.model,
+        ranker._vectors,
+        ranker._lexical,
+        qs,
+        qv,
+        rows,
+        k,
+        fused,
+        allowed=allowed,
+        explain=why,
+        dense_best=key_best,
+        best_out=best,
+    )
+    if np.isnan(arrays[0]).any():  # queries are checked: a damaged vectors.npy loaded with verify=False
+        raise stored_vectors_error(ranker._disk.vectors_source(ranker.path), arrays[2][np.isnan(arrays[0])])
+    if key_best is not None:  # questions without answer candidates: the keys' best alone
+        best = np.maximum(best, key_best)
+    key_why: list[list[Explanation]] | None = [] if explain else None
+    fused_keys = _fused_keys(ranker, qs, qv, exact, k, fused, best, allowed, key_why)
+    return keys.with_keys(ranker, arrays, exact, fused_keys, None if why is None else (why, key_why))
+
+
+def _fused_keys(
+    ranker: Ranker,
+    qs: list[str],
+    qv: np.ndarray,
+    exact: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+    width: int,
+    fused: Fusion,
+    best: np.ndarray,
+    allowed: np.ndarray | None,
+    why: list[list[Explanation]] | None,
+) -> keys.Arrays | None:
+    """A hybrid search's fused arrays over the stored questions (their vectors and BM25 rows,
+    :mod:`qaindex.search.keys`, which merges them with the answers'), or None: an index
+    without keys or without their BM25 rows. ``best``: the best model score the answers'
+    calibration used, the keys' too (one list of hits)."""
+    key_index = ranker._keys
+    if exact is None or key_index is None or key_index.lexical is None:
+        return None
+    rows = keys.dense_key_rows(ranker, exact, width)
+    key_allowed = None if allowed is None else allowed[key_index.owners]
+    return hybrid_arrays(
+        ranker.model,
+        key_index.vectors,
+        key_index.lexical,
+        qs,
+        qv,
+        rows,
+        2 * rows.shape[1],
+        fused,
+        allowed=key_allowed,
+        explain=why,
+        dense_best=best,
+    )
 
 
 def search_vectors(
