@@ -235,3 +235,15 @@ def test_upsert_replaces_the_stored_questions_of_the_records_it_replaces() -> No
     np.testing.assert_allclose(ranker._keys.vectors, fresh._keys.vectors, atol=1e-6)
     questions = [*old.questions, "Zorblax the flimwidget?", "share a notebook", "refund please"]
     assert ranker.search_batch(questions, k=10, hybrid=False) == fresh.search_batch(questions, k=10, hybrid=False)
+
+
+def test_a_save_refuses_damaged_key_vectors_and_writes_nothing(tmp_path: Path) -> None:
+    """The content checks a build, a save and a load share cover the keys' vectors too."""
+    ranker = Ranker.build(FAQ_FILE)
+    assert ranker._keys is not None
+    vectors = np.array(ranker._keys.vectors)
+    vectors[7, 2] = np.nan
+    ranker._keys = type(ranker._keys)(vectors, ranker._keys.owners, ranker._keys.lexical)
+    with pytest.raises(IndexFormatError, match=r"keys/vectors\.npy: row 7 holds NaN or infinite values"):
+        ranker.save(tmp_path / "idx")
+    assert not (tmp_path / "idx" / "manifest.json").exists()
