@@ -1,19 +1,21 @@
-"""Searching the stored-question keys and merging them with the answers' hits.
+"""Searching the stored-question keys: a record's best key, in dense and hybrid search.
 
-An index with keys (:mod:`qaindex.store.keys`) answers a question from two lists: the
-answers' hits, as a search without keys finds them, and the keys' hits, each key standing
-for its record. Keys are scored exactly (every key, or every key of a record a filter lets
-through) by the model's scorer, as answers are; in a hybrid search they are fused with the
-keys' BM25 ranking by the same rule (:func:`qaindex.search.fusion.hybrid_arrays`). Each
-list keeps a record's best key only, and the two are merged::
+An index with keys (:mod:`qaindex.store.keys`) ranks records, each by its best key: its
+answer or one of its stored questions. Keys are scored exactly (every key, or every key of a
+record a filter lets through) by the model's scorer, as answers are; a stored question is
+encoded on the answer side, so the two are on one scale.
 
-    merged = merge(answers, keys) by score, answers first on ties, each record once
+- A dense search merges the answers' hits with the keys' (each record's best key)::
 
-where ``score`` is the hit's calibrated score in a hybrid search whose fusion has one (the
-``score`` the hits report), else the model's raw score (what calibration turns into
-``score``; a stored question is encoded on the answer side, so the two are on one scale).
-The answers' own order is kept, so a record whose keys score below its answer ranks as it
-did without keys. Each merged hit says which key matched: ``"answer"`` or ``"question"``.
+      merged = merge(answers, keys) by model score, answers first on ties, each record once
+
+  so a record whose keys score below its answer ranks as it did without keys.
+- A hybrid search fuses one list of records (:func:`key_evidence`, read by
+  :func:`qaindex.search.fusion.hybrid_arrays`): the records of the best keys join the
+  answers' candidates, a record's model score is its best key's, and a record with a key
+  holding exactly the question's terms gets the best BM25 score of the candidates.
+
+Each hit says which key matched: ``"answer"`` or ``"question"``.
 
 Example
 -------
@@ -33,7 +35,7 @@ import numpy as np
 
 from . import filters
 from .fusion import CANDIDATE_FLOOR
-from .hits import MATCHED, Explanation
+from .hits import MATCHED
 
 if TYPE_CHECKING:
     from ..ranker import Ranker
@@ -41,9 +43,8 @@ if TYPE_CHECKING:
 __all__ = [
     "MATCHED",
     "allowed_records",
-    "best_scores",
-    "dense_key_rows",
     "key_arrays",
+    "key_evidence",
     "key_scores",
     "merge",
     "with_keys",
@@ -52,8 +53,6 @@ __all__ = [
 _BLOCK = 1 << 22  # floats of key vectors per scorer call (16 MiB)
 
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]
-#: merged hits: scores, distances, rows, probabilities, matched codes, explanations (per question)
-Merged = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, list[list[Explanation]] | None]
 
 
 def allowed_records(ranker: Ranker, flt: filters.Filter | None) -> np.ndarray | None:
@@ -99,9 +98,8 @@ def key_scores(
     scores and distances: ``(rows (K',), scores (n, K'), distances (n, K'))``; None for an
     index without keys or when no key counts (a filter lets none through).
 
-    A search computes these first, then the answers' hits (a hybrid search's calibration
-    takes :func:`best_scores` as a floor of its best of the hits: the hits are one list),
-    then :func:`with_keys`."""
+    A dense search merges them with the answers' hits (:func:`with_keys`); a hybrid search
+    reads them through :func:`key_evidence`."""
     keys = ranker._keys
     if keys is None or not len(keys):
         return None
@@ -119,53 +117,50 @@ def _best_per_record(owners: np.ndarray, order: np.ndarray, width: int) -> np.nd
     return order[np.sort(first)[:width]]
 
 
-def dense_key_rows(ranker: Ranker, exact: tuple[np.ndarray, np.ndarray, np.ndarray], width: int) -> np.ndarray:
-    """The ``min(K', max(width * overfetch, CANDIDATE_FLOOR))`` best keys of each question by
-    the model's score (the dense candidates of a hybrid search over the keys, a pool as wide as
-    the answers' so that the first hits do not depend on ``k``): int64 (n, m), best first."""
+#: per question: the records its stored questions vouch for, their best key's score and
+#: distance, and whether one of their keys holds exactly the question's terms
+Evidence = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def key_evidence(
+    ranker: Ranker, questions: list[str], exact: tuple[np.ndarray, np.ndarray, np.ndarray], width: int
+) -> list[Evidence]:
+    """What the stored questions add to a hybrid search's records, per question
+    (:func:`qaindex.search.fusion.hybrid_arrays`'s ``keys``).
+
+    The records of the ``max(width * overfetch, CANDIDATE_FLOOR)`` best keys by the model's
+    score (the keys' pool, as wide as the answers') and of every key holding exactly the
+    question's terms (:meth:`~qaindex.text.lexical.LexicalIndex.same_terms`, in an index
+    with the keys' BM25 rows), each with its best key's score and distance and whether one
+    of its keys holds the question's terms: ``(rows, scores, distances, same)``, rows sorted.
+    """
+    keys = ranker._keys
+    assert keys is not None
     candidates, score, dist = exact
     m = min(len(candidates), max(width * ranker.overfetch, CANDIDATE_FLOOR))
-    order = np.lexsort((np.broadcast_to(candidates, score.shape), dist, -score), axis=-1)
-    return np.ascontiguousarray(candidates[order[:, :m]])
+    out = []
+    for i, question in enumerate(questions):
+        pool = np.lexsort((candidates, dist[i], -score[i]))[:m]  # positions in `candidates`
+        same = np.zeros(0, np.int64)
+        if keys.lexical is not None:
+            terms, length = keys.lexical.query(question)
+            if len(terms):
+                matching = np.flatnonzero(keys.lexical.scores_of_terms(terms)[candidates] > 0)
+                same = matching[keys.lexical.same_terms(terms, length, candidates[matching])]
+        pos = np.union1d(pool, same)
+        order = pos[np.lexsort((candidates[pos], dist[i, pos], -score[i, pos]))]  # best key first
+        owners = keys.owners[candidates[order]]
+        rows, first = np.unique(owners, return_index=True)  # each record's best key
+        best = order[first]
+        out.append((rows, score[i, best], dist[i, best], np.isin(rows, keys.owners[candidates[same]])))
+    return out
 
 
-def key_arrays(
-    ranker: Ranker,
-    exact: tuple[np.ndarray, np.ndarray, np.ndarray],
-    width: int,
-    fused: Arrays | None = None,
-    *,
-    probabilities: bool = False,
-    why: list[list[Explanation]] | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """The best key of each of the ``width`` best records by their keys, for each question.
-
-    Parameters
-    ----------
-    ranker : Ranker
-        An index with keys.
-    exact : tuple
-        :func:`key_scores` of the questions.
-    width : int
-        Records per question.
-    fused : tuple of arrays, optional
-        A hybrid search's arrays over the keys (:func:`qaindex.search.fusion.hybrid_arrays` of
-        the keys' vectors and BM25 rows, rows being key rows, in fused order); without them
-        the keys are ranked by the model's exact scores.
-    probabilities : bool, keyword-only
-        Give a probabilities array (the hybrid calibration's, 0 where ``fused`` has none).
-    why : list, keyword-only, optional
-        The :class:`~qaindex.search.hits.Explanation` of each of ``fused``'s hits (its
-        ``explain`` list).
-
-    Returns
-    -------
-    scores, distances, rows, probabilities
-        As :func:`qaindex.search.fusion.hybrid_arrays` returns them, ``rows`` being the keys'
-        record rows (``-1`` where missing), best first.
-    explanations : object array (n, width) or None
-        The picked keys' explanations, with ``why`` (None where missing).
-    """
+def key_arrays(ranker: Ranker, exact: tuple[np.ndarray, np.ndarray, np.ndarray], width: int) -> Arrays:
+    """The best key of each of the ``width`` best records by their keys' model scores, for
+    each question (``exact``: :func:`key_scores`): ``(scores, distances, rows, None)`` as
+    :func:`qaindex.search.pipeline.search_vectors` returns them, ``rows`` being the keys'
+    record rows (``-1`` where missing), best first."""
     keys = ranker._keys
     assert keys is not None
     candidates, score, dist = exact
@@ -173,29 +168,14 @@ def key_arrays(
     s_out = np.full((n, width), -np.inf, np.float32)
     d_out = np.full((n, width), np.inf, np.float32)
     r_out = np.full((n, width), -1, np.int64)
-    p_out = np.zeros((n, width), np.float64) if probabilities else None
-    w_out = None if why is None else np.full((n, width), None, dtype=object)
     if not len(candidates):
-        return s_out, d_out, r_out, p_out, w_out
-    if fused is None:
-        order = np.lexsort((np.broadcast_to(candidates, score.shape), dist, -score), axis=-1)
-        for i in range(n):
-            pick = _best_per_record(keys.owners[candidates], order[i], width)
-            s_out[i, : len(pick)], d_out[i, : len(pick)] = score[i, pick], dist[i, pick]
-            r_out[i, : len(pick)] = keys.owners[candidates[pick]]
-        return s_out, d_out, r_out, p_out, w_out
-    s, d, rows, p = fused
+        return s_out, d_out, r_out, None
+    order = np.lexsort((np.broadcast_to(candidates, score.shape), dist, -score), axis=-1)
     for i in range(n):
-        valid = np.flatnonzero(rows[i] >= 0)
-        pick = _best_per_record(keys.owners[rows[i, valid]], valid, width)
-        s_out[i, : len(pick)], d_out[i, : len(pick)] = s[i, pick], d[i, pick]
-        r_out[i, : len(pick)] = keys.owners[rows[i, pick]]
-        if p_out is not None and p is not None:
-            p_out[i, : len(pick)] = p[i, pick]
-        if w_out is not None and why is not None:  # the hits' explanations are in column order
-            for out, j in enumerate(pick.tolist()):
-                w_out[i, out] = why[i][j]
-    return s_out, d_out, r_out, p_out, w_out
+        pick = _best_per_record(keys.owners[candidates], order[i], width)
+        s_out[i, : len(pick)], d_out[i, : len(pick)] = score[i, pick], dist[i, pick]
+        r_out[i, : len(pick)] = keys.owners[candidates[pick]]
+    return s_out, d_out, r_out, None
 
 
 def merge(
@@ -243,47 +223,15 @@ def merge(
     return s, d, r, p, matched, columns
 
 
-def best_scores(exact: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> np.ndarray | None:
-    """The best key score of each question (``-inf`` where no key counts), or None without keys."""
-    return None if exact is None else exact[1].max(axis=1, initial=-np.inf).astype(np.float64)
-
-
 def with_keys(
-    ranker: Ranker,
-    found: Arrays,
-    exact: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
-    fused: Arrays | None = None,
-    why: tuple[list[list[Explanation]], list[list[Explanation]] | None] | None = None,
-) -> Merged:
-    """The answers' arrays ``found`` merged with the keys' (:func:`merge`), as wide as the
-    answers', and the hits' explanations with ``why``; unchanged (``matched`` None: every hit
-    an answer's) for an index without keys.
-
-    ``exact``: :func:`key_scores` of the questions (with the filter's ``allowed``); ``fused``:
-    a hybrid search's arrays over the keys (see :func:`key_arrays`); ``why``: the explanations
-    of the answers' hits and of ``fused``'s (the hybrid searches' ``explain`` lists). A key
-    hit without one (keys ranked by the model alone) is explained by its score and position.
-    """
+    ranker: Ranker, found: Arrays, exact: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """A dense search's answers' arrays ``found`` merged with the keys' (:func:`merge`), as
+    wide as the answers', and the hits' key codes; unchanged (codes None: every hit an
+    answer's) for an index without keys. ``exact``: :func:`key_scores` of the questions (with
+    the filter's ``allowed``)."""
     if exact is None:
-        return (*found, None, None if why is None else why[0])
+        return (*found, None)
     width = found[2].shape[1]
-    key_why = None if why is None else why[1]
-    k_s, k_d, k_r, k_p, picked = key_arrays(
-        ranker, exact, width, fused, probabilities=found[3] is not None, why=key_why
-    )
-    s, d, r, p, matched, columns = merge(found, (k_s, k_d, k_r, k_p), width)
-    if why is None:
-        return s, d, r, p, matched, None
-    explained: list[list[Explanation]] = []
-    for i in range(len(r)):
-        row: list[Explanation] = []
-        for out in np.flatnonzero(r[i] >= 0).tolist():
-            j = int(columns[i, out])
-            if not matched[i, out]:
-                row.append(why[0][i][j])
-            elif picked is not None and picked[i, j] is not None:
-                row.append(picked[i, j])
-            else:
-                row.append(Explanation(dense_score=float(s[i, out]), dense_rank=out + 1, key=MATCHED[1]))
-        explained.append(row)
-    return s, d, r, p, matched, explained
+    s, d, r, p, matched, _ = merge(found, key_arrays(ranker, exact, width), width)
+    return s, d, r, p, matched

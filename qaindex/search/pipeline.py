@@ -161,7 +161,7 @@ def search_batch(
     def first_stage(pick: list[int], width: int) -> list[list[Hit]]:
         exact = keys.key_scores(ranker, qv[pick])  # the stored questions' scores (qaindex.search.keys)
         if fused is None:
-            s, d, r, _, matched, _ = keys.with_keys(ranker, (*search_vectors(ranker, qv[pick], width), None), exact)
+            s, d, r, _, matched = keys.with_keys(ranker, (*search_vectors(ranker, qv[pick], width), None), exact)
             return hits(s, d, r, None, matched)
         rows = candidate_rows(ranker, qv[pick], pool_size(width, ranker.overfetch, total))
         s, d, r, p, matched, why = _fused_arrays(
@@ -241,17 +241,13 @@ def _fused_arrays(
     exact: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
     explain: bool,
     allowed: np.ndarray | None = None,
-) -> keys.Merged:
-    """A hybrid search's hits among the answers' candidate ``rows`` and the stored questions
-    (:mod:`qaindex.search.keys`), merged, with their explanations when ``explain``.
-
-    The answers and the keys are fused apart (each with its own BM25 rows), their model scores
-    calibrated against one best score, the best of the answer candidates and of every key
-    (``dense_best``/``best_out``), so that the two lists' scores are on one scale and the merge
-    by score keeps hits in score order."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[list[Explanation]] | None]:
+    """A hybrid search's hits among the answers' candidate ``rows`` and the records the
+    stored questions vouch for (:func:`qaindex.search.keys.key_evidence`), fused as one list
+    of records, with their key codes and, when ``explain``, their explanations."""
     why: list[list[Explanation]] | None = [] if explain else None
-    best = np.full(len(qs), -np.inf)
-    key_best = keys.best_scores(exact)
+    evidence = None if exact is None else keys.key_evidence(ranker, qs, exact, k)
+    matched = np.zeros((len(qs), k), np.int8)
     arrays = hybrid_arrays(
         ranker.model,
         ranker._vectors,
@@ -263,51 +259,12 @@ def _fused_arrays(
         fused,
         allowed=allowed,
         explain=why,
-        dense_best=key_best,
-        best_out=best,
+        keys=evidence,
+        matched_out=matched,
     )
     if np.isnan(arrays[0]).any():  # queries are checked: a damaged vectors.npy loaded with verify=False
         raise stored_vectors_error(ranker._disk.vectors_source(ranker.path), arrays[2][np.isnan(arrays[0])])
-    if key_best is not None:  # questions without answer candidates: the keys' best alone
-        best = np.maximum(best, key_best)
-    key_why: list[list[Explanation]] | None = [] if explain else None
-    fused_keys = _fused_keys(ranker, qs, qv, exact, k, fused, best, allowed, key_why)
-    return keys.with_keys(ranker, arrays, exact, fused_keys, None if why is None else (why, key_why))
-
-
-def _fused_keys(
-    ranker: Ranker,
-    qs: list[str],
-    qv: np.ndarray,
-    exact: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
-    width: int,
-    fused: Fusion,
-    best: np.ndarray,
-    allowed: np.ndarray | None,
-    why: list[list[Explanation]] | None,
-) -> keys.Arrays | None:
-    """A hybrid search's fused arrays over the stored questions (their vectors and BM25 rows,
-    :mod:`qaindex.search.keys`, which merges them with the answers'), or None: an index
-    without keys or without their BM25 rows. ``best``: the best model score the answers'
-    calibration used, the keys' too (one list of hits)."""
-    key_index = ranker._keys
-    if exact is None or key_index is None or key_index.lexical is None:
-        return None
-    rows = keys.dense_key_rows(ranker, exact, width)
-    key_allowed = None if allowed is None else allowed[key_index.owners]
-    return hybrid_arrays(
-        ranker.model,
-        key_index.vectors,
-        key_index.lexical,
-        qs,
-        qv,
-        rows,
-        2 * rows.shape[1],
-        fused,
-        allowed=key_allowed,
-        explain=why,
-        dense_best=best,
-    )
+    return (*arrays, matched, why)
 
 
 def search_vectors(

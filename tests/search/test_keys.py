@@ -247,3 +247,23 @@ def test_a_save_refuses_damaged_key_vectors_and_writes_nothing(tmp_path: Path) -
     with pytest.raises(IndexFormatError, match=r"keys/vectors\.npy: row 7 holds NaN or infinite values"):
         ranker.save(tmp_path / "idx")
     assert not (tmp_path / "idx" / "manifest.json").exists()
+
+
+@pytest.mark.skipif(not tokenizer_available(), reason="hybrid search needs PyStemmer")
+def test_a_stored_question_retyped_is_the_best_lexical_match_and_a_loose_one_adds_nothing() -> None:
+    """Hybrid search fuses records: a key holding exactly the question's terms (any case or
+    word order) lends its record the best BM25 score of the candidates; a key sharing only
+    some words lends nothing (the record's BM25 part is its answer's)."""
+    ranker = Ranker.build(FAQ_FILE)
+    plain = Ranker.build(FAQ_FILE, question_keys=False)
+    for question, want in stored_questions()[::60]:
+        retyped = " ".join(reversed(question.rstrip("?").split())).upper()
+        hits = ranker.search(retyped, k=5, explain=True)
+        assert (hits[0].id, hits[0].matched) == (want, "question")
+        assert hits[0].explanation is not None and hits[0].explanation.bm25_score is not None
+        assert hits[0].explanation.bm25_score == max(h.explanation.bm25_score for h in hits)  # type: ignore[union-attr]
+    loose = "sign up for the newsletter about dark mode"
+    with_keys = {h.id: h for h in ranker.search(loose, k=30, explain=True)}
+    answers = {h.id: h for h in plain.search(loose, k=30, explain=True)}
+    for id in with_keys.keys() & answers.keys():  # the same BM25 part as without keys
+        assert with_keys[id].explanation.bm25_score == pytest.approx(answers[id].explanation.bm25_score)  # type: ignore[union-attr]
