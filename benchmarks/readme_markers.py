@@ -30,6 +30,7 @@ GENERATORS: dict[str, str] = {
     "hybrid-table": "benchmarks.hybrid",
     "offtopic-table": "benchmarks.offtopic",
     "filters-table": "benchmarks.filters",
+    "search-keys": "benchmarks.search_keys",
 }
 
 _MARKER = re.compile(r"<!-- ([a-z0-9-]+):start -->")

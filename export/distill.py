@@ -631,6 +631,7 @@ def export_table_model(
         dimension=dim,
         tokenizer=tokenizer,
         max_tokens=max_tokens or {"question": 40, "answer": 128},
+        static_encoder=True,  # a per-token table summed: answers are read whole at run time
         encoder=encoder_graph,
         scorer=scorer_graph,
         score=score,

@@ -161,6 +161,7 @@ def export_graphs(result: TrainResult, *, tolerance: float, table_dtype: str, ma
             "encoder": encoder_graph,
             "scorer": scorer_graph,
             "score": model.score_definition(),
+            "static_encoder": not sequence,  # a folded per-token table summed: answers read whole
             "parameters": {
                 **model.parameter_counts(),
                 "exported_table": {"rows": int(vocab), "dim": int(width), "dtype": table_dtype},

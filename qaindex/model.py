@@ -107,6 +107,26 @@ def resolve_model_path(model: str | os.PathLike[str] | None) -> Path:
 
 
 _RAGGED_MIN_TEXTS = 16
+#: Word pieces of an answer a static encoder reads (a manifest with ``"static_encoder": true``:
+#: a bag-of-tokens sum, whose cost is linear in length, so nothing forces its trained cut;
+#: longer answers are cut here, and a build reports them).
+STATIC_ANSWER_TOKENS = 8192
+#: An encoder call holds at most ``batch_size x BATCH_TOKENS_PER_ROW`` token ids: batches of
+#: long texts (sorted by length) get fewer rows, so memory stays bounded whatever the cut.
+BATCH_TOKENS_PER_ROW = 512
+
+
+def _groups(lengths: np.ndarray, batch_size: int) -> Iterator[slice]:
+    """Consecutive groups of ``lengths`` (ascending): at most ``batch_size`` rows each, and no
+    more than ``batch_size * BATCH_TOKENS_PER_ROW`` ids once padded to the group's longest."""
+    budget = batch_size * BATCH_TOKENS_PER_ROW
+    start, n = 0, len(lengths)
+    while start < n:
+        end = min(n, start + batch_size)
+        while end - start > 1 and (end - start) * int(lengths[end - 1]) > budget:
+            end = start + max(1, budget // max(1, int(lengths[end - 1])))
+        yield slice(start, end)
+        start = end
 
 
 @dataclass
@@ -155,6 +175,9 @@ class Model:
         self.chunking: dict[str, chunking_format.Chunking] = {
             role: chunking_format.from_manifest(spec, tokenizer) for role, spec in manifest.get("chunking", {}).items()
         }
+        # a static encoder reads answers whole (up to STATIC_ANSWER_TOKENS): its cost is linear in length
+        if manifest.get("static_encoder") is True and "answer" not in self.chunking:
+            self.max_tokens["answer"] = max(self.max_tokens["answer"], STATIC_ANSWER_TOKENS)
 
     # -- loading -----------------------------------------------------------------------
     @staticmethod
@@ -398,8 +421,8 @@ class Model:
             encoded = [tokenizer.encode(t, limit) for t in texts]
             single = len(texts) <= 1
             order = np.zeros(len(texts), np.int64) if single else np.argsort([len(e) for e in encoded], kind="stable")
-            for start in range(0, len(order), batch_size):
-                rows = order[start : start + batch_size]
+            for group in _groups(np.array([len(encoded[r]) for r in order], np.int64), batch_size):
+                rows = order[group]
                 if role in self.chunking:  # (batch, chunks, tokens)
                     yield rows, self.chunking[role].pad([encoded[r] for r in rows])
                 else:
@@ -407,8 +430,8 @@ class Model:
             return
         flat, starts, lengths = tokenizer._encode_ragged(texts, limit)
         order = np.argsort(lengths, kind="stable")
-        for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
+        for group in _groups(lengths[order], batch_size):
+            rows = order[group]
             yield rows, tokenizer._pad_ragged(flat, starts, lengths, rows)
 
     def score(self, query: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

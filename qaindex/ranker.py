@@ -22,7 +22,7 @@ from .build import updates
 from .build.encoding import encode_corpus, rebuilt_coarse
 from .build.updates import row_of
 from .corpus import Record
-from .devices import check_device, devices_info
+from .devices import check_device
 from .errors import QueryError
 from .eval.recall import measure_recall
 from .model import Model
@@ -40,6 +40,8 @@ from .store.index_format import (
     read_consistently,
     read_index_manifest,
 )
+from .store.index_info import index_info
+from .store.keys import KeyIndex
 from .store.locking import DEFAULT_LOCK_TIMEOUT, check_timeout, index_lock
 from .store.ownership import check_writable
 from .store.records import RecordStore
@@ -82,8 +84,13 @@ class Ranker:
         snapshot: str | None = None,
         reranker: Reranker | None = None,
         lexical: LexicalIndex | None = None,
+        keys: KeyIndex | None = None,
     ) -> None:
         self.model = model
+        # the stored questions as search keys (qaindex.store.keys), saved with the index; None: answers only
+        self._keys = keys
+        # what the build that made this Ranker reported (qaindex.build: "cuts", the answers cut); None: loaded
+        self.build_report: dict[str, Any] | None = None
         # the BM25 index of hybrid search (qaindex.text.lexical), saved with the index; None: dense only
         self._lexical = lexical
         # the reranking stage searches use by default (saved with the index); None: first stage only
@@ -119,6 +126,7 @@ class Ranker:
         recall: float | None = None,
         reranker: str | os.PathLike[str] | Reranker | None = None,
         hybrid: bool | None = None,
+        question_keys: bool = True,
     ) -> Ranker:
         """Encode a corpus and index it.
 
@@ -157,13 +165,20 @@ class Ranker:
             index: searches then fuse both rankings by default (:mod:`qaindex.search.fusion`). None
             (default): when PyStemmer is installed (the ``cpu``/``gpu``/``hybrid`` extras);
             True: required (an error names the extra); False: dense only.
+        question_keys : bool, keyword-only
+            Also index each record's stored ``question``/``questions`` as search keys mapping
+            to it (:mod:`qaindex.store.keys`): searches then match answers and stored
+            questions and return each record once (``Hit.matched`` says which). False:
+            answers only (e.g. when the stored questions are the ones an evaluation asks).
         """
         built = encode_corpus(
             corpus, model=model, device=device, index_kind=index_kind, hnsw=hnsw, overfetch=overfetch,
             batch_size=batch_size, progress=progress, recall=recall, reranker=reranker, hybrid=hybrid,
+            question_keys=question_keys,
         )  # fmt: skip
         ranker = cls(built.model, built.records, built.vectors, built.coarse, overfetch=built.overfetch,
-                     kind_requested=index_kind, reranker=built.reranker)  # fmt: skip
+                     kind_requested=index_kind, reranker=built.reranker, keys=built.keys)  # fmt: skip
+        ranker.build_report = {"cuts": built.cuts}
         if built.lexical is not None:  # analysed in the encoding pass (qaindex.build.encoding)
             ranker._lexical = ranker._measured(built.lexical)
         return ranker
@@ -347,6 +362,7 @@ class Ranker:
         'bm25'
         """
         self._lexical = self._measured(LexicalIndex.from_texts([r.answer for r in self.records()]))
+        self._keys = self._keys and self._keys.with_lexical(self._records)  # the stored questions' BM25 rows too
         return self
 
     def _measured(self, lexical: LexicalIndex, previous: Any = None) -> LexicalIndex:  # adaptive fusion's ratio
@@ -650,7 +666,7 @@ class Ranker:
         self._disk.save(
             root, overwrite=overwrite, lock_timeout=lock_timeout, model=self.model, records=self._records,
             vectors=self._vectors, coarse=self._coarse, reranker=self.reranker, lexical=self._lexical,
-            created=self.created, requested=self.kind_requested, overfetch=self.overfetch,
+            created=self.created, requested=self.kind_requested, overfetch=self.overfetch, keys=self._keys,
         )  # fmt: skip
         self.path = root
         return root
@@ -672,24 +688,6 @@ class Ranker:
 
     @reading
     def info(self) -> dict[str, Any]:
-        """What ``qaindex info`` shows: model, counts, index kind, devices actually used."""
-        m = self.model.manifest
-        return {
-            "path": str(self.path) if self.path else None,
-            "answers": len(self),
-            "dimension": self.dimension,
-            "geometry": self.model.geometry,
-            "index": {**self._coarse.describe(), "overfetch": self.overfetch},
-            "model": {
-                "name": self.model.name,
-                "kind": m["kind"],
-                "parameters": m.get("parameters", {}),
-                "metrics": m.get("metrics", {}),
-            },
-            "devices": devices_info(self.model, self._coarse.device, self._coarse.kind),
-            "reranker": None if self.reranker is None else {"name": self.reranker.name, **self.reranker.providers},
-            "hybrid": None if self._lexical is None else self._lexical.describe(),
-            "calibration": self.model.calibration.describe(),
-            "created": self.created,
-            "near_centre": self.model.space.near_centre(self._vectors),
-        }
+        """What ``qaindex info`` shows: model, counts, index kind, devices actually used
+        (:func:`qaindex.store.index_info.index_info`)."""
+        return index_info(self)

@@ -219,6 +219,7 @@ def build_on_ray(
     recall: float | None = None,
     reranker: str | os.PathLike[str] | Reranker | None = None,
     hybrid: bool | None = None,
+    question_keys: bool = True,
 ) -> Ranker:
     """Build an index of a corpus file with Ray Data encoding shards in parallel workers.
 
@@ -229,9 +230,10 @@ def build_on_ray(
     address : str, keyword-only
         ``local``, ``auto`` or a Ray address such as ``ray://head:10001`` (see the module
         docstring); ignored when Ray is already initialised.
-    model, device, index_kind, hnsw, overfetch, batch_size, recall, reranker, hybrid
+    model, device, index_kind, hnsw, overfetch, batch_size, recall, reranker, hybrid, question_keys
         As for :meth:`qaindex.Ranker.build`; the BM25 index of ``hybrid`` is built on the
-        driver, chunk by chunk as it validates the records.
+        driver, chunk by chunk as it validates the records, and so are the stored questions'
+        keys, from the stored records (:mod:`qaindex.store.keys`).
     chunk_size : int, keyword-only
         Answers per ``map_batches`` call (and per chunk of the driver's validation).
     workers : int, optional
@@ -252,6 +254,8 @@ def build_on_ray(
     """
     from ..ranker import Ranker
     from ..text.lexical import LexicalBuilder, build_hybrid
+    from .cuts import AnswerCuts
+    from .encoding import encode_keys
 
     hybrid = build_hybrid(hybrid)
     ray = import_ray()
@@ -259,7 +263,8 @@ def build_on_ray(
     loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=None)
     spool = RecordSpool()
     lexical = LexicalBuilder() if hybrid else None  # the BM25 rows, analysed as the driver validates
-    on_chunk = None if lexical is None else (lambda chunk: lexical.add([r.answer for r in chunk]))
+    cuts = AnswerCuts(loaded, then=lexical)  # counts the answers the model cuts, then BM25 rows
+    on_chunk = lambda chunk: cuts.add([r.answer for r in chunk])  # noqa: E731
     record_lines = validate_corpus(source, spool, chunk_size=chunk_size, on_chunk=on_chunk)
     store = spool.store()
     started = _connect(ray, address)
@@ -286,7 +291,11 @@ def build_on_ray(
         tune_for_corpus(coarse, loaded, store, vectors, target=check_target(recall), overfetch=overfetch)
     if reranker is not None and not isinstance(reranker, Reranker):
         reranker = Reranker.load(reranker, device=device)
-    ranker = Ranker(loaded, store, vectors, coarse, overfetch=overfetch, kind_requested=index_kind, reranker=reranker)
+    keys = encode_keys(loaded, store, batch_size, lexical=hybrid) if question_keys else None
+    ranker = Ranker(
+        loaded, store, vectors, coarse, overfetch=overfetch, kind_requested=index_kind, reranker=reranker, keys=keys
+    )
+    ranker.build_report = {"cuts": cuts.report()}
     if lexical is not None:
         ranker._lexical = ranker._measured(lexical.finish())
     return ranker

@@ -25,12 +25,14 @@ from ..errors import QueryError
 from ..model import Model
 from ..reranker import Reranker
 from ..store.index_checks import check_content
+from ..store.keys import KEY_SIDE, KeyIndex, build_keys, key_texts
 from ..store.records import RecordStore
 from ..text.lexical import LexicalBuilder, LexicalIndex, build_hybrid
 from ..vector_index import INDEX_KINDS, CoarseIndex, choose_kind
+from .cuts import AnswerCuts, TextSink, cut_line
 from .tuning import check_target, tune_for_corpus
 
-__all__ = ["Built", "check_hnsw", "encode_answers", "encode_corpus", "rebuilt_coarse"]
+__all__ = ["Built", "appended_keys", "check_hnsw", "encode_answers", "encode_corpus", "encode_keys", "rebuilt_coarse"]
 
 _log = logging.getLogger("qaindex.ranker")
 
@@ -81,6 +83,37 @@ class Built:
     overfetch: int
     #: the answers' BM25 index (hybrid search), or None for a dense-only index
     lexical: LexicalIndex | None
+    #: the stored questions as search keys (qaindex.store.keys), or None: answers only
+    keys: KeyIndex | None = None
+    #: the answers the model's answer cut shortened (qaindex.build.cuts.AnswerCuts.report)
+    cuts: dict[str, Any] | None = None
+
+
+def encode_keys(model: Model, records: object, batch_size: int, *, lexical: bool, first_row: int = 0) -> KeyIndex:
+    """The stored questions of ``records`` as search keys, encoded on :data:`KEY_SIDE`
+    (:mod:`qaindex.store.keys`); ``first_row``: the row of the first record in the index."""
+    started = time.perf_counter()
+    keys, _ = build_keys(
+        records,
+        lambda texts: model.encode(texts, role=KEY_SIDE, batch_size=batch_size),
+        model.dimension,
+        lexical=lexical,
+        first_row=first_row,
+    )
+    if len(keys):
+        _log.info("encoded %d stored questions as search keys in %.2f s", len(keys), time.perf_counter() - started)
+    return keys
+
+
+def appended_keys(
+    keys: KeyIndex | None, model: Model, new: list[Record], first_row: int, batch_size: int
+) -> KeyIndex | None:
+    """``keys`` followed by the stored questions of ``new`` records (added at ``first_row``);
+    None for an index without keys."""
+    if keys is None:
+        return None
+    added = encode_keys(model, new, batch_size, lexical=False, first_row=first_row)
+    return keys.appended(added.vectors, added.owners, [text for _, text in key_texts(new)])
 
 
 def encode_corpus(
@@ -96,6 +129,7 @@ def encode_corpus(
     recall: float | None,
     reranker: str | os.PathLike[str] | Reranker | None,
     hybrid: bool | None,
+    question_keys: bool = True,
 ) -> Built:
     """:meth:`qaindex.Ranker.build`'s work: check every argument, then encode and index.
 
@@ -107,6 +141,7 @@ def encode_corpus(
     overfetch = positive_int(overfetch, "overfetch", maximum=MAX_SETTING)
     batch_size = positive_int(batch_size, "batch_size")
     flag(progress, "progress")
+    flag(question_keys, "question_keys")
     use_hybrid = build_hybrid(hybrid)  # a missing extra fails before any encoding
     choice(device, "device", ("auto", "cpu", "cuda"))
     choice(index_kind, "index_kind", INDEX_KINDS)
@@ -128,6 +163,7 @@ def encode_corpus(
     if reranker is not None and not isinstance(reranker, Reranker):
         reranker = Reranker.load(reranker, device=device)
     lexical = LexicalBuilder() if use_hybrid else None
+    cuts = AnswerCuts(loaded, then=lexical)  # counts the answers the model cuts, then BM25 rows
     store, vectors, coarse = _encode(
         corpus,
         loaded,
@@ -139,8 +175,11 @@ def encode_corpus(
         progress=progress,
         recall=recall,
         overfetch=overfetch,
-        lexical=lexical,
+        lexical=cuts,
     )
+    report = cuts.report()
+    (_log.warning if report["cut"] else _log.info)("answers: %s", cut_line(report))
+    keys = encode_keys(loaded, store, batch_size, lexical=use_hybrid) if question_keys else None
     analysed = None if lexical is None else lexical.finish()
     # the checks a load applies to what a checksum cannot vouch for (a save repeats them, scanning everything)
     check_content(
@@ -151,8 +190,9 @@ def encode_corpus(
         lexical=analysed,
         scan=False,
         blame=loaded.directory,
+        keys=keys,
     )
-    return Built(loaded, store, vectors, coarse, reranker, overfetch, analysed)
+    return Built(loaded, store, vectors, coarse, reranker, overfetch, analysed, keys, report)
 
 
 def _encode(
@@ -167,7 +207,7 @@ def _encode(
     progress: bool,
     recall: float | None,
     overfetch: int,
-    lexical: LexicalBuilder | None,
+    lexical: TextSink | None,
 ) -> tuple[RecordStore, np.ndarray, CoarseIndex]:
     started = time.perf_counter()
     if is_path:  # streamed: one chunk of texts in memory at a time (qaindex.build.streaming)
@@ -206,7 +246,7 @@ def _from_file(
     device: str,
     batch_size: int,
     progress: bool,
-    lexical: LexicalBuilder | None,
+    lexical: TextSink | None,
 ) -> tuple[RecordStore, np.ndarray, CoarseIndex]:
     from .streaming import build_from_file, count_lines
 

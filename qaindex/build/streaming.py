@@ -42,8 +42,8 @@ from ..corpus import Record, _Collector, read_json_lines
 from ..model import Model
 from ..store.diskspace import writing
 from ..store.records import RecordStore, encode_record, encode_records
-from ..text.lexical import LexicalBuilder
 from ..vector_index import CoarseIndex, choose_kind
+from .cuts import TextSink
 
 __all__ = ["DEFAULT_CHUNK", "RecordSpool", "VectorSpool", "assemble_index", "build_from_file", "validate_corpus"]
 
@@ -374,7 +374,7 @@ class _EncodePipeline:
         vectors: VectorSpool,
         batch_size: int,
         progress: Callable[[int], None] | None,
-        lexical: LexicalBuilder | None = None,
+        lexical: TextSink | None = None,
     ) -> None:
         self._model = model
         self._lexical = lexical
@@ -459,7 +459,7 @@ def build_from_file(
     chunk_size: int = DEFAULT_CHUNK,
     progress: Callable[[int], None] | None = None,
     spool_dir: str | os.PathLike[str] | None = None,
-    lexical: LexicalBuilder | None = None,
+    lexical: TextSink | None = None,
 ) -> tuple[RecordStore, np.ndarray, CoarseIndex]:
     """Encode and index a corpus file chunk by chunk (see the module docstring).
 

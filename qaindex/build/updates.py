@@ -29,7 +29,7 @@ from ..arguments import id_list, path_or_records
 from ..corpus import Record, read_corpus, read_json_lines, records_from_dicts
 from ..errors import CorpusError, QueryError
 from ..store.records import RecordStore
-from .encoding import encode_answers
+from .encoding import appended_keys, encode_answers
 
 __all__ = ["add", "new_records", "remove", "row_of", "rows_kept", "upsert", "upsert_plan"]
 
@@ -110,7 +110,7 @@ def upsert_plan(records: Records, store: RecordStore) -> tuple[list[Record], np.
 def add(ranker: Any, records: Records, batch_size: int) -> int:
     """:meth:`qaindex.Ranker.add`: validate, encode, then append (see there)."""
     new = new_records(records, ranker._records)
-    _append(ranker, new, encode_answers(ranker.model, [r.answer for r in new], batch_size, False))
+    _append(ranker, new, encode_answers(ranker.model, [r.answer for r in new], batch_size, False), batch_size)
     _log.info("added %d answers; %d in all", len(new), len(ranker))
     return len(new)
 
@@ -132,17 +132,20 @@ def upsert(ranker: Any, records: Records, batch_size: int) -> int:
         return 0
     vectors = encode_answers(ranker.model, [r.answer for r in new], batch_size, False)
     before = len(ranker)
-    _append(ranker, new, vectors)
+    _append(ranker, new, vectors, batch_size)
     if len(keep) < before:
         _keep(ranker, np.concatenate([keep, np.arange(before, before + len(new), dtype=np.int64)]))
     _log.info("upserted %d answers (%d replaced); %d in all", len(new), before - len(keep), len(ranker))
     return len(new)
 
 
-def _append(ranker: Any, new: list[Record], vectors: np.ndarray) -> None:
+def _append(ranker: Any, new: list[Record], vectors: np.ndarray, batch_size: int) -> None:
     lexical = None if ranker._lexical is None else ranker._lexical.appended([r.answer for r in new])
+    # the new records' stored questions (qaindex.store.keys), encoded before anything changes
+    keys = appended_keys(ranker._keys, ranker.model, new, len(ranker), batch_size)
     ranker._records = ranker._records.append(new)
     ranker._vectors = np.concatenate([np.asarray(ranker._vectors), vectors])
+    ranker._keys = keys
     if lexical is not None:
         ranker._lexical = ranker._measured(lexical, ranker._lexical.ratio_info if ranker._lexical else None)
     if not ranker._coarse_stale:
@@ -152,6 +155,7 @@ def _append(ranker: Any, new: list[Record], vectors: np.ndarray) -> None:
 def _keep(ranker: Any, keep: np.ndarray) -> None:
     ranker._records = ranker._records.keep(keep)
     ranker._vectors = np.ascontiguousarray(np.asarray(ranker._vectors)[keep])
+    ranker._keys = ranker._keys and ranker._keys.kept(keep)  # the kept records' stored questions, renumbered
     if ranker._lexical is not None:
         ranker._lexical = ranker._measured(ranker._lexical.kept(keep), ranker._lexical.ratio_info)
     ranker._coarse_stale = True

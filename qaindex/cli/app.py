@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from ..build.cuts import cut_line
 from ..devices import devices_line
 from ..errors import QAIndexError
 from ..model import DEFAULT_MODEL_DIR
@@ -197,6 +198,13 @@ def main(verbose: bool) -> None:
     help="Also build a BM25 index of the answers, so that searches fuse the dense and lexical rankings "
     "(docs/hybrid.md); default: when PyStemmer is installed (pip install 'qaindex[hybrid]').",
 )
+@click.option(
+    "--question-keys/--no-question-keys",
+    default=True,
+    show_default=True,
+    help="Also index each record's stored question/questions as search keys mapping to it, so that a "
+    "search matches answers and stored questions (each record returned once).",
+)
 def build(
     corpus: Path,
     model: str | None,
@@ -211,6 +219,7 @@ def build(
     reranker: Path | None,
     force: bool,
     hybrid: bool | None,
+    question_keys: bool,
 ) -> None:
     """Encode the answers of CORPUS (JSONL) and save an index.
 
@@ -230,6 +239,7 @@ def build(
         "recall": recall_target,
         "reranker": reranker,
         "hybrid": hybrid,
+        "question_keys": question_keys,
     }
     if ray_address is not None:
         from ..build.distributed import build_on_ray
@@ -247,6 +257,10 @@ def build(
     )
     if info["hybrid"] is not None:
         click.echo(f"hybrid:     {hybrid_line(info['hybrid'])}")
+    if info["keys"] is not None:
+        click.echo(f"keys:       {_keys_line(info['keys'])}")
+    if ranker.build_report is not None and ranker.build_report.get("cuts") is not None:
+        click.echo(f"answers:    {cut_line(ranker.build_report['cuts'])}")
     if info["near_centre"] is not None and info["near_centre"]["count"]:
         click.echo(_near_centre_line(info["near_centre"]))
     if "tuning" in info["index"]:
@@ -500,6 +514,7 @@ def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bo
     if data["orphans"]["snapshots"]:
         lines.append(f"orphans:    {orphans_line(data['orphans'])}")
     lines.append(f"hybrid:     {hybrid_line(data['hybrid'])}")
+    lines.append(f"keys:       {_keys_line(data['keys'])}")
     lines.append(f"scores:     {calibration_line(data['calibration'])}")
     if verify:
         lines.append("verified:   every file matches its checksum")
@@ -555,6 +570,15 @@ main.add_command(calibrate_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+
+def _keys_line(keys: dict[str, Any] | None) -> str:
+    """One line on the stored questions indexed as search keys (:mod:`qaindex.store.keys`)."""
+    if keys is None:
+        return "none (answers only; build without --no-question-keys to search the stored questions)"
+    return f"{keys['count']:,} stored questions, each mapping to its record" + (
+        ", with BM25" if keys["lexical"] else ""
+    )
 
 
 def _tuning_line(t: dict[str, Any]) -> str:

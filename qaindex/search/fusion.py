@@ -524,6 +524,8 @@ def hybrid_arrays(
     scan: bool | None = None,
     explain: list[list[Explanation]] | None = None,
     memory_budget: int | None = None,
+    keys: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None,
+    matched_out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The ``k`` best fused candidates of each question, as :meth:`qaindex.Ranker.search_vectors` arrays.
 
@@ -558,6 +560,18 @@ def hybrid_arrays(
     memory_budget : int, keyword-only, optional
         The request's budget (:mod:`qaindex.search.budget`): candidate vectors are gathered
         for the scorer in column blocks of a quarter of it (default: the default budget).
+    keys : list, keyword-only, optional
+        Per question, what its stored questions add (:func:`qaindex.search.keys.key_evidence`:
+        rows, their best key's model score and distance, whether a key holds exactly the
+        question's terms). Those rows join the candidates, one per record: a record's model
+        score is the best of its answer's and its keys' (the key's distance with it), and a
+        record whose key holds the question's terms gets the best BM25 score among the
+        candidates (a stored question typed again is as strong a lexical match as any). A
+        key's looser BM25 match adds nothing: short stored questions share words with many
+        paraphrases of other questions.
+    matched_out : int8 array (n, k), keyword-only, optional
+        Gets each hit's key (:data:`qaindex.search.hits.MATCHED` code: 1 where a stored
+        question's score is the record's).
 
     Returns
     -------
@@ -581,7 +595,6 @@ def hybrid_arrays(
         else:  # the best allowed rows: others ranked last, then dropped
             ranked = [top_rows(np.where(allowed, scores, -np.inf), m) for scores in lex_scores]
             lex_rows = [r[allowed[r]] for r in ranked]
-        cand = union_candidates(dense_rows, lex_rows)
     else:
         lex_rows = []
         for terms, _ in queries:
@@ -589,7 +602,9 @@ def hybrid_arrays(
             if allowed is not None:
                 extra = extra[allowed[extra]]
             lex_rows.append(extra[top_rows(lexical.scores_of_rows(terms, extra), m)])
-        cand = union_candidates(dense_rows, lex_rows)
+    if keys is not None:  # the records the stored questions vouch for join the candidates
+        lex_rows = [np.union1d(extra, found[0]) for extra, found in zip(lex_rows, keys, strict=True)]
+    cand = union_candidates(dense_rows, lex_rows)
     valid = cand >= 0
     safe = np.where(valid, cand, 0)
     q = np.ascontiguousarray(qv, dtype=np.float32)  # candidates scored in column blocks within the budget
@@ -610,11 +625,16 @@ def hybrid_arrays(
         if fusion.rule == "adaptive":
             cov = question_coverage(fusion, lexical, terms, length, rows, lex)
             rule = Fusion("convex", weight=dense_weight(fusion, ratio, length, cov))
+        codes = np.zeros(len(rows), np.int8)
+        if keys is not None and len(keys[i][0]):
+            s, d, lex, codes = _with_keys(rows, s, d, lex, keys[i])
         fused = fuse(s, lex, rule, CANDIDATE_FLOOR)
         order = np.lexsort((rows, -s.astype(np.float64), -fused))[:k]
         top_s[i, : len(order)] = s[order]
         top_d[i, : len(order)] = d[order]
         top_r[i, : len(order)] = rows[order]
+        if matched_out is not None:
+            matched_out[i, : len(order)] = codes[order]
         if not len(order):
             if explain is not None:
                 explain.append([])
@@ -634,6 +654,27 @@ def hybrid_arrays(
             weight = rule.weight if rule.rule == "convex" else None
             explain.append(_explanations(lexical, terms, rows, s, lex, fused, order, weight))
     return top_s, top_d, top_r, top_p
+
+
+def _with_keys(
+    rows: np.ndarray,
+    s: np.ndarray,
+    d: np.ndarray,
+    lex: np.ndarray,
+    found: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One question's candidates (``rows`` sorted) with the evidence of their stored questions
+    (:func:`hybrid_arrays`' ``keys``): model scores, distances, BM25 scores and key codes."""
+    key_rows, key_s, key_d, same = found
+    at = np.searchsorted(rows, key_rows)
+    wins = key_s > s[at]  # a key counts where it scores above the record's answer
+    s, d, lex = s.copy(), d.copy(), np.asarray(lex, np.float64).copy()
+    s[at[wins]], d[at[wins]] = key_s[wins], key_d[wins]
+    codes = np.zeros(len(rows), np.int8)
+    codes[at[wins]] = 1
+    top = float(lex.max()) if len(lex) else 0.0
+    lex[at[same]] = top if top > 0 else 1.0
+    return s, d, lex, codes
 
 
 def _explanations(

@@ -9,7 +9,7 @@ True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,10 @@ from ..store.records import RecordStore
 from . import budget
 from .budget import hit_bytes
 
-__all__ = ["Explanation", "Hit", "cut", "dense_explanations", "hit_bytes", "make_hits"]
+__all__ = ["MATCHED", "Explanation", "Hit", "cut", "dense_explanations", "hit_bytes", "make_hits"]
+
+#: ``Hit.matched`` by its code in a ``matched`` array (:mod:`qaindex.search.keys`)
+MATCHED = ("answer", "question")
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,9 @@ class Explanation:
     Attributes
     ----------
     key : str
-        What of the record matched the question: ``"answer"``.
+        What of the record matched the question: ``"answer"``, or ``"question"`` when one of
+        its stored questions did (:mod:`qaindex.search.keys`; the scores and ranks are then
+        that key's). Always the hit's ``matched``.
     dense_score : float
         The model's raw score of the hit (higher is better).
     dense_rank : int
@@ -115,6 +120,9 @@ class Hit:
     explanation : Explanation or None
         Why the hit has its rank (the first stage's parts), with ``explain=True``; else None.
         Not part of equality.
+    matched : {"answer", "question"}
+        Which key of the record the search matched: its answer, or one of its stored
+        questions (:mod:`qaindex.search.keys`); ``score`` and ``distance`` are that key's.
 
     Hits are hashable (sets, dict keys): equal hits hash equally.
 
@@ -132,6 +140,7 @@ class Hit:
     metadata: dict[str, Any] = field(default_factory=dict)
     row: int = field(default=-1, compare=False)
     raw_score: float = math.nan
+    matched: str = "answer"
     explanation: Explanation | None = field(default=None, compare=False)
 
     def __hash__(self) -> int:
@@ -140,8 +149,8 @@ class Hit:
         return hash((self.id, self.answer, self.score, self.distance))
 
     def to_json(self) -> dict[str, Any]:
-        """``{"id", "answer", "score", "raw_score", "distance", "metadata"}`` (NaN raw_score: null),
-        and ``"explanation"`` when the hit has one."""
+        """``{"id", "answer", "score", "raw_score", "distance", "metadata", "matched"}`` (NaN
+        raw_score: null), and ``"explanation"`` when the hit has one."""
         out = {
             "id": self.id,
             "answer": self.answer,
@@ -149,6 +158,7 @@ class Hit:
             "raw_score": None if math.isnan(self.raw_score) else self.raw_score,
             "distance": self.distance,
             "metadata": self.metadata,
+            "matched": self.matched,
         }
         if self.explanation is not None:
             out["explanation"] = self.explanation.to_json()
@@ -171,6 +181,7 @@ def make_hits(
     memory_budget: int | None,
     probabilities: Any = None,
     explanations: list[list[Explanation]] | None = None,
+    matched: Any = None,
 ) -> list[list[Hit]]:
     """Hits from score, distance and row arrays (rows ``-1`` skipped), one list per query.
 
@@ -178,7 +189,9 @@ def make_hits(
     distance below the best of its row), unless ``probabilities`` (hybrid search's calibrated
     scores, :mod:`qaindex.search.fusion`) are given; the arrays are checked first (same 2-D shape, rows
     of this store) and the result is bounded by the request's memory budget. ``explanations``:
-    one per valid row, in order, attached to the hits.
+    one per valid row, in order, attached to the hits (their ``key`` set to the hit's
+    ``matched``). ``matched``: each hit's key code (:data:`MATCHED` order; None: every hit an
+    answer's).
     """
     s = numeric_table(scores, "scores")
     d = numeric_table(distances, "distances")
@@ -200,15 +213,23 @@ def make_hits(
     # raw score (and its distance below the best of its row) -> P(relevant), qaindex.eval.calibration
     best = np.where(r >= 0, s, -np.inf).max(axis=1, keepdims=True) if s.size else s
     probs = calibration(s, best) if probabilities is None else np.asarray(probabilities, np.float64)
-    for i, (srow, prow, drow, rrow) in enumerate(zip(s, probs, d, r, strict=True)):
+    codes = np.zeros(r.shape, np.int8) if matched is None else np.asarray(matched)
+    for i, (srow, prow, drow, rrow, mrow) in enumerate(zip(s, probs, d, r, codes, strict=True)):
         found = []
         why = iter(explanations[i]) if explanations is not None else None
-        for score, prob, dist, row in zip(srow.tolist(), prow.tolist(), drow.tolist(), rrow.tolist(), strict=True):
+        for score, prob, dist, row, code in zip(
+            srow.tolist(), prow.tolist(), drow.tolist(), rrow.tolist(), mrow.tolist(), strict=True
+        ):
             if row < 0:
                 continue
             rec = records.get(row)
+            key = MATCHED[code]
             explanation = None if why is None else next(why)
-            found.append(Hit(rec.id, rec.answer, prob, dist + 0.0, dict(rec.metadata), row, score + 0.0, explanation))
+            if explanation is not None and explanation.key != key:  # the key that matched, as `matched` says
+                explanation = replace(explanation, key=key)
+            found.append(
+                Hit(rec.id, rec.answer, prob, dist + 0.0, dict(rec.metadata), row, score + 0.0, key, explanation)
+            )
         out.append(found)
     return out
 

@@ -21,7 +21,7 @@ from ..corpus import Record
 from ..errors import QueryError
 from ..reranker import Reranker, rerank_stage
 from ..store.index_checks import stored_vectors_error
-from . import budget, filters
+from . import budget, filters, keys
 from .fusion import CANDIDATE_FLOOR, Fusion, fusion_from, hybrid_arrays
 from .hits import Explanation, Hit, cut, dense_explanations, hit_bytes, make_hits
 
@@ -142,40 +142,40 @@ def search_batch(
         distances: np.ndarray,
         rows: np.ndarray,
         probabilities: np.ndarray | None = None,
+        matched: np.ndarray | None = None,
         why: list[list[Explanation]] | None = None,
     ) -> list[list[Hit]]:
         if explain and why is None:
             why = dense_explanations(scores, rows)
         return make_hits(
-            records, ranker.model.calibration, scores, distances, rows, ranker.memory_budget, probabilities, why
+            records,
+            ranker.model.calibration,
+            scores,
+            distances,
+            rows,
+            ranker.memory_budget,
+            probabilities,
+            why,
+            matched,
         )
 
     def first_stage(pick: list[int], width: int) -> list[list[Hit]]:
         if fused is None:
-            return hits(*search_vectors(ranker, qv[pick], width))
+            exact = keys.key_scores(ranker, qv[pick])  # the stored questions' scores (qaindex.search.keys)
+            s, d, r, _, matched = keys.with_keys(ranker, (*search_vectors(ranker, qv[pick], width), None), exact)
+            return hits(s, d, r, None, matched)
         m = pool_size(width, ranker.overfetch, total)
         # questions in chunks whose candidates (dense + BM25, scores, sort keys) fit the budget
         step = budget.chunk((2 * m * budget.CANDIDATE_BYTES + total * 4), limit, max(1, len(pick)))
         chunked: list[list[Hit]] = []
-        for s in range(0, len(pick), step):
-            part = pick[s : s + step]
+        for start in range(0, len(pick), step):
+            part = pick[start : start + step]
+            exact = keys.key_scores(ranker, qv[part])
             rows = candidate_rows(ranker, qv[part], m)
-            why: list[list[Explanation]] | None = [] if explain else None
-            arrays = hybrid_arrays(
-                ranker.model,
-                vectors,
-                ranker._lexical,
-                [qs[i] for i in part],
-                qv[part],
-                rows,
-                width,
-                fused,
-                explain=why,
-                memory_budget=limit,
+            s, d, r, p, matched, why = _fused_arrays(
+                ranker, [qs[i] for i in part], qv[part], rows, width, fused, exact, explain, memory_budget=limit
             )
-            if np.isnan(arrays[0]).any():  # queries are checked: a damaged vectors.npy loaded with verify=False
-                raise stored_vectors_error(ranker._disk.vectors_source(ranker.path), arrays[2][np.isnan(arrays[0])])
-            chunked.extend(hits(*arrays, why))
+            chunked.extend(hits(s, d, r, p, matched, why))
         return chunked
 
     if flt is None:
@@ -189,7 +189,12 @@ def search_batch(
             candidates=functools.partial(candidate_rows, ranker), scorer=ranker.model.score_checked,
             overfetch=ranker.overfetch, space=ranker.model.space,
         )  # fmt: skip
-        out = [cut(hits(s[None], d[None], r[None])[0], k, min_score) for s, d, r in found]
+        allowed = keys.allowed_records(ranker, flt) if ranker._keys is not None else None
+        out = []
+        for i, (s, d, r) in enumerate(found):  # each merged with its stored questions' hits (qaindex.search.keys)
+            exact = keys.key_scores(ranker, qv[i : i + 1], allowed)
+            merged = keys.with_keys(ranker, (s[None], d[None], r[None], None), exact)
+            out.append(cut(hits(*merged)[0], k, min_score))
     else:
         rows = filters.matching_rows(records, flt) if flt.predicate is None else None
         if rows is not None and len(rows) <= filters.prefilter_limit(k, ranker.overfetch, total):
@@ -229,32 +234,60 @@ def _fused_among(
     allowed = np.zeros(len(ranker._records), dtype=bool)
     allowed[rows] = True
     dense = np.ascontiguousarray(np.broadcast_to(rows, (len(qs), len(rows))))
+    exact = keys.key_scores(ranker, qv, allowed)  # the stored questions' scores (qaindex.search.keys)
+    s, d, r, p, matched, why = _fused_arrays(
+        ranker,
+        qs,
+        qv,
+        dense,
+        k,
+        fused,
+        exact,
+        explain,
+        allowed,
+        memory_budget=budget.request_budget(ranker.memory_budget),
+    )
+    found = make_hits(ranker._records, ranker.model.calibration, s, d, r, ranker.memory_budget, p, why, matched)
+    return [cut(row, k, min_score) for row in found]
+
+
+def _fused_arrays(
+    ranker: Ranker,
+    qs: list[str],
+    qv: np.ndarray,
+    rows: np.ndarray,
+    k: int,
+    fused: Fusion,
+    exact: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+    explain: bool,
+    allowed: np.ndarray | None = None,
+    *,
+    memory_budget: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[list[Explanation]] | None]:
+    """A hybrid search's hits among the answers' candidate ``rows`` and the records the
+    stored questions vouch for (:func:`qaindex.search.keys.key_evidence`), fused as one list
+    of records, with their key codes and, when ``explain``, their explanations."""
     why: list[list[Explanation]] | None = [] if explain else None
+    evidence = None if exact is None else keys.key_evidence(ranker, qs, exact, k)
+    matched = np.zeros((len(qs), k), np.int8)
     arrays = hybrid_arrays(
         ranker.model,
         ranker._vectors,
         ranker._lexical,
         qs,
         qv,
-        dense,
+        rows,
         k,
         fused,
         allowed=allowed,
         explain=why,
-        memory_budget=budget.request_budget(ranker.memory_budget),
+        keys=evidence,
+        matched_out=matched,
+        memory_budget=memory_budget,
     )
-    scores, distances, found_rows, probabilities = arrays
-    found = make_hits(
-        ranker._records,
-        ranker.model.calibration,
-        scores,
-        distances,
-        found_rows,
-        ranker.memory_budget,
-        probabilities,
-        why,
-    )
-    return [cut(row, k, min_score) for row in found]
+    if np.isnan(arrays[0]).any():  # queries are checked: a damaged vectors.npy loaded with verify=False
+        raise stored_vectors_error(ranker._disk.vectors_source(ranker.path), arrays[2][np.isnan(arrays[0])])
+    return (*arrays, matched, why)
 
 
 def search_vectors(

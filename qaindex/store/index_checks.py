@@ -338,13 +338,15 @@ def check_content(
     lexical: Any,
     scan: bool,
     blame: Path | None = None,
+    keys: Any = None,
 ) -> None:
     """The content checks a load, a build and a save share: what a checksum cannot vouch for.
 
     The scorer (:func:`check_geometry`), the vectors' dtype (and with ``scan`` every vector:
     :func:`check_vectors`), with ``scan`` every record unless ``records.checked`` (a store of
     validated records, or one scanned before: :func:`check_records`, the ids found kept by
-    ``records``), and the lexical index (:func:`check_lexical`). ``where``: the
+    ``records``), the lexical index (:func:`check_lexical`) and the stored-question keys'
+    vectors as the answers' (``keys``, a :class:`~qaindex.store.keys.KeyIndex`). ``where``: the
     index directory or snapshot the messages name; a broken scorer is blamed on ``blame``, the
     model directory of a build or save, or on ``mpath``, the manifest of the index loaded.
     """
@@ -356,6 +358,8 @@ def check_content(
         records.checked = True
     if lexical is not None:
         check_lexical(where, lexical, records.offsets)
+    if keys is not None:
+        check_vectors(where / "keys" / "vectors.npy", np.asarray(keys.vectors), ball=model.space.ball, scan=scan)
 
 
 def stored_vectors_error(source: Path | str, rows: np.ndarray) -> IndexFormatError:

@@ -12,6 +12,7 @@ Index directory layout::
         vectors.npy            float32 (n, dim) answer vectors, for the exact rerank
         coarse.faiss           the FAISS index (faiss.write_index)
         lexical/               the BM25 index of hybrid search, when built (qaindex.text.lexical)
+        keys/                  the stored questions as search keys, when built (qaindex.store.keys)
         model/                 a copy of the model directory, so the index is self-contained
         .qaindex-snapshot      marker: this directory was written by qaindex (qaindex.store.ownership)
 
@@ -48,6 +49,9 @@ from ..version import __version__
 from .diskspace import writing
 from .field_ranges import INDEX_MANIFEST
 from .index_checks import check_content, check_offsets, check_vectors
+from .keys import DIRECTORY as KEYS_DIRECTORY
+from .keys import KeyIndex, load_keys
+from .keys import check_entry as check_keys_entry
 from .model_format import copy_model_files
 from .ownership import INDEX_FORMAT, MARKER_NAME, SNAPSHOT_NAME, remove_snapshot_dir, write_marker
 from .records import RecordStore
@@ -250,12 +254,14 @@ def write_snapshot(
     model_source: Path | None = None,
     reranker: tuple[Path, dict[str, Any]] | None = None,
     lexical: LexicalIndex | None = None,
+    keys: KeyIndex | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Write a complete new snapshot directory under ``root`` (not yet committed).
 
     The model's files are copied from ``model_source`` (default: the model's directory);
     a ``reranker`` (its directory and manifest) is copied into ``reranker/``; a ``lexical``
-    index (:mod:`qaindex.text.lexical`) is written into ``lexical/``.
+    index (:mod:`qaindex.text.lexical`) is written into ``lexical/``, ``keys``
+    (:mod:`qaindex.store.keys`) into ``keys/``.
 
     Returns
     -------
@@ -266,7 +272,14 @@ def write_snapshot(
     """
     # the checks a load applies, before anything is written (qaindex.store.index_checks)
     check_content(
-        root, model=model, vectors=vectors, records=records, lexical=lexical, scan=True, blame=model.directory
+        root,
+        model=model,
+        vectors=vectors,
+        records=records,
+        lexical=lexical,
+        scan=True,
+        blame=model.directory,
+        keys=keys,
     )
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
     snap_name = f"data-{stamp}-{os.getpid()}"
@@ -279,6 +292,7 @@ def write_snapshot(
         "model": _listed_bytes(model.manifest),
         "reranker": _listed_bytes(reranker[1]) if reranker is not None else 0,
         "lexical": lexical.stored_bytes if lexical is not None else 0,
+        "keys": 0 if keys is None else 2 * int(np.asarray(keys.vectors).nbytes) + 4096,
     }
     needed = sum(sizes.values())
 
@@ -307,6 +321,9 @@ def write_snapshot(
         if lexical is not None:
             with step("lexical"):
                 lexical.save(snap / LEXICAL_DIRECTORY)
+        if keys is not None:
+            with step("keys"):
+                keys.save(snap / KEYS_DIRECTORY)
         files = {
             p.relative_to(snap).as_posix(): file_entry(p)
             for p in sorted(snap.rglob("*"))
@@ -376,13 +393,14 @@ def new_manifest(
     created: str,
     reranker: Reranker | None = None,
     lexical: bool = False,
+    keys: KeyIndex | None = None,
 ) -> dict[str, Any]:
     """The manifest of a snapshot written by :func:`write_snapshot`, with its checksum.
 
     The fields are the ones :func:`read_index_manifest` validates: format and version,
     counts, the model's dimension and geometry name, the coarse index (kind, parameters,
     the kind asked for, the recall tuning), the over-fetch factor, the model copy, the
-    reranker copy and the lexical index when stored, and the ``files`` table.
+    reranker copy, the lexical index and the keys when stored, and the ``files`` table.
     """
     manifest: dict[str, Any] = {
         "format": INDEX_FORMAT,
@@ -412,6 +430,8 @@ def new_manifest(
         manifest["reranker"] = index_entry(reranker, files)
     if lexical:
         manifest["lexical"] = {"kind": "bm25", "directory": LEXICAL_DIRECTORY}
+    if keys is not None:
+        manifest["keys"] = keys.entry()
     manifest["checksum"] = manifest_checksum(manifest)
     return manifest
 
@@ -465,6 +485,7 @@ class Snapshot:
     coarse: CoarseIndex
     reranker: Reranker | None
     lexical: LexicalIndex | None
+    keys: KeyIndex | None = None
 
     def pieces(self) -> tuple[Model, RecordStore, np.ndarray, CoarseIndex]:
         """The Ranker's positional arguments."""
@@ -481,6 +502,7 @@ class Snapshot:
             "snapshot": manifest["snapshot"],
             "reranker": self.reranker,
             "lexical": self.lexical,
+            "keys": self.keys,
         }
 
 
@@ -535,8 +557,14 @@ def open_snapshot(root: Path, manifest: dict[str, Any], *, device: str, threads:
     if manifest.get("lexical") is not None:
         check_lexical_entry(manifest["lexical"], manifest["files"], mpath)
         lexical = LexicalIndex.load(snap / LEXICAL_DIRECTORY, count)
+    keys = None
+    if manifest.get("keys") is not None:  # absent in indexes saved without keys: they load unchanged
+        key_count = check_keys_entry(manifest["keys"], manifest["files"], mpath)
+        keys = load_keys(snap / KEYS_DIRECTORY, manifest["keys"], key_count, count, model.dimension)
     # what the checksums cannot vouch for, as a build and a save check it (qaindex.store.index_checks);
     # verify scans the content too
-    check_content(snap, mpath=mpath, model=model, vectors=vectors, records=records, lexical=lexical, scan=verify)
+    check_content(
+        snap, mpath=mpath, model=model, vectors=vectors, records=records, lexical=lexical, scan=verify, keys=keys
+    )
     reranker = stored_reranker(snap, manifest, device=device, threads=threads)
-    return Snapshot(model, records, vectors, coarse, reranker, lexical)
+    return Snapshot(model, records, vectors, coarse, reranker, lexical, keys)

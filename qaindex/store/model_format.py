@@ -165,6 +165,8 @@ def read_model_manifest(
         value = max_tokens.get(role)
         if not isinstance(value, int) or value < 1:
             raise ModelFormatError(f'{mpath}: "max_tokens.{role}" must be a positive integer, got {value!r}')
+    if not isinstance(manifest.get("static_encoder", False), bool):
+        raise ModelFormatError(f'{mpath}: "static_encoder" must be true or false, got {manifest["static_encoder"]!r}')
     graphs = _require(manifest, "graphs", dict, mpath)
     for role in GRAPH_ROLES[kind]:
         if not isinstance(graphs.get(role), str):
@@ -267,6 +269,7 @@ def write_model(
     parameters: Mapping[str, Any] | None = None,
     extra_files: Mapping[str, bytes | os.PathLike[str]] | None = None,
     chunking: Mapping[str, Any] | None = None,
+    static_encoder: bool = False,
 ) -> Path:
     """Write a model directory atomically (a sibling directory renamed into place).
 
@@ -287,6 +290,10 @@ def write_model(
         Provenance, evaluation results, parameter counts and other files to ship.
     chunking : mapping, optional
         Roles whose encoder takes chunked input (:mod:`qaindex.text.chunking`), with their settings.
+    static_encoder : bool, optional
+        The encoder is a static (bag-of-tokens) sum over the tokens, whose cost is linear in
+        length: the runtime then reads answers whole, up to ``STATIC_ANSWER_TOKENS``
+        (:mod:`qaindex.model`), whatever ``max_tokens["answer"]`` says.
 
     Returns
     -------
@@ -303,6 +310,8 @@ def write_model(
     fields: dict[str, Any] = {"kind": "dual_encoder", "geometry": dict(geometry), "graphs": graphs}
     if chunking:
         fields["chunking"] = {role: dict(spec) for role, spec in chunking.items()}
+    if static_encoder:
+        fields["static_encoder"] = True
     return write_model_directory(
         directory,
         contents,

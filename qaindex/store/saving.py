@@ -27,6 +27,7 @@ from ..reranker import Reranker
 from ..text.lexical import LexicalIndex
 from ..vector_index import CoarseIndex
 from .index_format import commit_manifest, new_manifest, read_index_manifest, write_snapshot
+from .keys import KeyIndex
 from .locking import index_lock
 from .ownership import (
     check_writable,
@@ -107,6 +108,7 @@ class SavedState:
         reranker: Reranker | None,
         lexical: LexicalIndex | None,
         created: str,
+        keys: KeyIndex | None = None,
         requested: str,
         overfetch: int,
     ) -> None:
@@ -136,11 +138,19 @@ class SavedState:
             fresh = saved is not None and saved[0] is reranker and (saved[1] / "manifest.json").is_file()
             rr_source = (saved[1] if saved is not None and fresh else reranker.directory, reranker.manifest)
         snap_name, files = write_snapshot(
-            root, records, vectors, coarse, model, model_source=self.model_source, reranker=rr_source, lexical=lexical
+            root,
+            records,
+            vectors,
+            coarse,
+            model,
+            model_source=self.model_source,
+            reranker=rr_source,
+            lexical=lexical,
+            keys=keys,
         )
         manifest = new_manifest(
             snapshot=snap_name, files=files, count=len(records), model=model, coarse=coarse, requested=requested,
-            overfetch=overfetch, created=created, reranker=reranker, lexical=lexical is not None,
+            overfetch=overfetch, created=created, reranker=reranker, lexical=lexical is not None, keys=keys,
         )  # fmt: skip
         commit_manifest(root, manifest, model, self.model_source)
         # The new snapshot is live; remove the one it replaced (only qaindex's: qaindex.store.ownership).

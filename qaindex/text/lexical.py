@@ -475,6 +475,27 @@ class LexicalIndex:
         own = self._terms[self._offsets[row] : self._offsets[row + 1]]
         return float(self._idf[terms][np.isin(terms, own)].sum()) / total
 
+    def same_terms(self, terms: np.ndarray, length: int, rows: np.ndarray) -> np.ndarray:
+        """Which of ``rows`` hold exactly the distinct terms of a question (:meth:`query`'s
+        ``terms`` and ``length``; a question with a term no row has matches none): the text
+        typed again, up to case, stems, stop words, repeats and word order.
+
+        Example
+        -------
+        >>> lex = LexicalIndex.from_texts(["cats purr", "the cat purrs loudly", "Purr, cats!"])
+        >>> lex.same_terms(*lex.query("purr, cats"), np.arange(3)).tolist()
+        [True, False, True]
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        wanted = np.unique(np.asarray(terms, dtype=np.int64))
+        if len(wanted) == 0 or len(terms) < length:  # no term, or one the index does not have
+            return np.zeros(len(rows), dtype=bool)
+        out = np.zeros(len(rows), dtype=bool)
+        for j, row in enumerate(rows.tolist()):
+            own = self._terms[self._offsets[row] : self._offsets[row + 1]]
+            out[j] = len(own) == len(wanted) and bool(np.isin(own, wanted).all())
+        return out
+
     def matched_terms(self, terms: np.ndarray, row: int) -> tuple[str, ...]:
         """The distinct terms of a question (:meth:`query`'s ``terms``) that answer ``row``
         holds, as indexed (lower-cased, stemmed), in question order.

@@ -48,8 +48,10 @@ def test_build_search_info(runner: CliRunner, faq_file: Path, faq_model: Path, t
         "raw_score",
         "distance",
         "metadata",
+        "matched",
     }
     assert obj["hits"][0]["score"] >= obj["hits"][1]["score"]
+    assert (obj["hits"][0]["id"], obj["hits"][0]["matched"]) == ("reset", "question")  # its stored question
 
     res = runner.invoke(main, ["info", "--index", str(index), "--recall", "-k", "3", "--verify"])
     assert res.exit_code == 0, res.output
@@ -96,7 +98,7 @@ def test_search_explain_shows_the_dense_part(
     hits = json.loads(res.stdout)["hits"]
     for rank, hit in enumerate(hits, start=1):
         assert hit["explanation"] == {
-            "key": "answer",
+            "key": hit["matched"],
             "dense_score": hit["raw_score"],
             "dense_rank": rank,
             "bm25_score": None,
@@ -109,7 +111,8 @@ def test_search_explain_shows_the_dense_part(
     assert table.exit_code == 0, table.output
     lines = table.stdout.splitlines()
     assert len(lines) == 1 + 2 * 2
-    assert lines[2].split() == ["dense", f"{hits[0]['raw_score']:.4f}", "(#1)", "key", "answer"]
+    assert hits[0]["matched"] == "question"  # a stored question of the record, worded alike
+    assert lines[2].split() == ["dense", f"{hits[0]['raw_score']:.4f}", "(#1)", "key", "question"]
 
 
 def test_search_reads_stdin_and_env_index(

@@ -226,7 +226,8 @@ def test_langchain_vector_store_searches_as_the_ranker(faq_model: Path) -> None:
         assert [s for _, s in relevance] == [s for _, s in scored]
     where = {"category": {"$in": ["billing", "data"]}}
     want = [str(h.id) for h in truth.search("refund", k=4, where=where)]
-    assert [d.id for d in store.similarity_search("refund", k=4, filter=where)] == want == ["refund", "export"]
+    assert [d.id for d in store.similarity_search("refund", k=4, filter=where)] == want
+    assert sorted(want) == ["export", "refund"]  # the filter keeps exactly the billing and data answers
     # add or replace by id; new ids are random text
     added = store.add_documents(
         [Document(page_content="Refunds take 30 days.", metadata={"category": "billing"}, id="refund"),
@@ -282,7 +283,8 @@ def test_the_ranker_from_asyncio(ranker: Ranker, faq_model: Path) -> None:
     pytest.importorskip("langchain_core")
     from qaindex.integrations.langchain import QAIndexVectorStore
 
-    store = QAIndexVectorStore(Ranker.build(FAQ, model=faq_model, device="cpu"))
+    # answers only: the random toy model ranks another record's stored question first
+    store = QAIndexVectorStore(Ranker.build(FAQ, model=faq_model, device="cpu", question_keys=False))
 
     async def langchain() -> tuple[list[str], list[str]]:
         added = await store.aadd_texts(["Sync runs hourly."], ids=["sync"])

@@ -30,7 +30,8 @@ def ranker(faq_model: Path) -> Ranker:
         {"id": f"x{i}", "answer": f"{w} notes refund password sync", "category": ["account", "billing", "data"][i % 3]}
         for i, w in enumerate(["open", "close", "print", "share", "copy", "move", "tag", "pin", "lock", "star"])
     ]
-    return Ranker.build(FAQ + extra, model=faq_model, device="cpu", hybrid=False)  # dense: scores fall with rank
+    # dense, answers only: scores fall with rank, and search equals hits(search_vectors)
+    return Ranker.build(FAQ + extra, model=faq_model, device="cpu", hybrid=False, question_keys=False)
 
 
 def _brute_filtered(ranker: Ranker, question: str, k: int, keep) -> list[str | int]:  # type: ignore[no-untyped-def]
@@ -113,7 +114,7 @@ def test_hits_turns_search_vectors_rows_into_hits(ranker: Ranker) -> None:
 
 def test_hits_are_json_without_the_row(ranker: Ranker) -> None:
     hit = ranker.search("refund", k=1)[0]
-    assert set(hit.to_json()) == {"id", "answer", "score", "raw_score", "distance", "metadata"}
+    assert set(hit.to_json()) == {"id", "answer", "score", "raw_score", "distance", "metadata", "matched"}
     assert hit.row >= 0 and ranker.records().__next__() is not None
 
 

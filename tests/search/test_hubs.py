@@ -59,7 +59,7 @@ def rankings(ranker: Ranker, questions: list[str]) -> tuple[list[list[str]], lis
 
 @pytest.fixture(scope="module")
 def default_ranker() -> Ranker:
-    return Ranker.build([*faq_records(), *junk_records()], index_kind="flat")
+    return Ranker.build([*faq_records(), *junk_records()], index_kind="flat", question_keys=False)  # answers only
 
 
 def test_default_model_junk_never_above_relevant_answer(default_ranker: Ranker) -> None:
@@ -123,7 +123,9 @@ def relative_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def relative_ranker(relative_model: Path) -> Ranker:
-    return Ranker.build([*faq_records(60), *junk_records()], model=relative_model, index_kind="flat")
+    return Ranker.build(
+        [*faq_records(60), *junk_records()], model=relative_model, index_kind="flat", question_keys=False
+    )
 
 
 @pytest.mark.torch
@@ -170,7 +172,9 @@ def _old_manifest_copy(tmp_path: Path, ranking: str | None) -> Path:
 def test_manifest_without_ranking_loads_as_distance(tmp_path: Path) -> None:
     model = Model.load(_old_manifest_copy(tmp_path, None))
     assert model.ranking == "distance"
-    ranker = Ranker.build([*faq_records(20), *junk_records()], model=model, index_kind="flat", hybrid=False)
+    ranker = Ranker.build(
+        [*faq_records(20), *junk_records()], model=model, index_kind="flat", hybrid=False, question_keys=False
+    )
     assert ranker._coarse.stored_dimension == model.dimension + 2  # the old lifted index
     assert ranker.info()["near_centre"]["hub_risk"] is True
     assert ranker.recall(k=5)["recall"] == 1.0

@@ -137,7 +137,7 @@ def _brute_force(
 
 @pytest.fixture(scope="module")
 def faq_hybrid() -> Ranker:
-    return Ranker.build(FAQ_PATH, hybrid=True, overfetch=3, index_kind="flat")
+    return Ranker.build(FAQ_PATH, hybrid=True, overfetch=3, index_kind="flat", question_keys=False)  # answers only
 
 
 # -- the lexical index -------------------------------------------------------------------------
@@ -206,7 +206,7 @@ def test_hybrid_ranking_equals_brute_force_fusion(faq_hybrid: Ranker, fusion: Fu
 
 @pytest.mark.parametrize("kind", ["hnsw", "ivf", "pq"])
 def test_every_index_kind_fuses_its_own_candidates(kind: str) -> None:
-    ranker = Ranker.build(FAQ_PATH, hybrid=True, overfetch=3, index_kind=kind)
+    ranker = Ranker.build(FAQ_PATH, hybrid=True, overfetch=3, index_kind=kind, question_keys=False)
     k, m = 5, pool_size(5, 3, len(ANSWERS))
     lexical = _bm25s_scores(ANSWERS, QUESTIONS)
     qv = ranker.model.encode(QUESTIONS, role="question")
@@ -642,7 +642,7 @@ def test_hybrid_hits_carry_the_fused_score_calibration(tmp_path: Path) -> None:
     base = {"rule": "adaptive", "a": -0.25, "b": 1.0, "terms": 10, "weight": 0.5}
     question = "how long does shipping take to canada?"
     identity = Ranker.build(RECORDS, model=_model_with_fusion(tmp_path, {**base, "score": {
-        "bias": 0.0, "dense": 1.0, "bm25": 0.0, "fused": 0.0}}), hybrid=True)  # fmt: skip
+        "bias": 0.0, "dense": 1.0, "bm25": 0.0, "fused": 0.0}}), hybrid=True, question_keys=False)  # fmt: skip
     hits = identity.search(question, k=8)
     best = identity.search(question, k=1, hybrid=False)[0].raw_score  # the best model score of all candidates
     own = [float(identity.model.calibration(h.raw_score, best)) for h in hits]
@@ -650,10 +650,10 @@ def test_hybrid_hits_carry_the_fused_score_calibration(tmp_path: Path) -> None:
     for j, h in enumerate(hits):  # the model's own calibrated probability, capped by the hits above
         assert h.score == pytest.approx(min(own[: j + 1]), rel=1e-5)
     constant = Ranker.build(RECORDS, model=_model_with_fusion(tmp_path, {**base, "score": {
-        "bias": -1.0, "dense": 0.0, "bm25": 0.0, "fused": 0.0}}), hybrid=True)  # fmt: skip
+        "bias": -1.0, "dense": 0.0, "bm25": 0.0, "fused": 0.0}}), hybrid=True, question_keys=False)  # fmt: skip
     assert {round(h.score, 9) for h in constant.search(question, k=8)} == {round(1 / (1 + np.e), 9)}
     fused = Ranker.build(RECORDS, model=_model_with_fusion(tmp_path, {**base, "fused_score": {
-        "bias": 0.0, "fused": 5.0, "top": 0.0, "match": 0.0}}), hybrid=True)  # fmt: skip
+        "bias": 0.0, "fused": 5.0, "top": 0.0, "match": 0.0}}), hybrid=True, question_keys=False)  # fmt: skip
     explained = fused.search(question, k=8, explain=True)
     assert [h.id for h in explained] == [h.id for h in hits]  # ranking unchanged
     for h in explained:
@@ -661,7 +661,7 @@ def test_hybrid_hits_carry_the_fused_score_calibration(tmp_path: Path) -> None:
         assert h.score == pytest.approx(1 / (1 + np.exp(-5.0 * h.explanation.fused)), rel=1e-9)
     assert explained[0].score > explained[-1].score
     top = Ranker.build(RECORDS, model=_model_with_fusion(tmp_path, {**base, "fused_score": {
-        "bias": -1.0, "fused": 0.0, "top": 1.0, "match": 0.0}}), hybrid=True)  # fmt: skip
+        "bias": -1.0, "fused": 0.0, "top": 1.0, "match": 0.0}}), hybrid=True, question_keys=False)  # fmt: skip
     p_top = float(top.model.calibration(best))
     expected = 1 / (1 + np.exp(1.0 - np.log(p_top / (1 - p_top))))
     assert {round(h.score, 9) for h in top.search(question, k=8)} == {round(expected, 9)}

@@ -51,8 +51,9 @@ def test_corruption_matrix_is_fully_detected(tmp_path: Path) -> None:
     Ranker.build(reliability.records("s", 50), model=model).save(index)
     result = reliability.corruption_matrix(index, tmp_path / "outside", "test")
     # manifest.json + records.jsonl, offsets, vectors, coarse.faiss + 4 model files + 4 lexical (BM25) files
-    assert result["files"] == 13
-    assert result["cases"] == 13 * len(reliability.CORRUPTIONS)
+    # + the stored questions' keys: vectors, owners and 4 BM25 files
+    assert result["files"] == 19
+    assert result["cases"] == 19 * len(reliability.CORRUPTIONS)
     assert (result["detected"], result["missed"], result["non_qaindex_errors"]) == (result["cases"], [], [])
     assert len(Ranker.load(index)) == 50  # every file restored
 

@@ -1,0 +1,237 @@
+"""Searching the stored-question keys: a record's best key, in dense and hybrid search.
+
+An index with keys (:mod:`qaindex.store.keys`) ranks records, each by its best key: its
+answer or one of its stored questions. Keys are scored exactly (every key, or every key of a
+record a filter lets through) by the model's scorer, as answers are; a stored question is
+encoded on the answer side, so the two are on one scale.
+
+- A dense search merges the answers' hits with the keys' (each record's best key)::
+
+      merged = merge(answers, keys) by model score, answers first on ties, each record once
+
+  so a record whose keys score below its answer ranks as it did without keys.
+- A hybrid search fuses one list of records (:func:`key_evidence`, read by
+  :func:`qaindex.search.fusion.hybrid_arrays`): the records of the best keys join the
+  answers' candidates, a record's model score is its best key's, and a record with a key
+  holding exactly the question's terms gets the best BM25 score of the candidates.
+
+Each hit says which key matched: ``"answer"`` or ``"question"``.
+
+Example
+-------
+>>> import numpy as np
+>>> answers = (np.array([[2.0, 1.0]]), np.zeros((1, 2)), np.array([[0, 1]]), None)
+>>> keys = (np.array([[3.0, 0.5]]), np.zeros((1, 2)), np.array([[1, 0]]), None)
+>>> s, d, r, p, matched, columns = merge(answers, keys, 2)
+>>> r.tolist(), matched.tolist()
+([[1, 0]], [[1, 0]])
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import filters
+from .fusion import CANDIDATE_FLOOR
+from .hits import MATCHED
+
+if TYPE_CHECKING:
+    from ..ranker import Ranker
+
+__all__ = [
+    "MATCHED",
+    "allowed_records",
+    "key_arrays",
+    "key_evidence",
+    "key_scores",
+    "merge",
+    "with_keys",
+]
+
+_BLOCK = 1 << 22  # floats of key vectors per scorer call (16 MiB)
+
+Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]
+
+
+def allowed_records(ranker: Ranker, flt: filters.Filter | None) -> np.ndarray | None:
+    """The records a filter lets through, as a bool mask over record rows (None: no filter).
+
+    A predicate is called on the records that own keys only (the others cannot match by a key).
+    """
+    if flt is None:
+        return None
+    records = ranker._records
+    mask = np.zeros(len(records), dtype=bool)
+    if flt.predicate is None:
+        mask[filters.matching_rows(records, flt)] = True
+    elif ranker._keys is not None:
+        for row in np.unique(ranker._keys.owners).tolist():
+            mask[row] = flt.matches(records.get(row))
+    return mask
+
+
+def _exact_key_scores(ranker: Ranker, qv: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The model's scores and distances of keys ``rows`` for each question: (n, len(rows))."""
+    keys = ranker._keys
+    assert keys is not None
+    n, dim = qv.shape
+    score = np.empty((n, len(rows)), np.float32)
+    dist = np.empty((n, len(rows)), np.float32)
+    block = max(1, _BLOCK // max(1, n * dim))
+    vectors = np.asarray(keys.vectors)
+    q = np.ascontiguousarray(qv, dtype=np.float32)
+    for start in range(0, len(rows), block):
+        part = np.asarray(vectors[rows[start : start + block]], dtype=np.float32)
+        gathered = np.ascontiguousarray(np.broadcast_to(part, (n, *part.shape)))
+        score[:, start : start + len(part)], dist[:, start : start + len(part)] = ranker.model.score_checked(
+            q, gathered
+        )
+    return score, dist
+
+
+def key_scores(
+    ranker: Ranker, qv: np.ndarray, allowed: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The keys a search considers (those of ``allowed`` records) and their exact model
+    scores and distances: ``(rows (K',), scores (n, K'), distances (n, K'))``; None for an
+    index without keys or when no key counts (a filter lets none through).
+
+    A dense search merges them with the answers' hits (:func:`with_keys`); a hybrid search
+    reads them through :func:`key_evidence`."""
+    keys = ranker._keys
+    if keys is None or not len(keys):
+        return None
+    candidates = np.arange(len(keys), dtype=np.int64)
+    if allowed is not None:
+        candidates = candidates[allowed[keys.owners]]
+        if not len(candidates):
+            return None
+    return (candidates, *_exact_key_scores(ranker, qv, candidates))
+
+
+def _best_per_record(owners: np.ndarray, order: np.ndarray, width: int) -> np.ndarray:
+    """The positions in ``order`` of each record's first key, the first ``width`` of them."""
+    _, first = np.unique(owners[order], return_index=True)
+    return order[np.sort(first)[:width]]
+
+
+#: per question: the records its stored questions vouch for, their best key's score and
+#: distance, and whether one of their keys holds exactly the question's terms
+Evidence = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def key_evidence(
+    ranker: Ranker, questions: list[str], exact: tuple[np.ndarray, np.ndarray, np.ndarray], width: int
+) -> list[Evidence]:
+    """What the stored questions add to a hybrid search's records, per question
+    (:func:`qaindex.search.fusion.hybrid_arrays`'s ``keys``).
+
+    The records of the ``max(width * overfetch, CANDIDATE_FLOOR)`` best keys by the model's
+    score (the keys' pool, as wide as the answers') and of every key holding exactly the
+    question's terms (:meth:`~qaindex.text.lexical.LexicalIndex.same_terms`, in an index
+    with the keys' BM25 rows), each with its best key's score and distance and whether one
+    of its keys holds the question's terms: ``(rows, scores, distances, same)``, rows sorted.
+    """
+    keys = ranker._keys
+    assert keys is not None
+    candidates, score, dist = exact
+    m = min(len(candidates), max(width * ranker.overfetch, CANDIDATE_FLOOR))
+    out = []
+    for i, question in enumerate(questions):
+        pool = np.lexsort((candidates, dist[i], -score[i]))[:m]  # positions in `candidates`
+        same = np.zeros(0, np.int64)
+        if keys.lexical is not None:
+            terms, length = keys.lexical.query(question)
+            if len(terms):
+                matching = np.flatnonzero(keys.lexical.scores_of_terms(terms)[candidates] > 0)
+                same = matching[keys.lexical.same_terms(terms, length, candidates[matching])]
+        pos = np.union1d(pool, same)
+        order = pos[np.lexsort((candidates[pos], dist[i, pos], -score[i, pos]))]  # best key first
+        owners = keys.owners[candidates[order]]
+        rows, first = np.unique(owners, return_index=True)  # each record's best key
+        best = order[first]
+        out.append((rows, score[i, best], dist[i, best], np.isin(rows, keys.owners[candidates[same]])))
+    return out
+
+
+def key_arrays(ranker: Ranker, exact: tuple[np.ndarray, np.ndarray, np.ndarray], width: int) -> Arrays:
+    """The best key of each of the ``width`` best records by their keys' model scores, for
+    each question (``exact``: :func:`key_scores`): ``(scores, distances, rows, None)`` as
+    :func:`qaindex.search.pipeline.search_vectors` returns them, ``rows`` being the keys'
+    record rows (``-1`` where missing), best first."""
+    keys = ranker._keys
+    assert keys is not None
+    candidates, score, dist = exact
+    n = score.shape[0]
+    s_out = np.full((n, width), -np.inf, np.float32)
+    d_out = np.full((n, width), np.inf, np.float32)
+    r_out = np.full((n, width), -1, np.int64)
+    if not len(candidates):
+        return s_out, d_out, r_out, None
+    order = np.lexsort((np.broadcast_to(candidates, score.shape), dist, -score), axis=-1)
+    for i in range(n):
+        pick = _best_per_record(keys.owners[candidates], order[i], width)
+        s_out[i, : len(pick)], d_out[i, : len(pick)] = score[i, pick], dist[i, pick]
+        r_out[i, : len(pick)] = keys.owners[candidates[pick]]
+    return s_out, d_out, r_out, None
+
+
+def merge(
+    answers: Arrays, keys: Arrays, width: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
+    """The answers' and the keys' hits merged (module docstring): ``(scores, distances, rows,
+    probabilities, matched, columns)``, ``width`` columns, ``matched`` the :data:`MATCHED` code
+    of each and ``columns`` its column in the answers' or the keys' arrays (``-1`` where missing)."""
+    a_s, a_d, a_r, a_p = answers
+    k_s, k_d, k_r, k_p = keys
+    n = a_r.shape[0]
+    a_v = a_s.astype(np.float64) if a_p is None else np.asarray(a_p, np.float64)
+    k_v = k_s.astype(np.float64) if k_p is None or a_p is None else np.asarray(k_p, np.float64)
+    s = np.full((n, width), -np.inf, np.float32)
+    d = np.full((n, width), np.inf, np.float32)
+    r = np.full((n, width), -1, np.int64)
+    p = None if a_p is None else np.zeros((n, width), np.float64)
+    matched = np.zeros((n, width), np.int8)
+    columns = np.full((n, width), -1, np.int64)
+    for i in range(n):
+        a_rows = a_r[i].tolist()
+        k_rows = k_r[i].tolist()
+        ai = ki = out = 0
+        seen: set[int] = set()
+        while out < width:
+            a_ok = ai < len(a_rows) and a_rows[ai] >= 0
+            k_ok = ki < len(k_rows) and k_rows[ki] >= 0
+            if not a_ok and not k_ok:
+                break
+            take_key = k_ok and (not a_ok or k_v[i, ki] > a_v[i, ai])
+            src_s, src_d, src_p, j = (k_s, k_d, k_p, ki) if take_key else (a_s, a_d, a_p, ai)
+            row = k_rows[ki] if take_key else a_rows[ai]
+            if take_key:
+                ki += 1
+            else:
+                ai += 1
+            if row in seen:
+                continue
+            seen.add(row)
+            s[i, out], d[i, out], r[i, out], matched[i, out] = src_s[i, j], src_d[i, j], row, int(take_key)
+            columns[i, out] = j
+            if p is not None:
+                p[i, out] = 0.0 if src_p is None else src_p[i, j]
+            out += 1
+    return s, d, r, p, matched, columns
+
+
+def with_keys(
+    ranker: Ranker, found: Arrays, exact: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """A dense search's answers' arrays ``found`` merged with the keys' (:func:`merge`), as
+    wide as the answers', and the hits' key codes; unchanged (codes None: every hit an
+    answer's) for an index without keys. ``exact``: :func:`key_scores` of the questions (with
+    the filter's ``allowed``)."""
+    if exact is None:
+        return (*found, None)
+    width = found[2].shape[1]
+    s, d, r, p, matched, _ = merge(found, key_arrays(ranker, exact, width), width)
+    return s, d, r, p, matched
