@@ -39,7 +39,7 @@ import numpy as np
 
 from benchmarks.common import ROOT, result_path, write_atomic, write_results
 from benchmarks.pooled import BM25_STEMMED, load_corpora, model_label
-from benchmarks.pooled_eval import K, _questions_and_relevant, eval_bm25, pool_answers
+from benchmarks.pooled_eval import K, eval_bm25, pool_answers, questions_and_relevant
 from qaindex import Ranker
 from qaindex.model import DEFAULT_MODEL_DIR, Model
 from qaindex.ranker import Record
@@ -123,7 +123,7 @@ def measure(
 def run(corpora: Path, model_specs: Sequence[str], only: Sequence[str]) -> dict[str, Any]:
     """Measure every model on every corpus; returns the results-file content."""
     pools = load_corpora(corpora, only)
-    all_questions = {label: _questions_and_relevant(groups)[0] for label, groups in load_corpora(corpora).items()}
+    all_questions = {label: questions_and_relevant(groups)[0] for label, groups in load_corpora(corpora).items()}
     bm25 = eval_bm25(pools, stem=True)
     models = {f"built-in ({Model.read_manifest(DEFAULT_MODEL_DIR)['name']})": Path(DEFAULT_MODEL_DIR)}
     models.update(model_label(spec) for spec in model_specs)
@@ -133,7 +133,7 @@ def run(corpora: Path, model_specs: Sequence[str], only: Sequence[str]) -> dict[
         model = Model.load(path, threads=None)
         results[system] = {}
         for label, groups in pools.items():
-            questions, relevant = _questions_and_relevant(groups)
+            questions, relevant = questions_and_relevant(groups)
             source = OFFTOPIC_FROM.get(label)
             offtopic = all_questions.get(source, [])[:OFFTOPIC_MAX] if source else []
             row = measure(model, pool_answers(groups), questions, relevant, offtopic)
@@ -166,6 +166,9 @@ def run(corpora: Path, model_specs: Sequence[str], only: Sequence[str]) -> dict[
 
 
 def _cell(value: float, ok: bool) -> str:
+    """The figure, marked ✗ when it misses its target; "–" when there is nothing to measure."""
+    if value != value:  # NaN: no correct top hit, or no off-topic question
+        return "–"
     return f"{value:.3f}" + ("" if ok else " ✗")
 
 

@@ -1,0 +1,71 @@
+"""The trust benchmark (benchmarks/trust.py) on a tiny corpus: its figures against brute force."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks import trust
+from qaindex.model import Model
+
+
+def _corpus(folder: Path, answers: list[tuple[str, str]], questions: list[tuple[str, list[str]]]) -> None:
+    folder.mkdir(parents=True)
+    (folder / "answers.jsonl").write_text("".join(json.dumps({"id": i, "answer": a}) + "\n" for i, a in answers))
+    (folder / "questions.jsonl").write_text(
+        "".join(json.dumps({"question": q, "answers": ids}) + "\n" for q, ids in questions)
+    )
+    (folder / "meta.json").write_text("{}")
+
+
+def test_measure_agrees_with_the_searches_it_summarises(faq_model: Path) -> None:
+    pytest.importorskip("Stemmer")
+    from qaindex import Ranker
+    from qaindex.ranker import Record
+
+    model = Model.load(faq_model)
+    answers = ["Refunds are paid within 30 days.", "Reset your password from the sign-in page.", "Export notes as PDF."]
+    questions = ["refund days", "reset password", "export pdf"]
+    relevant = [np.array([0]), np.array([1]), np.array([2])]
+    got = trust.measure(model, answers, questions, relevant, ["what is the capital of france"])
+    ranker = Ranker.build([Record(str(i), a) for i, a in enumerate(answers)], model=model, hybrid=True)
+    hybrid = [ranker.search(q, k=trust.K, hybrid=True) for q in questions]
+    dense = [ranker.search(q, k=trust.K, hybrid=False) for q in questions]
+
+    def mrr(runs: list[list]) -> float:  # type: ignore[type-arg]
+        ranks = [
+            next((1 / (i + 1) for i, h in enumerate(hits) if h.row == rel[0]), 0.0)
+            for hits, rel in zip(runs, relevant, strict=True)
+        ]
+        return float(np.mean(ranks))
+
+    assert got["mrr_hybrid"] == pytest.approx(mrr(hybrid))
+    assert got["mrr_dense"] == pytest.approx(mrr(dense))
+    assert got["order_hybrid"] == 1.0 and got["top_hit_same_k1_k10"] == 1.0
+    correct = [h[0] for h, rel in zip(hybrid, relevant, strict=True) if h and h[0].row == rel[0]]
+    assert got["correct_top_hits"] == len(correct)
+    assert got["offtopic_questions"] == 1
+
+
+def test_run_and_table_mark_the_missed_targets(faq_model: Path, tmp_path: Path) -> None:
+    pytest.importorskip("Stemmer")
+    pytest.importorskip("bm25s")
+    _corpus(
+        tmp_path / "product-faq",
+        [("a", "Refunds are paid within 30 days."), ("b", "Reset your password from the sign-in page.")],
+        [("refund days", ["a"]), ("reset password", ["b"])],
+    )
+    _corpus(tmp_path / "wikiqa", [("w", "Paris is the capital of France.")], [("capital of france", ["w"])])
+    out = trust.run(tmp_path, [f"tiny={faq_model}"], ["product-faq"])
+    row = out["results"]["tiny"]["product-faq"]
+    assert row["offtopic_from"] == "wikiqa" and row["offtopic_questions"] == 1
+    assert row["fusion_loss"] == pytest.approx(max(row["mrr_dense"], row["mrr_bm25"]) - row["mrr_hybrid"])
+    table = trust.table_markdown(out)
+    line = next(s for s in table.splitlines() if s.startswith("| tiny | product-faq |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[5].endswith("✗") == (row["fusion_loss"] > trust.FUSION_LOSS_TARGET)
+    kept = "–" if np.isnan(row["kept"]) else f"{row['kept']:.3f}" + (" ✗" if row["kept"] < trust.KEPT_TARGET else "")
+    assert cells[8] == kept
