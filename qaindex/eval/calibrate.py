@@ -20,7 +20,7 @@ from ..arguments import flag
 from ..errors import ModelFormatError, QueryError
 from ..model import Model
 from ..ranker import Ranker
-from ..store.field_ranges import FUSED_SCORE_FIELDS
+from ..store.field_ranges import FUSED_SCORE, FUSED_SCORE_FIELDS
 from ..store.storage import read_json_object, write_json_atomic
 from ..text.lexical import tokenizer_available
 from .calibration import (
@@ -131,11 +131,15 @@ def _fused_score_fit(
 ) -> dict[str, Any] | None:
     """The hybrid score calibration of the fused value (:func:`hybrid_pairs`,
     :func:`~.calibration.fit_fused_score`) with its pairs and in-sample ECE; None when the top
-    hybrid hits are all relevant or all not (nothing to fit)."""
+    hybrid hits are all relevant or all not (nothing to fit), or when the fit diverged (a weight
+    outside :data:`~qaindex.store.field_ranges.FUSED_SCORE`, as on data a single feature
+    separates): hybrid hits then keep the model's probability capped by the hits above."""
     x, y = hybrid_pairs(model, groups, calibration, depth=depth, offtopic=offtopic)
     if not 0 < int(y.sum()) < len(y):
         return None
     weights = fit_fused_score(x, y)
+    if not all(FUSED_SCORE[k].holds(v) for k, v in zip(FUSED_SCORE_FIELDS, weights, strict=True)):
+        return None
     z = weights[0] + x @ np.asarray(weights[1:])
     return {
         "fused_score": {k: round(v, 6) for k, v in zip(FUSED_SCORE_FIELDS, weights, strict=True)},
