@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import filters
+from .exact import gathered_blocks
 from .fusion import CANDIDATE_FLOOR
 from .hits import MATCHED
 
@@ -50,7 +51,7 @@ __all__ = [
     "with_keys",
 ]
 
-_BLOCK = 1 << 22  # floats of key vectors per scorer call (16 MiB)
+_BLOCK_BYTES = 1 << 24  # key vectors gathered per scorer call (16 MiB)
 
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]
 
@@ -76,16 +77,12 @@ def _exact_key_scores(ranker: Ranker, qv: np.ndarray, rows: np.ndarray) -> tuple
     """The model's scores and distances of keys ``rows`` for each question: (n, len(rows))."""
     keys = ranker._keys
     assert keys is not None
-    n, dim = qv.shape
-    score = np.empty((n, len(rows)), np.float32)
-    dist = np.empty((n, len(rows)), np.float32)
-    block = max(1, _BLOCK // max(1, n * dim))
-    vectors = np.asarray(keys.vectors)
+    every = np.broadcast_to(rows, (len(qv), len(rows)))  # the same keys for every question
     q = np.ascontiguousarray(qv, dtype=np.float32)
-    for start in range(0, len(rows), block):
-        part = np.asarray(vectors[rows[start : start + block]], dtype=np.float32)
-        gathered = np.ascontiguousarray(np.broadcast_to(part, (n, *part.shape)))
-        score[:, start : start + len(part)], dist[:, start : start + len(part)] = ranker.model.score_checked(
+    score = np.empty(every.shape, np.float32)
+    dist = np.empty(every.shape, np.float32)
+    for c, gathered in gathered_blocks(np.asarray(keys.vectors), every, _BLOCK_BYTES):
+        score[:, c : c + gathered.shape[1]], dist[:, c : c + gathered.shape[1]] = ranker.model.score_checked(
             q, gathered
         )
     return score, dist
