@@ -226,18 +226,23 @@ def _statvfs(free_bytes: int, free_inodes: int) -> Callable[[Any], os.statvfs_re
     return lambda path: os.statvfs_result(fields)
 
 
-def test_out_of_inodes_is_not_reported_as_missing_bytes(
-    index: Path, faq_model: Path, faq_file: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    before = _tree(index)
+def _full_at_encoder_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Copying the model's encoder.onnx into a snapshot fails with ENOSPC; other copies work."""
     real_copy = shutil.copyfile
 
-    def no_inode(src: Any, dst: Any, **kwargs: Any) -> Any:
+    def full_copy(src: Any, dst: Any, **kwargs: Any) -> Any:
         if str(dst).endswith("encoder.onnx"):
             raise OSError(errno.ENOSPC, "No space left on device", str(dst))
         return real_copy(src, dst, **kwargs)
 
-    monkeypatch.setattr(shutil, "copyfile", no_inode)
+    monkeypatch.setattr(shutil, "copyfile", full_copy)
+
+
+def test_out_of_inodes_is_not_reported_as_missing_bytes(
+    index: Path, faq_model: Path, faq_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _tree(index)
+    _full_at_encoder_copy(monkeypatch)
     monkeypatch.setattr(os, "statvfs", _statvfs(free_bytes=int(81.7 * 2**20), free_inodes=0))
     with pytest.raises(DiskFullError) as err:
         Ranker.build(faq_file, model=faq_model).save(index, overwrite=True)
@@ -297,14 +302,7 @@ def test_a_failed_first_build_on_a_full_disk_leaves_no_lock_and_no_folder(
     faq_model: Path, faq_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _full_pid_write(monkeypatch)
-    real_copy = shutil.copyfile
-
-    def full_copy(src: Any, dst: Any, **kwargs: Any) -> Any:
-        if str(dst).endswith("encoder.onnx"):
-            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
-        return real_copy(src, dst, **kwargs)
-
-    monkeypatch.setattr(shutil, "copyfile", full_copy)
+    _full_at_encoder_copy(monkeypatch)
     target = tmp_path / "new" / "ix"
     res = CliRunner().invoke(main, ["build", str(faq_file), "--model", str(faq_model), "--index", str(target)])
     assert res.exit_code == 1
