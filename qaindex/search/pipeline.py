@@ -190,9 +190,10 @@ def search_batch(
             overfetch=ranker.overfetch, space=ranker.model.space,
         )  # fmt: skip
         allowed = keys.allowed_records(ranker, flt) if ranker._keys is not None else None
+        every = keys.key_scores(ranker, qv, allowed)  # the stored questions' scores, all questions at once
         out = []
         for i, (s, d, r) in enumerate(found):  # each merged with its stored questions' hits (qaindex.search.keys)
-            exact = keys.key_scores(ranker, qv[i : i + 1], allowed)
+            exact = None if every is None else (every[0], every[1][i : i + 1], every[2][i : i + 1])
             merged = keys.with_keys(ranker, (s[None], d[None], r[None], None), exact)
             out.append(cut(hits(*merged)[0], k, min_score))
     else:
