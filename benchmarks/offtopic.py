@@ -2,8 +2,8 @@
 after fitting with off-topic negatives.
 
 For the built-in model (or ``--model``) and each corpus — the example FAQ
-(``examples/faq.jsonl``: its answers, and its stored questions, which no model or calibration
-was fitted on), ``product-faq`` and ``aws-docs`` from ``--evaldata`` — every answerable
+(``examples/faq-test.jsonl``: the example FAQ's answers with held-out questions, which no
+model or calibration was fitted on), ``product-faq`` and ``aws-docs`` from ``--evaldata`` — every answerable
 question and every **held-out** built-in off-topic question (``qaindex/eval/data/offtopic.jsonl``,
 split ``held-out``: never fitted on) is searched in the whole corpus (flat index, k = 10),
 dense and hybrid. Per threshold ``t`` on the best hit's ``score``:
@@ -80,7 +80,7 @@ def offtopic_collected(model: Model, pools: dict[str, Any], names: Any, collect:
 def corpus(name: str, evaldata: Path) -> tuple[list[dict[str, Any]], list[str], list[set[str]]]:
     """Records, answerable questions and their relevant answer ids of one corpus."""
     if name == FAQ:
-        recs = read_corpus(ROOT / "examples" / "faq.jsonl")
+        recs = read_corpus(ROOT / "examples" / "faq-test.jsonl")  # held-out questions: never fitted on
         return (
             [{"id": r.id, "answer": r.answer} for r in recs],
             [q for r in recs for q in r.questions],
@@ -103,6 +103,7 @@ def variant(model_dir: Path, before: bool) -> Model:
         model.calibration = Calibration.from_manifest(dict(BEFORE["calibration"]))
         fusion = copy.deepcopy(model.manifest.get("fusion") or {"rule": "adaptive"})
         fusion["score"] = dict(BEFORE["fusion_score"])
+        fusion.pop("fused_score", None)  # the fused-value calibration came later: it would take precedence
         model.manifest["fusion"] = fusion
     return model
 

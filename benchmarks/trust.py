@@ -18,6 +18,13 @@ For each model (the built-in default and every ``--model``) and each corpus buil
   off-topic questions refused (top hit below it; target >= 0.90). The off-topic questions of
   a corpus are questions of another corpus on another subject (:data:`OFFTOPIC_FROM`, at
   most :data:`OFFTOPIC_MAX`), never the built-in off-topic set calibration fits on.
+- **what any threshold could do**: how well the top-hit ``score`` separates the correct top
+  hits from the off-topic questions' top hits (AUC: the chance that a correct top hit scores
+  above an off-topic one), and the share of correct top hits the best threshold for this
+  corpus would keep while refusing :data:`REFUSED_TARGET` of the off-topic questions. Where
+  that share is below :data:`KEPT_TARGET`, no calibration can meet both targets on the
+  corpus: the model's scores do not tell its answers from off-topic ones (a model miss, not a
+  calibration miss).
 
 Usage::
 
@@ -85,6 +92,25 @@ def _non_increasing(hits: Sequence[Any]) -> bool:
     return all(a >= b for a, b in itertools.pairwise(scores))
 
 
+def separation(correct: Sequence[float], offtopic: Sequence[float]) -> tuple[float, float]:
+    """``(AUC, best kept)`` of top-hit scores: the chance that a correct top hit scores above an
+    off-topic one (ties count half), and the largest share of correct top hits a threshold
+    keeps (``score >= t``) while refusing at least :data:`REFUSED_TARGET` of the off-topic
+    questions (``score < t``).
+
+    Example
+    -------
+    >>> separation([0.9, 0.5, 0.2], [0.1, 0.3, 0.05, 0.4, 0.0, 0.1, 0.2, 0.1, 0.15, 0.25])
+    (0.8833333333333334, 0.6666666666666666)
+    """
+    c, o = np.asarray(correct, dtype=np.float64), np.sort(np.asarray(offtopic, dtype=np.float64))
+    if not c.size or not o.size:
+        return float("nan"), float("nan")
+    auc = float(np.mean(c[:, None] > o[None, :]) + 0.5 * np.mean(c[:, None] == o[None, :]))
+    must_refuse = int(np.ceil(REFUSED_TARGET * o.size - 1e-9))  # the smallest t refusing them is just above o[m-1]
+    return auc, float(np.mean(c > o[must_refuse - 1])) if must_refuse else 1.0
+
+
 def measure(
     model: Model, answers: list[str], questions: list[str], relevant: list[np.ndarray], offtopic: list[str]
 ) -> dict[str, Any]:
@@ -100,6 +126,7 @@ def measure(
     correct_top = [
         hits[0] for hits, rel in zip(hybrid, relevant, strict=True) if hits and hits[0].row in set(rel.tolist())
     ]
+    auc, best_kept = separation([h.score for h in correct_top], [hits[0].score if hits else 0.0 for hits in off])
     return {
         "mrr_dense": _mrr(ranked_dense, relevant),
         "mrr_hybrid": _mrr(ranked_hybrid, relevant),
@@ -117,6 +144,8 @@ def measure(
         "kept": float(np.mean([h.score >= THRESHOLD for h in correct_top])) if correct_top else float("nan"),
         "offtopic_questions": len(offtopic),
         "refused": float(np.mean([not hits or hits[0].score < THRESHOLD for hits in off])) if off else float("nan"),
+        "auc": auc,
+        "best_kept": best_kept,
     }
 
 
@@ -177,8 +206,9 @@ def table_markdown(out: dict[str, Any]) -> str:
     t = out["targets"]
     lines = [
         f"| model | corpus | hybrid | dense | bm25s | fusion loss (≤ {t['fusion_loss']}) | order = score | "
-        f"top hit k=1 = k=10 | kept at {out['threshold']} (≥ {t['kept']}) | off-topic refused (≥ {t['refused']}) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"top hit k=1 = k=10 | kept at {out['threshold']} (≥ {t['kept']}) | off-topic refused (≥ {t['refused']}) | "
+        f"AUC | best kept at {t['refused']} refused |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for system, rows in out["results"].items():
         for label, r in rows.items():
@@ -187,7 +217,9 @@ def table_markdown(out: dict[str, Any]) -> str:
                 f"{_cell(r['fusion_loss'], r['fusion_loss'] <= t['fusion_loss'])} | "
                 f"{_cell(r['order_hybrid'], r['order_hybrid'] >= 1.0)} | "
                 f"{_cell(r['top_hit_same_k1_k10'], r['top_hit_same_k1_k10'] >= 1.0)} | "
-                f"{_cell(r['kept'], r['kept'] >= t['kept'])} | {_cell(r['refused'], r['refused'] >= t['refused'])} |"
+                f"{_cell(r['kept'], r['kept'] >= t['kept'])} | {_cell(r['refused'], r['refused'] >= t['refused'])} | "
+                f"{_cell(r.get('auc', float('nan')), True)} | "
+                f"{_cell(r.get('best_kept', float('nan')), r.get('best_kept', 1.0) >= t['kept'])} |"
             )
     return "\n".join(lines) + "\n"
 

@@ -644,14 +644,14 @@ attribution to its authors under its licence, as listed in `docs/default-model.m
 `python -m tools.teacher_embeddings --corpus DIR`, then `python -m tools.build_default_model --corpus DIR`
 (it installs the model only if it beats the current default; see its docstring for the rule).
 
-**Scores.** `score` is calibrated without labels and without research data: pseudo-questions
-cut from the answers of `examples/faq.jsonl` (written for this project), judged by all-MiniLM-L6-v2,
-and the `fit` split of the built-in off-topic questions (`qaindex/eval/data/offtopic.jsonl`, written
-for this project, Apache-2.0) as not relevant; the hybrid score calibration is fitted with the fusion
-on half A of its fit pools and the same off-topic questions. Rerun after replacing the model:
-`qaindex calibrate qaindex/models/default examples/faq.jsonl --teacher minilm`, then
-`python -m benchmarks.hybrid --evaldata DIR --traindata DIR --fit`; measured by
-`python -m benchmarks.offtopic --evaldata DIR` (docs/scores.md).
+**Scores.** `score` is calibrated without research data: on the labelled questions of the
+example FAQ (`qaindex/eval/data/faq.jsonl`, a copy of `examples/faq.jsonl`, written for this
+project) and the `fit` split of the built-in off-topic questions (`qaindex/eval/data/offtopic.jsonl`,
+written for this project, Apache-2.0) as not relevant; hybrid hits are calibrated on their fused
+value, on the same questions. Rerun after replacing the model:
+`qaindex calibrate qaindex/models/default qaindex/eval/data/faq.jsonl --hybrid-score`; measured by
+`python -m benchmarks.offtopic --evaldata DIR` and `python -m benchmarks.trust --corpora DIR`
+(docs/scores.md, docs/trust-table.md).
 
 **Benchmark** (whole-corpus MRR@10, every answer of the corpus indexed plus {len(JUNK_ANSWERS)} junk answers,
 all systems in the same run; WikiQA and TrecQA are research-only and used for evaluation only):

@@ -69,3 +69,17 @@ def test_run_and_table_mark_the_missed_targets(faq_model: Path, tmp_path: Path) 
     assert cells[5].endswith("✗") == (row["fusion_loss"] > trust.FUSION_LOSS_TARGET)
     kept = "–" if np.isnan(row["kept"]) else f"{row['kept']:.3f}" + (" ✗" if row["kept"] < trust.KEPT_TARGET else "")
     assert cells[8] == kept
+
+
+def test_separation_against_brute_force() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        correct = rng.integers(0, 20, size=rng.integers(1, 15)) / 20
+        off = rng.integers(0, 20, size=rng.integers(1, 25)) / 20
+        auc, best = trust.separation(correct.tolist(), off.tolist())
+        pairs = [(c > o) + 0.5 * (c == o) for c in correct for o in off]
+        assert auc == pytest.approx(np.mean(pairs))
+        # every threshold that refuses at least REFUSED_TARGET of the off-topic questions
+        cands = [t for t in [*correct, *off, 2.0] if np.mean(off < t) >= trust.REFUSED_TARGET]
+        assert best == pytest.approx(max(np.mean(correct >= t) for t in cands))
+    assert np.isnan(trust.separation([], [0.1])[0])

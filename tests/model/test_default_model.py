@@ -72,9 +72,14 @@ def test_golden_top_hits(faq_ranker: Ranker) -> None:
 
 
 def test_default_model_is_calibrated_on_permissive_data_only() -> None:
-    calibration = Model.load().manifest["calibration"]
-    assert calibration["method"] == "platt" and calibration["labels"].startswith("teacher: all-MiniLM-L6-v2")
-    assert calibration["data"] == "faq.jsonl"  # the answers of examples/faq.jsonl, written for this project
+    manifest = Model.load().manifest
+    calibration = manifest["calibration"]
+    # the labelled questions of examples/faq.jsonl and the built-in off-topic questions: written for this project
+    assert calibration["method"] == "platt" and calibration["labels"] == "labelled"
+    assert calibration["data"].startswith("examples/faq.jsonl")
+    assert calibration["offtopic"]["data"] == "built-in off-topic questions (fit split)"
+    # hybrid hits are calibrated on their fused value, fitted on the same data
+    assert manifest["fusion"]["fused_score"] == calibration["hybrid"]["fused_score"]
     assert Model.load().calibration.calibrated
 
 
