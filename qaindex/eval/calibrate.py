@@ -33,7 +33,26 @@ from .calibration import (
     labelled_pool,
 )
 
-__all__ = ["calibrate_model", "hybrid_pairs", "measure"]
+__all__ = ["OFFTOPIC_SHARE", "calibrate_model", "hybrid_pairs", "measure", "offtopic_weight"]
+
+# The share of the questions asked that the calibration assumes are off-topic: the off-topic
+# questions' pairs are weighted so that they count as this share of the questions, whatever
+# the number of labelled and off-topic questions at hand.
+OFFTOPIC_SHARE = 0.25
+
+
+def offtopic_weight(answerable: int, offtopic: int, share: float = OFFTOPIC_SHARE) -> float:
+    """The fit weight of each off-topic question's pairs, so that the ``offtopic`` questions
+    count as ``share`` of all the questions::
+
+        w = share / (1 - share) * answerable / offtopic
+
+    Example
+    -------
+    >>> offtopic_weight(300, 100)
+    1.0
+    """
+    return share / (1.0 - share) * answerable / max(offtopic, 1)
 
 
 def measure(
@@ -69,15 +88,25 @@ def measure(
     >>> y.tolist()
     [1, 0, 0, 0]
     """
+    raw, best, y, _ = _measure_weighted(model, groups, depth=depth, hybrid=hybrid, offtopic=offtopic)
+    return raw, best, y
+
+
+def _measure_weighted(
+    model: Any, groups: Sequence[Any], *, depth: int, hybrid: bool = False, offtopic: Sequence[str] = ()
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`measure` with each pair's fit weight: 1, and :func:`offtopic_weight` for the
+    off-topic questions' pairs."""
     records, questions, relevant = labelled_pool(groups)
     if not questions:
         raise QueryError("the calibration data has no question with a relevant answer")
     ranker = Ranker.build(records, model=model, index_kind="flat", hybrid=hybrid)
     raw, best, y = calibration_pairs(ranker, questions, relevant, depth=depth, hybrid=hybrid)
     if not offtopic:
-        return raw, best, y
+        return raw, best, y, np.ones(len(y))
     o_raw, o_best, o_y = calibration_pairs(ranker, list(offtopic), [set()] * len(offtopic), depth=depth, hybrid=hybrid)
-    return np.concatenate([raw, o_raw]), np.concatenate([best, o_best]), np.concatenate([y, o_y])
+    weights = np.concatenate([np.ones(len(y)), np.full(len(o_y), offtopic_weight(len(questions), len(offtopic)))])
+    return np.concatenate([raw, o_raw]), np.concatenate([best, o_best]), np.concatenate([y, o_y]), weights
 
 
 def hybrid_pairs(
@@ -87,10 +116,11 @@ def hybrid_pairs(
     *,
     depth: int = DEFAULT_DEPTH,
     offtopic: Sequence[str] = (),
-) -> tuple[np.ndarray, np.ndarray]:
-    """Features and labels of the top ``depth`` hybrid hits of labelled question groups (each
-    question searched against every distinct answer of the groups, as :func:`measure`), then
-    of the ``offtopic`` questions (all 0), for :func:`~.calibration.fit_fused_score`.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Features, labels and fit weights of the top ``depth`` hybrid hits of labelled question
+    groups (each question searched against every distinct answer of the groups, as
+    :func:`measure`), then of the ``offtopic`` questions (all 0, weighted by
+    :func:`offtopic_weight`), for :func:`~.calibration.fit_fused_score`.
 
     The features of a hit are its fused value, the logit of ``calibration``'s probability of
     its question's best model score (the top of a dense search of the same index) and the
@@ -101,6 +131,7 @@ def hybrid_pairs(
     -------
     features : numpy.ndarray (n, 3)
     labels : numpy.ndarray (n,)
+    weights : numpy.ndarray (n,)
     """
     records, questions, relevant = labelled_pool(groups)
     ranker = Ranker.build(records, model=model, index_kind="flat", hybrid=True)
@@ -112,7 +143,9 @@ def hybrid_pairs(
     tops = ranker.search_batch(asked, 1, rerank=False, hybrid=False)
     feats: list[list[float]] = []
     labels: list[int] = []
-    for question, found, top, rows in zip(asked, hits, tops, good, strict=True):
+    weights: list[float] = []
+    w_off = offtopic_weight(len(questions), len(offtopic))
+    for i, (question, found, top, rows) in enumerate(zip(asked, hits, tops, good, strict=True)):
         if not found:
             continue
         p = float(np.clip(calibration(top[0].raw_score), 1e-6, 1 - 1e-6))
@@ -123,7 +156,8 @@ def hybrid_pairs(
             assert h.explanation is not None and h.explanation.fused is not None
             feats.append([h.explanation.fused, float(np.log(p / (1 - p))), match])
             labels.append(int(h.row in rows))
-    return np.asarray(feats, np.float64).reshape(-1, 3), np.asarray(labels, np.int64)
+            weights.append(1.0 if i < len(questions) else w_off)
+    return np.asarray(feats, np.float64).reshape(-1, 3), np.asarray(labels, np.int64), np.asarray(weights)
 
 
 def _fused_score_fit(
@@ -134,10 +168,10 @@ def _fused_score_fit(
     hybrid hits are all relevant or all not (nothing to fit), or when the fit diverged (a weight
     outside :data:`~qaindex.store.field_ranges.FUSED_SCORE`, as on data a single feature
     separates): hybrid hits then keep the model's probability capped by the hits above."""
-    x, y = hybrid_pairs(model, groups, calibration, depth=depth, offtopic=offtopic)
+    x, y, sw = hybrid_pairs(model, groups, calibration, depth=depth, offtopic=offtopic)
     if not 0 < int(y.sum()) < len(y):
         return None
-    weights = fit_fused_score(x, y)
+    weights = fit_fused_score(x, y, sw)
     if not all(FUSED_SCORE[k].holds(v) for k, v in zip(FUSED_SCORE_FIELDS, weights, strict=True)):
         return None
     z = weights[0] + x @ np.asarray(weights[1:])
@@ -185,7 +219,8 @@ def calibrate_model(
     offtopic : list of str
         Questions the answers do not answer: their top ``depth`` hits join the fitting data
         as not relevant, so that the best hit of an off-topic question scores low
-        (:mod:`qaindex.eval.offtopic`). Empty: answerable questions only (as before).
+        (:mod:`qaindex.eval.offtopic`), weighted to count as :data:`OFFTOPIC_SHARE` of the
+        questions (:func:`offtopic_weight`). Empty: answerable questions only.
     offtopic_source : str
         Provenance of ``offtopic`` stored with the calibration.
     hybrid : bool
@@ -202,8 +237,8 @@ def calibrate_model(
     """
     directory = Path(model_dir)
     model = Model.load(directory)
-    raw, best, y = measure(model, groups, depth=depth, offtopic=offtopic)
-    fitted = fit(raw, y, method=method, best=best)
+    raw, best, y, sw = _measure_weighted(model, groups, depth=depth, offtopic=offtopic)
+    fitted = fit(raw, y, method=method, best=best, weights=sw)
     info: dict[str, Any] = {
         "data": source,
         "labels": labels,
@@ -214,7 +249,7 @@ def calibrate_model(
         "ece": expected_calibration_error(fitted(raw, best), y),
     }
     if offtopic:
-        info["offtopic"] = {"data": offtopic_source, "questions": len(offtopic)}
+        info["offtopic"] = {"data": offtopic_source, "questions": len(offtopic), "share": OFFTOPIC_SHARE}
     if flag(hybrid, "hybrid") and tokenizer_available(strict=True):
         fused = _fused_score_fit(model, groups, fitted, depth=depth, offtopic=offtopic)
         if fused is not None:

@@ -211,6 +211,7 @@ def fit(
     *,
     method: str = "platt",
     best: Sequence[float] | np.ndarray | None = None,
+    weights: Sequence[float] | np.ndarray | None = None,
 ) -> Calibration:
     """Fit a calibration of raw scores to 0/1 relevance labels.
 
@@ -224,6 +225,9 @@ def fit(
     best : array (n,), optional
         The best raw score of each pair's search (Platt's second feature ``raw - best``);
         None fits plain Platt scaling (``c`` = 0).
+    weights : array (n,), optional
+        Positive weight of each pair (default 1): how much it counts in the fit, e.g. off-topic
+        questions weighted to a chosen share of the questions (:mod:`.calibrate`).
 
     Returns
     -------
@@ -241,16 +245,29 @@ def fit(
     positives = int(y.sum())
     if positives == 0 or positives == len(y):
         raise QueryError(f"calibration needs both relevant and irrelevant pairs; got {positives} relevant of {len(y)}")
+    sw = _check_weights(weights, len(r))
     if method == "isotonic":
-        return _fit_isotonic(r, y)
+        return _fit_isotonic(r, y, sw)
     gap = None if best is None else np.minimum(r - np.asarray(best, dtype=np.float64).ravel(), 0.0)
     if gap is not None and (gap.shape != r.shape or not np.isfinite(gap).all()):
         raise QueryError("best must hold one finite score per pair")
-    return _fit_platt(r, y, gap)
+    return _fit_platt(r, y, gap, sw)
 
 
-def _logistic(features: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Logistic regression weights (Newton's method) of targets ``t`` on standardised ``features``."""
+def _check_weights(weights: Any, n: int) -> np.ndarray:
+    """Per-pair fit weights: ones by default; else ``n`` finite positive numbers."""
+    if weights is None:
+        return np.ones(n)
+    w = np.asarray(weights, dtype=np.float64).ravel()
+    if w.shape != (n,) or not np.isfinite(w).all() or not (w > 0).all():
+        raise QueryError(f"calibration weights must be {n} finite positive numbers, one per pair")
+    return w
+
+
+def _logistic(features: np.ndarray, t: np.ndarray, sample_weight: np.ndarray | None = None) -> np.ndarray:
+    """Logistic regression weights (Newton's method) of targets ``t`` on standardised
+    ``features``, each row counting ``sample_weight`` times (default once)."""
+    sw = np.ones(len(t)) if sample_weight is None else sample_weight
     mean = features.mean(axis=0)
     scale = features.std(axis=0)
     scale[scale == 0] = 1.0
@@ -258,8 +275,8 @@ def _logistic(features: np.ndarray, t: np.ndarray) -> np.ndarray:
     w = np.zeros(x.shape[1])
     for _ in range(100):
         p = 1 / (1 + np.exp(-(x @ w)))
-        grad = x.T @ (p - t)
-        hess = x.T @ (x * (p * (1 - p))[:, None]) + 1e-9 * np.eye(len(w))
+        grad = x.T @ (sw * (p - t))
+        hess = x.T @ (x * (sw * p * (1 - p))[:, None]) + 1e-9 * np.eye(len(w))
         step = np.linalg.solve(hess, grad)
         w -= step
         if np.abs(step).max() < 1e-10:
@@ -268,28 +285,30 @@ def _logistic(features: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.append(coef, w[-1] - float(coef @ mean))
 
 
-def _fit_platt(r: np.ndarray, y: np.ndarray, gap: np.ndarray | None) -> Calibration:
-    """Logistic regression of y on r (and ``raw - best``), with Platt's smoothed targets."""
-    pos = y.sum()
-    neg = len(y) - pos
+def _fit_platt(r: np.ndarray, y: np.ndarray, gap: np.ndarray | None, sw: np.ndarray) -> Calibration:
+    """Logistic regression of y on r (and ``raw - best``), with Platt's smoothed targets
+    (counts weighted by ``sw``)."""
+    pos = float(sw[y > 0].sum())
+    neg = float(sw[y == 0].sum())
     t = np.where(y > 0, (pos + 1) / (pos + 2), 1 / (neg + 2))
     a = c = -1.0
     b = 0.0
     if gap is not None and np.ptp(gap) > 0:
-        a, c, b = _logistic(np.stack([r, gap], axis=1), t)
+        a, c, b = _logistic(np.stack([r, gap], axis=1), t, sw)
     if a < 0 or c < 0:  # no second feature, or one against the ranking: plain Platt scaling
-        (a, b), c = _logistic(r[:, None], t), 0.0
+        (a, b), c = _logistic(r[:, None], t, sw), 0.0
     if not a > 0:  # a score that does not rank relevant answers higher cannot be calibrated upwards
         a, c, b = 1e-6, 0.0, float(math.log(pos / neg))
     return Calibration("platt", a=float(a), b=float(b), c=float(c))
 
 
-def fit_fused_score(features: Any, labels: Any) -> tuple[float, float, float, float]:
+def fit_fused_score(features: Any, labels: Any, weights: Any = None) -> tuple[float, float, float, float]:
     """The hybrid score calibration of the fused value (``fused_score``,
     :func:`qaindex.search.scoring.fused_probability`): logistic regression of 0/1 ``labels`` on
     ``features`` (n, 3): each hit's fused value, the calibrated logit of its question's best
-    model score, the question's BM25 match. The fused value's weight is kept >= 0 (a fit
-    against the order refits without it), so the score falls with the fused order.
+    model score, the question's BM25 match, each row counting ``weights`` times (default
+    once). The fused value's weight is kept >= 0 (a fit against the order refits without
+    it), so the score falls with the fused order.
 
     Returns
     -------
@@ -310,23 +329,25 @@ def fit_fused_score(features: Any, labels: Any) -> tuple[float, float, float, fl
     positives = int(y.sum())
     if not np.isin(y, (0.0, 1.0)).all() or positives in (0, len(y)):
         raise QueryError(f"the fused score fit needs 0/1 labels, both present; got {positives} relevant of {len(y)}")
-    w = _logistic(x, y)  # the weights of (fused, top, match), then the bias
+    sw = _check_weights(weights, len(y))
+    w = _logistic(x, y, sw)  # the weights of (fused, top, match), then the bias
     if w[0] < 0:
-        w = np.concatenate([[0.0], _logistic(x[:, 1:], y)])
+        w = np.concatenate([[0.0], _logistic(x[:, 1:], y, sw)])
     return float(w[3]), float(w[0]), float(w[1]), float(w[2])
 
 
-def _fit_isotonic(r: np.ndarray, y: np.ndarray) -> Calibration:
-    """Pool adjacent violators on the scores sorted ascending; one point per block (at its mean score)."""
+def _fit_isotonic(r: np.ndarray, y: np.ndarray, sw: np.ndarray) -> Calibration:
+    """Pool adjacent violators on the scores sorted ascending, pairs weighted by ``sw``; one
+    point per block (at its weighted mean score)."""
     order = np.argsort(r, kind="stable")
-    xs, ys = r[order], y[order]
+    xs, ys, ws = r[order], y[order], sw[order]
     sums: list[float] = []
     counts: list[float] = []
     xsum: list[float] = []
-    for xv, yv in zip(xs.tolist(), ys.tolist(), strict=True):
-        sums.append(yv)
-        counts.append(1.0)
-        xsum.append(xv)
+    for xv, yv, wv in zip(xs.tolist(), ys.tolist(), ws.tolist(), strict=True):
+        sums.append(yv * wv)
+        counts.append(wv)
+        xsum.append(xv * wv)
         while len(sums) > 1 and sums[-2] / counts[-2] >= sums[-1] / counts[-1]:
             s, c, xx = sums.pop(), counts.pop(), xsum.pop()
             sums[-1] += s

@@ -251,3 +251,35 @@ def test_cli_calibrate_writes_the_manifest_and_reports_ece(planted_model: Path, 
     assert "scores:     calibrated (isotonic on dev.jsonl, labelled" in info.output
     missing = CliRunner().invoke(main, ["calibrate", str(model_dir), str(tmp_path / "nope.jsonl")])
     assert missing.exit_code == 2 and "does not exist" in missing.output
+
+
+@pytest.mark.parametrize("method", ["platt", "isotonic"])
+def test_a_pair_weighted_twice_fits_like_the_pair_repeated(method: str) -> None:
+    rng = np.random.default_rng(5)
+    raw = rng.normal(size=200)
+    y = (raw + rng.normal(size=200) > 0.5).astype(int)
+    best = raw + np.abs(rng.normal(size=200))
+    w = np.where(np.arange(200) % 3 == 0, 2.0, 1.0)
+    repeat = np.repeat(np.arange(200), w.astype(int))
+    weighted = fit(raw, y, method=method, best=best, weights=w)
+    repeated = fit(raw[repeat], y[repeat], method=method, best=best[repeat])
+    grid = np.linspace(-3, 3, 25)
+    np.testing.assert_allclose(weighted(grid, grid + 0.5), repeated(grid, grid + 0.5), atol=1e-6)
+    with pytest.raises(QueryError, match="calibration weights must be 200 finite positive numbers, one per pair"):
+        fit(raw, y, method=method, weights=np.zeros(200))
+
+
+def test_fused_score_weights_and_offtopic_share() -> None:
+    from qaindex.eval.calibrate import OFFTOPIC_SHARE, offtopic_weight
+    from qaindex.eval.calibration import fit_fused_score
+
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(300, 3))
+    y = (x @ np.array([1.5, 0.5, 1.0]) + rng.normal(size=300) > 0).astype(int)
+    w = np.where(np.arange(300) < 100, 3.0, 1.0)
+    repeat = np.repeat(np.arange(300), w.astype(int))
+    np.testing.assert_allclose(fit_fused_score(x, y, w), fit_fused_score(x[repeat], y[repeat]), atol=1e-6)
+    # the off-topic questions count as OFFTOPIC_SHARE of all the questions, whatever their number
+    for answerable, off in [(732, 114), (40, 190), (5, 5)]:
+        weight = offtopic_weight(answerable, off)
+        assert weight * off / (weight * off + answerable) == pytest.approx(OFFTOPIC_SHARE)
