@@ -59,10 +59,10 @@ from benchmarks.common import ROOT, write_results
 from benchmarks.readme_markers import replace_section
 from qaindex.corpus import read_json_lines
 from qaindex.eval.calibrate import measure as calibration_measure
-from qaindex.eval.calibration import expected_calibration_error
 from qaindex.eval.datasets import Candidate, QuestionGroup, read_labelled
 from qaindex.eval.evaluate import evaluate_pooled
 from qaindex.model import DEFAULT_MODEL_DIR, Model
+from qaindex.search.calibration import expected_calibration_error
 
 RESULTS = ROOT / "benchmarks" / "results" / "adaptation.json"
 DOC = ROOT / "docs" / "adaptation.md"

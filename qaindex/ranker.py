@@ -2,7 +2,7 @@
 
 It checks arguments, holds the state and the locks, and delegates: searches to
 :mod:`qaindex.search.pipeline`, builds to :mod:`qaindex.build.encoding`, the index directory
-to :mod:`qaindex.store.index_format` and :mod:`qaindex.store.saving`, recall to :mod:`qaindex.eval.recall`.
+to :mod:`qaindex.store.index_format` and :mod:`qaindex.store.saving`, recall to :mod:`qaindex.search.recall`.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from .build.updates import row_of
 from .corpus import Record
 from .devices import check_device
 from .errors import QueryError
-from .eval.recall import measure_recall
 from .model import Model
 from .reranker import Reranker
 from .search import pipeline
 from .search.fusion import Fusion, with_dense_ratio
 from .search.hits import Hit, make_hits
 from .search.pipeline import Where
+from .search.recall import measure_recall
 from .store.concurrency import ReadWriteLock, reading, writing
 from .store.index_format import (
     INDEX_FORMAT,
@@ -533,7 +533,7 @@ class Ranker:
     ) -> dict[str, Any]:
         """Recall@k of the coarse stage and of the full pipeline against exact search.
 
-        See :func:`qaindex.eval.recall.measure_recall` (the ground truth: a brute-force float64
+        See :func:`qaindex.search.recall.measure_recall` (the ground truth: a brute-force float64
         ranking of every stored answer, the coarse index brought up to date first). Returns
         ``{"k", "queries", "candidates", "coarse_recall", "recall", "source"}``.
 

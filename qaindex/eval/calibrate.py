@@ -20,10 +20,7 @@ from ..arguments import flag
 from ..errors import ModelFormatError, QueryError
 from ..model import Model
 from ..ranker import Ranker
-from ..store.field_ranges import FUSED_SCORE, FUSED_SCORE_FIELDS
-from ..store.storage import read_json_object, write_json_atomic
-from ..text.lexical import tokenizer_available
-from .calibration import (
+from ..search.calibration import (
     DEFAULT_DEPTH,
     Calibration,
     calibration_pairs,
@@ -32,6 +29,9 @@ from .calibration import (
     fit_fused_score,
     labelled_pool,
 )
+from ..store.field_ranges import FUSED_SCORE, FUSED_SCORE_FIELDS
+from ..store.storage import read_json_object, write_json_atomic
+from ..text.lexical import tokenizer_available
 
 __all__ = ["calibrate_model", "hybrid_pairs", "measure"]
 

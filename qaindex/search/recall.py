@@ -19,9 +19,9 @@ import numpy as np
 
 from ..arguments import MAX_INT64, positive_int
 from ..errors import QueryError
-from ..search import budget
-from ..search.pipeline import candidate_rows, check_k, check_questions, search_vectors
 from ..vector_index import exact_search
+from . import budget
+from .pipeline import candidate_rows, check_k, check_questions, search_vectors
 
 if TYPE_CHECKING:
     from ..ranker import Ranker
