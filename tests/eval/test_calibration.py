@@ -13,10 +13,10 @@ from helpers.onnx_models import make_model
 
 from qaindex import ModelFormatError, QueryError, Ranker
 from qaindex.cli import main
-from qaindex.eval.calibrate import calibrate_model, measure
+from qaindex.eval.calibrate import calibrate_model, expected_calibration_error, fit, measure, reliability_bins
 from qaindex.eval.datasets import Candidate, QuestionGroup
 from qaindex.model import Model
-from qaindex.search.calibration import Calibration, expected_calibration_error, fit, reliability_bins
+from qaindex.search.calibration import Calibration
 
 
 def _planted(n: int, seed: int, topics: int = 30, candidates: int = 8) -> list[QuestionGroup]:

@@ -14,10 +14,9 @@ from test_calibration import _planted, planted_model  # noqa: F401  (the fixture
 
 from qaindex import CorpusError, Ranker
 from qaindex.cli import main
-from qaindex.eval.calibrate import calibrate_model, measure
+from qaindex.eval.calibrate import calibrate_model, expected_calibration_error, measure
 from qaindex.eval.offtopic import BUILTIN_OFFTOPIC, read_offtopic
 from qaindex.model import Model
-from qaindex.search.calibration import expected_calibration_error
 
 
 def _offtopic(n: int, seed: int) -> list[str]:
