@@ -392,7 +392,7 @@ def hybrid_pairs(
     """
     records, questions, relevant = labelled_pool(groups)
     ranker = Ranker.build(records, model=model, index_kind="flat", hybrid=True)
-    lexical = ranker._lexical
+    lexical = ranker.state().lexical
     assert lexical is not None
     asked = [*questions, *offtopic]
     good = [*relevant, *([set()] * len(offtopic))]
