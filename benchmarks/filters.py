@@ -76,9 +76,10 @@ def _timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[float, fl
 
 def _plan(ranker: Ranker, qv: np.ndarray, flt: filters.Filter) -> list[Any]:
     """The filtered search alone, as Ranker.search runs it (qaindex.search.pipeline)."""
+    state = ranker.state()
     return filters.plan(
-        ranker._records, ranker._vectors, qv, K, flt, search=functools.partial(pipeline.search_vectors, ranker),
-        candidates=functools.partial(pipeline.candidate_rows, ranker), scorer=ranker.model.score_checked,
+        state.records, state.vectors, qv, K, flt, search=functools.partial(pipeline.search_vectors, state),
+        candidates=functools.partial(pipeline.candidate_rows, state), scorer=ranker.model.score_checked,
         overfetch=ranker.overfetch, space=ranker.model.space,
     )  # fmt: skip
 

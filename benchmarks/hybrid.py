@@ -78,7 +78,7 @@ from benchmarks.readme_markers import replace_section
 from qaindex import Ranker
 from qaindex.corpus import read_corpus
 from qaindex.errors import ModelFormatError
-from qaindex.eval.calibration import fit_fused_score, labelled_pool, summary
+from qaindex.eval.calibrate import fit_fused_score, labelled_pool, summary
 from qaindex.eval.datasets import read_labelled
 from qaindex.eval.fusion_fit import FitPool, fit_fusion
 from qaindex.model import DEFAULT_MODEL_DIR, Model

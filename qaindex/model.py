@@ -48,9 +48,9 @@ from .arguments import (
 )
 from .devices import SessionPair, check_device, open_sessions, run_graph
 from .errors import ModelFormatError, QueryError
-from .eval.calibration import Calibration
 from .geometry import Geometry, hyperbolic
 from .geometry import get as geometry_of
+from .search.calibration import Calibration
 from .store.model_format import (
     GEOMETRIES,
     MODEL_FORMAT,
@@ -169,7 +169,7 @@ class Model:
         self.max_tokens: dict[str, int] = dict(manifest["max_tokens"])
         # bilinear models (RDE family): score σ(q·c + b), ranked by the inner product q·c
         self.bias: float = float(manifest["geometry"].get("bias", 0.0))
-        # raw score -> P(relevant) (qaindex.eval.calibration); sigmoid(raw) for models without one
+        # raw score -> P(relevant) (qaindex.search.calibration); sigmoid(raw) for models without one
         self.calibration = Calibration.from_manifest(manifest.get("calibration"), directory / "manifest.json")
         # roles whose encoder reads (batch, chunks, tokens): hierarchical encoders (HRDE)
         self.chunking: dict[str, chunking_format.Chunking] = {

@@ -1,8 +1,12 @@
 """``Ranker``, the front door: build, load, search, update and save a question→answer index.
 
-It checks arguments, holds the state and the locks, and delegates: searches to
-:mod:`qaindex.search.pipeline`, builds to :mod:`qaindex.build.encoding`, the index directory
-to :mod:`qaindex.store.index_format` and :mod:`qaindex.store.saving`, recall to :mod:`qaindex.eval.recall`.
+It checks arguments, holds the index and the locks, and delegates: under its lock it builds
+the read-only :class:`~qaindex.search.state.IndexState` and hands it down, with a checked
+:class:`~qaindex.search.plan.SearchPlan`, to searches (:mod:`qaindex.search.pipeline`), recall
+(:mod:`qaindex.search.recall`), ``info`` (:mod:`qaindex.store.index_info`) and updates
+(:mod:`qaindex.build.updates`, whose new state it adopts); builds go to
+:mod:`qaindex.build.encoding`, the index directory to :mod:`qaindex.store.index_format` and
+:mod:`qaindex.store.saving`. No other module reads the Ranker's private attributes.
 """
 
 from __future__ import annotations
@@ -23,14 +27,24 @@ from .build.encoding import encode_corpus, rebuilt_coarse
 from .build.updates import row_of
 from .corpus import Record
 from .devices import check_device
-from .errors import QueryError
-from .eval.recall import measure_recall
 from .model import Model
 from .reranker import Reranker
 from .search import pipeline
 from .search.fusion import Fusion, with_dense_ratio
 from .search.hits import Hit, make_hits
-from .search.pipeline import Where
+from .search.plan import (
+    SearchPlan,
+    Where,
+    check_k,
+    check_queries,
+    check_question,
+    check_questions,
+    check_recall,
+    check_settings,
+    search_plan,
+)
+from .search.recall import measure_recall
+from .search.state import IndexState
 from .store.concurrency import ReadWriteLock, reading, writing
 from .store.index_format import (
     INDEX_FORMAT,
@@ -342,7 +356,7 @@ class Ranker:
         1.0
         """
         breadths = {"ef_search": ef_search, "nprobe": nprobe, "refine": refine}
-        settings = pipeline.check_settings(overfetch=overfetch, **breadths, memory_budget=memory_budget)
+        settings = check_settings(overfetch=overfetch, **breadths, memory_budget=memory_budget)
         self.overfetch = settings.pop("overfetch", self.overfetch)
         self.memory_budget = settings.pop("memory_budget", self.memory_budget)
         for name, value in settings.items():  # each breadth applies to its own kinds
@@ -383,6 +397,67 @@ class Ranker:
         """
         for row in range(len(self)):
             yield self._records.get(row)
+
+    def _state(self, *, refresh: bool = True) -> IndexState:
+        # what a call reads, built under the caller's lock; searches bring the coarse index up to date first
+        if refresh:
+            self._refresh_coarse()
+        return IndexState(
+            self.model,
+            self._records,
+            self._vectors,
+            self._coarse,
+            lexical=self._lexical,
+            keys=self._keys,
+            reranker=self.reranker,
+            overfetch=self.overfetch,
+            memory_budget=self.memory_budget,
+            path=self.path,
+            created=self.created,
+            vectors_source=self._disk.vectors_source(self.path),
+        )
+
+    @reading
+    def state(self) -> IndexState:
+        """The index as a search reads it, read-only: :class:`~qaindex.search.state.IndexState`
+        (model, records, vectors, coarse, lexical and key indexes, reranker, settings), the
+        coarse index brought up to date first. It holds references: valid until the next
+        ``add``/``upsert``/``remove``, which give the Ranker new pieces.
+
+        Example
+        -------
+        >>> state = ranker.state()
+        >>> len(state.records) == len(ranker), state.overfetch == ranker.overfetch
+        (True, True)
+        """
+        return self._state()
+
+    @reading
+    def plan(
+        self,
+        k: int = 10,
+        *,
+        where: Where | None = None,
+        min_score: float | None = None,
+        rerank: Reranker | str | os.PathLike[str] | bool | None = None,
+        depth: int | None = None,
+        hybrid: bool | None = None,
+        fusion: Fusion | Mapping[str, Any] | None = None,
+        explain: bool = False,
+    ) -> SearchPlan:
+        """What a search with these arguments (those of :meth:`search`) does, each checked: a
+        :class:`~qaindex.search.plan.SearchPlan` (filter, fusion, reranking stage, questions
+        per call within the memory budget). The command line asks for it instead of deciding
+        the stages itself.
+
+        Example
+        -------
+        >>> plan = ranker.plan(3, hybrid=False)
+        >>> plan.fusion is None, plan.first_k, plan.questions_per_call > 1
+        (True, 3, True)
+        """
+        options: dict[str, Any] = {"where": where, "min_score": min_score, "rerank": rerank, "depth": depth}
+        return search_plan(self._state(), k, **options, hybrid=hybrid, fusion=fusion, explain=explain)
 
     @reading
     def search(
@@ -446,11 +521,11 @@ class Ranker:
         >>> [h.metadata["category"] for h in ranker.search("refund", k=2, where={"category": "account"})]
         ['account', 'account']
         """
-        if not isinstance(question, str):
-            raise QueryError(f"the question must be text, got {type(question).__name__}")
-        self._refresh_coarse()
+        qs = check_question(question)
         options: dict[str, Any] = {"where": where, "min_score": min_score, "rerank": rerank, "depth": depth}
-        return pipeline.search_batch(self, [question], k, **options, hybrid=hybrid, fusion=fusion, explain=explain)[0]
+        state = self._state()
+        plan = search_plan(state, k, **options, hybrid=hybrid, fusion=fusion, explain=explain)
+        return pipeline.search_batch(state, qs, plan)[0]
 
     @reading
     def search_batch(
@@ -477,9 +552,11 @@ class Ranker:
         >>> [len(h) for h in ranker.search_batch(["refund?", "reset password"], k=2)]
         [2, 2]
         """
-        self._refresh_coarse()
+        qs = check_questions(questions)
         options: dict[str, Any] = {"where": where, "min_score": min_score, "rerank": rerank, "depth": depth}
-        return pipeline.search_batch(self, questions, k, **options, hybrid=hybrid, fusion=fusion, explain=explain)
+        state = self._state()
+        plan = search_plan(state, k, **options, hybrid=hybrid, fusion=fusion, explain=explain)
+        return pipeline.search_batch(state, qs, plan)
 
     @reading
     def hits(self, scores: Any, distances: Any, rows: Any, probabilities: Any = None) -> list[list[Hit]]:
@@ -511,8 +588,10 @@ class Ranker:
         >>> ranker.search_vectors(qv, 10**12)[2].shape == (1, len(ranker))
         True
         """
-        self._refresh_coarse()
-        return pipeline.search_vectors(self, queries, k, use_coarse=use_coarse)
+        k = check_k(k)
+        use_coarse = flag(use_coarse, "use_coarse")
+        q = check_queries(self.model, queries)
+        return pipeline.search_vectors(self._state(), q, k, use_coarse=use_coarse)
 
     @reading
     def candidates(self, queries: np.ndarray, m: int, *, use_coarse: bool = False) -> np.ndarray:
@@ -524,8 +603,10 @@ class Ranker:
         >>> ranker.candidates(ranker.model.encode(["refund?"], role="question"), 3).shape
         (1, 3)
         """
-        self._refresh_coarse()
-        return pipeline.candidates(self, queries, m, use_coarse=use_coarse)
+        m = positive_int(m, "m")
+        use_coarse = flag(use_coarse, "use_coarse")
+        q = check_queries(self.model, queries)
+        return pipeline.candidates(self._state(), q, m, use_coarse=use_coarse)
 
     @reading
     def recall(
@@ -533,7 +614,7 @@ class Ranker:
     ) -> dict[str, Any]:
         """Recall@k of the coarse stage and of the full pipeline against exact search.
 
-        See :func:`qaindex.eval.recall.measure_recall` (the ground truth: a brute-force float64
+        See :func:`qaindex.search.recall.measure_recall` (the ground truth: a brute-force float64
         ranking of every stored answer, the coarse index brought up to date first). Returns
         ``{"k", "queries", "candidates", "coarse_recall", "recall", "source"}``.
 
@@ -542,8 +623,8 @@ class Ranker:
         >>> ranker.recall(k=10)["recall"]
         1.0
         """
-        self._refresh_coarse()
-        return measure_recall(self, k, questions=questions, sample=sample, seed=seed)
+        k, qs, sample, seed = check_recall(k, questions, sample, seed)
+        return measure_recall(self._state(), k, questions=qs, sample=sample, seed=seed)
 
     # -- updates ---------------------------------------------------------------------------
     @writing
@@ -564,7 +645,8 @@ class Ranker:
         >>> ranker.add([{"id": "new", "answer": "Open Settings, then Privacy."}])
         1
         """
-        return updates.add(self, records, positive_int(batch_size, "batch_size"))
+        batch_size = positive_int(batch_size, "batch_size")
+        return self._adopt(updates.add(self._state(refresh=False), records, batch_size, self._coarse_stale))
 
     @writing
     def upsert(
@@ -578,7 +660,8 @@ class Ranker:
         >>> ranker.upsert([{"id": "billing-refund-policy", "answer": "Refunds within 30 days."}])
         1
         """
-        return updates.upsert(self, records, positive_int(batch_size, "batch_size"))
+        batch_size = positive_int(batch_size, "batch_size")
+        return self._adopt(updates.upsert(self._state(refresh=False), records, batch_size, self._coarse_stale))
 
     @writing
     def remove(self, ids: Iterable[str | int]) -> int:
@@ -595,7 +678,15 @@ class Ranker:
         >>> ranker.remove(["billing-refund-policy"])
         1
         """
-        return updates.remove(self, ids)
+        return self._adopt(updates.remove(self._state(refresh=False), ids))
+
+    def _adopt(self, update: updates.Update) -> int:
+        # an update's new state becomes the Ranker's (its coarse index was extended in place, or is stale)
+        state = update.state
+        self._records, self._vectors = state.records, state.vectors
+        self._keys, self._lexical = state.keys, state.lexical
+        self._coarse_stale = update.coarse_stale
+        return update.changed
 
     def _refresh_coarse(self) -> None:
         # Searches call this under the read lock, so two may race here: one rebuilds, the
@@ -690,4 +781,4 @@ class Ranker:
     def info(self) -> dict[str, Any]:
         """What ``qaindex info`` shows: model, counts, index kind, devices actually used
         (:func:`qaindex.store.index_info.index_info`)."""
-        return index_info(self)
+        return index_info(self._state())

@@ -56,7 +56,7 @@ import numpy as np
 from .arguments import flag, path_arg, positive_int, text_list, threads_arg
 from .devices import SessionPair, check_device, open_sessions, run_graph
 from .errors import IndexFormatError, ModelFormatError, QueryError
-from .eval.calibration import Calibration
+from .search.calibration import Calibration
 from .store.model_format import (
     copy_model_files,
     read_model_manifest,
@@ -161,7 +161,7 @@ class Reranker:
         self.name: str = manifest["name"]
         self.dimension: int = manifest["dimension"]
         self.max_tokens: dict[str, int] = dict(manifest["max_tokens"])
-        # its scores -> P(relevant) (qaindex.eval.calibration); sigmoid for rerankers without one
+        # its scores -> P(relevant) (qaindex.search.calibration); sigmoid for rerankers without one
         self.calibration = Calibration.from_manifest(manifest.get("calibration"), directory / "manifest.json")
 
     @classmethod

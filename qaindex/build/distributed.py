@@ -253,6 +253,7 @@ def build_on_ray(
         ranker.save("qaindex-index")
     """
     from ..ranker import Ranker
+    from ..search.fusion import with_dense_ratio
     from ..text.lexical import LexicalBuilder, build_hybrid
     from .cuts import AnswerCuts
     from .encoding import encode_keys
@@ -292,12 +293,22 @@ def build_on_ray(
     if reranker is not None and not isinstance(reranker, Reranker):
         reranker = Reranker.load(reranker, device=device)
     keys = encode_keys(loaded, store, batch_size, lexical=hybrid) if question_keys else None
+    # the BM25 index with adaptive fusion's ratio, measured as a local build measures it
+    analysed = None
+    if lexical is not None:
+        analysed = with_dense_ratio(loaded, vectors, lexical.finish(), lambda row: store.get(row).answer)
     ranker = Ranker(
-        loaded, store, vectors, coarse, overfetch=overfetch, kind_requested=index_kind, reranker=reranker, keys=keys
+        loaded,
+        store,
+        vectors,
+        coarse,
+        overfetch=overfetch,
+        kind_requested=index_kind,
+        reranker=reranker,
+        lexical=analysed,
+        keys=keys,
     )
     ranker.build_report = {"cuts": cuts.report()}
-    if lexical is not None:
-        ranker._lexical = ranker._measured(lexical.finish())
     return ranker
 
 

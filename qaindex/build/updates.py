@@ -3,7 +3,9 @@
 
 Each changes nothing until its checks pass (ids new for ``add``; present for ``remove``, with
 at least one answer left; every record with an id for ``upsert``) and the new answers are
-encoded: a failure leaves the Ranker as it was.
+encoded: a failure leaves the Ranker as it was. Each reads the Ranker's index state
+(:class:`~qaindex.search.state.IndexState`) and returns an :class:`Update`, the new state the
+Ranker adopts; only the coarse index is extended in place (under the Ranker's write lock).
 
 Example
 -------
@@ -21,17 +23,23 @@ import json
 import logging
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from ..arguments import id_list, path_or_records
 from ..corpus import Record, read_corpus, read_json_lines, records_from_dicts
 from ..errors import CorpusError, QueryError
+from ..search.fusion import with_dense_ratio
 from ..store.records import RecordStore
 from .encoding import appended_keys, encode_answers
 
-__all__ = ["add", "new_records", "remove", "row_of", "rows_kept", "upsert", "upsert_plan"]
+if TYPE_CHECKING:
+    from ..search.state import IndexState
+    from ..text.lexical import LexicalIndex
+
+__all__ = ["Update", "add", "new_records", "remove", "row_of", "rows_kept", "upsert", "upsert_plan"]
 
 Records = str | os.PathLike[str] | Iterable[Mapping[str, Any] | Record]
 _log = logging.getLogger("qaindex")
@@ -107,55 +115,80 @@ def upsert_plan(records: Records, store: RecordStore) -> tuple[list[Record], np.
     return new, np.array([r for r in range(len(store)) if r not in replaced], dtype=np.int64)
 
 
-def add(ranker: Any, records: Records, batch_size: int) -> int:
+class Update(NamedTuple):
+    """What an update leaves: the index state for the Ranker to adopt, how many answers it
+    wrote or removed (``changed``), and whether the coarse index must be rebuilt before the next search."""
+
+    state: IndexState
+    changed: int
+    coarse_stale: bool
+
+
+def add(state: IndexState, records: Records, batch_size: int, coarse_stale: bool) -> Update:
     """:meth:`qaindex.Ranker.add`: validate, encode, then append (see there)."""
-    new = new_records(records, ranker._records)
-    _append(ranker, new, encode_answers(ranker.model, [r.answer for r in new], batch_size, False), batch_size)
-    _log.info("added %d answers; %d in all", len(new), len(ranker))
-    return len(new)
+    new = new_records(records, state.records)
+    vectors = encode_answers(state.model, [r.answer for r in new], batch_size, False)
+    after = _append(state, new, vectors, batch_size)
+    if not coarse_stale:
+        state.coarse.add(vectors)
+    _log.info("added %d answers; %d in all", len(new), len(after))
+    return Update(after, len(new), coarse_stale)
 
 
-def remove(ranker: Any, ids: Iterable[str | int]) -> int:
+def remove(state: IndexState, ids: Iterable[str | int]) -> Update:
     """:meth:`qaindex.Ranker.remove` (see there)."""
-    keep = rows_kept(ranker._records, ids)
-    removed = len(ranker) - len(keep)
-    _keep(ranker, keep)
-    _log.info("removed %d answers; %d left", removed, len(ranker))
-    return removed
+    keep = rows_kept(state.records, ids)
+    after = _keep(state, keep)
+    _log.info("removed %d answers; %d left", len(state) - len(keep), len(after))
+    return Update(after, len(state) - len(keep), True)
 
 
-def upsert(ranker: Any, records: Records, batch_size: int) -> int:
+def upsert(state: IndexState, records: Records, batch_size: int, coarse_stale: bool) -> Update:
     """:meth:`qaindex.Ranker.upsert`: validate and encode, then append the records and drop the
     answers they replace (appended first, so that the index is never empty on the way)."""
-    new, keep = upsert_plan(records, ranker._records)
+    new, keep = upsert_plan(records, state.records)
     if not new:
-        return 0
-    vectors = encode_answers(ranker.model, [r.answer for r in new], batch_size, False)
-    before = len(ranker)
-    _append(ranker, new, vectors, batch_size)
+        return Update(state, 0, coarse_stale)
+    vectors = encode_answers(state.model, [r.answer for r in new], batch_size, False)
+    before = len(state)
+    after = _append(state, new, vectors, batch_size)
+    if not coarse_stale:
+        state.coarse.add(vectors)
     if len(keep) < before:
-        _keep(ranker, np.concatenate([keep, np.arange(before, before + len(new), dtype=np.int64)]))
-    _log.info("upserted %d answers (%d replaced); %d in all", len(new), before - len(keep), len(ranker))
-    return len(new)
+        after = _keep(after, np.concatenate([keep, np.arange(before, before + len(new), dtype=np.int64)]))
+        coarse_stale = True
+    _log.info("upserted %d answers (%d replaced); %d in all", len(new), before - len(keep), len(after))
+    return Update(after, len(new), coarse_stale)
 
 
-def _append(ranker: Any, new: list[Record], vectors: np.ndarray, batch_size: int) -> None:
-    lexical = None if ranker._lexical is None else ranker._lexical.appended([r.answer for r in new])
+def _measured(state: IndexState, lexical: LexicalIndex, previous: Any) -> LexicalIndex:
+    """``lexical`` with adaptive fusion's ratio, measured on ``state``'s answers (kept while
+    the number of answers stays near the one it was measured on)."""
+    return with_dense_ratio(state.model, state.vectors, lexical, lambda row: state.records.get(row).answer, previous)
+
+
+def _append(state: IndexState, new: list[Record], vectors: np.ndarray, batch_size: int) -> IndexState:
+    lexical = None if state.lexical is None else state.lexical.appended([r.answer for r in new])
     # the new records' stored questions (qaindex.store.keys), encoded before anything changes
-    keys = appended_keys(ranker._keys, ranker.model, new, len(ranker), batch_size)
-    ranker._records = ranker._records.append(new)
-    ranker._vectors = np.concatenate([np.asarray(ranker._vectors), vectors])
-    ranker._keys = keys
-    if lexical is not None:
-        ranker._lexical = ranker._measured(lexical, ranker._lexical.ratio_info if ranker._lexical else None)
-    if not ranker._coarse_stale:
-        ranker._coarse.add(vectors)
+    keys = appended_keys(state.keys, state.model, new, len(state), batch_size)
+    grown = replace(
+        state,
+        records=state.records.append(new),
+        vectors=np.concatenate([np.asarray(state.vectors), vectors]),
+        keys=keys,
+    )
+    if lexical is None:
+        return grown
+    return replace(grown, lexical=_measured(grown, lexical, state.lexical.ratio_info if state.lexical else None))
 
 
-def _keep(ranker: Any, keep: np.ndarray) -> None:
-    ranker._records = ranker._records.keep(keep)
-    ranker._vectors = np.ascontiguousarray(np.asarray(ranker._vectors)[keep])
-    ranker._keys = ranker._keys and ranker._keys.kept(keep)  # the kept records' stored questions, renumbered
-    if ranker._lexical is not None:
-        ranker._lexical = ranker._measured(ranker._lexical.kept(keep), ranker._lexical.ratio_info)
-    ranker._coarse_stale = True
+def _keep(state: IndexState, keep: np.ndarray) -> IndexState:
+    kept = replace(
+        state,
+        records=state.records.keep(keep),
+        vectors=np.ascontiguousarray(np.asarray(state.vectors)[keep]),
+        keys=state.keys and state.keys.kept(keep),  # the kept records' stored questions, renumbered
+    )
+    if state.lexical is None:
+        return kept
+    return replace(kept, lexical=_measured(kept, state.lexical.kept(keep), state.lexical.ratio_info))

@@ -24,9 +24,8 @@ from ..devices import devices_line
 from ..errors import QAIndexError
 from ..model import DEFAULT_MODEL_DIR
 from ..ranker import DEFAULT_OVERFETCH, Hit, Ranker
-from ..reranker import Reranker, rerank_stage
+from ..reranker import Reranker
 from ..search import filters
-from ..search.budget import questions_per_call
 from ..store.locking import DEFAULT_LOCK_TIMEOUT
 from ..store.ownership import check_writable, orphan_summary
 from ..vector_index import INDEX_KINDS
@@ -347,21 +346,13 @@ def search(
         raise click.UsageError("--rerank and --no-rerank contradict each other; pass one of them")
     ranker = _load_logged(index, device)
     stage = False if no_rerank else (Reranker.load(rerank, device=device) if rerank is not None else None)
-    chosen = rerank_stage(ranker.reranker, stage, rerank_depth, k, None)
-    step = questions_per_call(ranker, k if chosen is None else chosen.depth)  # chunks within the memory budget
+    options: dict[str, Any] = {"rerank": stage, "depth": rerank_depth, "hybrid": hybrid}
+    options.update(min_score=min_score, where=where, explain=explain)
+    step = ranker.plan(k, **options).questions_per_call  # chunks within the memory budget
     started = time.perf_counter()
     for start in range(0, len(questions), step):
         part = questions[start : start + step]
-        results = ranker.search_batch(
-            part,
-            k,
-            rerank=stage,
-            depth=rerank_depth,
-            hybrid=hybrid,
-            min_score=min_score,
-            where=where,
-            explain=explain,
-        )
+        results = ranker.search_batch(part, k, **options)
         _print_hits(part, results, as_json, len(questions), _no_results(min_score, where))
     _log.info("searched %d question(s), k=%d, in %.2f ms", len(questions), k, (time.perf_counter() - started) * 1000)
 

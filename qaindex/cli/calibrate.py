@@ -1,4 +1,4 @@
-"""``qaindex calibrate``: fit a model's score calibration (:mod:`qaindex.eval.calibration`).
+"""``qaindex calibrate``: fit a model's score calibration (:mod:`qaindex.search.calibration`).
 
 Also the lines ``qaindex info`` prints about hybrid search and scores.
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from ..eval.calibrate import calibrate_model, measure
-from ..eval.calibration import CALIBRATION_METHODS, DEFAULT_DEPTH, expected_calibration_error
+from ..eval.calibrate import DEFAULT_DEPTH, calibrate_model, expected_calibration_error, measure
+from ..search.calibration import CALIBRATION_METHODS
 
 __all__ = ["calibrate_command", "calibration_line", "hybrid_line", "offtopic_questions"]
 
@@ -216,7 +216,7 @@ def _calibrate(
     report: dict[str, Any] = {"model": str(target), "written": not dry_run, "calibration": stored}
     if checks:
         model = Model.load(target)
-        from ..eval.calibration import Calibration
+        from ..search.calibration import Calibration
 
         fitted = Calibration.from_manifest(stored)
         report["checks"] = {}

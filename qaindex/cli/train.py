@@ -152,7 +152,7 @@ def _adaptation_summary(result: Any) -> dict[str, Any] | None:
 def _calibrate(
     path: Path, train_file: Path, dev_file: Path | None, answers: list[str] | None, config: Any, device: str
 ) -> dict[str, Any]:
-    """Calibrate the exported model's scores on held-out data (:mod:`qaindex.eval.calibration`);
+    """Calibrate the exported model's scores on held-out data (:mod:`qaindex.search.calibration`);
     a model that cannot be calibrated (e.g. no irrelevant hit) stays uncalibrated, said in the summary."""
     from qaindex_export.calibrate import calibrate_trained
 

@@ -1,14 +1,33 @@
-"""Calibrating a model directory: its hits' ``(raw score, relevant?)`` pairs on held-out
-labelled data, and the top hits of off-topic questions (:mod:`.offtopic`) as pairs that are
-not relevant, a calibration fitted to them (:mod:`.calibration`), stored in its manifest;
-and, where hybrid search is available, the calibration of the fused value of hybrid hits
-(:func:`hybrid_pairs`, stored as the manifest's ``fusion.fused_score``).
+"""Fitting a model's score calibration (:class:`qaindex.search.calibration.Calibration`, what
+every search applies) and measuring it; calibrating a model directory.
+
+The fitting data are the ``(raw score, relevant?)`` pairs of the top ``depth`` hits of each
+held-out question searched against all the answers of its data (the hits a user sees), so
+``score`` estimates the share of hits scored like this one that are relevant
+(:func:`calibration_pairs`); the top hits of off-topic questions (:mod:`.offtopic`) join them
+as pairs that are not relevant. :func:`fit` fits ``platt`` (logistic regression on the raw
+score and ``raw - best``, with Platt's smoothed targets) or ``isotonic`` (pool adjacent
+violators) to them; :func:`calibrate_model` stores the fit in the model's manifest and, where
+hybrid search is available, the calibration of the fused value of hybrid hits
+(:func:`hybrid_pairs`, :func:`fit_fused_score`, stored as the manifest's ``fusion.fused_score``).
+
+Expected calibration error (:func:`expected_calibration_error`): hits are put into 10
+equal-width bins of ``score``, and ECE is the mean, weighted by bin size, of ``|mean score -
+share relevant|`` over the bins.
 
 ``qaindex calibrate MODEL_DIR DATA.jsonl`` calls :func:`calibrate_model`.
+
+Example
+-------
+>>> cal = fit([0.0, 1.0, 2.0, 3.0] * 25, [0, 0, 1, 1] * 25, method="platt")
+>>> p = cal(np.array([0.0, 3.0]))
+>>> bool(p[0] < 0.2 and p[1] > 0.8), cal.calibrated
+(True, True)
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,21 +39,29 @@ from ..arguments import flag
 from ..errors import ModelFormatError, QueryError
 from ..model import Model
 from ..ranker import Ranker
+from ..search.calibration import CALIBRATION_METHODS, Calibration
 from ..store.field_ranges import FUSED_SCORE, FUSED_SCORE_FIELDS
 from ..store.storage import read_json_object, write_json_atomic
 from ..text.lexical import tokenizer_available
-from .calibration import (
-    DEFAULT_DEPTH,
-    Calibration,
-    calibration_pairs,
-    expected_calibration_error,
-    fit,
-    fit_fused_score,
-    labelled_pool,
-)
 
-__all__ = ["OFFTOPIC_SHARE", "calibrate_model", "hybrid_pairs", "measure", "offtopic_weight"]
+__all__ = [
+    "DEFAULT_DEPTH",
+    "OFFTOPIC_SHARE",
+    "calibrate_model",
+    "calibration_pairs",
+    "expected_calibration_error",
+    "fit",
+    "fit_fused_score",
+    "hybrid_pairs",
+    "labelled_pool",
+    "measure",
+    "offtopic_weight",
+    "reliability_bins",
+    "summary",
+]
 
+ECE_BINS = 10
+DEFAULT_DEPTH = 10
 # The share of the questions asked that the calibration assumes are off-topic: the off-topic
 # questions' pairs are weighted so that they count as this share of the questions, whatever
 # the number of labelled and off-topic questions at hand.
@@ -53,6 +80,289 @@ def offtopic_weight(answerable: int, offtopic: int, share: float = OFFTOPIC_SHAR
     1.0
     """
     return share / (1.0 - share) * answerable / max(offtopic, 1)
+
+
+def _check_pairs(raw: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
+    r = np.asarray(raw, dtype=np.float64).ravel()
+    y = np.asarray(labels, dtype=np.float64).ravel()
+    if r.shape != y.shape or not len(r):
+        raise QueryError(f"calibration needs as many labels as scores, at least one; got {r.shape} and {y.shape}")
+    if not np.isfinite(r).all():
+        raise QueryError("calibration scores must be finite numbers")
+    if not np.isin(y, (0.0, 1.0)).all():
+        raise QueryError("calibration labels must be 0 or 1")
+    return r, y
+
+
+def fit(
+    raw: Sequence[float] | np.ndarray,
+    labels: Sequence[int] | np.ndarray,
+    *,
+    method: str = "platt",
+    best: Sequence[float] | np.ndarray | None = None,
+    weights: Sequence[float] | np.ndarray | None = None,
+) -> Calibration:
+    """Fit a calibration of raw scores to 0/1 relevance labels.
+
+    Parameters
+    ----------
+    raw : array (n,)
+        Raw model scores.
+    labels : array (n,)
+        1 relevant, 0 not; both must occur.
+    method : {"platt", "isotonic"}
+    best : array (n,), optional
+        The best raw score of each pair's search (Platt's second feature ``raw - best``);
+        None fits plain Platt scaling (``c`` = 0).
+    weights : array (n,), optional
+        Positive weight of each pair (default 1): how much it counts in the fit, e.g. off-topic
+        questions weighted to a chosen share of the questions (:func:`offtopic_weight`).
+
+    Returns
+    -------
+    Calibration
+
+    Example
+    -------
+    >>> cal = fit([0, 1, 2, 3], [0, 0, 1, 1], method="isotonic")
+    >>> cal(np.array([-5.0, 5.0])).tolist()
+    [0.0, 1.0]
+    """
+    r, y = _check_pairs(raw, labels)
+    if method not in CALIBRATION_METHODS:
+        raise QueryError(f"calibration method must be one of {', '.join(CALIBRATION_METHODS)}; got {method!r}")
+    positives = int(y.sum())
+    if positives == 0 or positives == len(y):
+        raise QueryError(f"calibration needs both relevant and irrelevant pairs; got {positives} relevant of {len(y)}")
+    sw = _check_weights(weights, len(r))
+    if method == "isotonic":
+        return _fit_isotonic(r, y, sw)
+    gap = None if best is None else np.minimum(r - np.asarray(best, dtype=np.float64).ravel(), 0.0)
+    if gap is not None and (gap.shape != r.shape or not np.isfinite(gap).all()):
+        raise QueryError("best must hold one finite score per pair")
+    return _fit_platt(r, y, gap, sw)
+
+
+def _check_weights(weights: Any, n: int) -> np.ndarray:
+    """Per-pair fit weights: ones by default; else ``n`` finite positive numbers."""
+    if weights is None:
+        return np.ones(n)
+    w = np.asarray(weights, dtype=np.float64).ravel()
+    if w.shape != (n,) or not np.isfinite(w).all() or not (w > 0).all():
+        raise QueryError(f"calibration weights must be {n} finite positive numbers, one per pair")
+    return w
+
+
+def _logistic(features: np.ndarray, t: np.ndarray, sample_weight: np.ndarray | None = None) -> np.ndarray:
+    """Logistic regression weights (Newton's method) of targets ``t`` on standardised
+    ``features``, each row counting ``sample_weight`` times (default once)."""
+    sw = np.ones(len(t)) if sample_weight is None else sample_weight
+    mean = features.mean(axis=0)
+    scale = features.std(axis=0)
+    scale[scale == 0] = 1.0
+    x = np.concatenate([(features - mean) / scale, np.ones((len(t), 1))], axis=1)
+    w = np.zeros(x.shape[1])
+    for _ in range(100):
+        p = 1 / (1 + np.exp(-(x @ w)))
+        grad = x.T @ (sw * (p - t))
+        hess = x.T @ (x * (sw * p * (1 - p))[:, None]) + 1e-9 * np.eye(len(w))
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < 1e-10:
+            break
+    coef = w[:-1] / scale
+    return np.append(coef, w[-1] - float(coef @ mean))
+
+
+def _fit_platt(r: np.ndarray, y: np.ndarray, gap: np.ndarray | None, sw: np.ndarray) -> Calibration:
+    """Logistic regression of y on r (and ``raw - best``), with Platt's smoothed targets
+    (counts weighted by ``sw``)."""
+    pos = float(sw[y > 0].sum())
+    neg = float(sw[y == 0].sum())
+    t = np.where(y > 0, (pos + 1) / (pos + 2), 1 / (neg + 2))
+    a = c = -1.0
+    b = 0.0
+    if gap is not None and np.ptp(gap) > 0:
+        a, c, b = _logistic(np.stack([r, gap], axis=1), t, sw)
+    if a < 0 or c < 0:  # no second feature, or one against the ranking: plain Platt scaling
+        (a, b), c = _logistic(r[:, None], t, sw), 0.0
+    if not a > 0:  # a score that does not rank relevant answers higher cannot be calibrated upwards
+        a, c, b = 1e-6, 0.0, float(math.log(pos / neg))
+    return Calibration("platt", a=float(a), b=float(b), c=float(c))
+
+
+def fit_fused_score(features: Any, labels: Any, weights: Any = None) -> tuple[float, float, float, float]:
+    """The hybrid score calibration of the fused value (``fused_score``,
+    :func:`qaindex.search.scoring.fused_probability`): logistic regression of 0/1 ``labels`` on
+    ``features`` (n, 3): each hit's fused value, the calibrated logit of its question's best
+    model score, the question's BM25 match, each row counting ``weights`` times (default
+    once). The fused value's weight is kept >= 0 (a fit against the order refits without
+    it), so the score falls with the fused order.
+
+    Returns
+    -------
+    tuple
+        ``(bias, w_fused, w_top, w_match)``.
+
+    Example
+    -------
+    >>> x = np.array([[f, 0.0, 0.5] for f in (0.1, 0.4, 0.6, 0.9)] * 25)
+    >>> bias, w_fused, w_top, w_match = fit_fused_score(x, [0, 0, 1, 1] * 25)
+    >>> w_fused > 0
+    True
+    """
+    x = np.asarray(features, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.float64).ravel()
+    if x.ndim != 2 or x.shape != (len(y), 3) or not np.isfinite(x).all():
+        raise QueryError(f"fused score features must be finite numbers of shape (n, 3), got {x.shape}")
+    positives = int(y.sum())
+    if not np.isin(y, (0.0, 1.0)).all() or positives in (0, len(y)):
+        raise QueryError(f"the fused score fit needs 0/1 labels, both present; got {positives} relevant of {len(y)}")
+    sw = _check_weights(weights, len(y))
+    w = _logistic(x, y, sw)  # the weights of (fused, top, match), then the bias
+    if w[0] < 0:
+        w = np.concatenate([[0.0], _logistic(x[:, 1:], y, sw)])
+    return float(w[3]), float(w[0]), float(w[1]), float(w[2])
+
+
+def _fit_isotonic(r: np.ndarray, y: np.ndarray, sw: np.ndarray) -> Calibration:
+    """Pool adjacent violators on the scores sorted ascending, pairs weighted by ``sw``; one
+    point per block (at its weighted mean score)."""
+    order = np.argsort(r, kind="stable")
+    xs, ys, ws = r[order], y[order], sw[order]
+    sums: list[float] = []
+    counts: list[float] = []
+    xsum: list[float] = []
+    for xv, yv, wv in zip(xs.tolist(), ys.tolist(), ws.tolist(), strict=True):
+        sums.append(yv * wv)
+        counts.append(wv)
+        xsum.append(xv * wv)
+        while len(sums) > 1 and sums[-2] / counts[-2] >= sums[-1] / counts[-1]:
+            s, c, xx = sums.pop(), counts.pop(), xsum.pop()
+            sums[-1] += s
+            counts[-1] += c
+            xsum[-1] += xx
+    px = [xx / c for xx, c in zip(xsum, counts, strict=True)]
+    py = [s / c for s, c in zip(sums, counts, strict=True)]
+    # strictly increasing x (blocks of equal mean score merge)
+    out_x: list[float] = []
+    out_y: list[float] = []
+    for xv, yv in zip(px, py, strict=True):
+        if out_x and xv <= out_x[-1]:
+            out_y[-1] = max(out_y[-1], yv)
+            continue
+        out_x.append(xv)
+        out_y.append(yv)
+    return Calibration("isotonic", x=tuple(out_x), y=tuple(out_y))
+
+
+def reliability_bins(prob: Any, labels: Any, bins: int = ECE_BINS) -> list[dict[str, float]]:
+    """Per equal-width bin of ``prob``: count, mean probability, share relevant (empty bins left out)."""
+    p, y = _check_pairs(prob, labels)
+    which = np.minimum((p * bins).astype(np.int64), bins - 1)
+    out = []
+    for b in range(bins):
+        mask = which == b
+        if mask.any():
+            out.append(
+                {
+                    "low": b / bins,
+                    "count": int(mask.sum()),
+                    "mean": float(p[mask].mean()),
+                    "relevant": float(y[mask].mean()),
+                }
+            )
+    return out
+
+
+def expected_calibration_error(prob: Any, labels: Any, bins: int = ECE_BINS) -> float:
+    """ECE: ``sum over bins of (count / n) * |mean probability - share relevant|``.
+
+    Example
+    -------
+    >>> expected_calibration_error([0.9, 0.9, 0.1, 0.1], [1, 1, 0, 0])
+    0.1
+    """
+    table = reliability_bins(prob, labels, bins)
+    n = sum(b["count"] for b in table)
+    return round(sum(b["count"] / n * abs(b["mean"] - b["relevant"]) for b in table), 12)
+
+
+def calibration_pairs(
+    ranker: Any,
+    questions: Sequence[str],
+    relevant: Sequence[set[int]],
+    *,
+    depth: int = DEFAULT_DEPTH,
+    hybrid: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(raw scores, best raw score of their search, labels)`` of the top ``depth`` hits of
+    each question in an index.
+
+    Parameters
+    ----------
+    ranker : qaindex.Ranker
+        An index of the answers (hits' ``row`` identifies them).
+    questions : list of str
+    relevant : list of set of int
+        Per question, the rows of its relevant answers.
+    depth : int
+        Hits per question.
+    hybrid : bool
+        Search with hybrid fusion (the index must have a lexical index).
+    """
+    raw: list[float] = []
+    best: list[float] = []
+    labels: list[int] = []
+    results = ranker.search_batch(list(questions), depth, rerank=False, hybrid=hybrid)
+    for hits, good in zip(results, relevant, strict=True):
+        top = max((h.raw_score for h in hits), default=0.0)
+        for h in hits:
+            raw.append(h.raw_score)
+            best.append(top)
+            labels.append(int(h.row in good))
+    return np.asarray(raw, np.float64), np.asarray(best, np.float64), np.asarray(labels, np.int64)
+
+
+def labelled_pool(groups: Sequence[Any]) -> tuple[list[dict[str, Any]], list[str], list[set[int]]]:
+    """Records of every distinct answer of labelled question groups, the questions with at
+    least one relevant answer, and the rows of their relevant answers.
+
+    Example
+    -------
+    >>> from qaindex.eval.datasets import Candidate, QuestionGroup
+    >>> g = QuestionGroup("q1", "who?", (Candidate("a", "Ann.", 1), Candidate("b", "Bob.", 0)))
+    >>> records, questions, relevant = labelled_pool([g])
+    >>> [r["answer"] for r in records], questions, relevant
+    (['Ann.', 'Bob.'], ['who?'], [{0}])
+    """
+    where: dict[tuple[str, str], int] = {}
+    records: list[dict[str, Any]] = []
+    questions: list[str] = []
+    relevant: list[set[int]] = []
+    for group in groups:
+        good = set()
+        for cand in group.candidates:
+            key = (cand.aid, cand.answer)
+            if key not in where:
+                where[key] = len(records)
+                records.append({"id": f"a{len(records)}", "answer": cand.answer})
+            if cand.label == 1:
+                good.add(where[key])
+        if good:
+            questions.append(group.question)
+            relevant.append(good)
+    return records, questions, relevant
+
+
+def summary(prob: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
+    """ECE, pair counts and base rate of a set of calibrated pairs (for manifests and benchmarks)."""
+    return {
+        "ece": expected_calibration_error(prob, labels),
+        "pairs": len(labels),
+        "relevant": float(np.mean(labels)),
+        "mean_score": float(np.mean(prob)),
+    }
 
 
 def measure(
@@ -120,7 +430,7 @@ def hybrid_pairs(
     """Features, labels and fit weights of the top ``depth`` hybrid hits of labelled question
     groups (each question searched against every distinct answer of the groups, as
     :func:`measure`), then of the ``offtopic`` questions (all 0, weighted by
-    :func:`offtopic_weight`), for :func:`~.calibration.fit_fused_score`.
+    :func:`offtopic_weight`), for :func:`fit_fused_score`.
 
     The features of a hit are its fused value, the logit of ``calibration``'s probability of
     its question's best model score (the top of a dense search of the same index) and the
@@ -135,7 +445,7 @@ def hybrid_pairs(
     """
     records, questions, relevant = labelled_pool(groups)
     ranker = Ranker.build(records, model=model, index_kind="flat", hybrid=True)
-    lexical = ranker._lexical
+    lexical = ranker.state().lexical
     assert lexical is not None
     asked = [*questions, *offtopic]
     good = [*relevant, *([set()] * len(offtopic))]
@@ -164,7 +474,7 @@ def _fused_score_fit(
     model: Any, groups: Sequence[Any], calibration: Calibration, *, depth: int, offtopic: Sequence[str]
 ) -> dict[str, Any] | None:
     """The hybrid score calibration of the fused value (:func:`hybrid_pairs`,
-    :func:`~.calibration.fit_fused_score`) with its pairs and in-sample ECE; None when the top
+    :func:`fit_fused_score`) with its pairs and in-sample ECE; None when the top
     hybrid hits are all relevant or all not (nothing to fit), or when the fit diverged (a weight
     outside :data:`~qaindex.store.field_ranges.FUSED_SCORE`, as on data a single feature
     separates): hybrid hits then keep the model's probability capped by the hits above."""
@@ -198,7 +508,7 @@ def calibrate_model(
     """Fit a model's calibration on held-out labelled data and store it in its manifest.
 
     With ``hybrid``, the hybrid hits' score is calibrated on their fused value too
-    (:func:`hybrid_pairs`, :func:`~.calibration.fit_fused_score`) and stored as the manifest's
+    (:func:`hybrid_pairs`, :func:`fit_fused_score`) and stored as the manifest's
     ``fusion.fused_score`` (the fusion rule itself is unchanged).
 
     Parameters

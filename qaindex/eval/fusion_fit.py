@@ -47,8 +47,7 @@ from ..ranker import Ranker
 from ..search.fusion import CANDIDATE_FLOOR, SAFE_FUSION, Fusion, best_coverage, dense_weight, fuse
 from ..store.storage import read_json_object, write_json_atomic
 from ..text.lexical import tokenizer_available
-from .calibrate import calibrate_model
-from .calibration import labelled_pool
+from .calibrate import calibrate_model, labelled_pool
 from .datasets import read_labelled
 
 __all__ = [
@@ -122,12 +121,13 @@ def collect(
     """Search every question of a labelled corpus (``records``, rows as in ``relevant``) in a
     flat hybrid index of it and keep what :func:`fit_fusion` needs."""
     ranker = Ranker.build(list(records), model=model, index_kind="flat", hybrid=True)
-    lexical = ranker._lexical
+    state = ranker.state()
+    lexical = state.lexical
     assert lexical is not None
     qv = ranker.model.encode(list(questions), role="question")
     m = min(len(ranker), CANDIDATE_FLOOR)
     _, _, dense_rows = ranker.search_vectors(qv, m)
-    vectors = np.asarray(ranker._vectors)
+    vectors = np.asarray(state.vectors)
     pool = FitPool(name, lexical.ratio, [], [], [], [], [], list(relevant))
     for i, question in enumerate(questions):
         terms, length = lexical.query(question)

@@ -31,10 +31,13 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..arguments import shown
 from ..errors import QueryError
+
+if TYPE_CHECKING:
+    from .state import IndexState
 
 __all__ = [
     "ARRAY_ENTRY_BYTES",
@@ -126,17 +129,18 @@ def check_work(needed: int, budget: int, what: str, advice: str) -> None:
         )
 
 
-def questions_per_call(ranker: Any, k: int) -> int:
+def questions_per_call(state: IndexState, k: int) -> int:
     """How many questions one ``ranker.search_batch(questions, k)`` may take within the budget
-    (at least 1): what the CLI searches at a time, printing each chunk's hits before the next.
+    (at least 1): what the CLI searches at a time, printing each chunk's hits before the next
+    (:attr:`qaindex.search.plan.SearchPlan.questions_per_call`).
 
     Example
     -------
-    >>> questions_per_call(ranker, 10) >= 1
+    >>> questions_per_call(ranker.state(), 10) >= 1
     True
     """
-    per_question = min(k, len(ranker)) * hit_bytes(ranker._records)
-    return max(1, (request_budget(ranker.memory_budget) // 2) // max(1, int(per_question)))
+    per_question = min(k, len(state.records)) * hit_bytes(state.records)
+    return max(1, (request_budget(state.memory_budget) // 2) // max(1, int(per_question)))
 
 
 def hit_bytes(records: Any) -> int:

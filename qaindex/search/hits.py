@@ -105,7 +105,7 @@ class Hit:
         The answer text.
     score : float
         The estimated probability, in [0, 1], that the answer is relevant: the model's
-        calibration (:mod:`qaindex.eval.calibration`) of ``raw_score``; ``sigmoid(raw_score)`` for a
+        calibration (:mod:`qaindex.search.calibration`) of ``raw_score``; ``sigmoid(raw_score)`` for a
         model without one (``info`` says ``uncalibrated``). ``min_score`` filters on it.
     distance : float
         Poincaré distance between question and answer (1 - cosine for cosine models).
@@ -210,7 +210,7 @@ def make_hits(
         "pass fewer rows per call",
     )
     out: list[list[Hit]] = []
-    # raw score (and its distance below the best of its row) -> P(relevant), qaindex.eval.calibration
+    # raw score (and its distance below the best of its row) -> P(relevant), qaindex.search.calibration
     best = np.where(r >= 0, s, -np.inf).max(axis=1, keepdims=True) if s.size else s
     probs = calibration(s, best) if probabilities is None else np.asarray(probabilities, np.float64)
     codes = np.zeros(r.shape, np.int8) if matched is None else np.asarray(matched)

@@ -39,7 +39,7 @@ from .fusion import CANDIDATE_FLOOR
 from .hits import MATCHED
 
 if TYPE_CHECKING:
-    from ..ranker import Ranker
+    from .state import IndexState
 
 __all__ = [
     "MATCHED",
@@ -56,40 +56,38 @@ _BLOCK_BYTES = 1 << 24  # key vectors gathered per scorer call (16 MiB)
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]
 
 
-def allowed_records(ranker: Ranker, flt: filters.Filter | None) -> np.ndarray | None:
+def allowed_records(state: IndexState, flt: filters.Filter | None) -> np.ndarray | None:
     """The records a filter lets through, as a bool mask over record rows (None: no filter).
 
     A predicate is called on the records that own keys only (the others cannot match by a key).
     """
     if flt is None:
         return None
-    records = ranker._records
+    records = state.records
     mask = np.zeros(len(records), dtype=bool)
     if flt.predicate is None:
         mask[filters.matching_rows(records, flt)] = True
-    elif ranker._keys is not None:
-        for row in np.unique(ranker._keys.owners).tolist():
+    elif state.keys is not None:
+        for row in np.unique(state.keys.owners).tolist():
             mask[row] = flt.matches(records.get(row))
     return mask
 
 
-def _exact_key_scores(ranker: Ranker, qv: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _exact_key_scores(state: IndexState, qv: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The model's scores and distances of keys ``rows`` for each question: (n, len(rows))."""
-    keys = ranker._keys
+    keys = state.keys
     assert keys is not None
     every = np.broadcast_to(rows, (len(qv), len(rows)))  # the same keys for every question
     q = np.ascontiguousarray(qv, dtype=np.float32)
     score = np.empty(every.shape, np.float32)
     dist = np.empty(every.shape, np.float32)
     for c, gathered in gathered_blocks(np.asarray(keys.vectors), every, _BLOCK_BYTES):
-        score[:, c : c + gathered.shape[1]], dist[:, c : c + gathered.shape[1]] = ranker.model.score_checked(
-            q, gathered
-        )
+        score[:, c : c + gathered.shape[1]], dist[:, c : c + gathered.shape[1]] = state.model.score_checked(q, gathered)
     return score, dist
 
 
 def key_scores(
-    ranker: Ranker, qv: np.ndarray, allowed: np.ndarray | None = None
+    state: IndexState, qv: np.ndarray, allowed: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The keys a search considers (those of ``allowed`` records) and their exact model
     scores and distances: ``(rows (K',), scores (n, K'), distances (n, K'))``; None for an
@@ -97,7 +95,7 @@ def key_scores(
 
     A dense search merges them with the answers' hits (:func:`with_keys`); a hybrid search
     reads them through :func:`key_evidence`."""
-    keys = ranker._keys
+    keys = state.keys
     if keys is None or not len(keys):
         return None
     candidates = np.arange(len(keys), dtype=np.int64)
@@ -105,7 +103,7 @@ def key_scores(
         candidates = candidates[allowed[keys.owners]]
         if not len(candidates):
             return None
-    return (candidates, *_exact_key_scores(ranker, qv, candidates))
+    return (candidates, *_exact_key_scores(state, qv, candidates))
 
 
 def _best_per_record(owners: np.ndarray, order: np.ndarray, width: int) -> np.ndarray:
@@ -120,7 +118,7 @@ Evidence = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 def key_evidence(
-    ranker: Ranker, questions: list[str], exact: tuple[np.ndarray, np.ndarray, np.ndarray], width: int
+    state: IndexState, questions: list[str], exact: tuple[np.ndarray, np.ndarray, np.ndarray], width: int
 ) -> list[Evidence]:
     """What the stored questions add to a hybrid search's records, per question
     (:func:`qaindex.search.fusion.hybrid_arrays`'s ``keys``).
@@ -131,10 +129,10 @@ def key_evidence(
     with the keys' BM25 rows), each with its best key's score and distance and whether one
     of its keys holds the question's terms: ``(rows, scores, distances, same)``, rows sorted.
     """
-    keys = ranker._keys
+    keys = state.keys
     assert keys is not None
     candidates, score, dist = exact
-    m = min(len(candidates), max(width * ranker.overfetch, CANDIDATE_FLOOR))
+    m = min(len(candidates), max(width * state.overfetch, CANDIDATE_FLOOR))
     out = []
     for i, question in enumerate(questions):
         pool = np.lexsort((candidates, dist[i], -score[i]))[:m]  # positions in `candidates`
@@ -153,12 +151,12 @@ def key_evidence(
     return out
 
 
-def key_arrays(ranker: Ranker, exact: tuple[np.ndarray, np.ndarray, np.ndarray], width: int) -> Arrays:
+def key_arrays(state: IndexState, exact: tuple[np.ndarray, np.ndarray, np.ndarray], width: int) -> Arrays:
     """The best key of each of the ``width`` best records by their keys' model scores, for
     each question (``exact``: :func:`key_scores`): ``(scores, distances, rows, None)`` as
     :func:`qaindex.search.pipeline.search_vectors` returns them, ``rows`` being the keys'
     record rows (``-1`` where missing), best first."""
-    keys = ranker._keys
+    keys = state.keys
     assert keys is not None
     candidates, score, dist = exact
     n = score.shape[0]
@@ -221,7 +219,7 @@ def merge(
 
 
 def with_keys(
-    ranker: Ranker, found: Arrays, exact: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+    state: IndexState, found: Arrays, exact: tuple[np.ndarray, np.ndarray, np.ndarray] | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
     """A dense search's answers' arrays ``found`` merged with the keys' (:func:`merge`), as
     wide as the answers', and the hits' key codes; unchanged (codes None: every hit an
@@ -230,5 +228,5 @@ def with_keys(
     if exact is None:
         return (*found, None)
     width = found[2].shape[1]
-    s, d, r, p, matched, _ = merge(found, key_arrays(ranker, exact, width), width)
+    s, d, r, p, matched, _ = merge(found, key_arrays(state, exact, width), width)
     return s, d, r, p, matched

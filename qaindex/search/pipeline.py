@@ -2,41 +2,31 @@
 filters, fusion with BM25 and the reranking stage, each within the request's memory budget.
 
 ``question → encoder → coarse rows (FAISS, or every row) → exact scores → where / fusion →
-reranker → hits``. The functions take the Ranker whose state they read (its records, vectors,
-coarse and lexical indexes) and never call back into it: the Ranker holds the locks, brings
-its coarse index up to date before it delegates, and documents the arguments.
+reranker → hits``. The functions read an :class:`~qaindex.search.state.IndexState` (the
+records, vectors, coarse and lexical indexes the Ranker hands down under its read lock, its
+coarse index up to date) and run a :class:`~qaindex.search.plan.SearchPlan` (the arguments the
+Ranker checked); they check nothing again and never call back into the Ranker.
 """
 
 from __future__ import annotations
 
 import functools
-import os
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..arguments import MAX_SETTING, finite_number, finite_vectors, flag, positive_int, text_list
-from ..corpus import Record
-from ..errors import QueryError
-from ..reranker import Reranker, rerank_stage
 from ..store.index_checks import stored_vectors_error
 from . import budget, filters, keys
-from .fusion import CANDIDATE_FLOOR, Fusion, fusion_from, hybrid_arrays
+from .fusion import CANDIDATE_FLOOR, Fusion, hybrid_arrays
 from .hits import Explanation, Hit, cut, dense_explanations, hit_bytes, make_hits
 
 if TYPE_CHECKING:
-    from ..ranker import Ranker
+    from .plan import SearchPlan
+    from .state import IndexState
 
-__all__ = ["candidate_rows", "candidates", "check_k", "check_questions", "pool_size", "search_batch", "search_vectors"]
+__all__ = ["candidate_rows", "candidates", "pool_size", "search_batch", "search_vectors"]
 
-Where = Mapping[str, Any] | Callable[[Record], bool]
 _QUERY_CHUNK = 256
-
-
-def check_k(k: Any) -> int:
-    """``k``: any positive integer (searches bound it by the index size before allocating)."""
-    return positive_int(k, "k")
 
 
 def pool_size(k: int, overfetch: int, total: int) -> int:
@@ -52,90 +42,24 @@ def pool_size(k: int, overfetch: int, total: int) -> int:
     return min(total, max(k * overfetch, CANDIDATE_FLOOR))
 
 
-def check_questions(questions: Any) -> list[str]:
-    """A list of non-empty question texts (a single string is refused)."""
-    if isinstance(questions, str):
-        raise QueryError("search_batch takes a list of questions; use search() for one question")
-    out = text_list(questions, "questions", what="question")
-    for i, q in enumerate(out):
-        if not q.strip():
-            where = "the question" if len(out) == 1 else f"question {i + 1}"
-            raise QueryError(f"{where} is empty; ask a question with at least one word")
-    return out
-
-
-def check_queries(ranker: Ranker, queries: Any) -> np.ndarray:
-    """Question vectors of the index's dimension, finite (inside the ball for Poincaré)."""
-    return finite_vectors(queries, "queries", shape=(None, ranker.model.dimension), ball=ranker.model.space.ball)
-
-
-def check_settings(**settings: Any) -> dict[str, int]:
-    """The settings of :meth:`~qaindex.Ranker.configure` that are not None, each checked: the
-    over-fetch factor and breadths (positive, at most ``MAX_SETTING``), the memory budget."""
-    out = {}
-    for name, value in settings.items():
-        if value is None:
-            continue
-        if name == "memory_budget":
-            out[name] = budget.check_budget_value(value)
-        else:
-            out[name] = positive_int(value, name, maximum=MAX_SETTING)
-    return out
-
-
-def hybrid_setting(ranker: Ranker, hybrid: Any, fusion: Any) -> Fusion | None:
-    """The fusion a search uses, or None for a dense search."""
-    if hybrid is not None:
-        flag(hybrid, "hybrid")
-    chosen = fusion_from(fusion, ranker.model)
-    if hybrid is False or (hybrid is None and ranker._lexical is None):
-        return None
-    if ranker._lexical is None:
-        raise QueryError(
-            "this index has no lexical index, so it cannot search with hybrid=True; build it with "
-            "`qaindex build CORPUS --hybrid` (Python: Ranker.build(..., hybrid=True) or ranker.enable_hybrid())"
-        )
-    return chosen
-
-
-def search_batch(
-    ranker: Ranker,
-    questions: Sequence[str],
-    k: int,
-    *,
-    where: Where | None,
-    min_score: float | None,
-    rerank: Reranker | str | os.PathLike[str] | bool | None,
-    depth: int | None,
-    hybrid: bool | None,
-    fusion: Fusion | Mapping[str, Any] | None,
-    explain: bool = False,
-) -> list[list[Hit]]:
-    """:meth:`~qaindex.Ranker.search_batch`: one list of hits per question (each with its
-    :class:`~qaindex.search.hits.Explanation` when ``explain``)."""
-    qs = check_questions(questions)
-    flag(explain, "explain")
-    k = check_k(k)
-    flt = filters.compile_where(where)
-    if min_score is not None:
-        min_score = finite_number(min_score, "min_score", optional=True)
-    stage = rerank_stage(ranker.reranker, rerank, depth, k, min_score)
-    fused = hybrid_setting(ranker, hybrid, fusion)
-    if stage is not None:  # the first stage finds `depth` candidates; the reranker orders and cuts them
-        k, min_score = stage.depth, None
+def search_batch(state: IndexState, qs: list[str], plan: SearchPlan) -> list[list[Hit]]:
+    """:meth:`~qaindex.Ranker.search_batch`: one list of hits per (checked) question, as ``plan``
+    says (each with its :class:`~qaindex.search.hits.Explanation` when ``plan.explain``)."""
+    stage, flt, fused, explain = plan.stage, plan.where, plan.fusion, plan.explain
+    k, min_score = (plan.k, plan.min_score) if stage is None else (stage.depth, None)
     if not qs:
         return []
-    total = len(ranker._records)
+    total = len(state.records)
     k = min(k, total)
-    records, vectors = ranker._records, ranker._vectors
-    limit = budget.request_budget(ranker.memory_budget)
+    records, vectors = state.records, state.vectors
+    limit = budget.request_budget(state.memory_budget)
     budget.check_result(
         len(qs) * k * hit_bytes(records),
         limit,
         f"a search of {len(qs):,} question(s) for {k:,} hits each",
         "ask fewer questions per call or a smaller k (or rerank depth)",
     )
-    qv = ranker.model.encode(qs, role="question")
+    qv = state.model.encode(qs, role="question")
 
     def hits(
         scores: np.ndarray,
@@ -149,11 +73,11 @@ def search_batch(
             why = dense_explanations(scores, rows)
         return make_hits(
             records,
-            ranker.model.calibration,
+            state.calibration,
             scores,
             distances,
             rows,
-            ranker.memory_budget,
+            state.memory_budget,
             probabilities,
             why,
             matched,
@@ -161,19 +85,19 @@ def search_batch(
 
     def first_stage(pick: list[int], width: int) -> list[list[Hit]]:
         if fused is None:
-            exact = keys.key_scores(ranker, qv[pick])  # the stored questions' scores (qaindex.search.keys)
-            s, d, r, _, matched = keys.with_keys(ranker, (*search_vectors(ranker, qv[pick], width), None), exact)
+            exact = keys.key_scores(state, qv[pick])  # the stored questions' scores (qaindex.search.keys)
+            s, d, r, _, matched = keys.with_keys(state, (*search_vectors(state, qv[pick], width), None), exact)
             return hits(s, d, r, None, matched)
-        m = pool_size(width, ranker.overfetch, total)
+        m = pool_size(width, state.overfetch, total)
         # questions in chunks whose candidates (dense + BM25, scores, sort keys) fit the budget
         step = budget.chunk((2 * m * budget.CANDIDATE_BYTES + total * 4), limit, max(1, len(pick)))
         chunked: list[list[Hit]] = []
         for start in range(0, len(pick), step):
             part = pick[start : start + step]
-            exact = keys.key_scores(ranker, qv[part])
-            rows = candidate_rows(ranker, qv[part], m)
+            exact = keys.key_scores(state, qv[part])
+            rows = candidate_rows(state, qv[part], m)
             s, d, r, p, matched, why = _fused_arrays(
-                ranker, [qs[i] for i in part], qv[part], rows, width, fused, exact, explain, memory_budget=limit
+                state, [qs[i] for i in part], qv[part], rows, width, fused, exact, explain, memory_budget=limit
             )
             chunked.extend(hits(s, d, r, p, matched, why))
         return chunked
@@ -185,21 +109,21 @@ def search_batch(
     if fused is None:
         # pre-filter (exact scoring of the matching answers) or post-filter: qaindex.search.filters
         found = filters.plan(
-            records, vectors, qv, k, flt, search=functools.partial(search_vectors, ranker),
-            candidates=functools.partial(candidate_rows, ranker), scorer=ranker.model.score_checked,
-            overfetch=ranker.overfetch, space=ranker.model.space,
+            records, vectors, qv, k, flt, search=functools.partial(search_vectors, state),
+            candidates=functools.partial(candidate_rows, state), scorer=state.model.score_checked,
+            overfetch=state.overfetch, space=state.model.space,
         )  # fmt: skip
-        allowed = keys.allowed_records(ranker, flt) if ranker._keys is not None else None
-        every = keys.key_scores(ranker, qv, allowed)  # the stored questions' scores, all questions at once
+        allowed = keys.allowed_records(state, flt) if state.keys is not None else None
+        every = keys.key_scores(state, qv, allowed)  # the stored questions' scores, all questions at once
         out = []
         for i, (s, d, r) in enumerate(found):  # each merged with its stored questions' hits (qaindex.search.keys)
             exact = None if every is None else (every[0], every[1][i : i + 1], every[2][i : i + 1])
-            merged = keys.with_keys(ranker, (s[None], d[None], r[None], None), exact)
+            merged = keys.with_keys(state, (s[None], d[None], r[None], None), exact)
             out.append(cut(hits(*merged)[0], k, min_score))
     else:
         rows = filters.matching_rows(records, flt) if flt.predicate is None else None
-        if rows is not None and len(rows) <= filters.prefilter_limit(k, ranker.overfetch, total):
-            out = _fused_among(ranker, qs, qv, rows, k, fused, min_score, explain)
+        if rows is not None and len(rows) <= filters.prefilter_limit(k, state.overfetch, total):
+            out = _fused_among(state, qs, qv, rows, k, fused, min_score, explain)
         else:  # a fused search widens its first stage until each question has k matching hits
             out = [[] for _ in qs]
             pending = list(range(len(qs)))
@@ -219,7 +143,7 @@ def search_batch(
 
 
 def _fused_among(
-    ranker: Ranker,
+    state: IndexState,
     qs: list[str],
     qv: np.ndarray,
     rows: np.ndarray,
@@ -232,12 +156,12 @@ def _fused_among(
     BM25, then fused, as an unfiltered hybrid search ranks its candidates."""
     if len(rows) == 0:
         return [[] for _ in qs]
-    allowed = np.zeros(len(ranker._records), dtype=bool)
+    allowed = np.zeros(len(state.records), dtype=bool)
     allowed[rows] = True
     dense = np.ascontiguousarray(np.broadcast_to(rows, (len(qs), len(rows))))
-    exact = keys.key_scores(ranker, qv, allowed)  # the stored questions' scores (qaindex.search.keys)
+    exact = keys.key_scores(state, qv, allowed)  # the stored questions' scores (qaindex.search.keys)
     s, d, r, p, matched, why = _fused_arrays(
-        ranker,
+        state,
         qs,
         qv,
         dense,
@@ -246,14 +170,14 @@ def _fused_among(
         exact,
         explain,
         allowed,
-        memory_budget=budget.request_budget(ranker.memory_budget),
+        memory_budget=budget.request_budget(state.memory_budget),
     )
-    found = make_hits(ranker._records, ranker.model.calibration, s, d, r, ranker.memory_budget, p, why, matched)
+    found = make_hits(state.records, state.calibration, s, d, r, state.memory_budget, p, why, matched)
     return [cut(row, k, min_score) for row in found]
 
 
 def _fused_arrays(
-    ranker: Ranker,
+    state: IndexState,
     qs: list[str],
     qv: np.ndarray,
     rows: np.ndarray,
@@ -269,12 +193,12 @@ def _fused_arrays(
     stored questions vouch for (:func:`qaindex.search.keys.key_evidence`), fused as one list
     of records, with their key codes and, when ``explain``, their explanations."""
     why: list[list[Explanation]] | None = [] if explain else None
-    evidence = None if exact is None else keys.key_evidence(ranker, qs, exact, k)
+    evidence = None if exact is None else keys.key_evidence(state, qs, exact, k)
     matched = np.zeros((len(qs), k), np.int8)
     arrays = hybrid_arrays(
-        ranker.model,
-        ranker._vectors,
-        ranker._lexical,
+        state.model,
+        state.vectors,
+        state.lexical,
         qs,
         qv,
         rows,
@@ -287,67 +211,66 @@ def _fused_arrays(
         memory_budget=memory_budget,
     )
     if np.isnan(arrays[0]).any():  # queries are checked: a damaged vectors.npy loaded with verify=False
-        raise stored_vectors_error(ranker._disk.vectors_source(ranker.path), arrays[2][np.isnan(arrays[0])])
+        raise stored_vectors_error(state.vectors_source, arrays[2][np.isnan(arrays[0])])
     return (*arrays, matched, why)
 
 
 def search_vectors(
-    ranker: Ranker, queries: np.ndarray, k: int, *, use_coarse: bool = False
+    state: IndexState, queries: np.ndarray, k: int, *, use_coarse: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:meth:`~qaindex.Ranker.search_vectors`: search with question vectors, in query chunks.
 
     Parameters
     ----------
-    ranker : Ranker
+    state : IndexState
     queries : array (n, dimension)
-        Question vectors (from ``model.encode(..., role="question")``): integer or float
-        numbers, all finite (inside the unit ball for Poincaré models).
+        Question vectors (from ``model.encode(..., role="question")``), checked by the Ranker
+        (:func:`qaindex.search.plan.check_queries`): finite, inside the unit ball for Poincaré models.
     k : int
-        Any positive integer; the arrays have ``min(k, len(ranker))`` columns, so a huge
-        ``k`` costs no more than ``k = len(ranker)``.
+        Any positive integer; the arrays have ``min(k, len(state))`` columns, so a huge
+        ``k`` costs no more than ``k = len(state)``.
     use_coarse : bool, keyword-only
         Go through FAISS even when the candidate pool (:func:`pool_size`) covers every answer
         (by default such small searches rerank every answer exactly and skip FAISS).
 
     Returns
     -------
-    scores : numpy.ndarray (n, min(k, len(ranker))), float32, ``-inf`` where missing
-    distances : numpy.ndarray (n, min(k, len(ranker))), float32, ``inf`` where missing
-    rows : numpy.ndarray (n, min(k, len(ranker))), int64, ``-1`` where missing (an
+    scores : numpy.ndarray (n, min(k, len(state))), float32, ``-inf`` where missing
+    distances : numpy.ndarray (n, min(k, len(state))), float32, ``inf`` where missing
+    rows : numpy.ndarray (n, min(k, len(state))), int64, ``-1`` where missing (an
         approximate index may recall fewer candidates than asked)
     """
-    k = min(check_k(k), len(ranker._records))
-    flag(use_coarse, "use_coarse")
-    q = check_queries(ranker, queries)
-    limit = budget.request_budget(ranker.memory_budget)
+    k = min(k, len(state.records))
+    q = queries
+    limit = budget.request_budget(state.memory_budget)
     budget.check_result(
         len(q) * k * budget.ARRAY_ENTRY_BYTES,
         limit,
         f"a search of {len(q):,} question vectors for {k:,} hits each",
         "search fewer vectors per call or a smaller k",
     )
-    m = pool_size(k, ranker.overfetch, len(ranker._records))
+    m = pool_size(k, state.overfetch, len(state.records))
     budget.check_work(
         m * budget.CANDIDATE_BYTES,
         limit,
-        f"ranking {m:,} candidates (k={k:,} x overfetch {ranker.overfetch})",
+        f"ranking {m:,} candidates (k={k:,} x overfetch {state.overfetch})",
         "use a smaller k or overfetch",
     )
     step = budget.chunk(m * budget.CANDIDATE_BYTES, limit, _QUERY_CHUNK)
-    parts = [_search_chunk(ranker, q[s : s + step], k, use_coarse, limit) for s in range(0, len(q), step)]
+    parts = [_search_chunk(state, q[s : s + step], k, use_coarse, limit) for s in range(0, len(q), step)]
     if not parts:
         return np.zeros((0, k), np.float32), np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
     return tuple(np.concatenate(p) for p in zip(*parts, strict=True))  # type: ignore[return-value]
 
 
-def candidates(ranker: Ranker, queries: np.ndarray, m: int, *, use_coarse: bool = False) -> np.ndarray:
+def candidates(state: IndexState, queries: np.ndarray, m: int, *, use_coarse: bool = False) -> np.ndarray:
     """:meth:`~qaindex.Ranker.candidates`: the coarse stage's rows, in chunks within the budget.
 
     Parameters
     ----------
-    ranker : Ranker
+    state : IndexState
     queries : array (n, dimension)
-        Question vectors, as for :func:`search_vectors`.
+        Question vectors, checked, as for :func:`search_vectors`.
     m : int
         Candidates per question, any positive integer (bounded by the index size).
     use_coarse : bool, keyword-only
@@ -355,12 +278,10 @@ def candidates(ranker: Ranker, queries: np.ndarray, m: int, *, use_coarse: bool 
 
     Returns
     -------
-    numpy.ndarray (n, min(m, len(ranker))), int64, ``-1`` where fewer were recalled
+    numpy.ndarray (n, min(m, len(state))), int64, ``-1`` where fewer were recalled
     """
-    m = min(positive_int(m, "m"), len(ranker._records))
-    flag(use_coarse, "use_coarse")
-    queries = check_queries(ranker, queries)
-    limit = budget.request_budget(ranker.memory_budget)
+    m = min(m, len(state.records))
+    limit = budget.request_budget(state.memory_budget)
     budget.check_result(
         len(queries) * m * 8,
         limit,
@@ -369,33 +290,33 @@ def candidates(ranker: Ranker, queries: np.ndarray, m: int, *, use_coarse: bool 
     )
     step = budget.chunk(m * budget.CANDIDATE_BYTES, limit, max(1, len(queries)))
     if step >= len(queries):
-        return candidate_rows(ranker, queries, m, use_coarse=use_coarse)
+        return candidate_rows(state, queries, m, use_coarse=use_coarse)
     starts = range(0, len(queries), step)
-    return np.concatenate([candidate_rows(ranker, queries[s : s + step], m, use_coarse=use_coarse) for s in starts])
+    return np.concatenate([candidate_rows(state, queries[s : s + step], m, use_coarse=use_coarse) for s in starts])
 
 
-def candidate_rows(ranker: Ranker, queries: np.ndarray, m: int, *, use_coarse: bool = False) -> np.ndarray:
+def candidate_rows(state: IndexState, queries: np.ndarray, m: int, *, use_coarse: bool = False) -> np.ndarray:
     """Rows recalled for checked queries: every row when ``m`` covers them, else FAISS's."""
-    total = len(ranker._records)
+    total = len(state.records)
     if m >= total and not use_coarse:
         return np.broadcast_to(np.arange(total, dtype=np.int64), (len(queries), total)).copy()
     # a plain ndarray view of the memory map: fancy indexing skips np.memmap's overhead
-    return ranker._coarse.search(queries, m, vectors=np.asarray(ranker._vectors))
+    return state.coarse.search(queries, m, vectors=np.asarray(state.vectors))
 
 
 def _search_chunk(
-    ranker: Ranker, q: np.ndarray, k: int, use_coarse: bool, limit: int
+    state: IndexState, q: np.ndarray, k: int, use_coarse: bool, limit: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    n, dim = len(q), ranker.model.dimension
-    rows = candidate_rows(ranker, q, pool_size(k, ranker.overfetch, len(ranker._records)), use_coarse=use_coarse)
+    n, dim = len(q), state.model.dimension
+    rows = candidate_rows(state, q, pool_size(k, state.overfetch, len(state.records)), use_coarse=use_coarse)
     valid = rows >= 0
     all_valid = bool(valid.all())
     safe_rows = rows if all_valid else np.where(valid, rows, 0)
     # the candidates' vectors are gathered and scored in column blocks within the budget
     width = rows.shape[1]
     block = budget.chunk(n * dim * 4 * budget.SCORER_COPIES, limit, max(1, width))
-    vectors = np.asarray(ranker._vectors)
-    score_checked = ranker.model.score_checked
+    vectors = np.asarray(state.vectors)
+    score_checked = state.model.score_checked
     if block >= width:
         gathered = np.asarray(vectors[safe_rows.ravel()], dtype=np.float32)
         score, dist = score_checked(q, gathered.reshape(n, width, dim))
@@ -407,7 +328,7 @@ def _search_chunk(
             gathered = np.asarray(vectors[cols.ravel()], dtype=np.float32)
             score[:, c : c + block], dist[:, c : c + block] = score_checked(q, gathered.reshape(n, cols.shape[1], dim))
     if not np.isfinite(score).all():  # queries are checked: a damaged vectors.npy loaded with verify=False
-        raise stored_vectors_error(ranker._disk.vectors_source(ranker.path), safe_rows[~np.isfinite(score)])
+        raise stored_vectors_error(state.vectors_source, safe_rows[~np.isfinite(score)])
     if not all_valid:
         score = np.where(valid, score, -np.inf)
         dist = np.where(valid, dist, np.inf)
@@ -416,7 +337,7 @@ def _search_chunk(
     order = np.lexsort((rows, dist, -score), axis=-1)[:, :k]
     pick = (np.arange(n)[:, None], order)
     w = order.shape[1]
-    # k <= len(ranker) here (search_vectors bounds it), so nothing below scales with a huge k
+    # k <= len(state) here (search_vectors bounds it), so nothing below scales with a huge k
     top_s = np.full((n, k), -np.inf, dtype=np.float32)
     top_d = np.full((n, k), np.inf, dtype=np.float32)
     top_r = np.full((n, k), -1, dtype=np.int64)

@@ -307,7 +307,7 @@ def fusion_entry_error(entry: Any) -> str | None:
     return None
 
 
-# -- the model manifest's "calibration" (qaindex.eval.calibration) -----------------------------
+# -- the model manifest's "calibration" (qaindex.search.calibration) -----------------------------
 CALIBRATION_METHODS = ("platt", "isotonic")
 _F32_MAX = float(np.finfo(np.float32).max)
 CALIBRATION = {

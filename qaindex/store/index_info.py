@@ -1,4 +1,5 @@
-"""What ``qaindex info`` and :meth:`qaindex.Ranker.info` show of an index."""
+"""What ``qaindex info`` and :meth:`qaindex.Ranker.info` show of an index, read from its
+:class:`~qaindex.search.state.IndexState`."""
 
 from __future__ import annotations
 
@@ -7,38 +8,38 @@ from typing import TYPE_CHECKING, Any
 from ..devices import devices_info
 
 if TYPE_CHECKING:
-    from ..ranker import Ranker
+    from ..search.state import IndexState
 
 __all__ = ["index_info"]
 
 
-def index_info(ranker: Ranker) -> dict[str, Any]:
+def index_info(state: IndexState) -> dict[str, Any]:
     """Model, counts, index kind, devices actually used, hybrid and key indexes, calibration.
 
     Example
     -------
-    >>> index_info(ranker)["answers"] == len(ranker)
+    >>> index_info(ranker.state())["answers"] == len(ranker)
     True
     """
-    m = ranker.model.manifest
-    coarse = ranker._coarse
+    m = state.model.manifest
+    coarse = state.coarse
     return {
-        "path": str(ranker.path) if ranker.path else None,
-        "answers": len(ranker),
-        "dimension": ranker.dimension,
-        "geometry": ranker.model.geometry,
-        "index": {**coarse.describe(), "overfetch": ranker.overfetch},
+        "path": str(state.path) if state.path else None,
+        "answers": len(state),
+        "dimension": state.model.dimension,
+        "geometry": state.model.geometry,
+        "index": {**coarse.describe(), "overfetch": state.overfetch},
         "model": {
-            "name": ranker.model.name,
+            "name": state.model.name,
             "kind": m["kind"],
             "parameters": m.get("parameters", {}),
             "metrics": m.get("metrics", {}),
         },
-        "devices": devices_info(ranker.model, coarse.device, coarse.kind),
-        "reranker": None if ranker.reranker is None else {"name": ranker.reranker.name, **ranker.reranker.providers},
-        "hybrid": None if ranker._lexical is None else ranker._lexical.describe(),
-        "keys": None if ranker._keys is None else ranker._keys.entry(),
-        "calibration": ranker.model.calibration.describe(),
-        "created": ranker.created,
-        "near_centre": ranker.model.space.near_centre(ranker._vectors),
+        "devices": devices_info(state.model, coarse.device, coarse.kind),
+        "reranker": None if state.reranker is None else {"name": state.reranker.name, **state.reranker.providers},
+        "hybrid": None if state.lexical is None else state.lexical.describe(),
+        "keys": None if state.keys is None else state.keys.entry(),
+        "calibration": state.calibration.describe(),
+        "created": state.created,
+        "near_centre": state.model.space.near_centre(state.vectors),
     }

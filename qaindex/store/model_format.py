@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelFormatError
-from ..eval.calibration import Calibration
 from ..geometry import NAMES, bilinear, hyperbolic
+from ..search.calibration import Calibration
 from ..text.chunking import read_chunking
 from ..text.tokenizer import Tokenizer
 from ..version import __version__

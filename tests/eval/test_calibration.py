@@ -13,10 +13,10 @@ from helpers.onnx_models import make_model
 
 from qaindex import ModelFormatError, QueryError, Ranker
 from qaindex.cli import main
-from qaindex.eval.calibrate import calibrate_model, measure
-from qaindex.eval.calibration import Calibration, expected_calibration_error, fit, reliability_bins
+from qaindex.eval.calibrate import calibrate_model, expected_calibration_error, fit, measure, reliability_bins
 from qaindex.eval.datasets import Candidate, QuestionGroup
 from qaindex.model import Model
+from qaindex.search.calibration import Calibration
 
 
 def _planted(n: int, seed: int, topics: int = 30, candidates: int = 8) -> list[QuestionGroup]:
@@ -270,8 +270,7 @@ def test_a_pair_weighted_twice_fits_like_the_pair_repeated(method: str) -> None:
 
 
 def test_fused_score_weights_and_offtopic_share() -> None:
-    from qaindex.eval.calibrate import OFFTOPIC_SHARE, offtopic_weight
-    from qaindex.eval.calibration import fit_fused_score
+    from qaindex.eval.calibrate import OFFTOPIC_SHARE, fit_fused_score, offtopic_weight
 
     rng = np.random.default_rng(6)
     x = rng.normal(size=(300, 3))

@@ -392,7 +392,7 @@ def test_cli_train_writes_model(tmp_path: Path) -> None:
     assert manifest["training"]["config"]["epochs"] == 3
     assert manifest["training"]["data"]["train"]["sha256"] == sha256_file(train_file)
     assert manifest["score"]["higher_is_better"] is True
-    # calibrated on the held-out dev file (qaindex.eval.calibration), reported in the summary
+    # calibrated on the held-out dev file (qaindex.search.calibration), reported in the summary
     assert manifest["calibration"]["data"] == "dev.jsonl" and manifest["calibration"]["labels"] == "labelled"
     assert (
         summary["calibration"]["calibrated"] is True and summary["calibration"]["ece"] == manifest["calibration"]["ece"]

@@ -155,7 +155,9 @@ def test_cli_search_prints_every_question_in_chunks(
     args = ["search", "-", "--index", str(index), "-k", "1000000000", "--json", "--device", "cpu"]
     stdin = "\n".join(QUESTIONS[:12]) + "\n"
     monkeypatch.setenv(ENV_VAR, "2MiB")
-    assert questions_per_call(Ranker.load(index), 10**9) == 2  # 1 MiB of hits: two questions at a time
+    loaded = Ranker.load(index)
+    assert questions_per_call(loaded.state(), 10**9) == 2  # 1 MiB of hits: two questions at a time
+    assert loaded.plan(10**9, rerank=False).questions_per_call == 2  # what the CLI asks for
     chunked = CliRunner().invoke(qaindex.cli.main, args, input=stdin)
     monkeypatch.delenv(ENV_VAR)
     whole = CliRunner().invoke(qaindex.cli.main, args, input=stdin)

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from qaindex import Ranker, Reranker
-from qaindex.eval.calibration import Calibration
 from qaindex.model import DEFAULT_MODEL_DIR
+from qaindex.search.calibration import Calibration
 from qaindex.search.fusion import fusion_from
 
 pytest.importorskip("Stemmer")

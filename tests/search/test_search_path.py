@@ -6,7 +6,10 @@ nearest ``qaindex`` frame up the stack is the caller). Two facts are asserted:
 
 - no back-and-forth: the graph has no circle (no file calls a file that calls it back, through
   any number of others), so the search can be read downward, file by file;
-- at most :data:`MAX_FILES` files on any path from the CLI's command to the deepest call.
+- at most :data:`MAX_FILES` files on any path from the CLI's command to the deepest call;
+- the Ranker hands its state and a checked plan down: nothing the pipeline calls reaches
+  ``ranker.py`` (the Ranker) or ``search/plan.py`` (the argument checks, made once, at the
+  Ranker).
 
 The CLI run traces only what happens inside ``Ranker.search_batch``, which the command calls
 (opening the index is not part of the search), and counts ``cli/app.py`` as the first file.
@@ -69,6 +72,18 @@ def trace(run: Callable[[], Any], *, only_search: bool = False) -> dict[str, set
     return graph
 
 
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """The files ``start`` calls, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for callee in graph.get(todo.pop(), ()):
+            if callee not in seen:
+                seen.add(callee)
+                todo.append(callee)
+    return seen
+
+
 def longest_path(graph: dict[str, set[str]], start: str) -> list[str]:
     """The longest path of files from ``start`` (the graph has no circle)."""
     best: dict[str, list[str]] = {}
@@ -85,6 +100,7 @@ def test_the_tracer_sees_a_circle_and_a_path() -> None:
     graph = {"a.py": {"b.py"}, "b.py": {"a.py", "c.py"}, "c.py": set()}
     assert circles(graph)
     assert longest_path({"a.py": {"b.py", "c.py"}, "b.py": {"c.py"}, "c.py": set()}, "a.py") == ["a.py", "b.py", "c.py"]
+    assert reachable(graph, "c.py") == set() and reachable(graph, "a.py") == {"a.py", "b.py", "c.py"}
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +124,9 @@ def test_a_search_goes_down_through_at_most_eight_files(index: Path) -> None:
         graph = trace(run)
         assert "search/pipeline.py" in graph and "search/hits.py" in graph, name
         assert circles(graph) == [], (name, circles(graph))
+        below = reachable(graph, "search/pipeline.py")
+        assert "ranker.py" not in below and "search/plan.py" not in below, (name, sorted(below))
+        assert "search/plan.py" in graph["ranker.py"], name  # the arguments are checked at the Ranker
         entry = "store/concurrency.py"  # the read lock's wrapper is what the caller enters
         path = longest_path(graph, entry)
         assert len(path) + 1 <= MAX_FILES, (name, path)  # + the CLI command's own file

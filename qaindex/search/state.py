@@ -1,0 +1,94 @@
+"""The index state: what a search, ``info``, ``recall`` and an update read of a Ranker.
+
+A :class:`~qaindex.Ranker` holds its pieces (model, records, vectors, coarse, lexical and
+key indexes, reranker, settings) behind its locks. For each call it builds one
+:class:`IndexState` under its lock, its coarse index brought up to date first, and hands it
+down: to the query pipeline (:mod:`.pipeline`, with :mod:`.keys`, :mod:`.budget` and the
+plan of :mod:`.plan`), to :mod:`.recall`, to :mod:`qaindex.store.index_info` and to the
+updates (:mod:`qaindex.build.updates`, which return a new state for the Ranker to adopt).
+None of them reads the Ranker itself, so the path of a call goes down from the Ranker and
+never back to it.
+
+The state is frozen and holds references, not copies: building one costs nothing, and an
+update replaces the Ranker's pieces rather than changing those of a state handed out (the
+coarse index, which ``add`` extends in place, under the write lock that keeps searches out).
+
+Example
+-------
+>>> state = ranker.state()
+>>> len(state) == len(ranker), state.model is ranker.model
+(True, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ..model import Model
+    from ..reranker import Reranker
+    from ..store.keys import KeyIndex
+    from ..store.records import RecordStore
+    from ..text.lexical import LexicalIndex
+    from ..vector_index import CoarseIndex
+    from .calibration import Calibration
+
+__all__ = ["IndexState"]
+
+
+@dataclass(frozen=True)
+class IndexState:
+    """One Ranker's index, read-only, as one call sees it.
+
+    Attributes
+    ----------
+    model : Model
+        The encoder and scorer (its calibration maps raw scores to probabilities).
+    records : RecordStore
+        The stored answers, in row order.
+    vectors : numpy.ndarray (N, dimension)
+        The stored answer vectors (a memory map for a loaded index).
+    coarse : CoarseIndex
+        The coarse (FAISS) index over ``vectors``, up to date.
+    lexical : LexicalIndex or None
+        The BM25 index of hybrid search; None: dense only.
+    keys : KeyIndex or None
+        The stored questions as search keys (:mod:`qaindex.store.keys`); None: answers only.
+    reranker : Reranker or None
+        The reranking stage searches use by default.
+    overfetch : int
+        Coarse candidates per hit.
+    memory_budget : int or None
+        Bytes one request may use (:mod:`.budget`); None: the environment's or 1 GiB.
+    path : Path or None
+        The index directory it was loaded from or saved to.
+    created : str
+        When the index was built.
+    vectors_source : Path or str
+        The served ``vectors.npy`` (or a description), named by errors about damaged vectors.
+    """
+
+    model: Model
+    records: RecordStore
+    vectors: np.ndarray
+    coarse: CoarseIndex
+    lexical: LexicalIndex | None = None
+    keys: KeyIndex | None = None
+    reranker: Reranker | None = None
+    overfetch: int = 10
+    memory_budget: int | None = None
+    path: Path | None = None
+    created: str = ""
+    vectors_source: Path | str = "the stored vectors"
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @property
+    def calibration(self) -> Calibration:
+        """The model's calibration (raw score → probability of relevance), applied to every hit."""
+        return self.model.calibration
