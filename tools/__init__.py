@@ -4,6 +4,6 @@
 :mod:`tools.doc_repos`), :mod:`tools.teacher_embeddings` (the teacher's vectors of it),
 :mod:`tools.build_default_model` (trains, evaluates and installs the default model, writes its
 card) and :mod:`tools.static_capacity` (how far a static table can go on the evaluation
-corpora). They import the benchmarks' pooled evaluation (:mod:`benchmarks.pooled_eval`) as a
+corpora). They import the benchmarks' pooled evaluation (:mod:`benchmarks.quality.pooled_eval`) as a
 package, never through ``sys.path``.
 """

@@ -10,7 +10,7 @@ then the ``lognorm`` ball is fitted on held-out pairs of the same corpus. No tex
 ``examples/`` and no evaluation data reaches the weights.
 
 Evaluation, in one run (whole-corpus MRR@10, every answer of a pool indexed, the junk answers
-of ``benchmarks/pooled.py`` added to every pool): the candidate, the current default, BM25
+of ``benchmarks/quality/pooled.py`` added to every pool): the candidate, the current default, BM25
 (``bm25s`` with English stop words and the Snowball stemmer) and all-MiniLM-L6-v2 (exact
 cosine), on the WikiQA and TrecQA test pools (evaluation only), ``examples/faq.jsonl`` and
 every corpus under ``--evaldata`` (``NAME/answers.jsonl`` + ``NAME/questions.jsonl``). Also
@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.pooled import speed_minilm, speed_qaindex
-from benchmarks.pooled_eval import (
+from benchmarks.quality.pooled import speed_minilm, speed_qaindex
+from benchmarks.quality.pooled_eval import (
     FAQ,
     JUNK_ANSWERS,
     K,
@@ -650,8 +650,8 @@ and the `fit` split of the built-in off-topic questions (`qaindex/eval/data/offt
 for this project, Apache-2.0) as not relevant; the hybrid score calibration is fitted with the fusion
 on half A of its fit pools and the same off-topic questions. Rerun after replacing the model:
 `qaindex calibrate qaindex/models/default examples/faq.jsonl --teacher minilm`, then
-`python -m benchmarks.hybrid --evaldata DIR --traindata DIR --fit`; measured by
-`python -m benchmarks.offtopic --evaldata DIR` (docs/scores.md).
+`python -m benchmarks.quality.hybrid --evaldata DIR --traindata DIR --fit`; measured by
+`python -m benchmarks.quality.offtopic --evaldata DIR` (docs/scores.md).
 
 **Benchmark** (whole-corpus MRR@10, every answer of the corpus indexed plus {len(JUNK_ANSWERS)} junk answers,
 all systems in the same run; WikiQA and TrecQA are research-only and used for evaluation only):

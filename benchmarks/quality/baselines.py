@@ -72,7 +72,7 @@ loading excluded) and depends on the machine's load.
 
 Usage::
 
-    python -m benchmarks.baselines [--data ../shared/datasets] [--out FILE]
+    python -m benchmarks.quality.baselines [--data ../shared/datasets] [--out FILE]
         [--datasets wikiqa,trecqa_raw,trecqa_clean] [--batch-size 64]
 
 Needs numpy and qaindex; the ``minilm`` baseline also needs torch, sentence-transformers and

@@ -23,7 +23,7 @@ reported apart.
 
 Usage::
 
-    python -m benchmarks.filters [--answers 50000] [--questions 100] [--quick] [--out FILE]
+    python -m benchmarks.quality.filters [--answers 50000] [--questions 100] [--quick] [--out FILE]
 
 ``--quick``: 5,000 answers and 30 questions, written to ``filters-quick.json`` unless
 ``--out`` is given. Prints a table and writes JSON (default ``benchmarks/results/filters.json``).
@@ -198,7 +198,7 @@ def main() -> None:
         if "hybrid" in run:
             line += f"  | hybrid p50 {run['hybrid']['p50_ms']:.2f} cpu {run['hybrid']['cpu_p50_ms']:.2f}"
         print(line, flush=True)
-    command = "python -m benchmarks.filters" + (" --quick" if args.quick else "")
+    command = "python -m benchmarks.quality.filters" + (" --quick" if args.quick else "")
     if args.answers or args.questions:
         command += f" --answers {n_answers} --questions {n_questions}"
     results = {

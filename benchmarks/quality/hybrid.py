@@ -13,10 +13,10 @@ corpus, added latency at scale, calibration error of hybrid hits.
    default model never trained on). Objective: the largest worst-case margin of the fused
    MRR@10 over the better of its two parts across the fit pools, then the largest mean. The
    constants are written to the model manifest (``"fusion"``), where searches read them.
-   Refit after replacing the model: ``python -m benchmarks.hybrid --fit --evaldata DIR
+   Refit after replacing the model: ``python -m benchmarks.quality.hybrid --fit --evaldata DIR
    --traindata DIR``.
 2. **Quality.** Every corpus (the fit pools, every ``--evaldata`` corpus with the 50 junk
-   answers of ``benchmarks/pooled.py``, MedQuAD held-out pairs) is indexed whole (flat
+   answers of ``benchmarks/quality/pooled.py``, MedQuAD held-out pairs) is indexed whole (flat
    index, ``k`` = 10, candidates: the model's and BM25's 100 best) and every question
    searched: dense, BM25, and every rule tried: RRF (c = 10, 60), convex (w = 0.2, 0.5,
    0.8), adaptive with the corpus ratio only (``terms`` = inf, refitted), the previous
@@ -40,14 +40,14 @@ corpus, added latency at scale, calibration error of hybrid hits.
    ``qaindex.search.scoring.fused_probability``, fitted with ``--fit`` by logistic regression
    on the top-10 hybrid hits of half A of the fit pools, and on those of the built-in
    off-topic questions' ``fit`` split searched in each fit pool, as not relevant:
-   ``benchmarks/offtopic.py``; a manifest fitted before it keeps its per-hit ``score``,
+   ``benchmarks/quality/offtopic.py``; a manifest fitted before it keeps its per-hit ``score``,
    capped by the hits above: ``qaindex.search.scoring.hybrid_scores``).
 
 Writes ``benchmarks/results/hybrid.json`` and the tables of ``docs/hybrid.md``.
 
 Usage::
 
-    python -m benchmarks.hybrid --evaldata DIR --traindata DIR [--fit] [--data ../shared/datasets]
+    python -m benchmarks.quality.hybrid --evaldata DIR --traindata DIR [--fit] [--data ../shared/datasets]
         [--skip quality latency calibration]
 """
 
@@ -70,10 +70,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 from benchmarks.common import ROOT
-from benchmarks.hybrid_tables import CANDIDATE_ONLY, NO_SCAN, PREVIOUS, table
-from benchmarks.offtopic import OFFTOPIC_FIT, offtopic_collected
-from benchmarks.pooled import load_corpora
-from benchmarks.pooled_eval import JUNK_AID, JUNK_ANSWERS
+from benchmarks.quality.hybrid_tables import CANDIDATE_ONLY, NO_SCAN, PREVIOUS, table
+from benchmarks.quality.offtopic import OFFTOPIC_FIT, offtopic_collected
+from benchmarks.quality.pooled import load_corpora
+from benchmarks.quality.pooled_eval import JUNK_AID, JUNK_ANSWERS
 from benchmarks.readme_markers import replace_section
 from qaindex import Ranker
 from qaindex.corpus import read_corpus
@@ -336,7 +336,7 @@ def fit_score(
     (``fused_score``, :func:`qaindex.search.scoring.fused_probability`) fitted by logistic
     regression on the top-``K`` hits of the fit pools' half A, and on those of ``offtopic``
     questions searched in the same pools (all not relevant;
-    ``benchmarks.offtopic.offtopic_collected``). The fused value's weight is kept >= 0 (a fit
+    ``benchmarks.quality.offtopic.offtopic_collected``). The fused value's weight is kept >= 0 (a fit
     against the order drops it), so the score falls with the rank."""
     parts_ = [hit_features(c, pools[n], fusion, model, half_a(len(pools[n].questions))) for n, c in collected.items()]
     for c, pool in (offtopic or {}).values():
@@ -534,7 +534,7 @@ def readme_body(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--evaldata", type=Path, required=True, help="Folder of corpora (benchmarks/corpora.py).")
+    parser.add_argument("--evaldata", type=Path, required=True, help="Folder of corpora (tools/corpora.py).")
     parser.add_argument("--traindata", type=Path, required=True, help="Training corpus (texts.jsonl + pairs.npy).")
     parser.add_argument(
         "--data", type=Path, default=ROOT.parent / "shared" / "datasets", help="WikiQA/TrecQA (latency texts)."

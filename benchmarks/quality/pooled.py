@@ -30,7 +30,7 @@ each qaindex model (onnxruntime) and for MiniLM (torch).
 
 Writes ``benchmarks/results/pooled.json`` and ``docs/pooled-table.md``.
 
-With ``--corpora DIR`` it evaluates instead the corpora built by ``benchmarks/corpora.py``
+With ``--corpora DIR`` it evaluates instead the corpora built by ``tools/corpora.py``
 (product FAQ, StackFAQ paraphrases, SemEval forum QA, AWS documentation passages, the
 WikiQA/TrecQA test splits; see ``docs/user-corpora.md``): every answer of each corpus plus the
 junk indexed, for the built-in default and every ``--model`` through the Ranker, ``--own``
@@ -41,8 +41,8 @@ MiniLM, and the answers' mean pairwise cosine and norm mean/std per dense model.
 
 Usage::
 
-    python -m benchmarks.pooled [--data ../shared/datasets] [--own] [--previous 8992d94]
-    python -m benchmarks.pooled --corpora DIR [--model [NAME=]DIR ...] [--own] [--only CORPUS ...]
+    python -m benchmarks.quality.pooled [--data ../shared/datasets] [--own] [--previous 8992d94]
+    python -m benchmarks.quality.pooled --corpora DIR [--model [NAME=]DIR ...] [--own] [--only CORPUS ...]
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks.common import ROOT, timed, write_results
-from benchmarks.pooled_eval import (
+from benchmarks.quality.pooled_eval import (
     JUNK_ANSWERS,
     K,
     eval_bm25,
@@ -211,7 +211,7 @@ def table_markdown(results: dict[str, dict[str, Any]], speed: dict[str, dict[str
 
 # ------------------------------------------------------------------------ user-like corpora
 
-# Corpora written by benchmarks/corpora.py (``--corpora DIR``), in this order when present.
+# Corpora written by tools/corpora.py (``--corpora DIR``), in this order when present.
 CORPORA = ("product-faq", "stackfaq", "semeval-cqa", "aws-docs", "wikiqa", "trecqa-raw", "trecqa-clean")
 CORPORA_RESULTS = ROOT / "benchmarks" / "results" / "user_corpora.json"
 CORPORA_TABLE = ROOT / "docs" / "user-corpora-table.md"
@@ -226,7 +226,7 @@ ISOTROPY_TARGETS = {"mean_pairwise_cosine_max": 0.3, "norm_std_min": 0.05}
 def corpus_groups(
     answers: Sequence[tuple[str, str]], questions: Sequence[tuple[str, Sequence[str]]], *, junk: bool = True
 ) -> list[QuestionGroup]:
-    """Question groups of a corpus (``benchmarks/corpora.py`` format) for the pooled evaluation.
+    """Question groups of a corpus (``tools/corpora.py`` format) for the pooled evaluation.
 
     The first group holds every answer (question-less, label 0) so that the pool is the
     whole corpus in its own order; each question's group lists only its relevant answers
@@ -245,7 +245,7 @@ def corpus_groups(
 def load_corpora(folder: Path, names: Sequence[str] = (), *, junk: bool = True) -> dict[str, list[QuestionGroup]]:
     """Question groups of every corpus folder under ``folder`` (``CORPORA`` order, then others
     alphabetically; only ``names`` when given)."""
-    from benchmarks.corpora import read_corpus_dir
+    from tools.corpora import read_corpus_dir
 
     present = [p.name for p in sorted(folder.iterdir()) if (p / "answers.jsonl").is_file()] if folder.is_dir() else []
     order = [n for n in CORPORA if n in present] + [n for n in present if n not in CORPORA]
@@ -255,9 +255,7 @@ def load_corpora(folder: Path, names: Sequence[str] = (), *, junk: bool = True) 
             raise SystemExit(f"error: no corpus {unknown[0]!r} under {folder} (have: {', '.join(order) or 'none'})")
         order = [n for n in order if n in names]
     if not order:
-        raise SystemExit(
-            f"error: no corpus under {folder}; build them with python -m benchmarks.corpora --data {folder}"
-        )
+        raise SystemExit(f"error: no corpus under {folder}; build them with python -m tools.corpora --data {folder}")
     pools = {}
     for name in order:
         corpus = read_corpus_dir(folder / name)
@@ -437,7 +435,7 @@ def run_corpora(args: argparse.Namespace) -> None:
         minilm_geo[label] = isotropy(np.delete(cached(pool_answers(groups)), junk_rows(groups), axis=0))
     report(MINILM, with_geometry(minilm_res, minilm_geo))
     with_ratios(results)
-    from benchmarks.corpora import read_corpus_dir
+    from tools.corpora import read_corpus_dir
 
     corpora_info = {}
     for label in pools:
@@ -445,7 +443,7 @@ def run_corpora(args: argparse.Namespace) -> None:
         r = results[BM25_STEMMED][label]
         corpora_info[label] = {"answers": r["answers"] - len(JUNK_ANSWERS), "questions": r["questions"],
                                "junk_answers": len(JUNK_ANSWERS), "source": meta.get("source", {})}  # fmt: skip
-    command = "python -m benchmarks.pooled --corpora DIR" + "".join(f" --model {s}" for s in args.model)
+    command = "python -m benchmarks.quality.pooled --corpora DIR" + "".join(f" --model {s}" for s in args.model)
     command += " --own" if args.own else ""
     command += " --hybrid" if args.hybrid else ""
     out = {
@@ -462,7 +460,7 @@ def run_corpora(args: argparse.Namespace) -> None:
     if target.resolve() == CORPORA_RESULTS.resolve():
         CORPORA_TABLE.write_text(
             "# Retrieval on corpora that look like users' corpora\n\n"
-            "<!-- generated by benchmarks/pooled.py --corpora; do not edit by hand -->\n\n"
+            "<!-- generated by benchmarks/quality/pooled.py --corpora; do not edit by hand -->\n\n"
             "Every question searched against every answer of its corpus plus "
             f"{len(JUNK_ANSWERS)} junk answers (never relevant; junk@10 = share of questions with junk in "
             "their top 10). qaindex models go through the real Ranker (FAISS + exact rerank); "
@@ -489,7 +487,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--corpora", default=None, metavar="DIR",
-        help="evaluate the corpora built by benchmarks/corpora.py under DIR instead (writes user_corpora.json)",
+        help="evaluate the corpora built by tools/corpora.py under DIR instead (writes user_corpora.json)",
     )  # fmt: skip
     parser.add_argument("--only", action="append", default=[], help="with --corpora: only these corpora (repeatable)")
     parser.add_argument("--out", default=None, help="results file (default: pooled.json, or user_corpora.json)")
@@ -550,13 +548,13 @@ def main() -> None:
         "speed_answers_per_second": speed,
         "speed_sample": {"texts": len(sample), "minilm_texts": MINILM_SPEED_SAMPLE, "source": "WikiQA test answers"},
         "seconds": time.perf_counter() - started,
-        "command": "python -m benchmarks.pooled" + (" --own" if args.own else ""),
+        "command": "python -m benchmarks.quality.pooled" + (" --own" if args.own else ""),
     }
     write_results(args.out, out)
     md = ROOT / "docs" / "pooled-table.md"
     md.write_text(
         "# Whole-corpus retrieval (pooled)\n\n"
-        "<!-- generated by benchmarks/pooled.py; do not edit by hand -->\n\n"
+        "<!-- generated by benchmarks/quality/pooled.py; do not edit by hand -->\n\n"
         "Every question searched against every distinct answer of its split **plus "
         f"{len(JUNK_ANSWERS)} junk answers** (one character, digits, punctuation runs, emoji, "
         "out-of-vocabulary scripts; never relevant): MRR@10 / recall@10 / P@1 measured with the junk "
@@ -607,5 +605,5 @@ def readme_body(results: dict[str, Any]) -> str:
         "\n".join(lines)
         + f"\n\nEvery question of each test split searched against every distinct answer of the split plus {junk} "
         "junk answers (junk@10: share of questions with junk in their top 10); generated by "
-        "`python -m benchmarks.pooled` (all systems: [pooled-table.md](pooled-table.md)).\n"
+        "`python -m benchmarks.quality.pooled` (all systems: [pooled-table.md](pooled-table.md)).\n"
     )

@@ -1,4 +1,4 @@
-"""The pooled evaluation shared by :mod:`benchmarks.pooled` and the default-model builder.
+"""The pooled evaluation shared by :mod:`benchmarks.quality.pooled` and the default-model builder.
 
 Each labelled test file becomes one pool: every candidate answer of the file is indexed once,
 with :data:`JUNK_ANSWERS` added (never relevant), and each question is searched against the

@@ -21,7 +21,7 @@ sentence) against the same passages show what whole passages do to real question
 
 Usage::
 
-    python -m benchmarks.search_keys [--model DIR]
+    python -m benchmarks.quality.search_keys [--model DIR]
 
 Writes ``benchmarks/results/search_keys.json`` and the generated section of
 ``docs/search-keys.md``; runs in about a minute on two cores.
@@ -195,7 +195,7 @@ def main() -> None:
     args = parser.parse_args()
     model = Model.load(args.model, device="cpu")
     results = {
-        "command": "python -m benchmarks.search_keys" + (f" --model {args.model}" if args.model else ""),
+        "command": "python -m benchmarks.quality.search_keys" + (f" --model {args.model}" if args.model else ""),
         "model": model.name,
         "machine": {"python": platform.python_version(), "processor": platform.machine()},
         "stored_questions": stored_questions(model),

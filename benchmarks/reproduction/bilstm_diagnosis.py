@@ -10,7 +10,7 @@ tanh(1) ≈ 0.762) and how far apart a question's candidate scores are.
 
 Usage::
 
-    python -m benchmarks.bilstm_diagnosis [--questions 200] [--epochs 2] [--threads 1]
+    python -m benchmarks.reproduction.bilstm_diagnosis [--questions 200] [--epochs 2] [--threads 1]
 
 Writes ``benchmarks/results/bilstm_diagnosis.json`` and prints one line per variant.
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import ROOT
-from benchmarks.reproduce import MODEL_SETTINGS, SPLITS
+from benchmarks.reproduction.reproduce import MODEL_SETTINGS, SPLITS
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "adagrad lr 0.1 (first run)": {},

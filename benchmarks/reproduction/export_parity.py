@@ -18,7 +18,7 @@
 
 Usage::
 
-    python -m benchmarks.export_parity --data PATH/TO/datasets [--out FILE]
+    python -m benchmarks.reproduction.export_parity --data PATH/TO/datasets [--out FILE]
 
 Prints a table and writes JSON (default ``benchmarks/results/export_parity.json``).
 """
@@ -166,7 +166,7 @@ def main() -> None:
         "parity": parity,
         "systems": systems,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()},
-        "command": "python -m benchmarks.export_parity --data DATASETS",
+        "command": "python -m benchmarks.reproduction.export_parity --data DATASETS",
     }
     write_results(args.out, results, default=lambda o: o.item())
     print(f"wrote {args.out}")

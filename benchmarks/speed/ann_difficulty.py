@@ -18,7 +18,8 @@ beyond 76,693 two joined; 1,000 real questions, of which ``--tune`` tune and the
 
 Writes ``benchmarks/results/ann_difficulty.json``. Usage::
 
-    python -m benchmarks.ann_difficulty [--size 100000] [--kinds flat,hnsw,ivf,pq,pq:2] [--data ../shared/datasets]
+    python -m benchmarks.speed.ann_difficulty [--size 100000] [--kinds flat,hnsw,ivf,pq,pq:2]
+        [--data ../shared/datasets]
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     q = model.encode(questions, role="question")
     _, truth = exact_search(q, a, 10, geometry="poincare", ranking=model.ranking)
     out: dict[str, Any] = {
-        "command": "python -m benchmarks.ann_difficulty " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.speed.ann_difficulty " + " ".join(argv if argv is not None else sys.argv[1:]),
         "model": model.name,
         "answers": len(a),
         "questions": len(q),

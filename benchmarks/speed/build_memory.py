@@ -19,7 +19,7 @@ answers of 1 and 8 sentences), which shows what grows with the text.
 
 Usage::
 
-    nice -n 10 python -m benchmarks.bench_build_memory [--sizes 20000,100000,400000]
+    nice -n 10 python -m benchmarks.speed.build_memory [--sizes 20000,100000,400000]
         [--lengths 1,8] [--length-count 100000] [--out FILE]
 
 Prints a table and writes JSON (default ``benchmarks/results/build_memory.json``) with the
@@ -97,7 +97,7 @@ def measure(mode: str, corpus: Path, index: Path, kind: str = "flat", hybrid: st
     """Run :func:`child` in a fresh process; its result plus peak RSS in MiB."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.bench_build_memory", "--child", mode, str(corpus), str(index), kind, hybrid],
+        [sys.executable, "-m", "benchmarks.speed.build_memory", "--child", mode, str(corpus), str(index), kind, hybrid],
         stdout=subprocess.PIPE,
         env=env,
         cwd=ROOT,
@@ -225,7 +225,7 @@ def main() -> None:
             )
     out = {
         "benchmark": "build_memory",
-        "command": "nice -n 10 python -m benchmarks.bench_build_memory " + " ".join(sys.argv[1:]),
+        "command": "nice -n 10 python -m benchmarks.speed.build_memory " + " ".join(sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "loadavg_start": load_start,
         "loadavg_end": os.getloadavg(),

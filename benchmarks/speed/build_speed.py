@@ -26,9 +26,9 @@ load average before and after (other processes share the machine's cores). Resul
 
 Usage::
 
-    nice -n 10 python -m benchmarks.bench_build_speed [--sizes 100000,1000000]
+    nice -n 10 python -m benchmarks.speed.build_speed [--sizes 100000,1000000]
         [--data ../shared/datasets] [--out benchmarks/results/build_speed.json]
-    python -m benchmarks.bench_build_speed --report    # the README table of the results file
+    python -m benchmarks.speed.build_speed --report    # the README table of the results file
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     model = Model.load(None)
     results: dict[str, Any] = {
         "benchmark": "build speed, fast paths vs generic code in the same run",
-        "command": "python -m benchmarks.bench_build_speed " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.speed.build_speed " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "model": model.name,
         "target_answers_per_s": 50_000,

@@ -10,7 +10,7 @@ warm) with ``verify=True`` and ``verify=False``, and the streamed SHA-256 rate o
 
 Usage::
 
-    python -m benchmarks.bench_load [--sizes 10000,100000] [--reps 5] [--out FILE]
+    python -m benchmarks.speed.load [--sizes 10000,100000] [--reps 5] [--out FILE]
 
 Prints a table and writes JSON (default ``benchmarks/results/load.json``).
 """

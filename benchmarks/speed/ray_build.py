@@ -16,7 +16,7 @@ same). The Ray instance's start-up is timed apart (``ray_start_s``). Writes
 
 Usage::
 
-    python -m benchmarks.bench_ray_build [--size 200000] [--workers 1,2] [--cpus 2] [--index-kind auto]
+    python -m benchmarks.speed.ray_build [--size 200000] [--workers 1,2] [--cpus 2] [--index-kind auto]
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sentences, _ = read_texts(args.data)
     texts, _ = make_corpus(sentences, args.size)
     out: dict[str, Any] = {
-        "command": "python -m benchmarks.bench_ray_build " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.speed.ray_build " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
         "ray": ray.__version__,
         "answers": args.size,

@@ -12,7 +12,7 @@ each in its own process with its peak RSS, against the built-in default model.
 
 Usage::
 
-    python -m benchmarks.request_bounds [--answers 62000] [--line-mb 20]
+    python -m benchmarks.speed.request_bounds [--answers 62000] [--line-mb 20]
 
 Writes ``benchmarks/results/request_bounds.json``.
 """
@@ -147,7 +147,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         results = measure(Path(tmp), args.answers, args.line_mb)
     results["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
-    results["command"] = f"python -m benchmarks.request_bounds --answers {args.answers} --line-mb {args.line_mb}"
+    results["command"] = f"python -m benchmarks.speed.request_bounds --answers {args.answers} --line-mb {args.line_mb}"
     print(json.dumps(results, indent=1))
     write_results(result_path("request_bounds.json"), results, indent=1)
 

@@ -49,7 +49,7 @@ after each size. Writes ``benchmarks/results/scale.json`` (with each target met 
 
 Usage::
 
-    python -m benchmarks.bench_scale [--sizes 10000,100000] [--kinds auto,pq] [--recall 0.99]
+    python -m benchmarks.speed.scale [--sizes 10000,100000] [--kinds auto,pq] [--recall 0.99]
         [--questions 1000] [--baselines flat,minilm,bm25] [--data ../shared/datasets]
         [--out benchmarks/results/scale.json] [--table docs/scale.md]
 """
@@ -86,7 +86,7 @@ from benchmarks.common import (
     write_results,
 )
 from benchmarks.readme_markers import replace_section
-from benchmarks.scale_report import markdown, readme_body, targets
+from benchmarks.speed.scale_report import markdown, readme_body, targets
 from qaindex import Ranker
 from qaindex.build.tuning import recall_at
 from qaindex.model import Model
@@ -358,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(f"{len(sentences):,} real sentences, {len(questions):,} questions, model {model_name}", flush=True)
     minilm = MiniLM(sentences, args.minilm_pool) if "minilm" in baselines else None
     results: dict[str, Any] = {
-        "command": "python -m benchmarks.bench_scale " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.speed.scale " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
         "model": model_name,
         "real_sentences": len(sentences),

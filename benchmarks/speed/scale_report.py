@@ -1,4 +1,4 @@
-"""The tables and targets of ``benchmarks/bench_scale.py``: ``docs/scale.md``, the ``scale``
+"""The tables and targets of ``benchmarks/speed/scale.py``: ``docs/scale.md``, the ``scale``
 section of ``docs/performance.md`` and each target met or missed, from its results file."""
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def dense_p50(r: dict[str, Any]) -> float:
 
 
 def difficulty_lines(path: Path) -> list[str]:
-    """A paragraph from ``benchmarks/ann_difficulty.py``'s results: what each coarse stage costs for recall 0.99."""
+    """A paragraph from ``benchmarks/speed/ann_difficulty.py``'s results: each coarse stage's cost at recall 0.99."""
     if not path.exists():
         return []
     d = json.loads(path.read_text())
@@ -131,7 +131,7 @@ def difficulty_lines(path: Path) -> list[str]:
         parts.append(f"{kind} {verb} {best['recall_at_10']:.4f}{where} in {best['p50_ms']:.2f} ms")
     return [
         "",
-        f"Coarse stages compared (`benchmarks/ann_difficulty.py`, model `{d.get('model', 'built-in')}`, "
+        f"Coarse stages compared (`benchmarks/speed/ann_difficulty.py`, model `{d.get('model', 'built-in')}`, "
         f"{d['answers']:,} answers, {d['questions']} questions, coarse stage alone, 1 thread): the answers' mean "
         f"unit vector has length {c['mean_direction_length']:.2f} (1: every answer points one way; 0: no shared "
         f"direction); a question's best answer has cosine {qa['1st']:.3f}, its 10th {qa['10th']:.3f}, the median "
@@ -287,7 +287,7 @@ def markdown(results: dict[str, Any]) -> str:
     lines += [
         "",
         "MiniLM answer vectors beyond its pool of encoded real sentences are normalised means of pool "
-        "vectors (see `benchmarks/bench_scale.py`): this changes MiniLM's recall, not its timing. Its "
+        "vectors (see `benchmarks/speed/scale.py`): this changes MiniLM's recall, not its timing. Its "
         "latency includes encoding the question (median "
         + ", ".join(
             f"{s['minilm']['encode_question']['p50_ms']:.1f} ms at {s['answers']:,}"

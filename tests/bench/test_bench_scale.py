@@ -1,4 +1,4 @@
-"""Smoke test of benchmarks/bench_scale.py at tiny sizes: the JSON and table it writes, its
+"""Smoke test of benchmarks/speed/scale.py at tiny sizes: the JSON and table it writes, its
 corpus recombination, and its recall computation against a brute force written here.
 No timing is asserted."""
 
@@ -17,7 +17,8 @@ from qaindex.corpus import read_corpus
 from qaindex.geometry import hyperbolic
 
 ROOT = Path(__file__).resolve().parents[2]
-from benchmarks import bench_scale, common  # noqa: E402
+from benchmarks import common  # noqa: E402
+from benchmarks.speed import scale as bench_scale  # noqa: E402
 
 
 def _words() -> list[str]:
@@ -127,7 +128,7 @@ def test_the_benchmark_writes_its_json_and_table(data: Path, tmp_path: Path) -> 
 
 
 def test_ann_difficulty_measures_against_brute_force(data: Path, tmp_path: Path) -> None:
-    from benchmarks import ann_difficulty
+    from benchmarks.speed import ann_difficulty
 
     rng = np.random.default_rng(5)
     x = rng.normal(size=(300, 8))

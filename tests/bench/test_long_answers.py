@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import long_answers
+from benchmarks.quality import long_answers
 from qaindex.eval.datasets import read_labelled
 
 

@@ -11,7 +11,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from benchmarks import common, reproduce  # noqa: E402
+from benchmarks import common  # noqa: E402
+from benchmarks.reproduction import reproduce  # noqa: E402
 from qaindex.errors import QAIndexError  # noqa: E402
 
 

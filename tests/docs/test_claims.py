@@ -64,9 +64,9 @@ def side_tables() -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize(
     ("module", "table", "runs"),
     [
-        ("benchmarks.reproduce", "docs/reproduction-table.md", None),
-        ("benchmarks.long_answers", "docs/long-answers-table.md", None),
-        ("benchmarks.epoch_seconds", "docs/epoch-seconds-table.md", None),
+        ("benchmarks.reproduction.reproduce", "docs/reproduction-table.md", None),
+        ("benchmarks.quality.long_answers", "docs/long-answers-table.md", None),
+        ("benchmarks.speed.epoch_seconds", "docs/epoch-seconds-table.md", None),
         *side_tables(),
     ],
 )

@@ -19,41 +19,57 @@ ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 700  # lines of code
 # Files allowed over MAX_LINES, each with its reason (remove an entry when the file is split).
 LONG_FILES: dict[str, str] = {}  # file -> why it may stay over the limit
-PACKAGES = {"export": "qaindex_export", "benchmarks": "benchmarks", "tools": "tools"}
+PACKAGES = {
+    "export": "qaindex_export",
+    "benchmarks": "benchmarks",
+    "tools": "tools",
+    "tests/robustness": "tests.robustness",
+}
 # every folder of Python code: each imports the others as packages, never by extending sys.path
 CODE_FOLDERS = ("qaindex", "export", "benchmarks", "tools", "tests", "examples")
 
 
-def import_graph(folder: Path, package: str) -> dict[str, dict[str, int]]:
-    """``{module: {imported sibling module: first line}}`` for the ``*.py`` files of ``folder``.
+def module_name(path: Path, folder: Path) -> str:
+    """``quality.pooled`` for ``folder/quality/pooled.py``; a package's ``__init__`` is the package."""
+    parts = path.relative_to(folder).with_suffix("").parts
+    return ".".join(parts[:-1]) if parts[-1] == "__init__" and len(parts) > 1 else ".".join(parts)
 
-    ``package`` is the name the folder is imported as; relative imports count too.
+
+def import_graph(folder: Path, package: str) -> dict[str, dict[str, int]]:
+    """``{module: {imported module of the folder: first line}}`` for the ``*.py`` files under ``folder``.
+
+    ``package`` is the name the folder is imported as; modules in subfolders are named by their
+    dotted path below it (``quality.pooled``); relative imports count too.
     """
-    modules = {p.stem for p in folder.glob("*.py")}
+    paths = sorted(folder.rglob("*.py"))
+    modules = {module_name(p, folder) for p in paths}
     graph: dict[str, dict[str, int]] = {}
-    for path in sorted(folder.glob("*.py")):
+    for path in paths:
+        me = module_name(path, folder)
+        here = me.split(".") if path.name == "__init__.py" and me != "__init__" else me.split(".")[:-1]
         found: dict[str, int] = {}
 
-        def add(name: str, line: int, found: dict[str, int] = found, me: str = path.stem) -> None:
-            if name in modules and name != me:
-                found.setdefault(name, line)
+        def add(parts: list[str], names: list[str], line: int, found: dict[str, int] = found, me: str = me) -> None:
+            base = ".".join(parts)
+            hits = [f"{base}.{n}" if base else n for n in names]
+            for name in [h for h in hits if h in modules] or [base]:
+                if name in modules and name != me:
+                    found.setdefault(name, line)
 
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             if isinstance(node, ast.ImportFrom):
                 parts = (node.module or "").split(".") if node.module else []
-                if node.level == 1 or (node.level == 0 and parts[:1] == [package]):
-                    inner = parts if node.level == 1 else parts[1:]
-                    if inner:
-                        add(inner[0], node.lineno)
-                    else:  # from . import a, b / from package import a, b
-                        for alias in node.names:
-                            add(alias.name, node.lineno)
+                names = [alias.name for alias in node.names]
+                if node.level >= 1:
+                    add(here[: len(here) - (node.level - 1)] + parts, names, node.lineno)
+                elif parts[: len(package.split("."))] == package.split("."):
+                    add(parts[len(package.split(".")) :], names, node.lineno)
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     parts = alias.name.split(".")
-                    if parts[0] == package and len(parts) > 1:
-                        add(parts[1], node.lineno)
-        graph[path.stem] = found
+                    if parts[: len(package.split("."))] == package.split(".") and len(parts) > len(package.split(".")):
+                        add(parts[len(package.split(".")) :], [], node.lineno)
+        graph[me] = found
     return graph
 
 
@@ -79,8 +95,8 @@ def test_no_import_circles(folder: str) -> None:
 @pytest.mark.parametrize("folder", sorted(PACKAGES))
 def test_no_file_over_the_line_limit(folder: str) -> None:
     long = {
-        f"{folder}/{p.name}": n
-        for p in sorted((ROOT / folder).glob("*.py"))
+        f"{p.relative_to(ROOT).as_posix()}": n
+        for p in sorted((ROOT / folder).rglob("*.py"))
         if (n := code_lines(p.read_text(encoding="utf-8"))) > MAX_LINES
     }
     unexplained = {name: n for name, n in long.items() if name not in LONG_FILES}
@@ -124,7 +140,7 @@ def test_the_sys_path_finder_finds_every_form(tmp_path: Path) -> None:
 
 
 def test_benchmarks_and_tools_are_packages_run_as_modules() -> None:
-    """``python -m benchmarks.NAME``, ``python -m tools.NAME``: no file extends ``sys.path`` to import a sibling."""
+    """``python -m benchmarks.JOB.NAME``, ``python -m tools.NAME``: no file extends ``sys.path`` to import a sibling."""
     assert (ROOT / "benchmarks" / "__init__.py").is_file() and (ROOT / "tools" / "__init__.py").is_file()
     offenders = sys_path_edits(ROOT)
     assert not offenders, f"sys.path changed at {offenders}; import through the benchmarks or tools package"

@@ -26,7 +26,7 @@ process, with its peak resident memory (``ru_maxrss``) and outcome.
 
 Usage::
 
-    python -m benchmarks.fuzz [--quick] [--api N] [--cli N] [--subprocesses N] [--seed S] [--jobs J] [--no-resources]
+    python -m tests.robustness.fuzz [--quick] [--api N] [--cli N] [--subprocesses N] [--seed S] [--jobs J] [--no-resources]
 
 Prints the counts and writes ``benchmarks/results/fuzz.json`` (``--quick``: a small run,
 written to ``fuzz-quick.json`` unless ``--out`` is given).
@@ -52,8 +52,13 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from benchmarks.common import ROOT, write_results
-from benchmarks.fuzz_cli import fuzz_cli
-from benchmarks.fuzz_inputs import (
+from qaindex import QAIndexError, Ranker, Reranker
+from qaindex.corpus import read_corpus, records_from_dicts
+from qaindex.eval.datasets import Candidate, QuestionGroup
+from qaindex.eval.evaluate import evaluate_model, evaluate_pooled, evaluate_via_index, pooled_metrics
+from qaindex.model import Model
+from tests.robustness.fuzz_cli import fuzz_cli
+from tests.robustness.fuzz_inputs import (
     ANY,
     ARRAYS,
     CALLS_PER_EXAMPLE,
@@ -74,12 +79,7 @@ from benchmarks.fuzz_inputs import (
     make_world,
     paths,
 )
-from benchmarks.fuzz_resources import measure_resources
-from qaindex import QAIndexError, Ranker, Reranker
-from qaindex.corpus import read_corpus, records_from_dicts
-from qaindex.eval.datasets import Candidate, QuestionGroup
-from qaindex.eval.evaluate import evaluate_model, evaluate_pooled, evaluate_via_index, pooled_metrics
-from qaindex.model import Model
+from tests.robustness.fuzz_resources import measure_resources
 
 
 def fuzz_api(world: tuple[Model, Path, Path], n: int, seed: int, tmp: Path) -> dict[str, Any]:
@@ -583,7 +583,7 @@ def main() -> None:
         "resources": resources,
         "seconds": {"api": round(api_seconds, 1), "total": round(time.perf_counter() - start, 1)},
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
-        "command": " ".join(["python", "-m", "benchmarks.fuzz", *sys.argv[1:]]),
+        "command": " ".join(["python", "-m", "tests.robustness.fuzz", *sys.argv[1:]]),
     }
     print(f"API: {api['inputs']:,} inputs, {api['clean_errors']:,} QAIndexError, {api['unclean']:,} other exceptions")
     for kind, count in api["unclean_by_kind"].items():

@@ -1,4 +1,4 @@
-"""The CLI half of :mod:`benchmarks.fuzz`: generated ``qaindex`` command lines through click and subprocesses."""
+"""The CLI half of :mod:`tests.robustness.fuzz`: generated ``qaindex`` command lines through click and subprocesses."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from benchmarks.fuzz_inputs import JSONL, SURROGATES, TEXT, _settings
 from qaindex.model import Model
+from tests.robustness.fuzz_inputs import JSONL, SURROGATES, TEXT, _settings
 
 # -- the CLI fuzz ------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Inputs of :mod:`benchmarks.fuzz`: the tiny world (model, corpus, index), hypothesis strategies, the tally."""
+"""Inputs of :mod:`tests.robustness.fuzz`: the tiny world (model, corpus, index), hypothesis strategies, the tally."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The resource run of :mod:`benchmarks.fuzz`: the largest requests, each in its own process, with its peak memory."""
+"""The resource run of :mod:`tests.robustness.fuzz`: the largest requests, each in its own process, with its peak memory."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import ROOT
-from benchmarks.fuzz_inputs import (
+from qaindex import Ranker
+from tests.robustness.fuzz_inputs import (
     WORDS,
     make_world,
 )
-from qaindex import Ranker
 
 _REQUEST_API = """
 import sys, numpy as np

@@ -1,4 +1,4 @@
-"""(d) of :mod:`benchmarks.reliability`: hostile files and foreign folders.
+"""(d) of :mod:`tests.robustness.reliability`: hostile files and foreign folders.
 
 Each case of :data:`HOSTILE` edits a copy of an index (offsets, records, vectors, manifest
 fields), usually recomputing every checksum afterwards (:func:`reseal`) so that only the
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.store_fixtures import cli_command, records, write_jsonl
 from qaindex import QAIndexError, Ranker
+from tests.robustness.store_fixtures import cli_command, records, write_jsonl
 
 __all__ = ["HOSTILE", "hostile_files", "make_hostile", "reseal"]
 

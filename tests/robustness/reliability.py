@@ -12,16 +12,16 @@
     x {flip a byte, truncate, append, delete, replace by a symlink to an identical copy
     outside the index}, at two sizes (one with files above 64 MiB); the default
     ``Ranker.load`` must refuse every case with a ``QAIndexError``.
-(d) Hostile files and foreign folders (:mod:`benchmarks.hostile_files`).
+(d) Hostile files and foreign folders (:mod:`tests.robustness.hostile_files`).
 
 A tiny bag-of-words ONNX model (tests/helpers/onnx_models.py) keeps it fast. Prints the counts and
 writes ``benchmarks/results/reliability.json`` (keeping a ``fuzz`` entry that
-``benchmarks/fuzz.py`` fills).
+``tests/robustness/fuzz.py`` fills).
 
 Usage::
 
-    python -m benchmarks.reliability            # >= 200 kills per operation, 50 pairs, 2 sizes
-    python -m benchmarks.reliability --quick    # small counts, small index only
+    python -m tests.robustness.reliability            # >= 200 kills per operation, 50 pairs, 2 sizes
+    python -m tests.robustness.reliability --quick    # small counts, small index only
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 
 from benchmarks.common import ROOT, write_results
-from benchmarks.hostile_files import hostile_files
-from benchmarks.store_fixtures import check_index, cli_command, debris, records, tiny_model, write_jsonl
 from qaindex import QAIndexError, Ranker
+from tests.robustness.hostile_files import hostile_files
+from tests.robustness.store_fixtures import check_index, cli_command, debris, records, tiny_model, write_jsonl
 
 RESULTS = ROOT / "benchmarks" / "results" / "reliability.json"
 CORRUPTIONS = ("flip", "truncate", "append", "delete", "symlink")
@@ -61,7 +61,7 @@ class _Verifier:
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.reliability", "--verifier"],
+            [sys.executable, "-m", "tests.robustness.reliability", "--verifier"],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             kept.append(key)
     if kept:
         result["kept_from_previous_run"] = kept
-    result["fuzz"] = previous.get("fuzz", {"note": "filled by benchmarks/fuzz.py", "inputs": None})
+    result["fuzz"] = previous.get("fuzz", {"note": "filled by tests/robustness/fuzz.py", "inputs": None})
     result["seconds"] = round(time.perf_counter() - start, 1)
     kill = result.get("kill_loop", {})
     matrix = result.get("corruption", {})

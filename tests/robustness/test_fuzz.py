@@ -1,7 +1,7 @@
-"""A fast run of ``benchmarks.fuzz``: generated inputs through the API and the CLI.
+"""A fast run of ``tests.robustness.fuzz``: generated inputs through the API and the CLI.
 
 Every API input must end in a result or a QAIndexError; every CLI run in exit 0/1/2 with
-at most one error line and no traceback. (The full run: ``python -m benchmarks.fuzz``.)
+at most one error line and no traceback. (The full run: ``python -m tests.robustness.fuzz``.)
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def fuzz() -> Any:
-    return importlib.import_module("benchmarks.fuzz")
+    return importlib.import_module("tests.robustness.fuzz")
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
-"""Fast versions of benchmarks/reliability.py: kill loop, concurrent writers, corruption matrix.
+"""Fast versions of tests/robustness/reliability.py: kill loop, concurrent writers, corruption matrix.
 
 The full run (>= 200 kills per operation, 50 writer pairs, an index with files above 64 MiB)
-is ``python -m benchmarks.reliability``; these run the same code with small counts.
+is ``python -m tests.robustness.reliability``; these run the same code with small counts.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from benchmarks import reliability  # noqa: E402
 from qaindex import Ranker  # noqa: E402
+from tests.robustness import reliability  # noqa: E402
 
 
 def test_kill_loop_leaves_old_or_new_content_and_no_debris(tmp_path: Path) -> None:
     # in a subprocess: the loop forks, which must not happen in a process that ran onnxruntime
     out = tmp_path / "kill.json"
-    cmd = [sys.executable, "-m", "benchmarks.reliability", "--quick", "--only", "kill", "--out", str(out)]
+    cmd = [sys.executable, "-m", "tests.robustness.reliability", "--quick", "--only", "kill", "--out", str(out)]
     subprocess.run(cmd, check=True, timeout=600, capture_output=True, cwd=ROOT)
     loop = json.loads(out.read_text())["kill_loop"]
     assert set(loop) == {"build", "add", "remove", "save"}
@@ -74,7 +74,7 @@ def test_each_corruption_really_changes_the_file(tmp_path: Path, how: str) -> No
 
 
 def test_readme_body_renders_the_hostile_file_figures() -> None:
-    from benchmarks import reliability_report
+    from tests.robustness import reliability_report
 
     results = json.loads(reliability.RESULTS.read_text())
     results["hostile_files"] = {

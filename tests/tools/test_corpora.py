@@ -1,5 +1,5 @@
-"""The evaluation-corpus builder (benchmarks/corpora.py) and the metric code of the user-corpora
-benchmark (benchmarks/pooled.py --corpora) on tiny data (no torch, no network)."""
+"""The evaluation-corpus builder (tools/corpora.py) and the metric code of the user-corpora
+benchmark (benchmarks/quality/pooled.py --corpora) on tiny data (no torch, no network)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from helpers.onnx_models import point_model
 
-from benchmarks import corpora, pooled, pooled_eval
+from benchmarks.quality import pooled, pooled_eval
 from qaindex.model import Model
+from tools import corpora
 
 ROOT = Path(__file__).resolve().parents[2]
 

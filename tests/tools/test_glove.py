@@ -1,4 +1,4 @@
-"""benchmarks.glove: the wink-embeddings package's GloVe vectors as a GloVe text file."""
+"""tools.glove: the wink-embeddings package's GloVe vectors as a GloVe text file."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import glove
+from tools import glove
 
 # wink's layout: each vector holds the `dimensions` values, then its L2 norm and word index
 DOC = {
