@@ -11,6 +11,11 @@ evaluates the *exported* model on the test split with ``qaindex.eval.evaluate.ev
   and size on disk, and a Table-7-style summary of HyperQA against each model;
 - the README's summary section.
 
+A variant of the table's settings (``--set``, ``--two-sided-train``, another epoch budget or
+machine) is named with ``--variant NAME``: its runs go to that key of
+``benchmarks/results/reproduction_sweeps.json``, one file for every variant, and its table to
+``reproduction_sweeps.md``; the table and the README stay the main runs'.
+
 The exported model directory of seed 0 of each (dataset, model) is kept in
 ``benchmarks/.models/`` (git-ignored); ``--latency`` then times every kept model through the
 served path (``qaindex.Ranker``), side by side in one process.
@@ -22,6 +27,8 @@ Usage (about 30-40 minutes on a 2-core CPU for HyperQA and CosineQA everywhere):
         [--data ../shared/datasets] [--cache-only]
     python -m benchmarks.reproduction.reproduce --latency [--repeats 10]
     python -m benchmarks.reproduction.reproduce --report-only
+    python -m benchmarks.reproduction.reproduce --datasets trecqa_clean --models ap-cnn --set lr=0.003
+        --variant ap_cnn_trecqa_clean_lr_0_003
 
 Needs the training extra (torch) and the shared datasets; never copies them.
 """
@@ -41,7 +48,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT, gpu_info, setting_overrides, table_for, two_sided, write_results
+from benchmarks.common import (
+    ROOT,
+    gpu_info,
+    read_sweep,
+    render_sweeps,
+    setting_overrides,
+    table_for,
+    two_sided,
+    write_results,
+    write_sweep,
+)
 from benchmarks.readme_markers import replace_section
 from qaindex.errors import QAIndexError
 
@@ -551,6 +568,12 @@ def main() -> None:
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "datasets"), help="datasets folder")
     parser.add_argument("--json", default=str(RESULTS), help="runs file")
     parser.add_argument(
+        "--variant",
+        metavar="NAME",
+        help="store the runs as NAME in benchmarks/results/reproduction_sweeps.json (a variant of the table's "
+        "settings: --set, --two-sided-train, --epochs, another machine) and redraw reproduction_sweeps.md",
+    )
+    parser.add_argument(
         "--markdown", default=None, help="table file (default: the docs table, or beside --json when given)"
     )
     parser.add_argument(
@@ -593,21 +616,33 @@ def main() -> None:
         return
     out_json = Path(args.json)
     md, main_runs = table_for(out_json, RESULTS, TABLE, Path(args.markdown) if args.markdown else None)
+    if args.variant:
+        out_json, md, main_runs = SWEEPS, SWEEPS.with_suffix(".md"), False
     try:
         changed = setting_overrides(args.set)
     except QAIndexError as exc:
         parser.error(str(exc))
     if (changed or args.two_sided_train) and main_runs:
-        parser.error("--set and --two-sided-train train a variant: write its runs to a side file with --json")
+        parser.error("--set and --two-sided-train train a variant: name it with --variant (or a side file, --json)")
     out_json.parent.mkdir(parents=True, exist_ok=True)
     # runs (and the latency section) of earlier invocations are kept unless this one repeats them
-    results: dict[str, Any] = json.loads(out_json.read_text()) if out_json.is_file() else {"runs": []}
+    if args.variant:
+        results: dict[str, Any] = read_sweep(SWEEPS, args.variant) or {"runs": []}
+    else:
+        results = json.loads(out_json.read_text()) if out_json.is_file() else {"runs": []}
+
+    def save(results: dict[str, Any]) -> None:
+        if args.variant:
+            write_sweep(SWEEPS, args.variant, results)
+        else:
+            write_results(out_json, results)
+
     if not (args.report_only or args.latency):  # what the runs are measured on; the table states it from here
         results.update(machine=platform.platform(), processor=platform.machine(), python=platform.python_version())
         results = {k: v for k, v in results.items() if k not in ("gpu", "torch", "cuda")} | gpu_info()  # auto: the GPU
     if args.latency:
         results["latency"] = measure_latency(data, repeats=args.repeats)
-        write_results(out_json, results)
+        save(results)
     for dataset in [] if args.report_only or args.latency else args.datasets.split(","):
         files = None
         if args.two_sided_train:
@@ -631,9 +666,9 @@ def main() -> None:
                     f"{run['train_seconds_per_epoch']:.2f} s/epoch  {run['total_seconds']:.0f} s",
                     flush=True,
                 )
-                write_results(out_json, results)
+                save(results)
     md.parent.mkdir(parents=True, exist_ok=True)
-    md.write_text(render(results))
+    md.write_text(render_sweeps(json.loads(SWEEPS.read_text()), render) if args.variant else render(results))
     if main_runs:  # the README summary is the main runs file's, never a side run's
         replace_section(README_SECTION, readme_body(results))
     print(table(results["runs"], results.get("latency")))
@@ -641,6 +676,7 @@ def main() -> None:
 
 
 RESULTS = ROOT / "benchmarks" / "results" / "reproduction.json"
+SWEEPS = ROOT / "benchmarks" / "results" / "reproduction_sweeps.json"  # {variant: runs file}
 TABLE = ROOT / "docs" / "reproduction-table.md"
 README_SECTION = "reproduction"
 
