@@ -54,7 +54,9 @@ __all__ = [
     "read_texts",
     "render_sweeps",
     "result_path",
+    "save_results",
     "set_faiss_threads",
+    "sweeps_path",
     "synthetic",
     "timed",
     "wall_and_cpu",
@@ -75,12 +77,19 @@ _STARTED = time.perf_counter()  # when the harness was imported: the start of th
 
 
 def argument_parser(
-    doc: str | None, *, data: bool = False, out: Path | None = None, out_help: str = "results file"
+    doc: str | None,
+    *,
+    data: bool = False,
+    out: Path | None = None,
+    out_help: str = "results file",
+    variant: bool = False,
 ) -> argparse.ArgumentParser:
     """The parser a benchmark starts from: its module docstring as ``--help``, and the shared options.
 
     ``data`` adds ``--data`` (the shared WikiQA/TrecQA folder, :data:`DATA_DIR` by default);
-    ``out`` adds ``--out`` (the results file, ``out`` by default). Both parse to a ``Path``.
+    ``out`` adds ``--out`` (the results file, ``out`` by default); both parse to a ``Path``.
+    ``variant`` adds ``--variant NAME``: the run is a variant of the study (another size or
+    setting), stored as NAME in its sweeps file (:func:`sweeps_path`, :func:`save_results`).
 
     Example
     -------
@@ -93,6 +102,10 @@ def argument_parser(
         parser.add_argument("--data", type=Path, default=DATA_DIR, help="the shared datasets folder (WikiQA, TrecQA)")
     if out is not None:
         parser.add_argument("--out", type=Path, default=out, help=out_help)
+    if variant:
+        parser.add_argument(
+            "--variant", metavar="NAME", help="store the results as NAME in the study's sweeps file (NAME_sweeps.json)"
+        )
     return parser
 
 
@@ -140,17 +153,34 @@ def read_sweep(path: Path, variant: str) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def write_sweep(path: Path, variant: str, results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def write_sweep(path: Path, variant: str, results: dict[str, Any], **dumps: Any) -> dict[str, dict[str, Any]]:
     """Store ``results`` as ``variant`` in the sweeps file ``path``, keeping the other variants; all of them back.
 
     A study's variants (other settings, sizes or machines than its main run) share one file,
-    keyed by a variant name that says what changed (``ap_cnn_trecqa_clean_8_epochs``).
+    keyed by a variant name that says what changed (``ap_cnn_trecqa_clean_8_epochs``); ``dumps``
+    goes to :func:`write_results`.
     """
     sweeps = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     sweeps[variant] = results
     sweeps = dict(sorted(sweeps.items()))
-    write_results(path, sweeps)
+    write_results(path, sweeps, **dumps)
     return sweeps
+
+
+def sweeps_path(results: Path) -> Path:
+    """The sweeps file of the study whose main results file is ``results``: ``NAME_sweeps.json`` beside it."""
+    return results.with_name(f"{results.stem}_sweeps.json")
+
+
+def save_results(path: Path, results: dict[str, Any], variant: str | None = None, *, run: bool = False) -> Path:
+    """Write a study's results: to ``path``, or as ``variant`` of its sweeps file when one is named.
+
+    Returns the file written.
+    """
+    if variant:
+        write_sweep(sweeps_path(path), variant, results)
+        return sweeps_path(path)
+    return write_results(path, results, run=run)
 
 
 def render_sweeps(sweeps: dict[str, dict[str, Any]], render: Callable[[dict[str, Any]], str]) -> str:

@@ -30,12 +30,12 @@ Usage::
 
 Writes the split files under ``--data`` (default ``benchmarks/.data/medquad_long``, git-ignored;
 never committed), ``benchmarks/results/long_answers.json`` (runs are merged by model and seed)
-and ``docs/long-answers-table.md``.
+and ``docs/long-answers-table.md``; ``--variant NAME`` (another epoch budget or setting) stores
+the runs as NAME in ``benchmarks/results/long_answers_sweeps.json`` and its table beside it.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import platform
@@ -47,7 +47,16 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-from benchmarks.common import ROOT, table_for, write_results
+from benchmarks.common import (
+    ROOT,
+    argument_parser,
+    read_sweep,
+    render_sweeps,
+    save_results,
+    sweeps_path,
+    table_for,
+    write_results,
+)
 from benchmarks.reproduction.reproduce import fmt
 
 SPLIT_SHARES = (("train", 0.8), ("dev", 0.1), ("test", 0.1))
@@ -218,7 +227,7 @@ def render(results: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, variant=True)
     parser.add_argument("--medquad", type=Path, help="a checkout of github.com/abachaa/MedQuAD")
     parser.add_argument("--data", type=Path, default=DATA, help="where the split files are written (git-ignored)")
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
@@ -232,7 +241,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--report-only", action="store_true", help="rewrite the table from the runs file")
     args = parser.parse_args(argv)
-    results: dict[str, Any] = json.loads(args.json.read_text()) if args.json.is_file() else {"runs": []}
+    if args.variant:
+        results: dict[str, Any] = read_sweep(sweeps_path(RESULTS), args.variant) or {"runs": []}
+    else:
+        results = json.loads(args.json.read_text()) if args.json.is_file() else {"runs": []}
     if not args.report_only:
         if args.medquad is None or not args.medquad.is_dir():
             parser.error("--medquad must name a checkout of github.com/abachaa/MedQuAD")
@@ -254,9 +266,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"MAP {t['map']:.4f}  epoch {run['best_epoch']}  {run['train_seconds_per_epoch']:.1f} s/epoch",
                     flush=True,
                 )
-                write_results(args.json, results)
-    markdown, _ = table_for(args.json, RESULTS, TABLE, args.markdown)
-    markdown.write_text(render(results))
+                if args.variant:
+                    save_results(RESULTS, results, args.variant)
+                else:
+                    write_results(args.json, results)
+    if args.variant:  # every variant's table, in one file beside the sweeps file
+        markdown = sweeps_path(RESULTS).with_suffix(".md")
+        markdown.write_text(render_sweeps(json.loads(sweeps_path(RESULTS).read_text()), render))
+    else:
+        markdown, _ = table_for(args.json, RESULTS, TABLE, args.markdown)
+        markdown.write_text(render(results))
     print(markdown.read_text())
     return 0
 

@@ -24,18 +24,24 @@ Writes ``benchmarks/results/ann_difficulty.json``. Usage::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.common import ROOT, make_corpus, pick_questions, read_texts, set_faiss_threads, write_results
+from benchmarks.common import (
+    ROOT,
+    argument_parser,
+    make_corpus,
+    pick_questions,
+    read_texts,
+    save_results,
+    set_faiss_threads,
+)
 from qaindex.build.tuning import recall_at
 from qaindex.geometry import hyperbolic
 from qaindex.model import Model
@@ -135,12 +141,12 @@ def curve(
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(
+        __doc__, data=True, out=ROOT / "benchmarks" / "results" / "ann_difficulty.json", variant=True
+    )
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--kinds", default="flat,hnsw,ivf,pq,pq:2")
     parser.add_argument("--questions", type=int, default=300, help="questions measured (of the 1,000)")
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "datasets")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "ann_difficulty.json")
     args = parser.parse_args(argv)
     sentences, all_questions = read_texts(args.data)
     texts, _ = make_corpus(sentences, args.size)
@@ -164,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for kind in args.kinds.split(","):
         out["curves"][kind] = curve(kind, a, q, truth, model.ranking, BREADTHS.get(kind.partition(":")[0], [0]))
     out["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-    write_results(args.out, out)
+    save_results(args.out, out, args.variant)
     return out
 
 

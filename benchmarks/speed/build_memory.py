@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import DATA_DIR, ROOT, write_results
+from benchmarks.common import DATA_DIR, ROOT, argument_parser, save_results
 
 DATASETS = DATA_DIR
 MODES = ("streamed", "in_memory")
@@ -180,7 +180,7 @@ def report(path: Path) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__doc__, out=ROOT / "benchmarks" / "results" / "build_memory.json", variant=True)
     parser.add_argument(
         "--child", nargs=5, metavar=("MODE", "CORPUS", "INDEX", "KIND", "HYBRID"), help=argparse.SUPPRESS
     )
@@ -190,7 +190,6 @@ def main() -> None:
     parser.add_argument("--sizes", default="20000,100000,400000")
     parser.add_argument("--lengths", default="1,8", help="sentences per answer for the text-length series")
     parser.add_argument("--length-count", type=int, default=100_000)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "build_memory.json")
     parser.add_argument("--report", action="store_true", help="print the table of --out (no benchmark run)")
     args = parser.parse_args()
     if args.report:
@@ -236,8 +235,7 @@ def main() -> None:
         "sizes": sizes,
         "text_lengths": lengths,
     }
-    write_results(args.out, out)
-    print(f"wrote {args.out}")
+    print(f"wrote {save_results(args.out, out, args.variant)}")
 
 
 if __name__ == "__main__":

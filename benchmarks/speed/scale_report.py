@@ -4,10 +4,9 @@ section of ``docs/performance.md`` and each target met or missed, from its resul
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT
+from benchmarks.common import ROOT, read_sweep, sweeps_path
 from qaindex.vector_index import AUTO_FLAT_MAX
 
 TARGETS = {
@@ -114,11 +113,10 @@ def dense_p50(r: dict[str, Any]) -> float:
     return float(r.get("single_1_thread_dense", r["single_1_thread"])["p50_ms"])
 
 
-def difficulty_lines(path: Path) -> list[str]:
+def difficulty_lines(d: dict[str, Any] | None) -> list[str]:
     """A paragraph from ``benchmarks/speed/ann_difficulty.py``'s results: each coarse stage's cost at recall 0.99."""
-    if not path.exists():
+    if d is None:
         return []
-    d = json.loads(path.read_text())
     c = d["contrast"]
     qa = c["question_to_answer_cosine"]
     parts = []
@@ -282,8 +280,12 @@ def markdown(results: dict[str, Any]) -> str:
             "Batch throughput, questions/s with 2 threads (qaindex `search_batch` of every question; MiniLM "
             "encoding them in one call, then one FAISS HNSW search): " + "; ".join(batches) + ".",
         ]
-    for name in ("ann_difficulty.json", "ann_difficulty_1m.json"):
-        lines += difficulty_lines(ROOT / "benchmarks" / "results" / name)
+    difficulty = ROOT / "benchmarks" / "results" / "ann_difficulty.json"  # and its 1,000,000-answer variant
+    for d in (
+        json.loads(difficulty.read_text()) if difficulty.exists() else None,
+        read_sweep(sweeps_path(difficulty), "1m"),
+    ):
+        lines += difficulty_lines(d)
     lines += [
         "",
         "MiniLM answer vectors beyond its pool of encoded real sentences are normalised means of pool "
