@@ -54,6 +54,7 @@ __all__ = [
     "read_texts",
     "render_sweeps",
     "result_path",
+    "run_record",
     "save_results",
     "set_faiss_threads",
     "sweeps_path",
@@ -117,6 +118,11 @@ def command_line() -> str:
     return shlex.join([*head, *sys.argv[1:]])
 
 
+def run_record() -> dict[str, Any]:
+    """``{"command", "seconds"}``: this run's command line and its wall seconds so far (from the harness's import)."""
+    return {"command": command_line(), "seconds": round(time.perf_counter() - _STARTED, 1)}
+
+
 # ----------------------------------------------------------------------------- results
 
 
@@ -140,7 +146,7 @@ def write_results(path: str | os.PathLike[str], results: Any, *, run: bool = Fal
     seconds since the harness was imported, so the file says how to measure its figures again.
     """
     if run and isinstance(results, dict):
-        results = {**results, "run": {"command": command_line(), "seconds": round(time.perf_counter() - _STARTED, 1)}}
+        results = {**results, "run": run_record()}
     target = Path(path)
     write_atomic(target, json.dumps(results, **{"indent": 2, **dumps}) + "\n")
     return target
@@ -175,12 +181,14 @@ def sweeps_path(results: Path) -> Path:
 def save_results(path: Path, results: dict[str, Any], variant: str | None = None, *, run: bool = False) -> Path:
     """Write a study's results: to ``path``, or as ``variant`` of its sweeps file when one is named.
 
-    Returns the file written.
+    ``run`` True records :func:`run_record` in them. Returns the file written.
     """
+    if run:
+        results = {**results, "run": run_record()}
     if variant:
         write_sweep(sweeps_path(path), variant, results)
         return sweeps_path(path)
-    return write_results(path, results, run=run)
+    return write_results(path, results)
 
 
 def render_sweeps(sweeps: dict[str, dict[str, Any]], render: Callable[[dict[str, Any]], str]) -> str:

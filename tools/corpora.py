@@ -60,7 +60,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import csv
 import html
 import json
@@ -74,7 +73,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT
+from benchmarks.common import ROOT, argument_parser
 
 PRODUCT_FAQ = ROOT / "benchmarks" / "data" / "product_faq"
 MAX_QUESTIONS = 500
@@ -500,7 +499,7 @@ CHECKOUTS = {"stackfaq": "BERT-FAQ", "semeval-cqa": "Iyas", "aws-docs": "aws-doc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("--sources", required=True, help="folder holding the cloned source repositories")
     parser.add_argument("--data", required=True, help="output folder: one sub-folder per corpus")
     parser.add_argument("--datasets", default=None, help="also convert the WikiQA/TrecQA test splits from this folder")

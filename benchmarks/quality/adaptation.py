@@ -56,7 +56,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from benchmarks.common import ROOT, write_results
+from benchmarks.common import ROOT, argument_parser, write_results
 from benchmarks.readme_markers import replace_section
 from qaindex.corpus import read_json_lines
 from qaindex.eval.calibrate import measure as calibration_measure
@@ -306,8 +306,7 @@ def cached(teacher: Any) -> Any:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default=str(ROOT.parent / "shared" / "datasets"), help="WikiQA/TrecQA folder")
+    parser = argument_parser(__doc__, data=True, out=RESULTS)
     parser.add_argument("--evaldata", default="/work/evaldata", help="folder of NAME/{answers,questions}.jsonl")
     parser.add_argument("--shared", action="store_true", help="also run the WikiQA/TrecQA/FAQ corpora")
     parser.add_argument("--start", default=None, help="start model directory (default: the built-in model)")
@@ -323,7 +322,6 @@ def main() -> None:
     parser.add_argument("--render", action="store_true", help="only rewrite the docs table from the results file")
     parser.add_argument("--merge", action="store_true", help="keep the other corpora of the results file")
     parser.add_argument("--verbose", action="store_true", help="per-epoch progress")
-    parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     if args.render:
         replace_section("adaptation", doc_body(json.loads(Path(args.out).read_text())), DOC)

@@ -31,7 +31,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import platform
@@ -42,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import ROOT, synthetic, write_results
+from benchmarks.common import ROOT, argument_parser, synthetic, write_results
 from benchmarks.readme_markers import replace_section
 from qaindex import Ranker
 from qaindex.corpus import read_corpus
@@ -103,7 +102,7 @@ def _chosen(ranker: Ranker, rows: np.ndarray) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argument_parser(__doc__)
     parser.add_argument("--answers", type=int, default=None, help="answers in the index (default 50,000)")
     parser.add_argument("--questions", type=int, default=None, help="questions timed per filter (default 100)")
     parser.add_argument("--quick", action="store_true", help="5,000 answers, 30 questions, filters-quick.json")
@@ -214,7 +213,7 @@ def main() -> None:
         "command": command,
     }
     print(f"first filtered search (builds the field index): {first_ms:.0f} ms; index {results['index']['kind']}")
-    write_results(out, results)
+    write_results(out, results, run=True)
     if out == RESULTS:
         replace_section("filters-table", readme_body(results))
     print(f"wrote {out}")

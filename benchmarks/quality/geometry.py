@@ -32,7 +32,6 @@ Usage (about 15 minutes on 2 cores with the defaults; fewer epochs than the 25 o
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import statistics
@@ -45,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import ROOT, write_results
+from benchmarks.common import ROOT, argument_parser, write_results
 
 SPLITS = ("wikiqa/train.jsonl", "wikiqa/dev.filtered.jsonl", "wikiqa/test.filtered.jsonl")
 
@@ -301,11 +300,10 @@ def table(runs: list[dict[str, Any]], recall: dict[str, Any] | None, epochs: int
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argument_parser(__doc__, data=True)
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "datasets")
     parser.add_argument("--recall-only", action="store_true", help="Only the default model's recall.")
     parser.add_argument("--no-recall", action="store_true", help="Skip the default model's recall.")
     args = parser.parse_args()
@@ -342,7 +340,7 @@ def main() -> None:
         "seconds": time.perf_counter() - started + (previous.get("seconds", 0.0) if args.recall_only else 0.0),
         "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine()},
     }
-    write_results(out, results, indent=1, ensure_ascii=False)
+    write_results(out, results, run=True, indent=1, ensure_ascii=False)
     if runs:
         (ROOT / "docs" / "geometry-table.md").write_text(table(runs, recall, args.epochs, seeds))
     print(f"wrote {out} ({time.perf_counter() - started:.0f} s)")

@@ -53,7 +53,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -69,7 +68,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-from benchmarks.common import ROOT
+from benchmarks.common import ROOT, argument_parser
 from benchmarks.quality.hybrid_tables import CANDIDATE_ONLY, NO_SCAN, PREVIOUS, table
 from benchmarks.quality.offtopic import OFFTOPIC_FIT, offtopic_collected
 from benchmarks.quality.pooled import load_corpora
@@ -533,7 +532,7 @@ def readme_body(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__doc__, out=RESULTS)
     parser.add_argument("--evaldata", type=Path, required=True, help="Folder of corpora (tools/corpora.py).")
     parser.add_argument("--traindata", type=Path, required=True, help="Training corpus (texts.jsonl + pairs.npy).")
     parser.add_argument(
@@ -554,7 +553,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--skip", nargs="*", default=[], choices=["quality", "latency", "calibration"], help="Parts to skip."
     )
-    parser.add_argument("--out", type=Path, default=RESULTS, help="Results file.")
     args = parser.parse_args(argv)
     previous = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() else {}
     results: dict[str, Any] = {"k": K, "candidates": M}

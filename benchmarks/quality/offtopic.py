@@ -28,7 +28,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import sys
@@ -37,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import ROOT
+from benchmarks.common import ROOT, argument_parser
 from benchmarks.readme_markers import replace_section
 from qaindex import Ranker
 from qaindex.corpus import read_corpus
@@ -210,10 +209,9 @@ def readme_body(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__doc__, out=RESULTS)
     parser.add_argument("--evaldata", type=Path, required=True, help="Folder of corpora (tools/corpora.py).")
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR, help="Model directory.")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="Results file.")
     args = parser.parse_args(argv)
     results = run(args.model, args.evaldata)
     args.out.parent.mkdir(parents=True, exist_ok=True)

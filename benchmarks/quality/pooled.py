@@ -62,7 +62,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from benchmarks.common import ROOT, timed, write_results
+from benchmarks.common import ROOT, argument_parser, timed, write_results
 from benchmarks.quality.pooled_eval import (
     JUNK_ANSWERS,
     K,
@@ -472,8 +472,7 @@ def run_corpora(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default=str(ROOT.parent / "shared" / "datasets"), help="datasets folder")
+    parser = argument_parser(__doc__, data=True)
     parser.add_argument("--previous", default=PREVIOUS_DEFAULT_REV, help="git revision of the previous default")
     parser.add_argument("--own", action="store_true", help="also fine-tune on each pool's own answers")
     parser.add_argument(

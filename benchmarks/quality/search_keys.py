@@ -29,7 +29,6 @@ Writes ``benchmarks/results/search_keys.json`` and the generated section of
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import platform
@@ -39,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import DATA_DIR, ROOT, write_results
+from benchmarks.common import ROOT, argument_parser, write_results
 from benchmarks.readme_markers import replace_section
 from qaindex import Model, Ranker
 from qaindex.corpus import Record, read_corpus
@@ -189,9 +188,8 @@ def readme_body(results: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__doc__, data=True)
     parser.add_argument("--model", default=None, help="model directory (default: the built-in model)")
-    parser.add_argument("--data", type=Path, default=DATA_DIR, help="the shared datasets folder (holds wikiqa/)")
     args = parser.parse_args()
     model = Model.load(args.model, device="cpu")
     results = {
@@ -202,7 +200,7 @@ def main() -> None:
         "long_answers": long_answers(args.model, args.data),
     }
     print(json.dumps(results, indent=2))
-    write_results(RESULTS, results)
+    write_results(RESULTS, results, run=True)
     if args.model is None:
         replace_section("search-keys", readme_body(results))
 

@@ -28,7 +28,6 @@ Writes ``benchmarks/results/trust.json`` and ``docs/trust-table.md``.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import time
 from collections.abc import Sequence
@@ -37,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import ROOT, result_path, write_atomic, write_results
+from benchmarks.common import ROOT, argument_parser, result_path, write_atomic, write_results
 from benchmarks.quality.pooled import BM25_STEMMED, load_corpora, model_label
 from benchmarks.quality.pooled_eval import K, eval_bm25, pool_answers, questions_and_relevant
 from qaindex import Ranker
@@ -193,7 +192,7 @@ def table_markdown(out: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__doc__)
     parser.add_argument("--corpora", required=True, help="folder of corpora built by tools/corpora.py")
     parser.add_argument("--model", action="append", default=[], help="extra qaindex model directory, [NAME=]DIR")
     parser.add_argument("--only", action="append", default=[], help="only these corpora (repeatable)")
@@ -201,7 +200,7 @@ def main() -> None:
     args = parser.parse_args()
     out = run(Path(args.corpora), args.model, args.only)
     target = Path(args.out) if args.out else RESULTS
-    write_results(target, out)
+    write_results(target, out, run=True)
     if target.resolve() == RESULTS.resolve():
         write_atomic(
             TABLE,

@@ -17,7 +17,6 @@ Writes ``benchmarks/results/bilstm_diagnosis.json`` and prints one line per vari
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -27,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT
+from benchmarks.common import ROOT, argument_parser
 from benchmarks.reproduction.reproduce import MODEL_SETTINGS, SPLITS
 
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -69,12 +68,11 @@ def pooled_stats(result: Any, groups: list[Any]) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, data=True)
     parser.add_argument("--questions", type=int, default=200, help="training questions used (from the start)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names of VARIANTS")
-    parser.add_argument("--data", default=str(ROOT.parent / "shared" / "datasets"))
     args = parser.parse_args()
     from qaindex_export.embeddings import load_minilm
     from qaindex_export.train import TrainConfig, train

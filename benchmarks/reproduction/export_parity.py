@@ -25,7 +25,6 @@ Prints a table and writes JSON (default ``benchmarks/results/export_parity.json`
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -39,7 +38,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from benchmarks.common import ROOT, per_call_ms, percentiles, write_results
+from benchmarks.common import ROOT, argument_parser, per_call_ms, percentiles, write_results
 from benchmarks.common import minilm as load_minilm
 from qaindex import Ranker
 from qaindex.eval.datasets import read_labelled
@@ -65,9 +64,7 @@ def _speed(model: Model, texts: list[str]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "datasets")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser = argument_parser(__doc__, data=True, out=RESULTS)
     args = parser.parse_args()
 
     import torch
@@ -168,7 +165,7 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()},
         "command": "python -m benchmarks.reproduction.export_parity --data DATASETS",
     }
-    write_results(args.out, results, default=lambda o: o.item())
+    write_results(args.out, results, run=True, default=lambda o: o.item())
     print(f"wrote {args.out}")
 
 

@@ -50,6 +50,7 @@ from typing import Any
 
 from benchmarks.common import (
     ROOT,
+    argument_parser,
     gpu_info,
     read_sweep,
     render_sweeps,
@@ -559,13 +560,12 @@ def render(results: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, data=True)
     parser.add_argument("--datasets", default=",".join(SPLITS), help="comma-separated: " + ", ".join(SPLITS))
     parser.add_argument("--models", default="hyperqa,cosineqa", help="comma-separated: " + ", ".join(MODEL_SETTINGS))
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     parser.add_argument("--epochs", type=int, default=25, help="epochs per run (the paper: 25)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads while training (0: torch's)")
-    parser.add_argument("--data", default=str(ROOT.parent / "shared" / "datasets"), help="datasets folder")
     parser.add_argument("--json", default=str(RESULTS), help="runs file")
     parser.add_argument(
         "--variant",

@@ -170,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for kind in args.kinds.split(","):
         out["curves"][kind] = curve(kind, a, q, truth, model.ranking, BREADTHS.get(kind.partition(":")[0], [0]))
     out["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-    save_results(args.out, out, args.variant)
+    save_results(args.out, out, args.variant, run=True)
     return out
 
 

@@ -235,7 +235,7 @@ def main() -> None:
         "sizes": sizes,
         "text_lengths": lengths,
     }
-    print(f"wrote {save_results(args.out, out, args.variant)}")
+    print(f"wrote {save_results(args.out, out, args.variant, run=True)}")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -44,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import qaindex
-from benchmarks.common import ROOT, make_corpus, read_texts, wall_and_cpu, write_results
+from benchmarks.common import ROOT, argument_parser, make_corpus, read_texts, wall_and_cpu, write_results
 from qaindex import fast_paths
 from qaindex.corpus import read_corpus, records_from_dicts
 from qaindex.model import Model
@@ -122,10 +121,8 @@ def report(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__doc__, data=True, out=ROOT / "benchmarks" / "results" / "build_speed.json")
     parser.add_argument("--sizes", default="100000,1000000", help="comma-separated corpus sizes")
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "datasets")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "build_speed.json")
     parser.add_argument("--report", action="store_true", help="print the table of an existing --out file and exit")
     args = parser.parse_args(argv)
     if args.report:
@@ -148,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
         for size in sizes:
             results["sizes"].append(run_size(size, sentences, model, Path(tmp)))
     results["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    write_results(args.out, results)
+    write_results(args.out, results, run=True)
     print(f"load average {results['loadavg_start']} -> {results['loadavg_end']}; wrote {args.out}")
 
 

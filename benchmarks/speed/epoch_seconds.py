@@ -21,7 +21,6 @@ device); ``--budget-s`` stops starting new rows after that many seconds, so a ru
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -32,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import DATA_DIR, QA_DATASETS, ROOT, gpu_info, write_atomic, write_results
+from benchmarks.common import QA_DATASETS, ROOT, argument_parser, gpu_info, markdown_table, write_atomic, write_results
 from benchmarks.reproduction.reproduce import MODEL_SETTINGS, SPLITS
 from benchmarks.reproduction.reproduce import RESULTS as REPRODUCTION
 from qaindex.errors import QAIndexError
@@ -103,11 +102,17 @@ def _cell(value: float | None, digits: int = 2) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     """One line per row: seconds per epoch on the device, the CPU's, the speed-up and the export check."""
     order = {(d, m): i for i, (d, m) in enumerate((d, m) for d in QA_DATASETS for m in MODEL_SETTINGS)}
-    lines = [
-        "| dataset | model | device | s/epoch (epochs after the first) | first epoch s | "
-        "CPU s/epoch (reproduction table) | speed-up over the CPU | export parity (max abs diff) |",
-        "|---|---|---|---|---|---|---|---|",
+    header = [
+        "dataset",
+        "model",
+        "device",
+        "s/epoch (epochs after the first)",
+        "first epoch s",
+        "CPU s/epoch (reproduction table)",
+        "speed-up over the CPU",
+        "export parity (max abs diff)",
     ]
+    lines = []
     for r in sorted(rows, key=lambda r: (order.get((r["dataset"], r["model"]), len(order)), r["device"])):
         cpu, dev = r["cpu_seconds_per_epoch"], r["seconds_per_epoch"]
         speedup = "—" if cpu is None else f"{cpu / dev:.1f}x"
@@ -119,10 +124,18 @@ def table(rows: list[dict[str, Any]]) -> str:
             else "not exported"
         )
         lines.append(
-            f"| {r['dataset']} | {r['model']} | {r['device']} | {_cell(dev)} | {_cell(r['epoch_seconds'][0])} | "
-            f"{_cell(cpu)} | {speedup} | {parity} |"
+            [
+                r["dataset"],
+                r["model"],
+                r["device"],
+                _cell(dev),
+                _cell(r["epoch_seconds"][0]),
+                _cell(cpu),
+                speedup,
+                parity,
+            ]
         )
-    return "\n".join(lines)
+    return markdown_table(header, lines)
 
 
 def render(results: dict[str, Any]) -> str:
@@ -144,12 +157,11 @@ def render(results: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, data=True)
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="where torch trains")
     parser.add_argument("--datasets", default=",".join(QA_DATASETS), help="comma-separated: " + ", ".join(SPLITS))
     parser.add_argument("--models", default=",".join(MODEL_SETTINGS), help="comma-separated model settings")
     parser.add_argument("--epochs", type=int, default=2, help="epochs per row (the first is listed apart)")
-    parser.add_argument("--data", default=str(DATA_DIR), help="datasets folder")
     parser.add_argument("--json", default=str(RESULTS), help="results file (rows are merged into it)")
     parser.add_argument("--markdown", default=str(TABLE), help="table file")
     parser.add_argument("--budget-s", type=float, default=None, help="start no new row after this many seconds")

@@ -17,7 +17,6 @@ Prints a table and writes JSON (default ``benchmarks/results/load.json``).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import ROOT, index_bytes, median_seconds, write_results
+from benchmarks.common import ROOT, argument_parser, index_bytes, median_seconds, write_results
 from qaindex import Ranker
 from qaindex.corpus import read_corpus
 
@@ -66,10 +65,9 @@ def content_checks(index: Path, reps: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__doc__, out=ROOT / "benchmarks" / "results" / "load.json")
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "load.json")
     args = parser.parse_args()
     words = sorted({w for r in read_corpus(ROOT / "examples" / "faq.jsonl") for w in r.answer.lower().split()})
     rng = np.random.default_rng(0)
@@ -112,7 +110,7 @@ def main() -> None:
         "sha256_gb_per_s": round(rate, 2),
         "sizes": rows,
     }
-    write_results(args.out, result)
+    write_results(args.out, result, run=True)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -33,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import ROOT, make_corpus, read_texts, write_results
+from benchmarks.common import ROOT, argument_parser, make_corpus, read_texts, write_results
 from qaindex import Ranker
 from qaindex.build.distributed import build_on_ray, import_ray
 
@@ -57,13 +56,11 @@ def _row(label: str, size: int, seconds: float, ranker: Ranker, local: Ranker | 
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__doc__, data=True, out=RESULTS)
     parser.add_argument("--size", type=int, default=200_000, help="answers in the corpus")
     parser.add_argument("--workers", default="1,2", help="encoder actors per Ray build, comma-separated")
     parser.add_argument("--cpus", type=int, default=os.cpu_count() or 1, help="CPUs of the local Ray instance")
     parser.add_argument("--index-kind", default="auto", help="index kind of every build")
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "datasets")
-    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     ray = import_ray()
     sentences, _ = read_texts(args.data)
@@ -94,7 +91,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 out["rows"].append(_row(f"ray {workers}", args.size, time.perf_counter() - t, built, local))
         finally:
             ray.shutdown()
-    write_results(args.out, out)
+    write_results(args.out, out, run=True)
     return out
 
 

@@ -19,7 +19,6 @@ Writes ``benchmarks/results/request_bounds.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -32,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import ROOT, result_path, write_results
+from benchmarks.common import ROOT, argument_parser, result_path, write_results
 
 TIME = "/usr/bin/time"  # GNU time: the peak RSS of a process started from a small one
 
@@ -140,7 +139,7 @@ def measure(tmp: Path, answers: int, line_mb: int, cli_questions: int = 20) -> d
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argument_parser(__doc__)
     parser.add_argument("--answers", type=int, default=62_000)
     parser.add_argument("--line-mb", type=int, default=20)
     args = parser.parse_args()
@@ -149,7 +148,7 @@ def main() -> None:
     results["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
     results["command"] = f"python -m benchmarks.speed.request_bounds --answers {args.answers} --line-mb {args.line_mb}"
     print(json.dumps(results, indent=1))
-    write_results(result_path("request_bounds.json"), results, indent=1)
+    write_results(result_path("request_bounds.json"), results, run=True, indent=1)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -73,6 +72,7 @@ import numpy as np
 
 from benchmarks.common import (
     ROOT,
+    argument_parser,
     index_bytes,
     make_corpus,
     median_seconds,
@@ -322,7 +322,7 @@ def measure_bm25(texts: list[str], questions: list[str]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__doc__, data=True, out=ROOT / "benchmarks" / "results" / "scale.json")
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument(
         "--kinds", default="auto,pq", help="qaindex index kinds, comma-separated (first is the main row)"
@@ -338,8 +338,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--minilm-pool", type=int, default=1000)
     parser.add_argument("--baselines", default="flat,minilm,bm25")
     parser.add_argument("--model", default=None, help="model directory (default: the built-in default)")
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "datasets")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "scale.json")
     parser.add_argument("--table", type=Path, default=ROOT / "docs" / "scale.md")
     args = parser.parse_args(argv)
     if args.render:
@@ -429,7 +427,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     results["targets"] = targets(results)
     for t in results["targets"]:
         print(f"{'met' if t['met'] else 'MISSED' if t['met'] is False else 'n/a':>6}  {t['target']}: {t['figure']}")
-    write_results(args.out, results)
+    write_results(args.out, results, run=True)
     write_atomic(args.table, markdown(results))
     if args.out == RESULTS:
         replace_section("scale", readme_body(results))

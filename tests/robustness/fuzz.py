@@ -34,7 +34,6 @@ written to ``fuzz-quick.json`` unless ``--out`` is given).
 
 from __future__ import annotations
 
-import argparse
 import collections
 import os
 import platform
@@ -51,7 +50,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from benchmarks.common import ROOT, write_results
+from benchmarks.common import ROOT, argument_parser, write_results
 from qaindex import QAIndexError, Ranker, Reranker
 from qaindex.corpus import read_corpus, records_from_dicts
 from qaindex.eval.datasets import Candidate, QuestionGroup
@@ -531,7 +530,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="A small run (2,000 API inputs, 100 CLI runs).")
     parser.add_argument("--api", type=int, default=None, help="API inputs (default 50,000).")
     parser.add_argument("--cli", type=int, default=None, help="CliRunner runs (default 1,000).")
@@ -600,7 +599,7 @@ def main() -> None:
             f"over {len(resources['requests'])} requests"
         )
     print(f"{result['seconds']['total']} s")
-    write_results(out, result, ensure_ascii=False)
+    write_results(out, result, run=True, ensure_ascii=False)
 
 
 if __name__ == "__main__":

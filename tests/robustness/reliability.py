@@ -45,7 +45,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 
-from benchmarks.common import ROOT, write_results
+from benchmarks.common import ROOT, argument_parser, write_results
 from qaindex import QAIndexError, Ranker
 from tests.robustness.hostile_files import hostile_files
 from tests.robustness.store_fixtures import check_index, cli_command, debris, records, tiny_model, write_jsonl
@@ -366,13 +366,12 @@ def build_large(workdir: Path, answers: int, dimension: int) -> Path:
 
 # -- main ----------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__doc__, out=RESULTS)
     parser.add_argument("--quick", action="store_true", help="small counts, small index only")
     parser.add_argument("--kills", type=int, default=None, help="kills per operation (default 200, quick 10)")
     parser.add_argument("--pairs", type=int, default=None, help="concurrent add pairs (default 50, quick 5)")
     parser.add_argument("--large", type=int, default=60000, help="answers of the large index")
     parser.add_argument("--only", default="kill,writers,corruption,hostile", help="comma-separated parts to run")
-    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--verifier", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.verifier:
@@ -426,7 +425,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     result["totals"] = totals
     print(json.dumps(totals))
-    write_results(args.out, result)
+    write_results(args.out, result, run=True)
     return result
 
 
