@@ -204,7 +204,7 @@ class CoarseIndex:
         if kind in IVF_KINDS:
             self.params["nprobe"] = min(self.params["nprobe"], self.params["nlist"])
         if kind == "pq":
-            self.params.setdefault("M", -(-self._searched_dimension // PQ_COORDINATES))
+            self.params.setdefault("M", -(-self.searched_dimension // PQ_COORDINATES))
         #: how the search breadth was chosen (:func:`qaindex.build.tuning.tune_breadth`), or None
         self.tuning: dict[str, Any] | None = None
         self._faiss = import_faiss()
@@ -221,7 +221,9 @@ class CoarseIndex:
         return self.kind not in HNSW_KINDS
 
     @property
-    def _searched_dimension(self) -> int:
+    def searched_dimension(self) -> int:
+        """Dimension of the vectors this kind searches: ``dimension``, or ``dimension + 2`` for Poincaré
+        vectors lifted so that an inner product (flat, IVF) ranks by their distance."""
         return self.space.lifted_dimension(self.dimension, inner_product=self._inner_product)
 
     @property
@@ -231,7 +233,7 @@ class CoarseIndex:
         Scalar-quantised kinds pad it with zeros to a multiple of 16, where FAISS's SIMD
         distance code applies (zeros change neither inner products nor L2 distances).
         """
-        d = self._searched_dimension
+        d = self.searched_dimension
         if self.kind == "pq":  # a whole number of coordinates per sub-quantiser
             sub = self.params["M"]
             return -(-d // sub) * sub

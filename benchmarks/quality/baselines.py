@@ -81,7 +81,6 @@ Needs numpy and qaindex; the ``minilm`` baseline also needs torch, sentence-tran
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import re
@@ -101,7 +100,7 @@ from qaindex.eval.metrics import evaluate_scores
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
-from benchmarks.common import ROOT, minilm, timed, write_results
+from benchmarks.common import ROOT, argument_parser, minilm, timed, write_results
 
 TEST_FILES = {
     "wikiqa": "wikiqa/test.filtered.jsonl",
@@ -245,16 +244,7 @@ def fmt(value: float | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description="BM25, all-MiniLM-L6-v2 zero-shot and chance baselines on the answer-selection test splits "
-        "(MAP/MRR/P@1, exact under random tie-breaking).",
-    )
-    parser.add_argument(
-        "--data", default=str(ROOT.parent / "shared" / "datasets"), help="shared datasets folder (read in place)"
-    )
-    parser.add_argument(
-        "--out", default=str(ROOT / "benchmarks" / "results" / "baselines.json"), help="JSON results file to write"
-    )
+    parser = argument_parser(__doc__, data=True, out=ROOT / "benchmarks" / "results" / "baselines.json")
     parser.add_argument(
         "--datasets", default=",".join(TEST_FILES), help="comma-separated subset of: " + ", ".join(TEST_FILES)
     )

@@ -118,7 +118,7 @@ def curve(
     kind, _, coordinates = kind.partition(":")  # "pq:2": two coordinates per sub-quantiser
     params = {"M": 32, "ef_construction": 100} if kind == "hnsw" else {}
     if coordinates:
-        searched = CoarseIndex("poincare", a.shape[1], kind, ranking=ranking, count=len(a))._searched_dimension
+        searched = CoarseIndex("poincare", a.shape[1], kind, ranking=ranking, count=len(a)).searched_dimension
         params["M"] = -(-searched // int(coordinates))
     ix = CoarseIndex("poincare", a.shape[1], kind, params, ranking=ranking, count=len(a))
     ix.add(a)

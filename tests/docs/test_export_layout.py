@@ -144,3 +144,54 @@ def test_benchmarks_and_tools_are_packages_run_as_modules() -> None:
     assert (ROOT / "benchmarks" / "__init__.py").is_file() and (ROOT / "tools" / "__init__.py").is_file()
     offenders = sys_path_edits(ROOT)
     assert not offenders, f"sys.path changed at {offenders}; import through the benchmarks or tools package"
+
+
+def private_runtime_reads(root: Path, folders: tuple[str, ...]) -> list[str]:
+    """``file:line name`` of every private name of ``qaindex`` imported or read through a module.
+
+    Counted: ``from qaindex.x import _name`` and ``module._name`` where ``module`` was imported
+    from ``qaindex`` (``import qaindex.x as module``, ``from qaindex import module``).
+    """
+    found = []
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+            modules: set[str] = set()
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "qaindex":
+                    for alias in node.names:
+                        if alias.name.startswith("_") and not alias.name.startswith("__"):
+                            found.append(f"{path.relative_to(root)}:{node.lineno} {alias.name}")
+                        modules.add(alias.asname or alias.name)
+                elif isinstance(node, ast.Import):
+                    modules.update(a.asname or a.name.split(".")[0] for a in node.names if a.name.startswith("qaindex"))
+            for node in ast.walk(tree):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and node.attr.startswith("_")
+                    and not node.attr.startswith("__")
+                    and isinstance(node.value, ast.Name | ast.Attribute)
+                    and ast.unparse(node.value).split(".")[0] in modules
+                ):
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_the_private_read_finder_finds_imports_and_module_reads(tmp_path: Path) -> None:
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "a.py").write_text(
+        "import qaindex.search.fusion as fusion\nfrom qaindex.eval import _fit, metrics\nfrom qaindex import Ranker\n"
+        "x = fusion._rule\ny = metrics.mrr\nz = metrics._ties\nr = Ranker.__name__\n",
+        encoding="utf-8",
+    )
+    assert private_runtime_reads(tmp_path, ("benchmarks",)) == [
+        "benchmarks/a.py:2 _fit",
+        "benchmarks/a.py:4 fusion._rule",
+        "benchmarks/a.py:6 metrics._ties",
+    ]
+
+
+def test_benchmarks_and_tools_use_the_runtime_public_names_only() -> None:
+    """They measure the library as users call it: a name they need is public where it is shared."""
+    offenders = private_runtime_reads(ROOT, ("benchmarks", "tools", "tests/robustness"))
+    assert not offenders, f"private runtime names read at {offenders}"

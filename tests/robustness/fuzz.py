@@ -74,7 +74,7 @@ from tests.robustness.fuzz_inputs import (
     THREADS,
     WORDS,
     Tally,
-    _settings,
+    hypothesis_settings,
     make_world,
     paths,
 )
@@ -460,7 +460,7 @@ def fuzz_api(world: tuple[Model, Path, Path], n: int, seed: int, tmp: Path) -> d
     # most of the run time otherwise
     per_example = CALLS_PER_EXAMPLE
 
-    @_settings(max(1, -(-n // per_example)), seed)
+    @hypothesis_settings(max(1, -(-n // per_example)), seed)
     @given(st.data())
     def run(data: st.DataObject) -> None:
         for _ in range(per_example):

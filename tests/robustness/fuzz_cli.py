@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from qaindex.model import Model
-from tests.robustness.fuzz_inputs import JSONL, SURROGATES, TEXT, _settings
+from tests.robustness.fuzz_inputs import JSONL, SURROGATES, TEXT, hypothesis_settings
 
 # -- the CLI fuzz ------------------------------------------------------------------------------
 
@@ -116,7 +116,7 @@ def fuzz_cli(world: tuple[Model, Path, Path], n: int, n_sub: int, seed: int, tmp
 
     scratch = tmp / "cli"
 
-    @_settings(n, seed)
+    @hypothesis_settings(n, seed)
     @given(st.data())
     def run(data: st.DataObject) -> None:
         scratch_index(scratch)

@@ -211,7 +211,8 @@ class Tally:
         }
 
 
-def _settings(n: int, seed: int) -> Any:
+def hypothesis_settings(n: int, seed: int) -> Any:
+    """Hypothesis settings of one fuzz run: ``n`` generated examples, no shrinking, no example database."""
     return settings(
         max_examples=n,
         deadline=None,
