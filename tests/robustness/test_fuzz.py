@@ -1,18 +1,22 @@
 """A fast run of ``tests.robustness.fuzz``: generated inputs through the API and the CLI.
 
 Every API input must end in a result or a QAIndexError; every CLI run in exit 0/1/2 with
-at most one error line and no traceback. (The full run: ``python -m tests.robustness.fuzz``.)
+at most one error line and no traceback. ``QAINDEX_ROBUSTNESS=full`` runs them at the full
+run's counts (50,000 API inputs, 1,000 CLI runs; also ``python -m tests.robustness.fuzz``).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+FULL = os.environ.get("QAINDEX_ROBUSTNESS") == "full"
+API_INPUTS, CLI_RUNS = (50_000, 1_000) if FULL else (900, 40)
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +32,8 @@ def world(fuzz: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Pat
 
 def test_api_fuzz_raises_only_qaindex_errors(fuzz: Any, world: tuple[Any, Path, Path, Path]) -> None:
     *w, tmp = world
-    report = fuzz.fuzz_api(tuple(w), 900, 0, tmp)
-    assert report["inputs"] >= 900
+    report = fuzz.fuzz_api(tuple(w), API_INPUTS, 0, tmp)
+    assert report["inputs"] >= API_INPUTS
     assert report["unclean_by_kind"] == {}, report["examples"]
     assert 0 < report["clean_errors"] < report["inputs"]  # both refused and accepted inputs were generated
     calls = set(report["inputs_by_call"])
@@ -84,8 +88,8 @@ def test_largest_requests_stay_bounded(fuzz: Any, world: tuple[Any, Path, Path, 
 
 def test_cli_fuzz_is_always_clean(fuzz: Any, world: tuple[Any, Path, Path, Path]) -> None:
     *w, tmp = world
-    report = fuzz.fuzz_cli(tuple(w), 40, 1, 0, tmp)
-    assert report["runs"] == 40 and report["subprocess_runs"] == 1
+    report = fuzz.fuzz_cli(tuple(w), CLI_RUNS, 1, 0, tmp)
+    assert report["runs"] == CLI_RUNS and report["subprocess_runs"] == 1
     assert report["examples"] == []
     assert set(report["exit_codes"]) <= {"0", "1", "2"}
 

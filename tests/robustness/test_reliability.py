@@ -1,12 +1,14 @@
 """Fast versions of tests/robustness/reliability.py: kill loop, concurrent writers, corruption matrix.
 
 The full run (>= 200 kills per operation, 50 writer pairs, an index with files above 64 MiB)
-is ``python -m tests.robustness.reliability``; these run the same code with small counts.
+is ``python -m tests.robustness.reliability``; these run the same code with small counts, or
+with the full run's kill loop and writer pairs under ``QAINDEX_ROBUSTNESS=full``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+FULL = os.environ.get("QAINDEX_ROBUSTNESS") == "full"
 
 from qaindex import Ranker  # noqa: E402
 from tests.robustness import reliability  # noqa: E402
@@ -22,21 +25,22 @@ from tests.robustness import reliability  # noqa: E402
 def test_kill_loop_leaves_old_or_new_content_and_no_debris(tmp_path: Path) -> None:
     # in a subprocess: the loop forks, which must not happen in a process that ran onnxruntime
     out = tmp_path / "kill.json"
-    cmd = [sys.executable, "-m", "tests.robustness.reliability", "--quick", "--only", "kill", "--out", str(out)]
-    subprocess.run(cmd, check=True, timeout=600, capture_output=True, cwd=ROOT)
+    cmd = [sys.executable, "-m", "tests.robustness.reliability", *["--quick"] * (not FULL), "--only", "kill"]
+    subprocess.run([*cmd, "--out", str(out)], check=True, timeout=None if FULL else 600, capture_output=True, cwd=ROOT)
     loop = json.loads(out.read_text())["kill_loop"]
     assert set(loop) == {"build", "add", "remove", "save"}
     for op, stats in loop.items():
-        assert stats["kills"] >= 10, op
+        assert stats["kills"] >= (200 if FULL else 10), op
         assert (stats["broken"], stats["mixed"], stats["errors"]) == (0, 0, []), op
         assert stats["debris_after_next_save"] == 0, op
 
 
 def test_concurrent_cli_adds_both_land(tmp_path: Path) -> None:
     model = reliability.tiny_model(tmp_path / "model")
-    stats = reliability.concurrent_writers(tmp_path, model, 5)
+    runs = 50 if FULL else 5
+    stats = reliability.concurrent_writers(tmp_path, model, runs)
     assert stats == {
-        "runs": 5,
+        "runs": runs,
         "lost_updates": 0,
         "broken": 0,
         "tracebacks": 0,
