@@ -245,7 +245,7 @@ def corpus_groups(
 def load_corpora(folder: Path, names: Sequence[str] = (), *, junk: bool = True) -> dict[str, list[QuestionGroup]]:
     """Question groups of every corpus folder under ``folder`` (``CORPORA`` order, then others
     alphabetically; only ``names`` when given)."""
-    from tools.corpora import read_corpus_dir
+    from benchmarks.quality.corpus_format import read_corpus_dir
 
     present = [p.name for p in sorted(folder.iterdir()) if (p / "answers.jsonl").is_file()] if folder.is_dir() else []
     order = [n for n in CORPORA if n in present] + [n for n in present if n not in CORPORA]
@@ -435,7 +435,7 @@ def run_corpora(args: argparse.Namespace) -> None:
         minilm_geo[label] = isotropy(np.delete(cached(pool_answers(groups)), junk_rows(groups), axis=0))
     report(MINILM, with_geometry(minilm_res, minilm_geo))
     with_ratios(results)
-    from tools.corpora import read_corpus_dir
+    from benchmarks.quality.corpus_format import read_corpus_dir
 
     corpora_info = {}
     for label in pools:
