@@ -1,7 +1,7 @@
 """Why the coarse stage is hard on the built-in model's vectors, in figures.
 
 The scale target is 1M answers under 1 ms at recall@10 >= 0.99. This script measures what
-stands in the way, on the same corpus as ``bench_scale.py`` (real WikiQA + TrecQA sentences,
+stands in the way, on the same corpus as ``benchmarks.speed.scale`` (real WikiQA + TrecQA sentences,
 beyond 76,693 two joined; 1,000 real questions, of which ``--tune`` tune and the rest measure):
 
 - **contrast**: cosine between a question's direction and its 1st / 10th / 100th best and

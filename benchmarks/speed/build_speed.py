@@ -18,7 +18,7 @@ shortcut, i.e. the build before the fast paths), and the ratio is reported:
 Whole builds load the built-in default model as ``Ranker.build`` does (the generic baseline
 as before: onnxruntime on all cores; now: one onnxruntime thread, overlapped with Python
 work on the other core); the stage timings share one model loaded with one onnxruntime
-thread. The corpus is ``bench_scale``'s: the
+thread. The corpus is ``benchmarks.speed.scale``'s: the
 distinct WikiQA + TrecQA answers of ``--data`` (shuffled, seed 0), then seeded joins of
 two of them. Wall-clock seconds and the process's CPU seconds are both recorded, with the
 load average before and after (other processes share the machine's cores). Results

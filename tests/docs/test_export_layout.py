@@ -195,3 +195,15 @@ def test_benchmarks_and_tools_use_the_runtime_public_names_only() -> None:
     """They measure the library as users call it: a name they need is public where it is shared."""
     offenders = private_runtime_reads(ROOT, ("benchmarks", "tools", "tests/robustness"))
     assert not offenders, f"private runtime names read at {offenders}"
+
+
+def test_benchmarks_never_import_the_tools() -> None:
+    """The tools (data preparation, the model builder) use the benchmarks' evaluation, not the other way."""
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in sorted((ROOT / "benchmarks").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        if (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tools")
+        or (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "tools" for a in node.names))
+    ]
+    assert not found, f"benchmarks import tools at {found}"

@@ -18,7 +18,7 @@ from qaindex.geometry import hyperbolic
 
 ROOT = Path(__file__).resolve().parents[2]
 from benchmarks import common  # noqa: E402
-from benchmarks.speed import scale as bench_scale  # noqa: E402
+from benchmarks.speed import scale  # noqa: E402
 
 
 def _words() -> list[str]:
@@ -74,12 +74,12 @@ def test_recall_computation_matches_brute_force(data: Path) -> None:
     truth = brute_force(qv, vectors, 10)
     rows = ranker.search_vectors(qv, 10)[2]
     expected = np.mean([len(set(r.tolist()) & set(t.tolist())) / 10 for r, t in zip(rows, truth, strict=True)])
-    got = bench_scale.pipeline_recall(ranker, qv, vectors)
+    got = scale.pipeline_recall(ranker, qv, vectors)
     assert got == pytest.approx(expected) and got < 1.0
     ranker.configure(overfetch=20)
     ranker._coarse.set_breadth(20)  # every list: exhaustive
-    assert bench_scale.pipeline_recall(ranker, qv, vectors) == 1.0
-    assert bench_scale.recall_at_k(np.array([[4, -1, 2]]), np.array([[2, 3]])) == 0.5
+    assert scale.pipeline_recall(ranker, qv, vectors) == 1.0
+    assert scale.recall_at_k(np.array([[4, -1, 2]]), np.array([[2, 3]])) == 0.5
 
 
 def test_the_benchmark_writes_its_json_and_table(data: Path, tmp_path: Path) -> None:
@@ -87,7 +87,7 @@ def test_the_benchmark_writes_its_json_and_table(data: Path, tmp_path: Path) -> 
     out, table = tmp_path / "scale.json", tmp_path / "scale.md"
     argv = ["--sizes", "50,90", "--kinds", "auto,ivf", "--questions", "12", "--baselines", baselines,
             "--data", str(data), "--out", str(out), "--table", str(table)]  # fmt: skip
-    bench_scale.main(argv)
+    scale.main(argv)
     result: dict[str, Any] = json.loads(out.read_text())
     assert result["real_sentences"] == 60 and result["questions"] == 12 and result["recall_target"] == 0.99
     assert [s["answers"] for s in result["sizes"]] == [50, 90]
@@ -113,17 +113,17 @@ def test_the_benchmark_writes_its_json_and_table(data: Path, tmp_path: Path) -> 
     text = table.read_text()
     assert "| target | figure | result |" not in text and "| 90 | ivf nprobe=" in text
     # the docs section: one row per size (the non-flat kind where auto is flat), no list of targets
-    body = bench_scale.readme_body(result)
+    body = scale.readme_body(result)
     rows = [line for line in body.splitlines() if line.startswith(("| 50 |", "| 90 |"))]
     assert len(rows) == 2 and all(f"| ivf, nprobe {s['qaindex'][1]['tuning']['value']} |" in row
                                   for row, s in zip(rows, result["sizes"], strict=True))  # fmt: skip
     assert not [line for line in body.splitlines() if line.startswith("- ")] and "target" not in body
     # --merge keeps the other sizes of an earlier run
-    bench_scale.main(["--sizes", "70", "--kinds", "auto", "--questions", "12", "--baselines", "",
+    scale.main(["--sizes", "70", "--kinds", "auto", "--questions", "12", "--baselines", "",
                       "--data", str(data), "--out", str(out), "--table", str(table), "--merge"])  # fmt: skip
     assert [s["answers"] for s in json.loads(out.read_text())["sizes"]] == [50, 70, 90]
     table.unlink()  # --render rewrites the table from the JSON alone
-    bench_scale.main(["--render", "--out", str(out), "--table", str(table)])
+    scale.main(["--render", "--out", str(out), "--table", str(table)])
     assert "| 70 | flat |" in table.read_text()
 
 
