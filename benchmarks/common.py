@@ -1,7 +1,11 @@
-"""What the benchmarks share: paths, writing results, timing, MiniLM, synthetic corpora.
+"""The benchmarks' harness: paths, arguments, results files, tables, timing, MiniLM, synthetic corpora.
 
 Every benchmark is a module of the ``benchmarks`` package, run from the repository root as
-``python -m benchmarks.NAME`` and importing this module (never another benchmark's copy of it).
+``python -m benchmarks.JOB.NAME`` and importing this module (never another benchmark's copy of
+it). A study starts from :func:`argument_parser` (its docstring as ``--help``, the shared
+``--data`` and ``--out`` options), writes its one results file with :func:`write_results`
+(``run=True`` records the command line and its wall time in it) and its variants, when it
+has any, into one sweeps file keyed by variant (:func:`write_sweep`, :func:`render_sweeps`).
 
 Example
 -------
@@ -10,12 +14,19 @@ Example
 (6, True)
 >>> percentiles([1.0, 2.0, 3.0])
 {'p50_ms': 2.0, 'p99_ms': 2.98}
+>>> print(markdown_table(["system", "MRR@10"], [["bm25", "0.61"]]))
+| system | MRR@10 |
+|---|---|
+| bm25 | 0.61 |
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import shlex
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,28 +39,88 @@ __all__ = [
     "QA_DATASETS",
     "RESULTS",
     "ROOT",
+    "argument_parser",
+    "command_line",
     "gpu_info",
     "index_bytes",
     "make_corpus",
+    "markdown_table",
     "median_seconds",
     "minilm",
     "per_call_ms",
     "percentiles",
     "pick_questions",
+    "read_sweep",
     "read_texts",
+    "render_sweeps",
     "result_path",
+    "run_record",
+    "save_results",
     "set_faiss_threads",
+    "sweeps_path",
     "synthetic",
     "timed",
     "wall_and_cpu",
     "write_atomic",
     "write_results",
+    "write_sweep",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 DATA_DIR = ROOT.parent / "shared" / "datasets"  # WikiQA / TrecQA, research only: read, never shipped
 QA_DATASETS = ("wikiqa", "trecqa_raw", "trecqa_clean")
+
+
+# ----------------------------------------------------------------------------- arguments
+
+_STARTED = time.perf_counter()  # when the harness was imported: the start of the benchmark's run
+
+
+def argument_parser(
+    doc: str | None,
+    *,
+    data: bool = False,
+    out: Path | None = None,
+    out_help: str = "results file",
+    variant: bool = False,
+) -> argparse.ArgumentParser:
+    """The parser a benchmark starts from: its module docstring as ``--help``, and the shared options.
+
+    ``data`` adds ``--data`` (the shared WikiQA/TrecQA folder, :data:`DATA_DIR` by default);
+    ``out`` adds ``--out`` (the results file, ``out`` by default); both parse to a ``Path``.
+    ``variant`` adds ``--variant NAME``: the run is a variant of the study (another size or
+    setting), stored as NAME in its sweeps file (:func:`sweeps_path`, :func:`save_results`).
+
+    Example
+    -------
+    >>> args = argument_parser("Study.", data=True, out=RESULTS / "x.json").parse_args(["--out", "y.json"])
+    >>> args.out, args.data == DATA_DIR
+    (PosixPath('y.json'), True)
+    """
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if data:
+        parser.add_argument("--data", type=Path, default=DATA_DIR, help="the shared datasets folder (WikiQA, TrecQA)")
+    if out is not None:
+        parser.add_argument("--out", type=Path, default=out, help=out_help)
+    if variant:
+        parser.add_argument(
+            "--variant", metavar="NAME", help="store the results as NAME in the study's sweeps file (NAME_sweeps.json)"
+        )
+    return parser
+
+
+def command_line() -> str:
+    """The command that runs this process, as typed from the repository root (``python -m MODULE ARGS``)."""
+    main = sys.modules.get("__main__")
+    module = getattr(getattr(main, "__spec__", None), "name", None)
+    head = ["python", "-m", module] if module else ["python", sys.argv[0]]
+    return shlex.join([*head, *sys.argv[1:]])
+
+
+def run_record() -> dict[str, Any]:
+    """``{"command", "seconds"}``: this run's command line and its wall seconds so far (from the harness's import)."""
+    return {"command": command_line(), "seconds": round(time.perf_counter() - _STARTED, 1)}
 
 
 # ----------------------------------------------------------------------------- results
@@ -68,11 +139,92 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_results(path: str | os.PathLike[str], results: Any, **dumps: Any) -> Path:
-    """``results`` as indented JSON (``dumps`` passed to :func:`json.dumps`), written atomically."""
+def write_results(path: str | os.PathLike[str], results: Any, *, run: bool = False, **dumps: Any) -> Path:
+    """``results`` as indented JSON (``dumps`` passed to :func:`json.dumps`), written atomically.
+
+    ``run`` True (``results`` a dict) records under ``"run"`` the command line and the wall
+    seconds since the harness was imported, so the file says how to measure its figures again.
+    """
+    if run and isinstance(results, dict):
+        results = {**results, "run": run_record()}
     target = Path(path)
     write_atomic(target, json.dumps(results, **{"indent": 2, **dumps}) + "\n")
     return target
+
+
+def read_sweep(path: Path, variant: str) -> dict[str, Any] | None:
+    """The results of one variant in a sweeps file (``{variant: results}``); None when it has none."""
+    sweeps = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    found = sweeps.get(variant)
+    return found if isinstance(found, dict) else None
+
+
+def write_sweep(path: Path, variant: str, results: dict[str, Any], **dumps: Any) -> dict[str, dict[str, Any]]:
+    """Store ``results`` as ``variant`` in the sweeps file ``path``, keeping the other variants; all of them back.
+
+    A study's variants (other settings, sizes or machines than its main run) share one file,
+    keyed by a variant name that says what changed (``ap_cnn_trecqa_clean_8_epochs``); ``dumps``
+    goes to :func:`write_results`.
+    """
+    sweeps = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    sweeps[variant] = results
+    sweeps = dict(sorted(sweeps.items()))
+    write_results(path, sweeps, **dumps)
+    return sweeps
+
+
+def sweeps_path(results: Path) -> Path:
+    """The sweeps file of the study whose main results file is ``results``: ``NAME_sweeps.json`` beside it."""
+    return results.with_name(f"{results.stem}_sweeps.json")
+
+
+def save_results(path: Path, results: dict[str, Any], variant: str | None = None, *, run: bool = False) -> Path:
+    """Write a study's results: to ``path``, or as ``variant`` of its sweeps file when one is named.
+
+    ``run`` True records :func:`run_record` in them. Returns the file written.
+    """
+    if run:
+        results = {**results, "run": run_record()}
+    if variant:
+        write_sweep(sweeps_path(path), variant, results)
+        return sweeps_path(path)
+    return write_results(path, results)
+
+
+def render_sweeps(sweeps: dict[str, dict[str, Any]], render: Callable[[dict[str, Any]], str]) -> str:
+    r"""One Markdown file for every variant of a sweeps file: a ``#`` heading per variant, then its table.
+
+    ``render`` draws one results file; a first line that is an HTML comment (the "generated by"
+    header) is kept once, at the top.
+
+    Example
+    -------
+    >>> print(render_sweeps({"b": {"x": 2}, "a": {"x": 1}}, lambda r: f"<!-- gen -->\nx = {r['x']}\n"), end="")
+    <!-- gen -->
+    <BLANKLINE>
+    # a
+    <BLANKLINE>
+    x = 1
+    <BLANKLINE>
+    # b
+    <BLANKLINE>
+    x = 2
+    """
+    head, parts = "", []
+    for name, results in sorted(sweeps.items()):
+        text = render(results)
+        first, _, rest = text.partition("\n")
+        if first.startswith("<!--"):
+            head, text = first + "\n", rest
+        parts.append(f"\n# {name}\n\n{text.strip()}\n")
+    return head + "".join(parts)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A Markdown table: ``header``, the ``|---|`` line, one line per row (cells as ``str``)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- timing

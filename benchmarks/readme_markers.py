@@ -1,7 +1,7 @@
 """The generated parts of README.md and docs/*.md, between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->``.
 
 Every generated section is owned by one benchmark, listed in :data:`GENERATORS`: its module
-(run as ``python -m benchmarks.NAME``) has a ``RESULTS`` path (its results file) and a ``readme_body(results)``
+(run as ``python -m benchmarks.JOB.NAME``) has a ``RESULTS`` path (its results file) and a ``readme_body(results)``
 function that renders the section from it. The script calls :func:`replace_section` after a
 run, which rewrites the section in whichever documentation file holds its markers (README.md
 or a page under docs/), and ``tests/docs/test_claims.py`` checks that every section in every such
@@ -20,17 +20,17 @@ README = ROOT / "README.md"
 
 # section name -> the module of the benchmarks package that generates it.
 GENERATORS: dict[str, str] = {
-    "search-bench": "benchmarks.bench_search",
-    "reproduction": "benchmarks.reproduce",
-    "reliability": "benchmarks.reliability_report",
-    "pooled": "benchmarks.pooled",
-    "scale": "benchmarks.bench_scale",
+    "search-bench": "benchmarks.speed.search",
+    "reproduction": "benchmarks.reproduction.reproduce",
+    "reliability": "tests.robustness.reliability_report",
+    "pooled": "benchmarks.quality.pooled",
+    "scale": "benchmarks.speed.scale",
     "summary": "benchmarks.summary_table",
-    "adaptation": "benchmarks.adaptation",
-    "hybrid-table": "benchmarks.hybrid",
-    "offtopic-table": "benchmarks.offtopic",
-    "filters-table": "benchmarks.filters",
-    "search-keys": "benchmarks.search_keys",
+    "adaptation": "benchmarks.quality.adaptation",
+    "hybrid-table": "benchmarks.quality.hybrid",
+    "offtopic-table": "benchmarks.quality.offtopic",
+    "filters-table": "benchmarks.quality.filters",
+    "search-keys": "benchmarks.quality.search_keys",
 }
 
 _MARKER = re.compile(r"<!-- ([a-z0-9-]+):start -->")

@@ -5,9 +5,9 @@ so its figures are theirs —
 
 - quality (MRR@10 of whole-corpus retrieval on corpora that look like users' data, junk
   answers present) from ``benchmarks/results/user_corpora.json``
-  (``python -m benchmarks.pooled --corpora DIR --hybrid``);
+  (``python -m benchmarks.quality.pooled --corpora DIR --hybrid``);
 - one-question latency at 10,000 / 100,000 / 1,000,000 answers from
-  ``benchmarks/results/scale.json`` (``python -m benchmarks.bench_scale``), with the model it
+  ``benchmarks/results/scale.json`` (``python -m benchmarks.speed.scale``), with the model it
   was measured with.
 
 Usage::
@@ -56,7 +56,7 @@ def _scale_line(scale: dict[str, Any]) -> str:
     return (
         "One question, the default search (hybrid where PyStemmer is installed), 1 thread, approximate index tuned "
         "to recall@10 0.99 "
-        f"(model `{scale.get('model', 'built-in')}`, `python -m benchmarks.bench_scale`): " + "; ".join(cells) + "."
+        f"(model `{scale.get('model', 'built-in')}`, `python -m benchmarks.speed.scale`): " + "; ".join(cells) + "."
     )
 
 
@@ -86,7 +86,7 @@ def readme_body(results: dict[str, Any], scale: dict[str, Any] | None = None) ->
         "\n".join(lines) + "\n\nMRR@10 (× MiniLM's): every question searched against every answer of its corpus "
         f"({sizes} answers), "
         f"{results['corpora'][corpora[0]]['junk_answers']} junk answers added; the corpora and their sources are "
-        "described in [docs/user-corpora.md](docs/user-corpora.md) (`python -m benchmarks.pooled --corpora DIR "
+        "described in [docs/user-corpora.md](docs/user-corpora.md) (`python -m benchmarks.quality.pooled --corpora DIR "
         "--hybrid`). " + _scale_line(scale) + " Rendered by `python -m benchmarks.summary_table`.\n"
     )
 

@@ -4,7 +4,7 @@ Tokenizing (:mod:`qaindex.text.tokenizer`), corpus validation (:mod:`qaindex.cor
 record lines (:mod:`qaindex.store.records`) and padding each have a fast path for the common case
 (pure-ASCII text, flat records of plain JSON values) that gives exactly what the generic
 code gives and hands everything unusual to it. :func:`generic_only` turns the fast paths
-off, so tests can use the generic code as the reference and ``benchmarks/bench_build_speed.py``
+off, so tests can use the generic code as the reference and ``benchmarks/speed/build_speed.py``
 can time it as the baseline in the same run. It is not meant for applications: the results
 are the same either way, only slower.
 

@@ -39,7 +39,7 @@ family (the exact rerank of the candidates restores the order among them):
   ``k × overfetch`` go on to the exact rerank. On the built-in model's vectors (questions
   lie off the answers' manifold) graph and inverted-list indexes need a wide search for
   recall 0.99 at a million answers, while this scan reaches it at a fraction of ``flat``'s
-  time and builds in seconds (``benchmarks/ann_difficulty.py``). ``auto`` picks it above
+  time and builds in seconds (``benchmarks/speed/ann_difficulty.py``). ``auto`` picks it above
   :data:`AUTO_FLAT_MAX` answers.
 
 The search breadth (``ef_search``, ``nprobe``, ``refine``) can be tuned to a recall target at build
@@ -80,7 +80,7 @@ AUTO_FLAT_MAX = 20_000
 DEFAULT_REFINE = 10
 _PQ_CENTROIDS = 16  # 4-bit codes
 #: Coordinates per ``pq`` sub-quantiser by default. At a million answers of the built-in model
-#: (``benchmarks/ann_difficulty.py``, coarse stage alone), codes of two coordinates each reach
+#: (``benchmarks/speed/ann_difficulty.py``, coarse stage alone), codes of two coordinates each reach
 #: recall@10 0.996 at ``refine`` 1 in 9.3 ms; codes of four reach 0.996 at ``refine`` 8 in 2.3 ms:
 #: the scan's cost grows faster than the code length, the refinement's only with ``refine``.
 PQ_COORDINATES = 4
@@ -113,7 +113,7 @@ def default_params(kind: str, count: int) -> dict[str, int]:
     about ``2·√count`` lists (at least 1, at most 8,192 and at most ``count``) and probes an
     eighth of them. ``pq`` re-scores ``refine`` codes per candidate: :data:`DEFAULT_REFINE`
     up to 100,000 answers, growing as ``√count`` above (32 at a million, where the built-in
-    model's tuning to recall@10 0.99 chose 10 in ``benchmarks/bench_scale.py``); its ``M``
+    model's tuning to recall@10 0.99 chose 10 in ``benchmarks/speed/scale.py``); its ``M``
     defaults to a quarter of the searched dimension (see :class:`CoarseIndex`).
 
     Example
@@ -204,7 +204,7 @@ class CoarseIndex:
         if kind in IVF_KINDS:
             self.params["nprobe"] = min(self.params["nprobe"], self.params["nlist"])
         if kind == "pq":
-            self.params.setdefault("M", -(-self._searched_dimension // PQ_COORDINATES))
+            self.params.setdefault("M", -(-self.searched_dimension // PQ_COORDINATES))
         #: how the search breadth was chosen (:func:`qaindex.build.tuning.tune_breadth`), or None
         self.tuning: dict[str, Any] | None = None
         self._faiss = import_faiss()
@@ -221,7 +221,9 @@ class CoarseIndex:
         return self.kind not in HNSW_KINDS
 
     @property
-    def _searched_dimension(self) -> int:
+    def searched_dimension(self) -> int:
+        """Dimension of the vectors this kind searches: ``dimension``, or ``dimension + 2`` for Poincaré
+        vectors lifted so that an inner product (flat, IVF) ranks by their distance."""
         return self.space.lifted_dimension(self.dimension, inner_product=self._inner_product)
 
     @property
@@ -231,7 +233,7 @@ class CoarseIndex:
         Scalar-quantised kinds pad it with zeros to a multiple of 16, where FAISS's SIMD
         distance code applies (zeros change neither inner products nor L2 distances).
         """
-        d = self._searched_dimension
+        d = self.searched_dimension
         if self.kind == "pq":  # a whole number of coordinates per sub-quantiser
             sub = self.params["M"]
             return -(-d // sub) * sub

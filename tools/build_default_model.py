@@ -10,7 +10,7 @@ then the ``lognorm`` ball is fitted on held-out pairs of the same corpus. No tex
 ``examples/`` and no evaluation data reaches the weights.
 
 Evaluation, in one run (whole-corpus MRR@10, every answer of a pool indexed, the junk answers
-of ``benchmarks/pooled.py`` added to every pool): the candidate, the current default, BM25
+of ``benchmarks/quality/pooled.py`` added to every pool): the candidate, the current default, BM25
 (``bm25s`` with English stop words and the Snowball stemmer) and all-MiniLM-L6-v2 (exact
 cosine), on the WikiQA and TrecQA test pools (evaluation only), ``examples/faq.jsonl`` and
 every corpus under ``--evaldata`` (``NAME/answers.jsonl`` + ``NAME/questions.jsonl``). Also
@@ -42,8 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.pooled import speed_minilm, speed_qaindex
-from benchmarks.pooled_eval import (
+from benchmarks.common import read_sweep, write_results, write_sweep
+from benchmarks.quality.pooled import speed_minilm, speed_qaindex
+from benchmarks.quality.pooled_eval import (
     FAQ,
     JUNK_ANSWERS,
     K,
@@ -404,6 +405,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="also keep the candidate in this folder")
     parser.add_argument("--results", type=Path, default=RESULTS, help="results JSON")
     parser.add_argument("--card-only", action="store_true", help="only rewrite MODEL_CARD.md from --results")
+    parser.add_argument(
+        "--variant", metavar="NAME", help="store the results as NAME in default_model_sweeps.json (another recipe)"
+    )
     args = parser.parse_args()
     if args.card_only:
         write_card(DEFAULT_MODEL_DIR, json.loads(args.results.read_text()))
@@ -449,14 +453,16 @@ def main() -> None:
         "rule": "higher mean pooled MRR@10, no FAQ junk above a relevant answer, quickstart first, <= 25 MB",
         "seconds": time.perf_counter() - started,
     }
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps(report, indent=2, default=float) + "\n")
+    if args.variant:
+        write_sweep(SWEEPS, args.variant, report, default=float)
+    else:
+        write_results(args.results, report, default=float)
     print(table(report))
     if replaced:
         write_card(DEFAULT_MODEL_DIR, report)
     print(
         ("installed the candidate as the default" if replaced else "kept the current default")
-        + f"; wrote {args.results}"
+        + f"; wrote {SWEEPS if args.variant else args.results}"
     )
 
 
@@ -481,15 +487,16 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-ABLATION = ROOT / "benchmarks" / "results" / "default_model_pairs.json"
+SWEEPS = ROOT / "benchmarks" / "results" / "default_model_sweeps.json"  # {variant: results} of other recipes
+ABLATION = "pairs"  # the variant with the pairs' InfoNCE term
 
 
 def ablation(report: dict[str, Any]) -> str:
-    """The candidate against the same recipe with the pairs' InfoNCE term (``ABLATION``, written by
-    ``build_default_model.py --pair-weight 1 --no-install --results benchmarks/results/default_model_pairs.json``)."""
-    if not ABLATION.is_file() or (report["candidate"].get("recipe") or {}).get("config", {}).get("pair_weight"):
+    """The candidate against the same recipe with the pairs' InfoNCE term (variant ``ABLATION`` of
+    ``SWEEPS``, written by ``build_default_model --pair-weight 1 --no-install --variant pairs``)."""
+    other = read_sweep(SWEEPS, ABLATION)
+    if other is None or (report["candidate"].get("recipe") or {}).get("config", {}).get("pair_weight"):
         return ""
-    other = json.loads(ABLATION.read_text(encoding="utf-8"))
     weight = other["candidate"]["recipe"]["config"]["pair_weight"]
     rows = [
         f"| {label} | {m['mrr@10']:.3f} | {other['candidate']['pooled'][label]['mrr@10']:.3f} |"
@@ -498,7 +505,7 @@ def ablation(report: dict[str, Any]) -> str:
     ]
     return (
         f"**Ablation** (same corpus and teacher vectors; MRR@10): the shipped recipe against the same recipe plus "
-        f"the pairs' InfoNCE term (weight {weight}), from `{ABLATION.relative_to(ROOT)}`:\n\n"
+        f"the pairs' InfoNCE term (weight {weight}), from `{SWEEPS.relative_to(ROOT)}` (variant `{ABLATION}`):\n\n"
         "| corpus | shipped (teacher term only) | + question → answer pairs |\n|---|---|---|\n"
         + "\n".join(rows)
         + "\n\n"
@@ -650,7 +657,7 @@ project) and the `fit` split of the built-in off-topic questions (`qaindex/eval/
 written for this project, Apache-2.0) as not relevant; hybrid hits are calibrated on their fused
 value, on the same questions. Rerun after replacing the model:
 `qaindex calibrate qaindex/models/default qaindex/eval/data/faq.jsonl --hybrid-score`; measured by
-`python -m benchmarks.offtopic --evaldata DIR` and `python -m benchmarks.trust --corpora DIR`
+`python -m benchmarks.quality.offtopic --evaldata DIR` and `python -m benchmarks.quality.trust --corpora DIR`
 (docs/scores.md, docs/trust-table.md).
 
 **Benchmark** (whole-corpus MRR@10, every answer of the corpus indexed plus {len(JUNK_ANSWERS)} junk answers,

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.pooled_eval import FAQ, minilm_encoder, pool_answers, questions_and_relevant, with_junk
+from benchmarks.quality.pooled_eval import FAQ, minilm_encoder, pool_answers, questions_and_relevant, with_junk
 from qaindex.eval.datasets import read_labelled
 from tools.build_default_model import cached_encoder, load_evaldata
 

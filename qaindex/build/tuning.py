@@ -53,7 +53,7 @@ DEFAULT_TUNING_QUERIES = 200
 # reach. Without it an unreachable target climbs to the ladder's end: for pq, re-scoring every
 # answer for each tuning query (at 100,000 answers of the built-in model, whose held-out answer
 # spans plateau at recall@10 0.988, that took 45 s and kept refine 1,000, where refine 16 had
-# the same recall and real questions reach 0.99 at refine 2: benchmarks/ann_difficulty.py).
+# the same recall and real questions reach 0.99 at refine 2: benchmarks/speed/ann_difficulty.py).
 _PLATEAU_STEPS = 3
 MAX_EF_SEARCH = 16_384
 _log = logging.getLogger(__name__)

@@ -365,7 +365,7 @@ def evaluate_via_index(
             )
     qv = _encode_questions(model, plan, batch_size)
     records = plan.records()
-    # the model's own ranking (dense): hybrid search is measured by benchmarks/hybrid.py
+    # the model's own ranking (dense): hybrid search is measured by benchmarks/quality/hybrid.py
     ranker = Ranker.build(
         records, model=model, device=device, index_kind=index_kind, batch_size=batch_size, hybrid=False
     )
@@ -514,7 +514,7 @@ def evaluate_pooled(
                 f"answer {aid!r} is empty, and an index cannot store an empty answer; drop it from the data"
             )
     records = plan.records()
-    # the model's own ranking (dense): hybrid search is measured by benchmarks/hybrid.py
+    # the model's own ranking (dense): hybrid search is measured by benchmarks/quality/hybrid.py
     ranker = Ranker.build(
         records, model=model, device=device, index_kind=index_kind, batch_size=batch_size, hybrid=False
     )

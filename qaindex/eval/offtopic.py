@@ -12,7 +12,7 @@ for this project, Apache-2.0) has 190 questions of seven kinds: chit-chat, gener
 knowledge, everyday life, other products, programming, nonsense, and questions that share
 words with a software product's support FAQ but ask what it does not cover. Each line is
 ``{"question", "kind", "split"}``; the ``fit`` split (114) is what calibration uses, the
-``held-out`` split (76) is kept for measurement (``benchmarks/offtopic.py``) and never fitted on.
+``held-out`` split (76) is kept for measurement (``benchmarks/quality/offtopic.py``) and never fitted on.
 
 A file of your own is JSONL with one ``{"question": str}`` object per line (other fields are
 ignored); write questions your users ask that your corpus does not answer.

@@ -29,7 +29,7 @@ recent filters are kept), so the matching rows are known, and counted, before an
 
 The exact pass costs ``min(3 · matches, N)`` streamed vectors (a gathered vector costs about
 three streamed ones): at 50,000 answers of
-256 dimensions it streams 12.8 M floats at most, a few milliseconds (``benchmarks/filters.py``
+256 dimensions it streams 12.8 M floats at most, a few milliseconds (``benchmarks/quality/filters.py``
 measures every selectivity against brute force). An index of at most ``k · overfetch``
 answers is searched whole and filtered.
 
@@ -78,7 +78,7 @@ __all__ = [
 #: Up to this many matching answers the pre-filter (exact scoring) is always used.
 PREFILTER_MIN = 2048
 #: Cost of one coarse candidate of the post-filter, in exact scorings of one match (measured by
-#: benchmarks/filters.py on a 50,000-answer pq index: 5,000 candidates of a 10 % filter cost
+#: benchmarks/quality/filters.py on a 50,000-answer pq index: 5,000 candidates of a 10 % filter cost
 #: about as much as scoring 70,000 matches).
 POST_FILTER_COST = 16
 #: The exact plan is used while it reads at most this many vector floats per question

@@ -26,7 +26,7 @@ every record not known good, so nothing a load refuses is written.
 ``verify=False`` skips the scans (and the checksums); a record that is damaged is then
 refused when it is read, by :meth:`qaindex.store.records.RecordStore.get`. Each failure is an
 :class:`~qaindex.errors.IndexFormatError` naming the file, the line or row, and what is
-wrong. ``benchmarks/bench_load.py`` measures what the checks cost.
+wrong. ``benchmarks/speed/load.py`` measures what the checks cost.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The request-bounds benchmark (benchmarks.request_bounds) at a tiny size: every request runs
+"""The request-bounds benchmark (benchmarks.speed.request_bounds) at a tiny size: every request runs
 in its own process, the bounded ones succeed and the endless input is refused by name."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import request_bounds
+from benchmarks.speed import request_bounds
 
 pytest.importorskip("Stemmer")
 

@@ -1,4 +1,4 @@
-"""Training seconds per epoch (benchmarks.epoch_seconds): the table from a results file, and a measured row."""
+"""Training seconds per epoch (benchmarks.speed.epoch_seconds): the table from a results file, and a measured row."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import epoch_seconds
+from benchmarks.speed import epoch_seconds
 
 
 def row(dataset: str, model: str, seconds: list[float], cpu: float | None, **extra: Any) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import long_answers
+from benchmarks.quality import long_answers
 from qaindex.eval.datasets import read_labelled
 
 
@@ -138,3 +138,20 @@ def test_report_goes_to_the_docs_table_only_for_the_main_runs_file(
     (tmp_path / "docs-table.md").unlink()
     long_answers.main(["--report-only", "--json", "side.json" if relative else str(side_runs)])
     assert (tmp_path / "side.md").is_file() and not (tmp_path / "docs-table.md").exists()
+
+
+def test_a_variant_report_draws_every_variant_of_the_sweeps_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    main_runs = tmp_path / "long_answers.json"
+    monkeypatch.setattr(long_answers, "RESULTS", main_runs)
+    monkeypatch.setattr(long_answers, "TABLE", tmp_path / "docs-table.md")
+    sweeps = {
+        name: {"questions": {"test": 10}, "runs": [run("rde", 0, score)]} for name, score in (("b", 0.4), ("a", 0.6))
+    }
+    (tmp_path / "long_answers_sweeps.json").write_text(json.dumps(sweeps))
+    assert long_answers.main(["--report-only", "--variant", "a"]) == 0
+    table = (tmp_path / "long_answers_sweeps.md").read_text()
+    assert table.index("\n# a\n") < table.index("\n# b\n")
+    assert long_answers.render(sweeps["a"]).split("\n", 1)[1].strip() in table
+    assert not (tmp_path / "docs-table.md").exists() and not main_runs.exists()  # the main table stays as it was

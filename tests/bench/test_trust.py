@@ -1,4 +1,4 @@
-"""The trust benchmark (benchmarks/trust.py) on a tiny corpus: its figures against brute force."""
+"""The trust benchmark (benchmarks/quality/trust.py) on a tiny corpus: its figures against brute force."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import trust
+from benchmarks.quality import trust
 from qaindex.model import Model
 
 

@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 from benchmarks import readme_markers  # noqa: E402
+from benchmarks.common import render_sweeps  # noqa: E402
 
 SECTIONS = readme_markers.all_sections()
 
@@ -64,15 +65,17 @@ def side_tables() -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize(
     ("module", "table", "runs"),
     [
-        ("benchmarks.reproduce", "docs/reproduction-table.md", None),
-        ("benchmarks.long_answers", "docs/long-answers-table.md", None),
-        ("benchmarks.epoch_seconds", "docs/epoch-seconds-table.md", None),
+        ("benchmarks.reproduction.reproduce", "docs/reproduction-table.md", None),
+        ("benchmarks.quality.long_answers", "docs/long-answers-table.md", None),
+        ("benchmarks.speed.epoch_seconds", "docs/epoch-seconds-table.md", None),
         *side_tables(),
     ],
 )
 def test_generated_table_equals_its_results_file(module: str, table: str, runs: str | None) -> None:
-    """Each table equals what its runs file renders: the module's main file, or a side run's in benchmarks/results."""
+    """Each table equals what its runs file renders: the module's main file, a side run's in
+    benchmarks/results, or a sweeps file's (``NAME_sweeps.json``: one table per variant)."""
     mod = importlib.import_module(module)
     path = Path(mod.RESULTS) if runs is None else ROOT / "benchmarks" / "results" / f"{runs}.json"
     results = json.loads(path.read_text(encoding="utf-8"))
-    assert (ROOT / table).read_text(encoding="utf-8") == mod.render(results)
+    want = render_sweeps(results, mod.render) if path.stem.endswith("_sweeps") else mod.render(results)
+    assert (ROOT / table).read_text(encoding="utf-8") == want

@@ -19,41 +19,57 @@ ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 700  # lines of code
 # Files allowed over MAX_LINES, each with its reason (remove an entry when the file is split).
 LONG_FILES: dict[str, str] = {}  # file -> why it may stay over the limit
-PACKAGES = {"export": "qaindex_export", "benchmarks": "benchmarks", "tools": "tools"}
+PACKAGES = {
+    "export": "qaindex_export",
+    "benchmarks": "benchmarks",
+    "tools": "tools",
+    "tests/robustness": "tests.robustness",
+}
 # every folder of Python code: each imports the others as packages, never by extending sys.path
 CODE_FOLDERS = ("qaindex", "export", "benchmarks", "tools", "tests", "examples")
 
 
-def import_graph(folder: Path, package: str) -> dict[str, dict[str, int]]:
-    """``{module: {imported sibling module: first line}}`` for the ``*.py`` files of ``folder``.
+def module_name(path: Path, folder: Path) -> str:
+    """``quality.pooled`` for ``folder/quality/pooled.py``; a package's ``__init__`` is the package."""
+    parts = path.relative_to(folder).with_suffix("").parts
+    return ".".join(parts[:-1]) if parts[-1] == "__init__" and len(parts) > 1 else ".".join(parts)
 
-    ``package`` is the name the folder is imported as; relative imports count too.
+
+def import_graph(folder: Path, package: str) -> dict[str, dict[str, int]]:
+    """``{module: {imported module of the folder: first line}}`` for the ``*.py`` files under ``folder``.
+
+    ``package`` is the name the folder is imported as; modules in subfolders are named by their
+    dotted path below it (``quality.pooled``); relative imports count too.
     """
-    modules = {p.stem for p in folder.glob("*.py")}
+    paths = sorted(folder.rglob("*.py"))
+    modules = {module_name(p, folder) for p in paths}
     graph: dict[str, dict[str, int]] = {}
-    for path in sorted(folder.glob("*.py")):
+    for path in paths:
+        me = module_name(path, folder)
+        here = me.split(".") if path.name == "__init__.py" and me != "__init__" else me.split(".")[:-1]
         found: dict[str, int] = {}
 
-        def add(name: str, line: int, found: dict[str, int] = found, me: str = path.stem) -> None:
-            if name in modules and name != me:
-                found.setdefault(name, line)
+        def add(parts: list[str], names: list[str], line: int, found: dict[str, int] = found, me: str = me) -> None:
+            base = ".".join(parts)
+            hits = [f"{base}.{n}" if base else n for n in names]
+            for name in [h for h in hits if h in modules] or [base]:
+                if name in modules and name != me:
+                    found.setdefault(name, line)
 
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             if isinstance(node, ast.ImportFrom):
                 parts = (node.module or "").split(".") if node.module else []
-                if node.level == 1 or (node.level == 0 and parts[:1] == [package]):
-                    inner = parts if node.level == 1 else parts[1:]
-                    if inner:
-                        add(inner[0], node.lineno)
-                    else:  # from . import a, b / from package import a, b
-                        for alias in node.names:
-                            add(alias.name, node.lineno)
+                names = [alias.name for alias in node.names]
+                if node.level >= 1:
+                    add(here[: len(here) - (node.level - 1)] + parts, names, node.lineno)
+                elif parts[: len(package.split("."))] == package.split("."):
+                    add(parts[len(package.split(".")) :], names, node.lineno)
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     parts = alias.name.split(".")
-                    if parts[0] == package and len(parts) > 1:
-                        add(parts[1], node.lineno)
-        graph[path.stem] = found
+                    if parts[: len(package.split("."))] == package.split(".") and len(parts) > len(package.split(".")):
+                        add(parts[len(package.split(".")) :], [], node.lineno)
+        graph[me] = found
     return graph
 
 
@@ -79,8 +95,8 @@ def test_no_import_circles(folder: str) -> None:
 @pytest.mark.parametrize("folder", sorted(PACKAGES))
 def test_no_file_over_the_line_limit(folder: str) -> None:
     long = {
-        f"{folder}/{p.name}": n
-        for p in sorted((ROOT / folder).glob("*.py"))
+        f"{p.relative_to(ROOT).as_posix()}": n
+        for p in sorted((ROOT / folder).rglob("*.py"))
         if (n := code_lines(p.read_text(encoding="utf-8"))) > MAX_LINES
     }
     unexplained = {name: n for name, n in long.items() if name not in LONG_FILES}
@@ -124,7 +140,70 @@ def test_the_sys_path_finder_finds_every_form(tmp_path: Path) -> None:
 
 
 def test_benchmarks_and_tools_are_packages_run_as_modules() -> None:
-    """``python -m benchmarks.NAME``, ``python -m tools.NAME``: no file extends ``sys.path`` to import a sibling."""
+    """``python -m benchmarks.JOB.NAME``, ``python -m tools.NAME``: no file extends ``sys.path`` to import a sibling."""
     assert (ROOT / "benchmarks" / "__init__.py").is_file() and (ROOT / "tools" / "__init__.py").is_file()
     offenders = sys_path_edits(ROOT)
     assert not offenders, f"sys.path changed at {offenders}; import through the benchmarks or tools package"
+
+
+def private_runtime_reads(root: Path, folders: tuple[str, ...]) -> list[str]:
+    """``file:line name`` of every private name of ``qaindex`` imported or read through a module.
+
+    Counted: ``from qaindex.x import _name`` and ``module._name`` where ``module`` was imported
+    from ``qaindex`` (``import qaindex.x as module``, ``from qaindex import module``).
+    """
+    found = []
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+            modules: set[str] = set()
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "qaindex":
+                    for alias in node.names:
+                        if alias.name.startswith("_") and not alias.name.startswith("__"):
+                            found.append(f"{path.relative_to(root)}:{node.lineno} {alias.name}")
+                        modules.add(alias.asname or alias.name)
+                elif isinstance(node, ast.Import):
+                    modules.update(a.asname or a.name.split(".")[0] for a in node.names if a.name.startswith("qaindex"))
+            for node in ast.walk(tree):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and node.attr.startswith("_")
+                    and not node.attr.startswith("__")
+                    and isinstance(node.value, ast.Name | ast.Attribute)
+                    and ast.unparse(node.value).split(".")[0] in modules
+                ):
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_the_private_read_finder_finds_imports_and_module_reads(tmp_path: Path) -> None:
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "a.py").write_text(
+        "import qaindex.search.fusion as fusion\nfrom qaindex.eval import _fit, metrics\nfrom qaindex import Ranker\n"
+        "x = fusion._rule\ny = metrics.mrr\nz = metrics._ties\nr = Ranker.__name__\n",
+        encoding="utf-8",
+    )
+    assert private_runtime_reads(tmp_path, ("benchmarks",)) == [
+        "benchmarks/a.py:2 _fit",
+        "benchmarks/a.py:4 fusion._rule",
+        "benchmarks/a.py:6 metrics._ties",
+    ]
+
+
+def test_benchmarks_and_tools_use_the_runtime_public_names_only() -> None:
+    """They measure the library as users call it: a name they need is public where it is shared."""
+    offenders = private_runtime_reads(ROOT, ("benchmarks", "tools", "tests/robustness"))
+    assert not offenders, f"private runtime names read at {offenders}"
+
+
+def test_benchmarks_never_import_the_tools() -> None:
+    """The tools (data preparation, the model builder) use the benchmarks' evaluation, not the other way."""
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in sorted((ROOT / "benchmarks").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        if (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tools")
+        or (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "tools" for a in node.names))
+    ]
+    assert not found, f"benchmarks import tools at {found}"

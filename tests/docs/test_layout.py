@@ -27,12 +27,14 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "qaindex"
 TESTS = Path(__file__).resolve().parents[1]
 # the runtime's wings, and the folders of what is not one: the model, the adapters, training
-# and export, the benchmarks' code, the documentation and the layout
+# and export, the benchmarks, the robustness runs, the tools, the documentation and the layout
 TEST_FOLDERS = {"build", "cli", "eval", "geometry", "search", "store", "text"} | {
     "model",
     "integrations",
     "export",
     "bench",
+    "robustness",
+    "tools",
     "docs",
 }
 MAX_LINES = 700  # lines of code per module

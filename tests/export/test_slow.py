@@ -1,6 +1,6 @@
 """The reproduction on a small budget (QAINDEX_SLOW=1): train on WikiQA, export, serve, evaluate.
 
-This is ``python -m benchmarks.reproduce`` with 2 epochs and one seed, so a change that breaks
+This is ``python -m benchmarks.reproduction.reproduce`` with 2 epochs and one seed, so a change that breaks
 training, export or the served path on real data fails here rather than in the next
 benchmark run. The thresholds sit well above chance (WikiQA test MAP 0.398) and below what
 the full 25-epoch runs reach (docs/reproduction.md), so they test learning, not noise.
@@ -25,7 +25,7 @@ pytestmark = [
 @pytest.mark.parametrize(("model", "minimum_map"), [("hyperqa", 0.62), ("cosineqa", 0.62)])
 def test_wikiqa_reproduction_on_a_small_budget(model: str, minimum_map: float) -> None:
     pytest.importorskip("torch")
-    from benchmarks import reproduce
+    from benchmarks.reproduction import reproduce
 
     run = reproduce.run_one("wikiqa", model, seed=0, epochs=2, data=DATA)
     assert run["test"]["questions"] == 243

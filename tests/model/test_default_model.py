@@ -112,7 +112,7 @@ def test_default_model_finds_faq_answers_far_above_chance(faq_ranker: Ranker) ->
 
 def test_junk_answers_never_reach_the_faq_top_10() -> None:
 
-    from benchmarks.pooled_eval import JUNK_ANSWERS
+    from benchmarks.quality.pooled_eval import JUNK_ANSWERS
 
     records = [json.loads(line) for line in (ROOT / "examples" / "faq.jsonl").read_text().splitlines()]
     junk = [{"id": f"junk-{i}", "answer": text} for i, text in enumerate(JUNK_ANSWERS)]

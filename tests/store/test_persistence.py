@@ -534,7 +534,7 @@ def test_write_model_removes_debris_of_dead_writers_only(tmp_path: Path) -> None
 
 def test_rankers_sharing_a_model_save_independently(faq_model: Path, tmp_path: Path) -> None:
     """A save must not change the shared Model: once the first index is deleted, the second
-    Ranker built on the same Model still saves (found by benchmarks/bench_search.py)."""
+    Ranker built on the same Model still saves (found by benchmarks/speed/search.py)."""
     import shutil
 
     model = Model.load(faq_model, device="cpu")

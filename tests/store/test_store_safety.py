@@ -359,7 +359,7 @@ def test_the_next_write_removes_orphans(index: Path) -> None:
 
 
 # -- 3. content checks on load ------------------------------------------------------------------
-from benchmarks import hostile_files, reliability  # noqa: E402
+from tests.robustness import hostile_files, reliability  # noqa: E402
 
 # case -> (file at fault, part of the message)
 HOSTILE_EXPECTED = {

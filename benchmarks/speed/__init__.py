@@ -1,0 +1,1 @@
+"""Speed and size studies (latency, build, load, scale, memory): ``python -m benchmarks.speed.NAME``."""

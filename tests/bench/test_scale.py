@@ -1,0 +1,174 @@
+"""Smoke test of benchmarks/speed/scale.py at tiny sizes: the JSON and table it writes, its
+corpus recombination, and its recall computation against a brute force written here.
+No timing is asserted."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from qaindex import Ranker
+from qaindex.corpus import read_corpus
+from qaindex.geometry import hyperbolic
+
+ROOT = Path(__file__).resolve().parents[2]
+from benchmarks import common  # noqa: E402
+from benchmarks.speed import scale  # noqa: E402
+
+
+def _words() -> list[str]:
+    return sorted({w for r in read_corpus(ROOT / "examples" / "faq.jsonl") for w in r.answer.lower().split()})
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A datasets folder in the benchmark format: 60 distinct answers, 15 questions."""
+    root = tmp_path_factory.mktemp("datasets")
+    rng = np.random.default_rng(0)
+    words = _words()
+    for name in common.QA_DATASETS:
+        (root / name).mkdir()
+        rows = []
+        for q in range(5):
+            question = f"{name} question {q} " + " ".join(rng.choice(words, 4))
+            for a in range(4):
+                answer = f"{name} {q} {a} " + " ".join(rng.choice(words, int(rng.integers(5, 15))))
+                rows.append(
+                    {"qid": f"Q{q}", "question": question, "aid": f"A{q}-{a}", "answer": answer, "label": a == 0}
+                )
+        (root / name / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root
+
+
+def test_corpus_is_real_sentences_then_seeded_joins(data: Path) -> None:
+    sentences, questions = common.read_texts(data)
+    assert len(sentences) == 60 and len(questions) == 15
+    texts, parts = common.make_corpus(sentences, 100)
+    assert len(texts) == 100 and len(set(texts[:60])) == 60 and set(texts[:60]) == set(sentences)
+    real = texts[:60]
+    for text, ids in zip(texts[60:], parts[60:], strict=True):
+        assert len(ids) == 2 and text == f"{real[ids[0]]} {real[ids[1]]}"
+    assert common.make_corpus(sentences, 100) == (texts, parts)  # seeded
+    assert common.make_corpus(sentences, 30)[0] == texts[:30]
+
+
+def brute_force(qv: np.ndarray, vectors: np.ndarray, k: int) -> np.ndarray:
+    d = hyperbolic.relative_distance(np.asarray(qv, np.float64)[:, None], np.asarray(vectors, np.float64)[None])
+    return np.argsort(d, axis=1, kind="stable")[:, :k]
+
+
+def test_recall_computation_matches_brute_force(data: Path) -> None:
+    sentences, questions = common.read_texts(data)
+    texts, _ = common.make_corpus(sentences, 200)
+    ranker = Ranker.build(
+        [{"id": i, "answer": t} for i, t in enumerate(texts)], index_kind="ivf", hnsw={"nlist": 20, "nprobe": 1}
+    )
+    ranker.configure(overfetch=1)  # few candidates: recall below 1, so the count matters
+    qv = ranker.model.encode(questions, role="question")
+    vectors = np.asarray(ranker._vectors)
+    truth = brute_force(qv, vectors, 10)
+    rows = ranker.search_vectors(qv, 10)[2]
+    expected = np.mean([len(set(r.tolist()) & set(t.tolist())) / 10 for r, t in zip(rows, truth, strict=True)])
+    got = scale.pipeline_recall(ranker, qv, vectors)
+    assert got == pytest.approx(expected) and got < 1.0
+    ranker.configure(overfetch=20)
+    ranker._coarse.set_breadth(20)  # every list: exhaustive
+    assert scale.pipeline_recall(ranker, qv, vectors) == 1.0
+    assert scale.recall_at_k(np.array([[4, -1, 2]]), np.array([[2, 3]])) == 0.5
+
+
+def test_the_benchmark_writes_its_json_and_table(data: Path, tmp_path: Path) -> None:
+    baselines = "flat,bm25" if importlib.util.find_spec("bm25s") else "flat"
+    out, table = tmp_path / "scale.json", tmp_path / "scale.md"
+    argv = ["--sizes", "50,90", "--kinds", "auto,ivf", "--questions", "12", "--baselines", baselines,
+            "--data", str(data), "--out", str(out), "--table", str(table)]  # fmt: skip
+    scale.main(argv)
+    result: dict[str, Any] = json.loads(out.read_text())
+    assert result["real_sentences"] == 60 and result["questions"] == 12 and result["recall_target"] == 0.99
+    assert [s["answers"] for s in result["sizes"]] == [50, 90]
+    assert [s["recombined"] for s in result["sizes"]] == [0, 30]
+    for size in result["sizes"]:
+        assert len(size["load_average_before"]) == 3
+        flat, ivf = size["qaindex"]
+        assert flat["kind"] == "flat" and flat["tuning"] == {} and flat["recall_at_10"] == 1.0
+        assert ivf["kind"] == "ivf" and ivf["tuning"]["param"] == "nprobe" and ivf["tuning"]["target"] == 0.99
+        assert ivf["params"]["nprobe"] == ivf["tuning"]["value"]
+        for row in (flat, ivf):
+            assert set(row["split_1_thread_ms"]) == {"tokenize", "encode", "coarse", "rerank", "records"}
+            assert row["disk_bytes"] > row["model_copy_bytes"] > 0
+            assert row["disk_ratio"] == pytest.approx(row["disk_bytes"] / row["raw_bytes"], abs=1e-3)
+            assert 0.0 <= row["recall_at_10"] <= 1.0 and row["recall_questions"] == 12
+            for key in ("single_1_thread", "single_2_threads"):
+                assert row[key]["p50_ms"] <= row[key]["p99_ms"]
+        assert "no_index" not in size  # flat is already among the kinds
+        assert ("bm25" in size) == ("bm25" in baselines)
+    figures = [t for t in result["targets"] if t["target"].startswith("1M")]
+    assert len(figures) == 1 and figures[0]["met"] is None and "1M not measured" in figures[0]["figure"]
+    assert all(t["met"] in (True, False, None) for t in result["targets"])
+    text = table.read_text()
+    assert "| target | figure | result |" not in text and "| 90 | ivf nprobe=" in text
+    # the docs section: one row per size (the non-flat kind where auto is flat), no list of targets
+    body = scale.readme_body(result)
+    rows = [line for line in body.splitlines() if line.startswith(("| 50 |", "| 90 |"))]
+    assert len(rows) == 2 and all(f"| ivf, nprobe {s['qaindex'][1]['tuning']['value']} |" in row
+                                  for row, s in zip(rows, result["sizes"], strict=True))  # fmt: skip
+    assert not [line for line in body.splitlines() if line.startswith("- ")] and "target" not in body
+    # --merge keeps the other sizes of an earlier run
+    scale.main(["--sizes", "70", "--kinds", "auto", "--questions", "12", "--baselines", "",
+                      "--data", str(data), "--out", str(out), "--table", str(table), "--merge"])  # fmt: skip
+    assert [s["answers"] for s in json.loads(out.read_text())["sizes"]] == [50, 70, 90]
+    table.unlink()  # --render rewrites the table from the JSON alone
+    scale.main(["--render", "--out", str(out), "--table", str(table)])
+    assert "| 70 | flat |" in table.read_text()
+
+
+def test_ann_difficulty_measures_against_brute_force(data: Path, tmp_path: Path) -> None:
+    from benchmarks.speed import ann_difficulty
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(300, 8))
+    a = (x / np.linalg.norm(x, axis=1, keepdims=True) * rng.uniform(0.3, 0.9, (300, 1))).astype(np.float32)
+    q = (a[:20] * 0.8).astype(np.float32)
+    d = hyperbolic.relative_distance(q.astype(np.float64)[:, None, :], a.astype(np.float64)[None, :, :])
+    truth = np.argsort(d, axis=1, kind="stable")[:, :10]
+    # the exact rerank of every row is the brute force
+    every = np.broadcast_to(np.arange(300), (20, 300))
+    assert np.array_equal(ann_difficulty.rerank(q, a, every, "relative"), truth)
+    # candidates from an exhaustive score: 400 >= 300 rows hold everything
+    depth = ann_difficulty.depth(q, a, truth, "relative")
+    assert all(row["400"] == 1.0 for row in depth.values())
+    assert all(row["10"] <= row["40"] <= row["400"] for row in depth.values())
+    c = ann_difficulty.contrast(q, a)
+    assert (
+        c["question_to_answer_cosine"]["1st"]
+        >= c["question_to_answer_cosine"]["10th"]
+        >= (c["question_to_answer_cosine"]["median"])
+    )
+    # refinement covering every answer finds what brute force finds
+    pq = ann_difficulty.curve("pq", a, q, truth, "relative", [1, 3])
+    assert pq["rows"][-1]["recall_at_10"] == 1.0
+    # "pq:C": C coordinates per sub-quantiser (the relative lift of 8 coordinates has 9)
+    assert pq["params"]["M"] == 3
+    assert ann_difficulty.curve("pq:2", a, q, truth, "relative", [1])["params"]["M"] == 5
+    # the whole script on the tiny datasets writes its results file
+    out = ann_difficulty.main(
+        [
+            "--size",
+            "120",
+            "--questions",
+            "10",
+            "--kinds",
+            "flat,pq",
+            "--data",
+            str(data),
+            "--out",
+            str(tmp_path / "a.json"),
+        ]
+    )
+    assert json.loads((tmp_path / "a.json").read_text())["curves"]["flat"]["rows"][0]["recall_at_10"] == 1.0
+    assert out["answers"] == 120

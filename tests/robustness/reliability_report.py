@@ -1,0 +1,112 @@
+"""The README's reliability figures, rendered from the results of three scripts.
+
+- ``tests/robustness/reliability.py`` → ``results/reliability.json``: kill loop, concurrent writers,
+  corruption matrix;
+- ``tests/robustness/fuzz.py`` → ``results/fuzz.json``: hypothesis fuzz of the API and the CLI;
+- ``benchmarks/speed/load.py`` → ``results/load.json``: load time with and without checksums.
+
+Usage::
+
+    python -m tests.robustness.reliability_report        # rewrite the README section from the results
+
+``tests/docs/test_claims.py`` checks that the README section equals what these files render.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from benchmarks.common import ROOT
+from benchmarks.readme_markers import replace_section
+
+RESULTS = ROOT / "benchmarks" / "results" / "reliability.json"
+FUZZ = ROOT / "benchmarks" / "results" / "fuzz.json"
+LOAD = ROOT / "benchmarks" / "results" / "load.json"
+README_SECTION = "reliability"
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
+
+
+def readme_body(results: dict[str, Any]) -> str:
+    """The README's reliability table (reads fuzz.json and load.json beside ``results``)."""
+    fuzz = json.loads(FUZZ.read_text(encoding="utf-8"))
+    load = json.loads(LOAD.read_text(encoding="utf-8"))
+    kills = results["kill_loop"]
+    writers = results["concurrent_writers"]
+    corruption = results["corruption"]
+    hostile = results.get("hostile_files")
+    cli = fuzz["cli"]
+    rows = [
+        "| what was tried | runs | result |",
+        "|---|---|---|",
+        *(
+            f"| SIGKILL at a random moment of `{op}` | {k['kills']:,} | {k['broken']} broken, {k['mixed']} mixed "
+            f"(old or new content, never both); leftovers removed by the next save |"
+            for op, k in kills.items()
+        ),
+        f"| two `qaindex add` at once on one index | {writers['runs']} | {writers['lost_updates']} lost updates, "
+        f"{writers['broken']} broken, {writers['failed_commands']} failed commands, "
+        f"{writers['tracebacks']} tracebacks |",
+        *(
+            f"| corrupted file (flip, truncate, append, delete, symlink out) × every file, {size} index "
+            f"(largest file {_size(c['largest_bytes'])}) | {c['cases']} | {c['detected']} detected by the "
+            f"default load, {len(c['non_qaindex_errors'])} errors other than `QAIndexError` |"
+            for size, c in corruption.items()
+        ),
+        *(
+            [
+                f"| hostile files, checksums recomputed ({hostile['cases']} kinds: bad offsets, records, vectors, "
+                f"manifest numbers, a relabelled geometry) × default load, `verify=False` search, CLI `search`, "
+                f"`info`, `add` | {hostile['runs']} | {hostile['refused_by_default_load']}/{hostile['cases']} refused "
+                f"by the default load; {hostile['defects']} errors other than `QAIndexError`, tracebacks or "
+                '"please report this bug" |',
+                f"| writers (`build`, `add`, `remove`, `gc`, `save`) pointed at a user's folder with its own "
+                "`manifest.json`, `data-backup/` and a folder named like a snapshot | "
+                f"{hostile['foreign_folder_runs']} | all refused; the folder "
+                f"{'MODIFIED' if hostile['foreign_folder_modified'] else 'untouched'} |",
+            ]
+            if hostile
+            else []
+        ),
+        f"| generated API inputs (hypothesis) | {fuzz['api']['inputs']:,} | {fuzz['api']['unclean']} exceptions "
+        f"other than `QAIndexError` |",
+        f"| generated CLI runs (+ {cli['subprocess_runs']} real processes) | {cli['runs']:,} | {cli['unclean']} "
+        f"tracebacks or exit codes other than 0/1/2 |",
+    ]
+    resources = fuzz.get("resources")
+    if resources:
+        refused = sum(1 for r in resources["requests"].values() if r["exit_code"] == 1)
+        rows.append(
+            f"| largest requests on {resources['answers']:,} answers ({resources['questions']} questions × "
+            f"`k = 10**9`, `info --recall --sample 1e9 -k 1e9`), each in its own process | "
+            f"{len(resources['requests'])} | peak memory at most {resources['max_peak_rss_mb']:,.0f} MB; "
+            f"{refused} refused before any work as over the 1 GiB request budget, the rest chunked |"
+        )
+    sizes = "; ".join(
+        f"{s['answers']:,} answers ({s['index_bytes'] / 1e6:.0f} MB): {s['load_verify_s'] * 1e3:.0f} ms verified, "
+        f"{s['load_no_verify_s'] * 1e3:.0f} ms with `verify=False`"
+        + (f" (content scan {s['content_checks_s'] * 1e3:.0f} ms of it)" if "content_checks_s" in s else "")
+        for s in load["sizes"]
+    )
+    return (
+        "\n".join(rows)
+        + "\n\nLoad time with every file's SHA-256 and content checked (streamed at "
+        + f"{load['sha256_gb_per_s']} GB/s): {sizes}.\n"
+        "Generated by `python -m tests.robustness.reliability`, `python -m tests.robustness.fuzz` and "
+        "`python -m benchmarks.speed.load` (then `python -m tests.robustness.reliability_report`).\n"
+    )
+
+
+def main() -> None:
+    body = readme_body(json.loads(RESULTS.read_text(encoding="utf-8")))
+    print(body)
+    if not replace_section(README_SECTION, body):
+        sys.exit(f"README.md has no {README_SECTION} markers")
+
+
+if __name__ == "__main__":
+    main()
