@@ -76,8 +76,8 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names of VARIANTS")
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "datasets"))
     args = parser.parse_args()
-    from qaindex_export.embeddings import load_minilm
-    from qaindex_export.train import TrainConfig, train
+    from qaindex_export.embeddings.spec import load_minilm
+    from qaindex_export.training.train import TrainConfig, train
 
     from qaindex.eval.datasets import read_labelled
 

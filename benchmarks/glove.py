@@ -40,7 +40,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
-from qaindex_export.word_vectors import normalise_word
+from qaindex_export.embeddings.word_vectors import normalise_word
 
 from qaindex.text.tokenizer import Tokenizer
 

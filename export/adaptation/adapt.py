@@ -40,9 +40,9 @@ specific ones outwards, so the radius stays informative instead of saturating at
 
 Example
 -------
->>> from qaindex_export.adapt import adapt_unlabelled
->>> from qaindex_export.adapt_config import AdaptConfig
->>> from qaindex_export.distill import minilm_sentence_teacher
+>>> from qaindex_export.adaptation.adapt import adapt_unlabelled
+>>> from qaindex_export.adaptation.config import AdaptConfig
+>>> from qaindex_export.embeddings.distill import minilm_sentence_teacher
 >>> result = adapt_unlabelled(TrainConfig(), AdaptConfig(), answers, minilm_sentence_teacher())  # doctest: +SKIP
 >>> result.diagnostics["adaptation"]["kept_epoch"]  # doctest: +SKIP
 3
@@ -66,18 +66,18 @@ from torch import Tensor
 from qaindex.eval.datasets import QuestionGroup
 from qaindex.eval.evaluate import pooled_metrics
 
-from .adapt_config import AdaptConfig
-from .adapt_selection import paired_gain_test, reciprocal_ranks, selection_why
-from .adapt_start import AdaptedTable, StartError, StartPoint, load_start
-from .adapt_teachers import Log, Teacher, self_teacher, sentence_teacher, teacher_alignment
-from .config import TrainConfig
-from .data import TextTable
-from .data import load_groups as _load
-from .evaluation import encode_texts
-from .families import start_epoch
-from .models import BagOfWords, DualEncoderQA, norm_statistics
-from .result import TrainResult, resolve_device
-from .unlabelled import pseudo_questions
+from ..config import TrainConfig
+from ..networks.families import start_epoch
+from ..networks.models import BagOfWords, DualEncoderQA, norm_statistics
+from ..training.data import TextTable
+from ..training.data import load_groups as _load
+from ..training.evaluation import encode_texts
+from ..training.result import TrainResult, resolve_device
+from ..training.unlabelled import pseudo_questions
+from .config import AdaptConfig
+from .selection import paired_gain_test, reciprocal_ranks, selection_why
+from .start import AdaptedTable, StartError, StartPoint, load_start
+from .teachers import Log, Teacher, self_teacher, sentence_teacher, teacher_alignment
 
 __all__ = [
     "AdaptedTable",
@@ -466,7 +466,7 @@ def adapt_unlabelled(
     settings : AdaptConfig
     answers : sequence of str
     teacher : callable
-        Texts → sentence embeddings (e.g. :func:`qaindex_export.distill.minilm_sentence_teacher`).
+        Texts → sentence embeddings (e.g. :func:`qaindex_export.embeddings.distill.minilm_sentence_teacher`).
     start : StartPoint or path, keyword-only, optional
         Default: ``settings.start``, else the built-in model.
     log : callable, keyword-only, optional

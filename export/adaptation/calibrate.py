@@ -2,7 +2,7 @@
 
 ``qaindex calibrate MODEL_DIR CORPUS.jsonl --teacher minilm`` calibrates a model without any
 labelled question: from each answer of the corpus a few pseudo-questions are cut
-(:func:`qaindex_export.train.pseudo_questions`, with a seed of its own so that they are not
+(:func:`qaindex_export.training.train.pseudo_questions`, with a seed of its own so that they are not
 those a model trained by ``qaindex train --teacher`` saw), and the teacher (all-MiniLM-L6-v2)
 judges which answer is relevant: its top-1 answer by cosine for the pseudo-question. The
 teacher also judges the off-topic questions fitted as not relevant
@@ -30,8 +30,8 @@ from qaindex.eval.datasets import Candidate, QuestionGroup, read_labelled
 from qaindex.eval.fusion_fit import fit_written_model
 from qaindex.eval.offtopic import BUILTIN_OFFTOPIC, read_offtopic
 
-from .data import hold_out_dev
-from .unlabelled import pseudo_questions
+from ..training.data import hold_out_dev
+from ..training.unlabelled import pseudo_questions
 
 __all__ = ["CALIBRATION_SEED", "calibrate_trained", "held_out_groups", "teacher_calibration_data", "teacher_groups"]
 
@@ -102,9 +102,9 @@ def teacher_calibration_data(
 def held_out_groups(
     train_data: str | os.PathLike[str] | Sequence[QuestionGroup], seed: int, dev_fraction: float
 ) -> list[QuestionGroup]:
-    """The questions :func:`qaindex_export.train.train` held out of ``train_data`` (a labelled
+    """The questions :func:`qaindex_export.training.train.train` held out of ``train_data`` (a labelled
     file, or its question groups) for model selection when it had no dev file: the same draw,
-    :func:`qaindex_export.data.hold_out_dev` with ``seed`` and ``dev_fraction``."""
+    :func:`qaindex_export.training.data.hold_out_dev` with ``seed`` and ``dev_fraction``."""
     groups = read_labelled(train_data) if isinstance(train_data, (str, os.PathLike)) else list(train_data)
     if sum(g.has_positive for g in groups) < 2:
         return []

@@ -1,4 +1,4 @@
-"""Settings of adaptation (:mod:`qaindex_export.adapt`): training that starts from a model directory.
+"""Settings of adaptation (:mod:`.adapt`): training that starts from a model directory.
 
 Torch-free, like :mod:`qaindex_export.config`, so ``qaindex train`` builds its options from the
 fields (``metadata["help"]``) without importing torch.

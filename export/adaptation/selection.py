@@ -1,4 +1,4 @@
-"""Adaptation's epoch selection (:mod:`qaindex_export.adapt`): an epoch replaces the start model only
+"""Adaptation's epoch selection (:mod:`.adapt`): an epoch replaces the start model only
 when its held-out gain is beyond noise (a sign test and a paired bootstrap)."""
 
 from __future__ import annotations

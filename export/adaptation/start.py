@@ -1,4 +1,4 @@
-"""Adaptation's start point: a model directory read back into torch (:mod:`qaindex_export.adapt`),
+"""Adaptation's start point: a model directory read back into torch (:mod:`.adapt`),
 and the adapted encoder whose changes start at zero."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from torch import Tensor, nn
 from qaindex.errors import QAIndexError
 from qaindex.text.tokenizer import Tokenizer
 
-from .config import TrainConfig
-from .models import BagOfWords, BallMap, CosineQA, DualEncoderQA, HyperQA, _inverse_softplus
+from ..config import TrainConfig
+from ..networks.models import BagOfWords, BallMap, CosineQA, DualEncoderQA, HyperQA, _inverse_softplus
 
 
 class StartError(QAIndexError):
@@ -101,7 +101,8 @@ class AdaptedTable(nn.Module):
         return self._mix((x * attention_mask.unsqueeze(-1).to(x.dtype)).sum(dim=1))
 
     def bags(self, flat_ids: Tensor, offsets: Tensor) -> Tensor:
-        """Sums of ragged texts (as :meth:`qaindex_export.models.BagOfWords.bags`); ``M`` applied to the sums."""
+        """Sums of ragged texts (as :meth:`qaindex_export.networks.models.BagOfWords.bags`); ``M`` applied
+        to the sums."""
         if flat_ids.numel() == 0:
             return self.base.new_zeros((offsets.numel(), self.width))
         unique, inverse = torch.unique(flat_ids, return_inverse=True)

@@ -1,4 +1,4 @@
-"""Adaptation's teachers (:mod:`qaindex_export.adapt`): MiniLM's or the start model's judgements over
+"""Adaptation's teachers (:mod:`.adapt`): MiniLM's or the start model's judgements over
 a step's candidates, and the alignment of MiniLM's sentence vectors with the start model's sums."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .data import TextTable
-from .evaluation import encode_texts
-from .models import DualEncoderQA
-from .unlabelled import unit_rows as _unit
+from ..networks.models import DualEncoderQA
+from ..training.data import TextTable
+from ..training.evaluation import encode_texts
+from ..training.unlabelled import unit_rows as _unit
 
 Log = Callable[[str], None]
 TEACHER_TEMPERATURE = 0.05
@@ -76,7 +76,7 @@ def teacher_alignment(sums: np.ndarray, teacher: np.ndarray) -> tuple[np.ndarray
 
     The built-in model was trained so that its summed vector ``s`` of a text points where
     ``P (t - mu)`` points (``t`` the teacher's sentence vector, ``mu`` and ``P`` the mean and
-    principal directions of its training corpus; :mod:`qaindex_export.tokenlearn`). The model
+    principal directions of its training corpus; :mod:`qaindex_export.embeddings.tokenlearn`). The model
     directory does not keep ``P``, so it is recovered on the user's texts: ``mu`` is their
     teacher mean, and ``Q`` the orthogonal Procrustes solution
     ``argmax_Q Σ_i <s_i/|s_i|, Q (t_i - mu)>`` (``Q = U Vᵀ`` from the SVD of

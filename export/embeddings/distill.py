@@ -98,7 +98,7 @@ class DistilledTable:
     info: dict[str, Any] = field(default_factory=dict)
 
     def embeddings(self, source: str = "distilled") -> Embeddings:
-        """As :class:`qaindex_export.embeddings.Embeddings` (WordPiece), for training.
+        """As :class:`.spec.Embeddings` (WordPiece), for training.
 
         Example
         -------
@@ -584,9 +584,9 @@ def export_table_model(
 
     from qaindex.model import write_model
 
-    from .export_forms import CosineScorer, FoldedEncoder, PoincareScorer
-    from .models import BallMap
-    from .onnx_graph import export_encoder, export_scorer
+    from ..exporting.export_forms import CosineScorer, FoldedEncoder, PoincareScorer
+    from ..exporting.onnx_graph import export_encoder, export_scorer
+    from ..networks.models import BallMap
 
     if geometry not in ("cosine", "poincare"):
         raise ValueError(f"geometry must be cosine or poincare, got {geometry!r}")

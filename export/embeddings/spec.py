@@ -2,7 +2,7 @@
 ``word2vec:PATH``, ``none``.
 
 :func:`build_embeddings` turns an embedding spec plus the training texts into an
-:class:`~qaindex_export.word_vectors.Embeddings`: the tokenizer vocabulary, the matching matrix
+:class:`~.word_vectors.Embeddings`: the tokenizer vocabulary, the matching matrix
 (or None for trainable random init) and the tokenizer kind. The sources themselves are in
 :mod:`.word_vectors` (MiniLM, text vector files) and :mod:`.distill` (distilled tables); their
 names are importable from here too.
@@ -61,9 +61,9 @@ def build_embeddings(
     spec : str
         ``"minilm"`` (frozen all-MiniLM-L6-v2 token embeddings, WordPiece, 384-d),
         ``"minilm-words"`` (the same vectors averaged over whole words, word tokenizer; see
-        :func:`~qaindex_export.word_vectors.minilm_whole_words`),
+        :func:`~.word_vectors.minilm_whole_words`),
         ``"distilled"`` / ``"distilled:PATH"`` (a table distilled from MiniLM's outputs,
-        see :mod:`qaindex_export.distill`; cached, or read from PATH),
+        see :mod:`.distill`; cached, or read from PATH),
         ``"glove:PATH"`` / ``"word2vec:PATH"`` (text vector files, word tokenizer) or
         ``"none"`` (word tokenizer, embeddings trained from random initialisation).
     texts : iterable of str
@@ -101,7 +101,7 @@ def build_embeddings(
             raise EmbeddingsError(f"embeddings {spec!r}: minilm-words takes no path")
         return minilm_whole_words(_text_words(texts))
     if kind == "distilled":
-        # a table distilled from MiniLM's outputs (qaindex_export.distill), cached or from a file
+        # a table distilled from MiniLM's outputs (qaindex_export.embeddings.distill), cached or from a file
         source = f"distilled:{os.path.abspath(arg)}" if arg else "distilled"
         return load_distilled(spec).embeddings(source)
     if kind == "none":

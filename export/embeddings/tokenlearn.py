@@ -1,6 +1,6 @@
 """Sentence-level distillation of a static token table (tokenlearn style), and its ball.
 
-The Model2Vec table (:mod:`qaindex_export.distill`) only ever saw single tokens. Here the
+The Model2Vec table (:mod:`.distill`) only ever saw single tokens. Here the
 table is fitted so that the *sum* of a text's token rows points where the teacher's
 sentence embedding of that text points, over a large general corpus::
 
@@ -528,7 +528,7 @@ def export_tokenlearn_model(
 
     ``evidence`` (one value per token, :func:`evidence_weights`) becomes the table's last
     column. The encoder graph is a gather, a masked sum and :func:`qaindex.geometry.hyperbolic.lognorm_map`;
-    onnxruntime is checked against torch (:func:`qaindex_export.onnx_export.check_parity`).
+    onnxruntime is checked against torch (:func:`qaindex_export.exporting.onnx_export.check_parity`).
 
     Example
     -------
@@ -537,10 +537,10 @@ def export_tokenlearn_model(
     """
     from qaindex.model import write_model
 
-    from .dual_export import check_parity, scorer_module
-    from .export_forms import FoldedEncoder
-    from .models import BallMap, HyperQA
-    from .onnx_graph import export_encoder, export_scorer
+    from ..exporting.dual_export import check_parity, scorer_module
+    from ..exporting.export_forms import FoldedEncoder
+    from ..exporting.onnx_graph import export_encoder, export_scorer
+    from ..networks.models import BallMap, HyperQA
 
     full = np.concatenate([np.asarray(table, np.float32), np.asarray(evidence, np.float32).reshape(-1, 1)], axis=1)
     half = torch.as_tensor(full).to(torch.float16)

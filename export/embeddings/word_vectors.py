@@ -8,7 +8,7 @@ Everything here is numpy only (no torch) and never touches the network:
 - :func:`read_word_vectors` reads standard GloVe / word2vec *text* files
   (``word v1 v2 ...`` per line, with an optional word2vec header line ``count dim``);
 - :class:`Embeddings` is the tokenizer vocabulary, the matching matrix (or None for
-  trainable random init) and the tokenizer kind; :func:`qaindex_export.embeddings.build_embeddings`
+  trainable random init) and the tokenizer kind; :func:`.spec.build_embeddings`
   makes one from an embedding spec.
 """
 

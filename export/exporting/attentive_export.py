@@ -1,6 +1,6 @@
 """Exporter of the attentive family (AP-CNN / AP-biLSTM): one two-input reranker graph.
 
-:func:`export_graphs` makes (for :func:`qaindex_export.onnx_export.export_model`, which writes
+:func:`export_graphs` makes (for :func:`.onnx_export.export_model`, which writes
 a ``kind: "reranker"`` model directory through :func:`qaindex.reranker.write_reranker`):
 
 - ``reranker.onnx``: ``question_ids``, ``question_mask`` (n, M), ``answer_ids``,
@@ -16,11 +16,11 @@ import copy
 import numpy as np
 import torch
 
-from .attentive import AttentiveQA
-from .encoders import BiLSTMEncoder
+from ..networks.attentive import AttentiveQA
+from ..networks.encoders import BiLSTMEncoder
+from ..training.result import TrainResult
 from .onnx_graph import RNN_EXPORTER, Exported, export_traced, session
 from .parity import Parity, padded_batch
-from .result import TrainResult
 
 __all__ = ["check_reranker_parity", "export_graphs", "export_module", "export_reranker_graph"]
 
@@ -38,7 +38,7 @@ def export_reranker_graph(module: AttentiveQA, *, exporter: str | None = None) -
 
     ``n``, ``M`` and ``L`` are symbolic (checked after export). The runtime repeats a
     single question for its ``n`` candidates. ``exporter`` (default: ``torchscript`` for
-    AP-biLSTM, :data:`~qaindex_export.onnx_graph.RNN_EXPORTER`; ``dynamo`` for AP-CNN).
+    AP-biLSTM, :data:`~.onnx_graph.RNN_EXPORTER`; ``dynamo`` for AP-CNN).
     """
     if exporter is None:
         exporter = RNN_EXPORTER if isinstance(module.encoder, BiLSTMEncoder) else "dynamo"
@@ -64,7 +64,7 @@ def export_reranker_graph(module: AttentiveQA, *, exporter: str | None = None) -
 def check_reranker_parity(
     model: AttentiveQA, graph: bytes, *, tolerance: float = 1e-4, seed: int = 0
 ) -> dict[str, float]:
-    """onnxruntime against torch on varied shapes; raise :class:`~qaindex_export.onnx_graph.ExportError`.
+    """onnxruntime against torch on varied shapes; raise :class:`~.onnx_graph.ExportError`.
 
     Shapes (n, M, L): (1, 1, 1), (2, 2, 5), (5, 7, 3), (9, 12, 40), (1, 40, 2) and
     (3, 1, 17), with random padding, a one-token text and an empty answer.

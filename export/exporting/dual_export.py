@@ -1,6 +1,6 @@
 """Exporter of the dual-encoder families: HyperQA / CosineQA (bag of words) and QA-CNN / QA-biLSTM.
 
-:func:`export_graphs` makes (for :func:`qaindex_export.onnx_export.export_model`):
+:func:`export_graphs` makes (for :func:`.onnx_export.export_model`):
 
 - ``encoder.onnx``: ``input_ids``, ``attention_mask`` (int64, batch × seq) → ``vectors``
   (float32, batch × dim). The bag-of-words network is folded into one per-token table
@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from .encoders import BiLSTMEncoder, SequenceQA
-from .encoders import export_module as sequence_export_module
+from ..networks.encoders import BiLSTMEncoder, SequenceQA
+from ..networks.encoders import export_module as sequence_export_module
+from ..networks.models import DualEncoderQA
+from ..training.result import TrainResult
 from .export_forms import CosineScorer, FoldedEncoder, PoincareScorer
-from .models import DualEncoderQA
 from .onnx_graph import RNN_EXPORTER, Exported, ExportError, export_encoder, export_scorer, session
 from .parity import Parity, ball_cases, check_scorer, padded_batch
-from .result import TrainResult
 
 __all__ = ["check_parity", "export_graphs", "folded_encoder", "scorer_module"]
 
@@ -42,7 +42,7 @@ def folded_encoder(model: DualEncoderQA, *, dtype: torch.dtype = torch.float32) 
 
     Example
     -------
-    >>> from qaindex_export.families import build_model
+    >>> from qaindex_export.networks.families import build_model
     >>> enc = folded_encoder(build_model("hyperqa", 10, dim=4, embed_dim=3), dtype=torch.float16)
     >>> enc.table.dtype, tuple(enc.table.shape)
     (torch.float16, (10, 4))
@@ -57,7 +57,7 @@ def scorer_module(model: DualEncoderQA) -> torch.nn.Module:
 
     Example
     -------
-    >>> from qaindex_export.families import build_model
+    >>> from qaindex_export.networks.families import build_model
     >>> type(scorer_module(build_model("cosineqa", 10, dim=4, embed_dim=3))).__name__
     'CosineScorer'
     """

@@ -1,6 +1,6 @@
 """The modules traced to ONNX for the bag-of-words family: a folded encoder and frozen scorers.
 
-:class:`FoldedEncoder` is a trained :class:`~qaindex_export.models.BagOfWords` encoder as one
+:class:`FoldedEncoder` is a trained :class:`~qaindex_export.networks.models.BagOfWords` encoder as one
 per-token table + masked sum + ball map (the same function); :class:`PoincareScorer` and
 :class:`CosineScorer` are the scorers with the trained ``w_f``, ``b_f`` frozen in, calling
 :mod:`qaindex.geometry.hyperbolic` (one formula for training, export and runtime).
@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from qaindex.geometry import hyperbolic
 
-from .models import RANKINGS, BallMap
+from ..networks.models import RANKINGS, BallMap
 
 __all__ = ["CosineScorer", "FoldedEncoder", "PoincareScorer"]
 
@@ -34,7 +34,7 @@ class FoldedEncoder(nn.Module):
 
     Example
     -------
-    >>> from qaindex_export.models import BagOfWords, HyperQA
+    >>> from qaindex_export.networks.models import BagOfWords, HyperQA
     >>> model = HyperQA(BagOfWords(10, 4, embed_dim=3), BallMap("clip"))
     >>> enc = FoldedEncoder(model.encoder.folded_table(), model.ball)
     >>> ids, mask = torch.tensor([[2, 3]]), torch.tensor([[1, 1]])

@@ -3,7 +3,7 @@
 :func:`export_model` runs three stages:
 
 1. **graph**: the family's exporter (:data:`EXPORTERS`, keyed by
-   :func:`qaindex_export.families.family`) traces the trained model to ONNX
+   :func:`qaindex_export.networks.families.family`) traces the trained model to ONNX
    (:mod:`.onnx_graph`) — :mod:`.dual_export` (HyperQA, CosineQA, QA-CNN, QA-biLSTM: encoder +
    scorer), :mod:`.recurrent_export` (RDE family: question and answer encoders + scorer),
    :mod:`.attentive_export` (AP-CNN / AP-biLSTM: one reranker graph);
@@ -36,15 +36,15 @@ from qaindex.model import write_model
 from qaindex.reranker import write_reranker
 from qaindex.store.storage import file_entry, fsync_tree, temporary_sibling, write_json_atomic
 
+from ..networks.families import family
+from ..networks.models import RANKINGS
+from ..training.data import load_groups
+from ..training.result import TrainResult
 from . import attentive_export, dual_export, recurrent_export
-from .data import load_groups
 from .dual_export import check_parity, folded_encoder, scorer_module
 from .export_forms import PoincareScorer
-from .families import family
-from .models import RANKINGS
 from .onnx_graph import Exported, ExportError, export_encoder, export_scorer, session
 from .parity import SCORER_SHAPES, Parity, ball_cases, check_scorer
-from .result import TrainResult
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -87,7 +87,8 @@ def export_model(
     Parameters
     ----------
     result : TrainResult
-        From :func:`qaindex_export.train.train` or :func:`~qaindex_export.checkpoints.load_checkpoint`.
+        From :func:`qaindex_export.training.train.train` or
+        :func:`~qaindex_export.training.checkpoints.load_checkpoint`.
     directory : path-like
         Target model directory (replaced atomically if it is one already).
     name : str, optional
@@ -179,7 +180,7 @@ def set_ranking(directory: str | os.PathLike[str], ranking: str, *, tolerance: f
 
     Keeps the encoder and the trained ``w_f``, ``b_f`` (from the manifest's ``score``); writes a
     new ``scorer.onnx`` computing ``-(w_f f + b_f)`` (``f = d`` or ``d(q, a) - d(0, a)``,
-    :class:`~qaindex_export.export_forms.PoincareScorer`), checks it against torch on points spread
+    :class:`~.export_forms.PoincareScorer`), checks it against torch on points spread
     over the ball, and updates the manifest's ``geometry.ranking``, ``score`` and file
     checksums. The directory is replaced atomically (a sibling copy renamed into place).
 

@@ -1,8 +1,8 @@
 """The graph stage of an export: torch module → checked ONNX bytes.
 
 Every family's exporter (:mod:`.dual_export`, :mod:`.attentive_export`,
-:mod:`.recurrent_export`) and the other writers (:mod:`.distill`, :mod:`.tokenlearn`,
-:mod:`.sentence_transformer`) trace their modules through here:
+:mod:`.recurrent_export`) and the other writers (:mod:`qaindex_export.embeddings.distill`,
+:mod:`qaindex_export.embeddings.tokenlearn`, :mod:`.sentence_transformer`) trace their modules through here:
 
 - :func:`export_graph`: torch's dynamo exporter (``external_data=False``, quiet) from example
   inputs with every dynamic size ≥ 2; :func:`export_torchscript`: the TorchScript exporter
@@ -16,7 +16,7 @@ Every family's exporter (:mod:`.dual_export`, :mod:`.attentive_export`,
 - :func:`session`: a one-thread CPU onnxruntime session for the parity checks (:mod:`.parity`).
 
 :class:`Exported` is what a family exporter hands to the pipeline
-(:func:`qaindex_export.onnx_export.export_model`), which writes the model directory.
+(:func:`.onnx_export.export_model`), which writes the model directory.
 """
 
 from __future__ import annotations
@@ -261,7 +261,7 @@ def export_scorer(scorer: torch.nn.Module, dim: int) -> bytes:
 
     Example
     -------
-    >>> from qaindex_export.export_forms import PoincareScorer
+    >>> from qaindex_export.exporting.export_forms import PoincareScorer
     >>> graph = export_scorer(PoincareScorer(1.0, 0.0), 8)
     >>> len(graph) > 0
     True

@@ -1,12 +1,12 @@
 """The parity stage of an export: onnxruntime against torch on varied shapes.
 
 One recorder (:class:`Parity`) and one set of input generators serve every family's check
-(:func:`qaindex_export.dual_export.check_parity`,
-:func:`qaindex_export.attentive_export.check_reranker_parity`,
-:func:`qaindex_export.recurrent_export.check_recurrent_parity`, and the re-exported scorer of
-:func:`qaindex_export.onnx_export.set_ranking`): a difference ``|onnx - torch| / max(1, |torch|)``
+(:func:`.dual_export.check_parity`,
+:func:`.attentive_export.check_reranker_parity`,
+:func:`.recurrent_export.check_recurrent_parity`, and the re-exported scorer of
+:func:`.onnx_export.set_ranking`): a difference ``|onnx - torch| / max(1, |torch|)``
 above the tolerance, a shape mismatch or a non-finite output is an
-:class:`~qaindex_export.onnx_graph.ExportError`.
+:class:`~.onnx_graph.ExportError`.
 
 Example
 -------

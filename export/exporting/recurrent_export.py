@@ -1,6 +1,6 @@
 """Export RDE / RDE-LTC / HRDE / HRDE-LTC as a qaindex model directory (bilinear geometry).
 
-:func:`export_graphs` makes (for :func:`qaindex_export.onnx_export.export_model`, which writes
+:func:`export_graphs` makes (for :func:`.onnx_export.export_model`, which writes
 them through :func:`qaindex.model.write_model`):
 
 - ``encoder.onnx`` (question role): ``input_ids``, ``attention_mask`` (batch, seq) → ``q``;
@@ -36,6 +36,8 @@ import torch
 from qaindex.geometry import bilinear
 from qaindex.text.chunking import Chunking, manifest_entry
 
+from ..networks.recurrent import AnswerEncoder, BilinearScorer, QuestionEncoder, RecurrentQA
+from ..training.result import TrainResult
 from .onnx_graph import (
     EXPORTERS,
     RNN_EXPORTER,
@@ -48,8 +50,6 @@ from .onnx_graph import (
 )
 from .onnx_graph import session as onnx_session
 from .parity import Parity, check_scorer, padded_batch
-from .recurrent import AnswerEncoder, BilinearScorer, QuestionEncoder, RecurrentQA
-from .result import TrainResult
 
 __all__ = ["EXPORTERS", "check_recurrent_parity", "export_graph", "export_graphs"]
 

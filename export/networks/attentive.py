@@ -1,6 +1,6 @@
 """AP-CNN and AP-biLSTM (dos Santos et al., 2016, section 3): attentive pooling, a joint scorer.
 
-The feature extractors are QA-CNN's and QA-biLSTM's (:mod:`qaindex_export.encoders`); what
+The feature extractors are QA-CNN's and QA-biLSTM's (:mod:`.encoders`); what
 changes is the pooling, which looks at both texts of the pair::
 
     Q = features(q)  (M × c),   A = features(a)  (L × c)   columns before pooling
@@ -13,10 +13,10 @@ changes is the pooling, which looks at both texts of the pair::
 Because the question's representation depends on the answer (and vice versa), answers cannot
 be encoded once and indexed: the model scores (question, candidate) pairs and is served as a
 **reranker** over the first stage's candidates (a ``kind: "reranker"`` model directory with one
-two-input ONNX graph, see :mod:`qaindex_export.attentive_export` and :mod:`qaindex.reranker`).
+two-input ONNX graph, see :mod:`qaindex_export.exporting.attentive_export` and :mod:`qaindex.reranker`).
 
 Training uses the same loop, loss and max-of-K negative sampling as QA-CNN
-(:mod:`qaindex_export.train` dispatches here for models with ``joint = True``): every score goes
+(:mod:`qaindex_export.training.train` dispatches here for models with ``joint = True``): every score goes
 through :meth:`AttentiveQA.forward` on padded token ids. Masking is by hand: the padded
 positions of ``G`` are set below any real value before the max-poolings, and the softmax
 multiplies by the mask (``G`` lies in [-1, 1], so ``exp(g - 1)`` never overflows and needs no
@@ -47,7 +47,7 @@ from .encoders import BiLSTMEncoder, CNNEncoder, SequenceEncoder, pad_ragged
 from .models import BallMap
 
 if TYPE_CHECKING:
-    from .data import TextTable
+    from ..training.data import TextTable
 
 __all__ = [
     "ATTENTIVE_MODELS",

@@ -9,7 +9,7 @@ the pair by cosine similarity::
     r      = tanh(max_t h_t)                    column-wise max-pooling over the real tokens
     score  = cos(r_q, r_a)                      distance 1 - cos
 
-They are :class:`~qaindex_export.models.CosineQA` models whose encoder is a sequence network
+They are :class:`~.models.CosineQA` models whose encoder is a sequence network
 instead of a bag of words, with the cosine's scale fixed at ``w_f = 1``, ``b_f = 0`` (the
 paper scores by the plain cosine). Trained with the pairwise hinge loss, they serve through the
 runtime's ``cosine`` geometry unchanged (the coarse index is normalised inner product).

@@ -3,13 +3,13 @@
 =============  ======================================  ===================================
 family         kinds                                   module (network / export)
 =============  ======================================  ===================================
-``dual``       ``hyperqa``, ``cosineqa``               :mod:`.models` / :mod:`.dual_export`
-``sequence``   ``qa-cnn``, ``qa-bilstm``               :mod:`.encoders` / :mod:`.dual_export`
-``attentive``  ``ap-cnn``, ``ap-bilstm``               :mod:`.attentive` / :mod:`.attentive_export`
-``recurrent``  ``rde``, ``rde-ltc``, ``hrde``, ...     :mod:`.recurrent` / :mod:`.recurrent_export`
+``dual``       ``hyperqa``, ``cosineqa``               :mod:`.models` / ``exporting.dual_export``
+``sequence``   ``qa-cnn``, ``qa-bilstm``               :mod:`.encoders` / ``exporting.dual_export``
+``attentive``  ``ap-cnn``, ``ap-bilstm``               :mod:`.attentive` / ``exporting.attentive_export``
+``recurrent``  ``rde``, ``rde-ltc``, ``hrde``, ...     :mod:`.recurrent` / ``exporting.recurrent_export``
 =============  ======================================  ===================================
 
-The training loop, checkpoints and the exporter table (:data:`qaindex_export.onnx_export.EXPORTERS`)
+The training loop, checkpoints and the exporter table (:data:`qaindex_export.exporting.onnx_export.EXPORTERS`)
 dispatch on :func:`family`; nothing else needs to know which module a kind lives in.
 
 Example
@@ -27,8 +27,8 @@ import torch
 
 from qaindex.text.tokenizer import Tokenizer
 
+from ..config import MODEL_KINDS, RECURRENT_KINDS, TrainConfig
 from .attentive import ATTENTIVE_MODELS, build_attentive_model
-from .config import MODEL_KINDS, RECURRENT_KINDS, TrainConfig
 from .encoders import SEQUENCE_MODELS, build_sequence_model
 from .models import BagOfWords, BallMap, CosineQA, DualEncoderQA, HyperQA
 from .recurrent import build_recurrent_model
@@ -82,7 +82,7 @@ def build_model(
         HyperQA's ranking rule (see :func:`poincare_score`).
     window : int
         QA-CNN's context window (the sequence and attentive models: see
-        :func:`qaindex_export.encoders.build_sequence_model`; ``dim`` is their output size).
+        :func:`.encoders.build_sequence_model`; ``dim`` is their output size).
 
     Example
     -------
@@ -131,7 +131,7 @@ def from_config(
 
     ``vectors`` is the embedding table (None: trainable random rows); ``overrides`` replace
     :func:`build_model` settings (a checkpoint's ball map and dimension, for example). The
-    RDE family is built by :func:`qaindex_export.recurrent.build_recurrent_model`.
+    RDE family is built by :func:`.recurrent.build_recurrent_model`.
 
     Example
     -------

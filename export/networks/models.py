@@ -59,8 +59,8 @@ CosineQA (the paper's ablation) is the same network with cosine similarity:
 
 For export, a frozen-embedding (or any) bag-of-words model folds ``ReLU(W_p z + b_p)`` into
 one per-token table (:meth:`BagOfWords.folded_table`): the encoder is then a gather, a masked
-sum and the ball map (:class:`qaindex_export.export_forms.FoldedEncoder`) — exactly the same
-function. Model builders by name are in :mod:`qaindex_export.families`.
+sum and the ball map (:class:`qaindex_export.exporting.export_forms.FoldedEncoder`) — exactly the same
+function. Model builders by name are in :mod:`.families`.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ from torch import Tensor, nn
 
 from qaindex.geometry import hyperbolic
 
-from .config import BALL_MAPS, MODEL_KINDS
+from ..config import BALL_MAPS, MODEL_KINDS
 
 __all__ = [
     "BALL_MAPS",

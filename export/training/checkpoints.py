@@ -17,10 +17,10 @@ from qaindex.errors import QAIndexError
 from qaindex.store.storage import sha256_file
 from qaindex.text.tokenizer import Tokenizer
 
-from .attentive import ATTENTIVE_MODELS
-from .config import RECURRENT_KINDS, TrainConfig
-from .families import build_model, from_config
-from .models import DualEncoderQA
+from ..config import RECURRENT_KINDS, TrainConfig
+from ..networks.attentive import ATTENTIVE_MODELS
+from ..networks.families import build_model, from_config
+from ..networks.models import DualEncoderQA
 from .result import TrainResult
 
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "load_checkpoint", "save_checkpoint"]

@@ -17,10 +17,10 @@ from qaindex.eval.datasets import QuestionGroup
 from qaindex.eval.metrics import evaluate_groups as evaluate_scores
 from qaindex.geometry.hyperbolic import cosine_similarity
 
-from .attentive import is_joint, joint_split_scores
+from ..networks.attentive import is_joint, joint_split_scores
+from ..networks.models import DualEncoderQA, norm_statistics
+from ..networks.recurrent import RecurrentQA
 from .data import Split, TextTable, load_groups, split_groups
-from .models import DualEncoderQA, norm_statistics
-from .recurrent import RecurrentQA
 from .result import TrainResult, resolve_device
 
 __all__ = ["diagnostics", "encode_texts", "evaluate", "evaluate_data", "scores_for"]

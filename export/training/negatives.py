@@ -10,10 +10,10 @@ import math
 import numpy as np
 import torch
 
-from .attentive import is_joint, joint_max_of_pool
+from ..networks.attentive import is_joint, joint_max_of_pool
+from ..networks.models import DualEncoderQA
 from .data import Pairs, TextTable
 from .evaluation import encode_texts
-from .models import DualEncoderQA
 
 __all__ = ["hard_negatives", "max_of_pool", "random_negatives"]
 

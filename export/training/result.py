@@ -1,7 +1,7 @@
 """What training returns: :class:`TrainResult` (the model at its best epoch and its provenance).
 
 Shared by the training loops (:mod:`.train`, :mod:`.unlabelled`), checkpoints
-(:mod:`.checkpoints`) and the exporters (:mod:`.onnx_export`).
+(:mod:`.checkpoints`) and the exporters (:mod:`qaindex_export.exporting.onnx_export`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from qaindex.errors import QAIndexError
 from qaindex.eval.datasets import QuestionGroup
 from qaindex.text.tokenizer import Tokenizer
 
-from .config import TrainConfig
-from .models import DualEncoderQA
+from ..config import TrainConfig
+from ..networks.models import DualEncoderQA
 
 __all__ = ["Log", "TrainResult", "resolve_device", "stderr_log"]
 

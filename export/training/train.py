@@ -2,7 +2,7 @@
 
 Usage::
 
-    from qaindex_export.train import TrainConfig, train
+    from qaindex_export.training.train import TrainConfig, train
     result = train(TrainConfig(epochs=25, seed=1), "train.jsonl", "dev.jsonl")
     result.dev["map"], result.best_epoch
 
@@ -34,7 +34,7 @@ The best epoch by dev MAP is kept (ties of candidate scores counted as random or
 Read top to bottom: :func:`train` loads the data and embeddings, then :func:`_train_one` runs
 the loop for one ball map (``ball="auto"`` tries two and keeps the better). The parts live in
 their own modules: data and pairs (:mod:`.data`), negatives (:mod:`.negatives`), evaluation
-(:mod:`.evaluation`), model building (:mod:`.families`), the result (:mod:`.result`),
+(:mod:`.evaluation`), model building (:mod:`qaindex_export.networks.families`), the result (:mod:`.result`),
 checkpoints (:mod:`.checkpoints`) and training without labels (:mod:`.unlabelled`); their
 public names are importable from here too.
 """
@@ -56,16 +56,16 @@ from qaindex.eval.datasets import QuestionGroup
 from qaindex.store.storage import sha256_file
 from qaindex.text.tokenizer import Tokenizer
 
-from .attentive import is_joint, joint_pair_scores
+from ..config import OPTIMIZERS, RECURRENT_KINDS, SAMPLINGS, TrainConfig
+from ..embeddings.spec import Embeddings, build_embeddings
+from ..networks.attentive import is_joint, joint_pair_scores
+from ..networks.families import from_config, make_optimizer, start_epoch
+from ..networks.models import DualEncoderQA, hinge_loss, riemannian_hook
+from ..networks.recurrent import RecurrentQA, cross_entropy_loss
 from .checkpoints import load_checkpoint, save_checkpoint
-from .config import OPTIMIZERS, RECURRENT_KINDS, SAMPLINGS, TrainConfig
 from .data import Split, TextTable, hold_out_dev, load_groups, split_groups, training_pairs
-from .embeddings import Embeddings, build_embeddings
 from .evaluation import best_result, encode_texts, evaluate, evaluate_data
-from .families import from_config, make_optimizer, start_epoch
-from .models import DualEncoderQA, hinge_loss, riemannian_hook
 from .negatives import hard_negatives, max_of_pool, random_negatives
-from .recurrent import RecurrentQA, cross_entropy_loss
 from .result import Log, TrainResult, resolve_device, stderr_log
 from .unlabelled import pseudo_questions, train_unlabelled
 

@@ -19,12 +19,12 @@ import torch
 
 from qaindex.eval.datasets import Candidate, QuestionGroup
 
-from .config import TrainConfig
+from ..config import TrainConfig
+from ..embeddings.spec import Embeddings, build_embeddings
+from ..networks.families import build_model, make_optimizer, start_epoch
+from ..networks.models import DualEncoderQA
 from .data import TextTable, split_groups
-from .embeddings import Embeddings, build_embeddings
 from .evaluation import best_result, evaluate
-from .families import build_model, make_optimizer, start_epoch
-from .models import DualEncoderQA
 from .result import Log, TrainResult, resolve_device, stderr_log
 
 __all__ = ["pseudo_questions", "train_unlabelled", "unit_rows"]
@@ -126,7 +126,7 @@ def train_unlabelled(
     answers : sequence of str
         The user's answers (duplicates are dropped).
     teacher : callable
-        Texts → sentence embeddings (e.g. :func:`qaindex_export.distill.minilm_sentence_teacher`).
+        Texts → sentence embeddings (e.g. :func:`qaindex_export.embeddings.distill.minilm_sentence_teacher`).
     embeddings : Embeddings, optional
         The frozen table (default: built from ``config.embeddings``).
     log : callable or None
@@ -144,7 +144,7 @@ def train_unlabelled(
 
     Example
     -------
-    >>> from qaindex_export.distill import minilm_sentence_teacher
+    >>> from qaindex_export.embeddings.distill import minilm_sentence_teacher
     >>> cfg = TrainConfig(embeddings="distilled", epochs=5)
     >>> result = train_unlabelled(cfg, answers, minilm_sentence_teacher())  # doctest: +SKIP
     """

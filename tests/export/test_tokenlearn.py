@@ -1,4 +1,4 @@
-"""Sentence-level distillation (qaindex_export.tokenlearn) and the lognorm ball map."""
+"""Sentence-level distillation (qaindex_export.embeddings.tokenlearn) and the lognorm ball map."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from qaindex_export.models import BallMap  # noqa: E402
-from qaindex_export.tokenlearn import (  # noqa: E402
+from qaindex_export.embeddings.tokenlearn import (  # noqa: E402
     StaticStudent,
     TokenizedTexts,
     TokenlearnConfig,
@@ -23,6 +22,7 @@ from qaindex_export.tokenlearn import (  # noqa: E402
     info_nce,
     train_tokenlearn,
 )
+from qaindex_export.networks.models import BallMap  # noqa: E402
 
 from qaindex import Model  # noqa: E402
 from qaindex.geometry import hyperbolic  # noqa: E402
@@ -155,7 +155,7 @@ def test_exported_model_matches_the_runtime_formula(tmp_path: Path) -> None:
 
 
 def test_old_model_directories_still_load(tmp_path: Path) -> None:
-    from qaindex_export.distill import DistilledTable, export_table_model
+    from qaindex_export.embeddings.distill import DistilledTable, export_table_model
 
     vocab = ["[PAD]", "[UNK]", "reset", "password"]
     table = DistilledTable(vocab, np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32))

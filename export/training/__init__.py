@@ -1,0 +1,2 @@
+"""Training: the one epoch loop every trainer runs, labelled training and training against a
+sentence teacher, their data, negatives, evaluation, result and checkpoints."""
