@@ -72,12 +72,13 @@ from ..networks.models import BagOfWords, DualEncoderQA, norm_statistics
 from ..training.data import TextTable
 from ..training.data import load_groups as _load
 from ..training.evaluation import encode_texts
-from ..training.result import TrainResult, resolve_device
+from ..training.loop import Log, LoopConfig, Verdict, resolve_device, run, seeded, torch_settings
+from ..training.result import TrainResult
 from ..training.unlabelled import pseudo_questions
 from .config import AdaptConfig
 from .selection import paired_gain_test, reciprocal_ranks, selection_why
 from .start import AdaptedTable, StartError, StartPoint, load_start
-from .teachers import Log, Teacher, self_teacher, sentence_teacher, teacher_alignment
+from .teachers import Teacher, self_teacher, sentence_teacher, teacher_alignment
 
 __all__ = [
     "AdaptedTable",
@@ -194,6 +195,132 @@ def _norm_term(points: Tensor, specificity: Tensor, spread: float) -> Tensor:
     return (F.relu(spread - std) / spread) ** 2 + (1.0 - corr) / 10.0
 
 
+class _AdaptJob:
+    """Adaptation for :func:`qaindex_export.training.loop.run`: the ranking terms over a step's
+    candidates, the cosine term towards the teacher, the norm term and the pull towards the
+    start; an epoch is kept only when its held-out gain over the start model is beyond noise."""
+
+    def __init__(
+        self, model: DualEncoderQA, task: _Task, config: TrainConfig, settings: AdaptConfig, device: torch.device
+    ) -> None:
+        self.model, self.task, self.config, self.settings, self.device = model, task, config, settings, device
+        self.rng = seeded(config.seed)
+        self.initial = {name: p.detach().clone() for name, p in model.named_parameters()}
+        for p in model.parameters():
+            p.requires_grad_(True)
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = (
+            torch.optim.Adam(params, lr=config.lr)
+            if config.optimizer == "adam"
+            else torch.optim.SGD(params, lr=config.lr)
+        )
+        self.optimizers = [self.optimizer]
+        # the norm term: per text, the teacher's specificity (standardised -mean cos to the corpus)
+        self.specificity: Tensor | None = None
+        if model.geometry == "poincare" and settings.norm_spread > 0 and settings.norm_weight > 0:
+            self.specificity = torch.zeros(len(task.table), device=device)
+            z = torch.from_numpy(task.teacher.specificity(task.pool)).float().to(device)
+            self.specificity[torch.from_numpy(task.pool).to(device)] = z
+        self.positive_sets = [set(p.tolist()) for p in task.positives]
+        self.anchor = settings.anchor_for(labelled=task.mode != "teacher")
+        # the ranking terms: label-free, the teacher's soft targets weighted by pair_weight;
+        # supervised, labels + teacher
+        self.beta = task.teacher_weight
+        self.rank_weight = settings.pair_weight if task.mode == "teacher" else 1.0
+        self.cosine = task.targets is not None and task.cos_rows is not None and settings.cosine_weight > 0
+        self.cos_rows = task.cos_rows if task.cos_rows is not None else np.zeros(0, np.int64)
+        self.item_steps = math.ceil(len(task.query) / config.batch_size) if self.rank_weight > 0 else 0
+        self.cos_steps = math.ceil(len(self.cos_rows) / config.batch_size) if self.cosine else 0
+        self.order = self.cos_order = np.zeros(0, dtype=np.int64)
+        # the selection: each epoch's per-question reciprocal ranks, tested against epoch 0's
+        self.per_question: dict[int, np.ndarray] = {}
+        self.tests: dict[int, dict[str, Any]] = {}
+        self.kept_score = self.top_score = -math.inf
+
+    def begin_epoch(self, epoch: int) -> tuple[range, dict[str, Any]]:
+        start_epoch(self.optimizer, self.config, epoch)
+        self.order, self.cos_order = (
+            self.rng.permutation(len(self.task.query)),
+            self.rng.permutation(len(self.cos_rows)),
+        )
+        return range(max(self.item_steps, self.cos_steps)), {}  # the shorter stream cycles
+
+    def loss(self, step: int) -> Tensor | None:
+        model, task, settings, device, size = self.model, self.task, self.settings, self.device, self.config.batch_size
+        loss = torch.zeros((), device=device)
+        if self.item_steps:
+            begin = (step % self.item_steps) * size
+            idx = self.order[begin : begin + size]
+            if len(idx) >= 2:
+                q = task.query[idx]
+                own = np.concatenate([task.positives[i] for i in idx])
+                extra = task.pool[self.rng.integers(0, len(task.pool), size=min(self.config.negatives, len(task.pool)))]
+                cands = np.unique(np.concatenate([own, extra]))
+                rows, inverse = np.unique(np.concatenate([q, cands]), return_inverse=True)
+                flat, offsets = task.table.gather(rows)
+                vectors = model.encode_bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device))
+                inv = torch.from_numpy(inverse).to(device)
+                b = len(idx)
+                qv, cv = vectors[inv[:b]], vectors[inv[b:]]
+                log_p = torch.log_softmax(model.score(qv[:, None, :], cv[None, :, :].expand(b, -1, -1))[0], dim=1)
+                if self.beta < 1.0:
+                    mask = np.array([[c in self.positive_sets[i] for c in cands.tolist()] for i in idx], dtype=bool)
+                    mask_t = torch.from_numpy(mask).to(device)
+                    supervised = -torch.logsumexp(log_p.masked_fill(~mask_t, -math.inf), dim=1).mean()
+                    loss = loss + self.rank_weight * (1.0 - self.beta) * supervised
+                if self.beta > 0.0:
+                    q_t, c_t = torch.from_numpy(q).to(device), torch.from_numpy(cands).to(device)
+                    target = torch.softmax(task.teacher.logits(q_t, c_t), dim=1)
+                    loss = loss + self.rank_weight * self.beta * -(target * log_p).sum(dim=1).mean()
+                if self.specificity is not None:
+                    z = self.specificity[torch.from_numpy(cands).to(device)]
+                    loss = loss + settings.norm_weight * _norm_term(cv, z, settings.norm_spread)
+        if self.cos_steps:
+            begin = (step % self.cos_steps) * size
+            chosen = self.cos_rows[self.cos_order[begin : begin + size]]
+            encoder = cast(AdaptedTable, model.encoder)
+            flat, offsets = task.table.gather(chosen)
+            sums = encoder.bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device))
+            target_t = cast(Tensor, task.targets)[torch.from_numpy(chosen).to(device)]
+            fit = (1.0 - F.cosine_similarity(sums[:, : encoder.dim], target_t, dim=-1)).mean()
+            loss = loss + settings.cosine_weight * fit
+        if not loss.requires_grad:
+            return None
+        if self.anchor > 0:
+            pull = sum(((p - self.initial[name]) ** 2).sum() for name, p in model.named_parameters())
+            loss = loss + self.anchor * cast(Tensor, pull)
+        return loss
+
+    def evaluate(self, epoch: int) -> Verdict:
+        metrics = _held_out_metrics(self.model, self.task, self.device)
+        self.per_question[epoch] = metrics.pop("rr")
+        row: dict[str, Any] = {"held_out": metrics}
+        norms = _answer_norms(self.model, self.task, self.device)
+        if norms is not None:
+            row["answer_norm_mean"] = norms["ball"]["median"]
+            row["answer_norm_std"] = norms["ball_std"]
+        score = metrics["mrr@10"]
+        norm_note = f"  answer-norm std {row['answer_norm_std']:.3f}" if "answer_norm_std" in row else ""
+        if epoch == 0:
+            self.kept_score = self.top_score = score
+            summary = f"held-out MRR@10 {score:.4f}  P@1 {metrics['p@1']:.4f}  ({metrics['questions']} queries)"
+            return Verdict(score, row, summary)
+        test = paired_gain_test(self.per_question[0], self.per_question[epoch], seed=self.config.seed + epoch)
+        test["questions"] = len(self.per_question[epoch])
+        alpha = self.settings.significance
+        test["significant"] = bool(test["gain"] > 0 and test["sign_p"] <= alpha and test["bootstrap_p"] <= alpha)
+        self.tests[epoch] = row["versus_start"] = test
+        keep = test["significant"] and score > self.kept_score
+        progress = score > self.top_score
+        self.kept_score = score if keep else self.kept_score
+        self.top_score = score if progress else self.top_score
+        summary = (
+            f"held-out MRR@10 {score:.4f} ({test['better']} better, {test['worse']} worse, sign p "
+            f"{test['sign_p']:.3g}, bootstrap p {test['bootstrap_p']:.3g}){norm_note}"
+        )
+        return Verdict(score, row, summary, keep=keep, progress=progress)
+
+
 def _fit(
     start: StartPoint,
     task: _Task,
@@ -202,142 +329,24 @@ def _fit(
     device: torch.device,
     say: Log,
 ) -> TrainResult:
-    rng = np.random.default_rng(config.seed)
-    torch.manual_seed(config.seed)
+    """Adapt ``start`` on ``task`` through the one training loop, then report what was kept and why."""
     model = start.model.to(device)
-    initial = {name: p.detach().clone() for name, p in model.named_parameters()}
-    for p in model.parameters():
-        p.requires_grad_(True)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = (
-        torch.optim.Adam(params, lr=config.lr) if config.optimizer == "adam" else torch.optim.SGD(params, lr=config.lr)
+    job = _AdaptJob(model, task, config, settings, device)
+    loop = LoopConfig(
+        epochs=config.epochs,
+        tag=f"adapt/{task.mode}",
+        evaluate_start=True,
+        start_label="the start model",
+        patience=settings.adapt_patience,
+        measure="held-out MRR@10",
     )
-    # the norm term: per text, the teacher's specificity (standardised -mean cos to the corpus)
-    specificity: Tensor | None = None
-    if model.geometry == "poincare" and settings.norm_spread > 0 and settings.norm_weight > 0:
-        specificity = torch.zeros(len(task.table), device=device)
-        z = torch.from_numpy(task.teacher.specificity(task.pool)).float().to(device)
-        specificity[torch.from_numpy(task.pool).to(device)] = z
-    positive_sets = [set(p.tolist()) for p in task.positives]
-    per_question: dict[int, np.ndarray] = {}
-
-    def evaluate(epoch: int, loss: float | None, seconds: float) -> dict[str, Any]:
-        metrics = _held_out_metrics(model, task, device)
-        per_question[epoch] = metrics.pop("rr")
-        norms = _answer_norms(model, task, device)
-        row = {"epoch": epoch, "loss": loss, "held_out": metrics, "seconds": seconds}
-        if norms is not None:
-            row["answer_norm_mean"] = norms["ball"]["median"]
-            row["answer_norm_std"] = norms["ball_std"]
-        return row
-
-    history = [evaluate(0, None, 0.0)]
-    start_metrics = history[0]["held_out"]
-    start_score = start_metrics["mrr@10"]
-    best_score, best_epoch, top_score = start_score, 0, start_score
-    best_state = copy.deepcopy(model.state_dict())
-    tests: dict[int, dict[str, Any]] = {}
-    say(
-        f"[adapt/{task.mode}] epoch 0 (the start model)  held-out MRR@10 {start_score:.4f}  "
-        f"P@1 {start_metrics['p@1']:.4f}  ({start_metrics['questions']} queries)"
-    )
-    since_top, stop = 0, "every epoch ran"
-    anchor = settings.anchor_for(labelled=task.mode != "teacher")
-    # the ranking terms: label-free, the teacher's soft targets weighted by pair_weight; supervised, labels + teacher
-    beta = task.teacher_weight
-    rank_weight = settings.pair_weight if task.mode == "teacher" else 1.0
-    cosine = task.targets is not None and task.cos_rows is not None and settings.cosine_weight > 0
-    cos_rows = task.cos_rows if task.cos_rows is not None else np.zeros(0, np.int64)
-    encoder = cast(AdaptedTable, model.encoder)
-    n_items = len(task.query)
-    item_steps = math.ceil(n_items / config.batch_size) if rank_weight > 0 else 0
-    cos_steps = math.ceil(len(cos_rows) / config.batch_size) if cosine else 0
-    for epoch in range(1, config.epochs + 1):
-        t0 = time.perf_counter()
-        start_epoch(optimizer, config, epoch)
-        model.train()
-        order, cos_order = rng.permutation(n_items), rng.permutation(len(cos_rows))
-        total, steps = 0.0, 0
-        for step in range(max(item_steps, cos_steps)):  # the shorter stream cycles
-            loss = torch.zeros((), device=device)
-            if item_steps:
-                begin = (step % item_steps) * config.batch_size
-                idx = order[begin : begin + config.batch_size]
-                if len(idx) >= 2:
-                    q = task.query[idx]
-                    own = np.concatenate([task.positives[i] for i in idx])
-                    size = min(config.negatives, len(task.pool))
-                    extra = task.pool[rng.integers(0, len(task.pool), size=size)]
-                    cands = np.unique(np.concatenate([own, extra]))
-                    rows, inverse = np.unique(np.concatenate([q, cands]), return_inverse=True)
-                    flat, offsets = task.table.gather(rows)
-                    vectors = model.encode_bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device))
-                    inv = torch.from_numpy(inverse).to(device)
-                    b = len(idx)
-                    qv, cv = vectors[inv[:b]], vectors[inv[b:]]
-                    logits = model.score(qv[:, None, :], cv[None, :, :].expand(b, -1, -1))[0]
-                    log_p = torch.log_softmax(logits, dim=1)
-                    if beta < 1.0:
-                        mask = np.array([[c in positive_sets[i] for c in cands.tolist()] for i in idx], dtype=bool)
-                        mask_t = torch.from_numpy(mask).to(device)
-                        supervised = -torch.logsumexp(log_p.masked_fill(~mask_t, -math.inf), dim=1).mean()
-                        loss = loss + rank_weight * (1.0 - beta) * supervised
-                    if beta > 0.0:
-                        q_t, c_t = torch.from_numpy(q).to(device), torch.from_numpy(cands).to(device)
-                        target = torch.softmax(task.teacher.logits(q_t, c_t), dim=1)
-                        loss = loss + rank_weight * beta * -(target * log_p).sum(dim=1).mean()
-                    if specificity is not None:
-                        z = specificity[torch.from_numpy(cands).to(device)]
-                        loss = loss + settings.norm_weight * _norm_term(cv, z, settings.norm_spread)
-            if cos_steps:
-                begin = (step % cos_steps) * config.batch_size
-                chosen = cos_rows[cos_order[begin : begin + config.batch_size]]
-                flat, offsets = task.table.gather(chosen)
-                sums = encoder.bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device))
-                target_t = cast(Tensor, task.targets)[torch.from_numpy(chosen).to(device)]
-                fit = (1.0 - F.cosine_similarity(sums[:, : encoder.dim], target_t, dim=-1)).mean()
-                loss = loss + settings.cosine_weight * fit
-            if not loss.requires_grad:
-                continue
-            if anchor > 0:
-                pull = sum(((p - initial[name]) ** 2).sum() for name, p in model.named_parameters())
-                loss = loss + anchor * cast(Tensor, pull)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            total += float(loss.item())
-            steps += 1
-        row = evaluate(epoch, total / max(1, steps), time.perf_counter() - t0)
-        history.append(row)
-        score = row["held_out"]["mrr@10"]
-        test = paired_gain_test(per_question[0], per_question[epoch], seed=config.seed + epoch)
-        test["questions"] = len(per_question[epoch])
-        alpha = settings.significance
-        test["significant"] = bool(test["gain"] > 0 and test["sign_p"] <= alpha and test["bootstrap_p"] <= alpha)
-        tests[epoch] = test
-        row["versus_start"] = test
-        kept = test["significant"] and score > best_score
-        if kept:
-            best_score, best_epoch = score, epoch
-            best_state = copy.deepcopy(model.state_dict())
-        if score > top_score:
-            top_score, since_top = score, 0
-        else:
-            since_top += 1
-        norm_note = f"  answer-norm std {row['answer_norm_std']:.3f}" if "answer_norm_std" in row else ""
-        say(
-            f"[adapt/{task.mode}] epoch {epoch}/{config.epochs}  loss {row['loss']:.4f}  held-out MRR@10 "
-            f"{score:.4f} ({test['better']} better, {test['worse']} worse, sign p {test['sign_p']:.3g}, bootstrap "
-            f"p {test['bootstrap_p']:.3g}){norm_note}  {row['seconds']:.1f}s{'  *kept' if kept else ''}"
-        )
-        if since_top >= settings.adapt_patience:
-            stop = f"stopped early: no better held-out MRR@10 for {settings.adapt_patience} epochs"
-            break
-    model.load_state_dict(best_state)
+    outcome = run(loop, job, log=say)
+    history, best_epoch = outcome.history, outcome.best_epoch
     model.eval()
-    final = history[best_epoch]["held_out"]
-    why = selection_why(best_epoch, tests, start_score, final["mrr@10"], settings.significance)
-    say(f"[adapt/{task.mode}] kept epoch {best_epoch}: {why}; {stop}")
+    start_metrics, final = history[0]["held_out"], history[best_epoch]["held_out"]
+    start_score = start_metrics["mrr@10"]
+    why = selection_why(best_epoch, job.tests, start_score, final["mrr@10"], settings.significance)
+    say(f"[adapt/{task.mode}] kept epoch {best_epoch}: {why}; {outcome.stopped}")
     norms = _answer_norms(model, task, device)
     report = {
         "mode": task.mode,
@@ -350,13 +359,13 @@ def _fit(
         "selection": {
             "rule": "keep the best epoch whose held-out gain over the start model passes a one-sided sign test and "
             f"a paired bootstrap at p <= {settings.significance:g}; else keep the start model",
-            "epochs": [{"epoch": e, **t} for e, t in tests.items()],
+            "epochs": [{"epoch": e, **t} for e, t in job.tests.items()],
         },
-        "stopping": stop,
+        "stopping": outcome.stopped,
         "teacher": task.teacher.describe,
-        "teacher_weight": beta,
-        "cosine_term": task.alignment if cosine else None,
-        "settings": {**settings.to_dict(), "anchor": anchor},
+        "teacher_weight": task.teacher_weight,
+        "cosine_term": task.alignment if job.cosine else None,
+        "settings": {**settings.to_dict(), "anchor": job.anchor},
         "answer_norms": {
             "start_std": history[0].get("answer_norm_std"),
             "final_std": norms["ball_std"] if norms else None,
@@ -420,14 +429,9 @@ def _run(
 ) -> TrainResult:
     started = time.perf_counter()
     device = resolve_device(config.device)
-    old_threads = torch.get_num_threads()
-    if config.threads > 0:
-        torch.set_num_threads(config.threads)
-    try:
+    with torch_settings(config.threads):
         start, task = build(device)
         result = _fit(start, task, config, settings, device, say)
-    finally:
-        torch.set_num_threads(old_threads)
     result.seconds = time.perf_counter() - started
     return result
 

@@ -13,9 +13,9 @@ from torch import Tensor
 from ..networks.models import DualEncoderQA
 from ..training.data import TextTable
 from ..training.evaluation import encode_texts
+from ..training.loop import Log
 from ..training.unlabelled import unit_rows as _unit
 
-Log = Callable[[str], None]
 TEACHER_TEMPERATURE = 0.05
 
 

@@ -53,6 +53,8 @@ from torch import Tensor, nn
 from qaindex.geometry import hyperbolic
 from qaindex.text.tokenizer import Tokenizer
 
+from ..training.loop import LoopConfig, Verdict, run, seeded, torch_settings
+
 __all__ = [
     "BallFit",
     "StaticBag",
@@ -302,85 +304,102 @@ def train_tokenlearn(
     -------
     TokenlearnResult
     """
-    torch.manual_seed(config.seed)
-    rng = np.random.default_rng(config.seed)
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    rows = np.arange(len(teacher)) if teacher_rows is None else np.asarray(teacher_rows, dtype=np.int64)
-    pairs = np.zeros((0, 2), np.int64) if pairs is None else np.asarray(pairs, dtype=np.int64)
-    mean, components = teacher_space(teacher, config.dim)
-    target_all = (np.asarray(teacher, np.float32) - mean) @ components.T
-    # held-out pairs: neither their pair nor their texts' teacher vectors are trained on
-    order = rng.permutation(len(pairs))
-    dev = pairs[order[: min(config.dev_pairs, len(pairs) // 5)]]
-    train_pairs = pairs[order[len(dev) :]]
-    held = np.zeros(len(texts), dtype=bool)
-    held[dev.ravel()] = True
-    keep = ~held[rows]
-    rows, target_all = rows[keep], target_all[keep]
-    if len(train_pairs):
-        held_pair = held[train_pairs[:, 0]] | held[train_pairs[:, 1]]
-        train_pairs = train_pairs[~held_pair]
-    model = StaticStudent(init_table)
-    opts = [torch.optim.SparseAdam([model.table], lr=config.lr), torch.optim.Adam([model.mix], lr=config.lr / 10)]
-    if len(train_pairs) and config.epochs > 0 and config.pair_weight > 0:
-        labels = _kmeans(encode_sums(model, texts, train_pairs[:, 1]), config.clusters, rng)
-    history: list[dict[str, Any]] = []
-    start = time.perf_counter()
-
-    def evaluate(epoch: int, loss: float | None) -> None:
-        entry: dict[str, Any] = {"epoch": epoch, "loss": loss, "seconds": round(time.perf_counter() - start, 1)}
-        if len(dev):
-            entry["dev_mrr"] = _cosine_mrr(encode_sums(model, texts, dev[:, 0]), encode_sums(model, texts, dev[:, 1]))
-        history.append(entry)
-        if log is not None:
-            log(
-                f"epoch {epoch}: "
-                + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in entry.items())
-            )
-
-    evaluate(0, None)
-    text_steps = max(1, math.ceil(len(rows) / config.batch_size))
-    for epoch in range(1, config.epochs + 1):
-        perm = rng.permutation(len(rows))
-        pair_batches = (
-            _cluster_batches(labels, config.pair_batch, rng) if len(train_pairs) and config.pair_weight > 0 else []
+    started = time.perf_counter()
+    with torch_settings(config.threads):
+        rng = seeded(config.seed)
+        rows = np.arange(len(teacher)) if teacher_rows is None else np.asarray(teacher_rows, dtype=np.int64)
+        pairs = np.zeros((0, 2), np.int64) if pairs is None else np.asarray(pairs, dtype=np.int64)
+        mean, components = teacher_space(teacher, config.dim)
+        target_all = (np.asarray(teacher, np.float32) - mean) @ components.T
+        # held-out pairs: neither their pair nor their texts' teacher vectors are trained on
+        order = rng.permutation(len(pairs))
+        dev = pairs[order[: min(config.dev_pairs, len(pairs) // 5)]]
+        train_pairs = pairs[order[len(dev) :]]
+        held = np.zeros(len(texts), dtype=bool)
+        held[dev.ravel()] = True
+        keep = ~held[rows]
+        rows, target_all = rows[keep], target_all[keep]
+        if len(train_pairs):
+            held_pair = held[train_pairs[:, 0]] | held[train_pairs[:, 1]]
+            train_pairs = train_pairs[~held_pair]
+        job = _TableJob(config, StaticStudent(init_table), texts, rows, target_all, train_pairs, dev, rng)
+        loop = LoopConfig(
+            epochs=config.epochs,
+            tag="tokenlearn",
+            evaluate_start=True,
+            start_label="the initial table",
+            keep_best=False,
         )
-        # an epoch sees every teacher vector and every training pair at least once
-        steps = max(text_steps, len(pair_batches))
-        total = 0.0
-        for step in range(steps):
-            first = (step % text_steps) * config.batch_size
-            chosen = perm[first : first + config.batch_size]
-            loss = torch.zeros(())
-            if len(chosen) and config.teacher_weight > 0:
-                student = model(*texts.batch(rows[chosen]))
-                target = torch.from_numpy(target_all[chosen])
-                loss = config.teacher_weight * (1.0 - F.cosine_similarity(student, target, dim=-1)).mean()
-            if pair_batches:  # the smaller of the two streams cycles
-                batch = train_pairs[pair_batches[step % len(pair_batches)]]
-                both = model(*texts.batch(np.concatenate([batch[:, 0], batch[:, 1]])))
-                q, a = both[: len(batch)], both[len(batch) :]
-                same = torch.from_numpy(batch[:, 1][:, None] == batch[:, 1][None, :])
-                loss = loss + config.pair_weight * info_nce(q, a, config.temperature, same)
-            if not loss.requires_grad:
-                continue
-            for opt in opts:
-                opt.zero_grad(set_to_none=True)
-            loss.backward()
-            for opt in opts:
-                opt.step()
-            total += float(loss.detach())
-        evaluate(epoch, total / steps)
+        outcome = run(loop, job, log=log)
     return TokenlearnResult(
-        model=model,
+        model=job.model,
         config=config,
         mean=mean,
         components=components,
         dev_rows=dev,
-        history=history,
-        seconds=time.perf_counter() - start,
+        history=outcome.history,
+        seconds=time.perf_counter() - started,
     )
+
+
+class _TableJob:
+    """The table fit for :func:`qaindex_export.training.loop.run`: a step takes a batch of texts
+    with a teacher vector (the cosine term) and a batch of pairs from one cluster (InfoNCE); the
+    smaller stream cycles, so an epoch sees every teacher vector and every training pair."""
+
+    def __init__(
+        self,
+        config: TokenlearnConfig,
+        model: StaticStudent,
+        texts: TokenizedTexts,
+        rows: np.ndarray,
+        targets: np.ndarray,
+        train_pairs: np.ndarray,
+        dev: np.ndarray,
+        rng: np.random.Generator,
+    ) -> None:
+        self.config, self.model, self.texts, self.rows, self.targets = config, model, texts, rows, targets
+        self.train_pairs, self.dev, self.rng = train_pairs, dev, rng
+        self.optimizers = [
+            torch.optim.SparseAdam([model.table], lr=config.lr),
+            torch.optim.Adam([model.mix], lr=config.lr / 10),
+        ]
+        self.pairing = bool(len(train_pairs)) and config.pair_weight > 0
+        self.labels = np.zeros(0, dtype=np.int64)
+        if self.pairing and config.epochs > 0:  # clusters of the initial student's answer vectors
+            self.labels = _kmeans(encode_sums(model, texts, train_pairs[:, 1]), config.clusters, rng)
+        self.text_steps = max(1, math.ceil(len(rows) / config.batch_size))
+        self.perm = np.zeros(0, dtype=np.int64)
+        self.pair_batches: list[np.ndarray] = []
+
+    def begin_epoch(self, epoch: int) -> tuple[range, dict[str, Any]]:
+        self.perm = self.rng.permutation(len(self.rows))
+        self.pair_batches = _cluster_batches(self.labels, self.config.pair_batch, self.rng) if self.pairing else []
+        return range(max(self.text_steps, len(self.pair_batches))), {}
+
+    def loss(self, step: int) -> Tensor | None:
+        config, model, texts = self.config, self.model, self.texts
+        first = (step % self.text_steps) * config.batch_size
+        chosen = self.perm[first : first + config.batch_size]
+        loss = torch.zeros(())
+        if len(chosen) and config.teacher_weight > 0:
+            student = model(*texts.batch(self.rows[chosen]))
+            target = torch.from_numpy(self.targets[chosen])
+            loss = config.teacher_weight * (1.0 - F.cosine_similarity(student, target, dim=-1)).mean()
+        if self.pair_batches:  # the smaller of the two streams cycles
+            batch = self.train_pairs[self.pair_batches[step % len(self.pair_batches)]]
+            both = model(*texts.batch(np.concatenate([batch[:, 0], batch[:, 1]])))
+            q, a = both[: len(batch)], both[len(batch) :]
+            same = torch.from_numpy(batch[:, 1][:, None] == batch[:, 1][None, :])
+            loss = loss + config.pair_weight * info_nce(q, a, config.temperature, same)
+        return loss if loss.requires_grad else None
+
+    def evaluate(self, epoch: int) -> Verdict:
+        if not len(self.dev):
+            return Verdict(0.0, {}, "no held-out pairs")
+        q, a = (encode_sums(self.model, self.texts, self.dev[:, i]) for i in (0, 1))
+        mrr = _cosine_mrr(q, a)
+        return Verdict(mrr, {"dev_mrr": mrr}, f"dev MRR@10 {mrr:.4f}")
 
 
 # ------------------------------------------------------------------------ the ball

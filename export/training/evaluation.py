@@ -21,7 +21,8 @@ from ..networks.attentive import is_joint, joint_split_scores
 from ..networks.models import DualEncoderQA, norm_statistics
 from ..networks.recurrent import RecurrentQA
 from .data import Split, TextTable, load_groups, split_groups
-from .result import TrainResult, resolve_device
+from .loop import resolve_device
+from .result import TrainResult
 
 __all__ = ["diagnostics", "encode_texts", "evaluate", "evaluate_data", "scores_for"]
 

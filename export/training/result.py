@@ -1,32 +1,21 @@
 """What training returns: :class:`TrainResult` (the model at its best epoch and its provenance).
 
-Shared by the training loops (:mod:`.train`, :mod:`.unlabelled`), checkpoints
+Shared by the trainers (:mod:`.train`, :mod:`.unlabelled`, :mod:`qaindex_export.adaptation.adapt`), checkpoints
 (:mod:`.checkpoints`) and the exporters (:mod:`qaindex_export.exporting.onnx_export`).
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-from qaindex.errors import QAIndexError
 from qaindex.eval.datasets import QuestionGroup
 from qaindex.text.tokenizer import Tokenizer
 
 from ..config import TrainConfig
 from ..networks.models import DualEncoderQA
 
-__all__ = ["Log", "TrainResult", "resolve_device", "stderr_log"]
-
-Log = Callable[[str], None]
-
-
-def stderr_log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+__all__ = ["TrainResult"]
 
 
 @dataclass
@@ -66,21 +55,3 @@ class TrainResult:
     @property
     def max_tokens(self) -> dict[str, int]:
         return {"question": self.config.max_question_tokens, "answer": self.config.max_answer_tokens}
-
-
-# ------------------------------------------------------------------------ helpers
-
-
-def resolve_device(device: str) -> torch.device:
-    """``"auto"`` → cuda when ``torch.cuda.is_available()``, else cpu.
-
-    Example
-    -------
-    >>> resolve_device("cpu").type
-    'cpu'
-    """
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise QAIndexError("device 'cuda' was requested but torch sees no CUDA device; use --device cpu or auto")
-    return torch.device(device)

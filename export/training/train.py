@@ -1,4 +1,4 @@
-"""Train a model on answer-selection data: one readable loop.
+"""Train a model on answer-selection data: the pairwise task on the one training loop.
 
 Usage::
 
@@ -31,17 +31,18 @@ The best epoch by dev MAP is kept (ties of candidate scores counted as random or
 :func:`qaindex.eval.metrics.evaluate_groups`). Runs are reproducible: ``torch.manual_seed``, one
 ``numpy.random.Generator`` for sampling, and deterministic algorithms.
 
-Read top to bottom: :func:`train` loads the data and embeddings, then :func:`_train_one` runs
-the loop for one ball map (``ball="auto"`` tries two and keeps the better). The parts live in
+Read top to bottom: :func:`train` loads the data and embeddings, then :func:`_train_one` builds
+the model for one ball map (``ball="auto"`` tries two and keeps the better) and hands the
+pairwise task (:class:`_PairJob`: an epoch's negatives and order, a batch's loss, dev MAP) to
+the loop every trainer runs (:func:`qaindex_export.training.loop.run`). The parts live in
 their own modules: data and pairs (:mod:`.data`), negatives (:mod:`.negatives`), evaluation
-(:mod:`.evaluation`), model building (:mod:`qaindex_export.networks.families`), the result (:mod:`.result`),
-checkpoints (:mod:`.checkpoints`) and training without labels (:mod:`.unlabelled`); their
-public names are importable from here too.
+(:mod:`.evaluation`), model building (:mod:`qaindex_export.networks.families`), the result
+(:mod:`.result`), checkpoints (:mod:`.checkpoints`) and training without labels
+(:mod:`.unlabelled`); their public names are importable from here too.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 import time
@@ -63,10 +64,11 @@ from ..networks.families import from_config, make_optimizer, start_epoch
 from ..networks.models import DualEncoderQA, hinge_loss, riemannian_hook
 from ..networks.recurrent import RecurrentQA, cross_entropy_loss
 from .checkpoints import load_checkpoint, save_checkpoint
-from .data import Split, TextTable, hold_out_dev, load_groups, split_groups, training_pairs
+from .data import Pairs, Split, TextTable, hold_out_dev, load_groups, split_groups, training_pairs
 from .evaluation import best_result, encode_texts, evaluate, evaluate_data
+from .loop import Log, LoopConfig, Verdict, resolve_device, run, seeded, stderr_log, torch_settings
 from .negatives import hard_negatives, max_of_pool, random_negatives
-from .result import Log, TrainResult, resolve_device, stderr_log
+from .result import TrainResult
 from .unlabelled import pseudo_questions, train_unlabelled
 
 __all__ = [
@@ -195,113 +197,100 @@ def _train_one(
     dev_split: Split,
     say: Log,
 ) -> TrainResult:
-    """The loop: sample negatives, one pass over the pairs, evaluate on dev, keep the best epoch."""
+    """One ball map through :func:`.loop.run`: build the model, then the loop keeps the best epoch."""
     device = resolve_device(config.device)
-    old_threads = torch.get_num_threads()
-    old_deterministic = torch.are_deterministic_algorithms_enabled()
-    if config.threads > 0:
-        torch.set_num_threads(config.threads)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    try:
-        torch.manual_seed(config.seed)
-        rng = np.random.default_rng(config.seed)
+    with torch_settings(config.threads, deterministic=True):
+        rng = seeded(config.seed)
         model = from_config(config, tokenizer, embeddings.vectors).to(device)
-        n_texts = len(table)
-        pairs = training_pairs(train_split, n_texts)
+        pairs = training_pairs(train_split, len(table))
         if config.model == "hyperqa" and model.ball.kind == "expmap":
             alpha = config.alpha
             if alpha is None:
                 alpha = _auto_alpha(model, table, pairs.pool, device, rng, config.init_norm)
             with torch.no_grad():
                 model.ball.log_alpha.fill_(math.log(alpha))
-        optimizer = make_optimizer(model, config)
-        n_hard = round(config.hard_fraction * config.negatives) if config.sampling == "mix" else 0
-        pool_size = config.effective_negative_pool  # max-of-K sampling replaces --sampling
-        if pool_size:
-            n_hard = 0
+        job = _PairJob(config, model, table, pairs, dev_split, device, rng)
         tag = f"{config.model}/{model.ball.kind}" if config.model == "hyperqa" else config.model
-        best_map = -math.inf
-        best_state: dict[str, torch.Tensor] | None = None
-        best_epoch = 0
-        best_dev: dict[str, Any] = {}
-        history: list[dict[str, Any]] = []
-        since_best = 0
-        for epoch in range(1, config.epochs + 1):
-            t0 = time.perf_counter()
-            lr = start_epoch(optimizer, config, epoch)
-            # -- sample this epoch's negatives
-            negs = random_negatives(pairs, pool_size or config.negatives, config.own_negative_prob, n_texts, rng)
-            if n_hard:
-                model.eval()
-                hard, bad = hard_negatives(model, table, pairs, n_hard, config.hard_pool, n_texts, rng, device)
-                negs[:, :n_hard] = np.where(bad, negs[:, :n_hard], hard)
-            # -- one pass over the (question, positive) pairs in random order
-            model.train()
-            order = rng.permutation(len(pairs.group))
-            total, steps = 0.0, 0
-            for start in range(0, len(order), config.batch_size):
-                idx = order[start : start + config.batch_size]
-                q, pos, neg = pairs.question[idx], pairs.positive[idx], negs[idx]
-                if pool_size:
-                    neg = max_of_pool(model, table, q, neg, config.negatives, n_texts, device)
-                loss = _batch_loss(model, table, q, pos, neg, config, device)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if config.model in RECURRENT_KINDS:  # the paper clips gradients at norm 1
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
-                total += loss.item()
-                steps += 1
-            train_seconds = time.perf_counter() - t0
-            # -- evaluate on dev; keep the best epoch
-            dev = evaluate(model, dev_split, table, device)
-            seconds = time.perf_counter() - t0
-            improved = dev["map"] > best_map
-            if improved:
-                best_map, best_epoch, best_dev = dev["map"], epoch, dev
-                best_state = copy.deepcopy(model.state_dict())
-                since_best = 0
-            else:
-                since_best += 1
-            row = {
-                "epoch": epoch,
-                "loss": total / max(1, steps),
-                "lr": lr,
-                "dev_map": dev["map"],
-                "dev_mrr": dev["mrr"],
-                "train_seconds": train_seconds,
-                "seconds": seconds,
-                "w_f": model.w_f.item(),
-            }
-            if model.geometry == "poincare" and model.ball.kind == "expmap":
-                row["alpha"] = model.ball.alpha.item()
-            history.append(row)
-            say(
-                f"[{tag}] epoch {epoch}/{config.epochs}  loss {row['loss']:.4f}  dev MAP {dev['map']:.4f}  "
-                f"MRR {dev['mrr']:.4f}  {seconds:.2f}s (train {train_seconds:.2f}s){'  *best' if improved else ''}"
-            )
-            if config.patience is not None and since_best >= config.patience:
-                say(f"[{tag}] no better dev MAP for {config.patience} epochs; stopping")
-                break
-        assert best_state is not None
+        loop = LoopConfig(
+            epochs=config.epochs,
+            tag=tag,
+            patience=config.patience,
+            measure="dev MAP",
+            clip_norm=1.0 if config.model in RECURRENT_KINDS else None,  # the paper clips gradients at norm 1
+        )
+        outcome = run(loop, job, log=say)
+        assert outcome.best_state is not None and outcome.best is not None
         return best_result(
             model,
-            best_state,
+            outcome.best_state,
             dev_split,
             table,
             device,
             tokenizer=tokenizer,
             config=config,
-            best_epoch=best_epoch,
-            dev=best_dev,
-            history=history,
+            best_epoch=outcome.best_epoch,
+            dev=outcome.best.detail,
+            history=outcome.history,
             data={},
             embeddings={},
             seconds=0.0,
         )
-    finally:
-        torch.set_num_threads(old_threads)
-        torch.use_deterministic_algorithms(old_deterministic)
+
+
+class _PairJob:
+    """The pairwise task for :func:`.loop.run`: each epoch samples negatives for every (question,
+    correct answer) pair, then steps through the pairs in random order; dev MAP chooses the epoch."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        model: DualEncoderQA,
+        table: TextTable,
+        pairs: Pairs,
+        dev_split: Split,
+        device: torch.device,
+        rng: np.random.Generator,
+    ) -> None:
+        self.config, self.model, self.table, self.pairs = config, model, table, pairs
+        self.dev_split, self.device, self.rng = dev_split, device, rng
+        self.optimizer = make_optimizer(model, config)
+        self.optimizers = [self.optimizer]
+        self.n_hard = round(config.hard_fraction * config.negatives) if config.sampling == "mix" else 0
+        self.pool_size = config.effective_negative_pool  # max-of-K sampling replaces --sampling
+        if self.pool_size:
+            self.n_hard = 0
+        self.negs = np.zeros((0, 0), dtype=np.int64)
+
+    def begin_epoch(self, epoch: int) -> tuple[list[np.ndarray], dict[str, Any]]:
+        config, pairs, n_texts = self.config, self.pairs, len(self.table)
+        lr = start_epoch(self.optimizer, config, epoch)
+        # this epoch's negatives: random, with the hard ones mined under the current model
+        negs = random_negatives(pairs, self.pool_size or config.negatives, config.own_negative_prob, n_texts, self.rng)
+        if self.n_hard:
+            self.model.eval()
+            hard, bad = hard_negatives(
+                self.model, self.table, pairs, self.n_hard, config.hard_pool, n_texts, self.rng, self.device
+            )
+            negs[:, : self.n_hard] = np.where(bad, negs[:, : self.n_hard], hard)
+        self.negs = negs
+        order = self.rng.permutation(len(pairs.group))  # the pairs in random order
+        return [order[start : start + config.batch_size] for start in range(0, len(order), config.batch_size)], {
+            "lr": lr
+        }
+
+    def loss(self, idx: np.ndarray) -> torch.Tensor:
+        q, pos, neg = self.pairs.question[idx], self.pairs.positive[idx], self.negs[idx]
+        if self.pool_size:
+            neg = max_of_pool(self.model, self.table, q, neg, self.config.negatives, len(self.table), self.device)
+        return _batch_loss(self.model, self.table, q, pos, neg, self.config, self.device)
+
+    def evaluate(self, epoch: int) -> Verdict:
+        dev = evaluate(self.model, self.dev_split, self.table, self.device)
+        row: dict[str, Any] = {"dev_map": dev["map"], "dev_mrr": dev["mrr"], "w_f": self.model.w_f.item()}
+        if self.model.geometry == "poincare" and self.model.ball.kind == "expmap":
+            row["alpha"] = self.model.ball.alpha.item()
+        summary = f"dev MAP {dev['map']:.4f}  MRR {dev['mrr']:.4f}"
+        return Verdict(score=dev["map"], row=row, summary=summary, detail=dev)
 
 
 def _batch_loss(

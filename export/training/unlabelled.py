@@ -6,7 +6,6 @@ matches the student's in-batch softmax to the teacher's (see its docstring).
 
 from __future__ import annotations
 
-import copy
 import math
 import re
 import time
@@ -23,9 +22,10 @@ from ..config import TrainConfig
 from ..embeddings.spec import Embeddings, build_embeddings
 from ..networks.families import build_model, make_optimizer, start_epoch
 from ..networks.models import DualEncoderQA
-from .data import TextTable, split_groups
+from .data import Split, TextTable, split_groups
 from .evaluation import best_result, evaluate
-from .result import Log, TrainResult, resolve_device, stderr_log
+from .loop import Log, LoopConfig, Verdict, resolve_device, run, seeded, stderr_log, torch_settings
+from .result import TrainResult
 
 __all__ = ["pseudo_questions", "train_unlabelled", "unit_rows"]
 
@@ -161,12 +161,8 @@ def train_unlabelled(
     ball = "weighted" if config.ball == "auto" else config.ball
     config = replace(config, ball=ball, train_embeddings=False).validate()
     device = resolve_device(config.device)
-    old_threads = torch.get_num_threads()
-    if config.threads > 0:
-        torch.set_num_threads(config.threads)
-    try:
-        torch.manual_seed(config.seed)
-        rng = np.random.default_rng(config.seed)
+    with torch_settings(config.threads):
+        rng = seeded(config.seed)
         tokenizer = embeddings.tokenizer()
         table = TextTable(tokenizer, {"question": config.max_question_tokens, "answer": config.max_answer_tokens})
         n = len(texts)
@@ -210,75 +206,34 @@ def train_unlabelled(
         elif hyperqa_scale is not None:  # start w_f at hyperqa_scale / temperature
             with torch.no_grad():
                 model.w_raw.fill_(math.log(math.expm1(hyperqa_scale / temperature)))
-        optimizer = make_optimizer(model, config)
+        job = _TeacherJob(
+            config,
+            model,
+            table,
+            dev_split,
+            answer_rows,
+            pseudo_rows,
+            torch.from_numpy(t_answers).to(device),
+            torch.from_numpy(t_pseudo).to(device),
+            temperature,
+            device,
+            rng,
+        )
         tag = f"{config.model}/{model.ball.kind}/teacher" if config.model == "hyperqa" else f"{config.model}/teacher"
-        dev = evaluate(model, dev_split, table, device)
-        best_map, best_epoch, best_dev = dev["map"], 0, dev
-        best_state = copy.deepcopy(model.state_dict())
-        history: list[dict[str, Any]] = [{"epoch": 0, "loss": None, "dev_map": dev["map"], "dev_mrr": dev["mrr"]}]
-        say(f"[{tag}] epoch 0 (untrained head)  dev MAP {dev['map']:.4f}  MRR {dev['mrr']:.4f}")
-        t_answers_dev = torch.from_numpy(t_answers).to(device)
-        t_pseudo_dev = torch.from_numpy(t_pseudo).to(device)
-        for epoch in range(1, config.epochs + 1):
-            t0 = time.perf_counter()
-            start_epoch(optimizer, config, epoch)
-            model.train()
-            order = rng.permutation(n)
-            pick = rng.integers(0, pseudo_per_answer, size=n)
-            total, steps = 0.0, 0
-            for start in range(0, n, config.batch_size):
-                idx = order[start : start + config.batch_size]
-                if len(idx) < 2:
-                    continue
-                q_rows = pseudo_rows[idx, pick[idx]]
-                rows, inverse = np.unique(np.concatenate([q_rows, answer_rows[idx]]), return_inverse=True)
-                flat, offsets = table.gather(rows)
-                vectors = model.encode_bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device))
-                inv = torch.from_numpy(inverse).to(device)
-                b = len(idx)
-                qv, av = vectors[inv[:b]], vectors[inv[b:]]
-                student, _ = model.score(qv[:, None, :], av[None, :, :].expand(b, b, -1))
-                idx_t = torch.from_numpy(idx).to(device)
-                pick_t = torch.from_numpy(pick[idx]).to(device)
-                tq = t_pseudo_dev[idx_t, pick_t]
-                target = torch.softmax(tq @ t_answers_dev[idx_t].T / temperature, dim=1)
-                loss = -(target * torch.log_softmax(student, dim=1)).sum(dim=1).mean()
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                total += loss.item()
-                steps += 1
-            dev = evaluate(model, dev_split, table, device)
-            seconds = time.perf_counter() - t0
-            improved = dev["map"] > best_map
-            if improved:
-                best_map, best_epoch, best_dev = dev["map"], epoch, dev
-                best_state = copy.deepcopy(model.state_dict())
-            history.append(
-                {
-                    "epoch": epoch,
-                    "loss": total / max(1, steps),
-                    "dev_map": dev["map"],
-                    "dev_mrr": dev["mrr"],
-                    "seconds": seconds,
-                    "w_f": model.w_f.item(),
-                }
-            )
-            say(
-                f"[{tag}] epoch {epoch}/{config.epochs}  loss {total / max(1, steps):.4f}  dev MAP {dev['map']:.4f}  "
-                f"MRR {dev['mrr']:.4f}  {seconds:.2f}s{'  *best' if improved else ''}"
-            )
+        loop = LoopConfig(epochs=config.epochs, tag=tag, evaluate_start=True, start_label="untrained head")
+        outcome = run(loop, job, log=say)
+        assert outcome.best_state is not None and outcome.best is not None
         return best_result(
             model,
-            best_state,
+            outcome.best_state,
             dev_split,
             table,
             device,
             tokenizer=tokenizer,
             config=config,
-            best_epoch=best_epoch,
-            dev=best_dev,
-            history=history,
+            best_epoch=outcome.best_epoch,
+            dev=outcome.best.detail,
+            history=outcome.history,
             data={
                 "train": {"answers": n, "pseudo_questions": n * pseudo_per_answer, "labels": None},
                 "dev": {"pseudo_questions": len(dev_texts), "candidates": dev_candidates, "positive": "teacher top-1"},
@@ -300,8 +255,60 @@ def train_unlabelled(
             },
             dev_groups=groups,
         )
-    finally:
-        torch.set_num_threads(old_threads)
 
 
-# ------------------------------------------------------------------------ checkpoints
+class _TeacherJob:
+    """Training against a teacher for :func:`.loop.run`: a step takes a batch of answers and one
+    pseudo-question of each, and matches the student's softmax over the batch's answers to the
+    teacher's; dev MAP on the held-out pseudo-questions chooses the epoch."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        model: DualEncoderQA,
+        table: TextTable,
+        dev_split: Split,
+        answer_rows: np.ndarray,
+        pseudo_rows: np.ndarray,
+        t_answers: torch.Tensor,
+        t_pseudo: torch.Tensor,
+        temperature: float,
+        device: torch.device,
+        rng: np.random.Generator,
+    ) -> None:
+        self.config, self.model, self.table, self.dev_split = config, model, table, dev_split
+        self.answer_rows, self.pseudo_rows = answer_rows, pseudo_rows
+        self.t_answers, self.t_pseudo, self.temperature = t_answers, t_pseudo, temperature
+        self.device, self.rng = device, rng
+        self.optimizer = make_optimizer(model, config)
+        self.optimizers = [self.optimizer]
+        self.pick = np.zeros(0, dtype=np.int64)
+
+    def begin_epoch(self, epoch: int) -> tuple[list[np.ndarray], dict[str, Any]]:
+        n, size = len(self.answer_rows), self.config.batch_size
+        start_epoch(self.optimizer, self.config, epoch)
+        order = self.rng.permutation(n)
+        self.pick = self.rng.integers(0, self.pseudo_rows.shape[1], size=n)  # each answer's pseudo-question
+        batches = [order[start : start + size] for start in range(0, n, size)]
+        return [idx for idx in batches if len(idx) >= 2], {}
+
+    def loss(self, idx: np.ndarray) -> torch.Tensor:
+        model, device, b = self.model, self.device, len(idx)
+        q_rows = self.pseudo_rows[idx, self.pick[idx]]
+        rows, inverse = np.unique(np.concatenate([q_rows, self.answer_rows[idx]]), return_inverse=True)
+        flat, offsets = self.table.gather(rows)
+        vectors = model.encode_bags(torch.from_numpy(flat).to(device), torch.from_numpy(offsets).to(device))
+        inv = torch.from_numpy(inverse).to(device)
+        qv, av = vectors[inv[:b]], vectors[inv[b:]]
+        student, _ = model.score(qv[:, None, :], av[None, :, :].expand(b, b, -1))
+        idx_t = torch.from_numpy(idx).to(device)
+        tq = self.t_pseudo[idx_t, torch.from_numpy(self.pick[idx]).to(device)]
+        target = torch.softmax(tq @ self.t_answers[idx_t].T / self.temperature, dim=1)
+        return -(target * torch.log_softmax(student, dim=1)).sum(dim=1).mean()
+
+    def evaluate(self, epoch: int) -> Verdict:
+        dev = evaluate(self.model, self.dev_split, self.table, self.device)
+        row = {"dev_map": dev["map"], "dev_mrr": dev["mrr"]}
+        if epoch > 0:
+            row["w_f"] = self.model.w_f.item()
+        return Verdict(dev["map"], row, f"dev MAP {dev['map']:.4f}  MRR {dev['mrr']:.4f}", detail=dev)
