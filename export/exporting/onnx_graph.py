@@ -2,7 +2,7 @@
 
 Every family's exporter (:mod:`.dual_export`, :mod:`.attentive_export`,
 :mod:`.recurrent_export`) and the other writers (:mod:`qaindex_export.embeddings.distill`,
-:mod:`qaindex_export.embeddings.tokenlearn`, :mod:`.sentence_transformer`) trace their modules through here:
+:mod:`qaindex_export.training.tokenlearn`, :mod:`.sentence_transformer`) trace their modules through here:
 
 - :func:`export_graph`: torch's dynamo exporter (``external_data=False``, quiet) from example
   inputs with every dynamic size ≥ 2; :func:`export_torchscript`: the TorchScript exporter

@@ -17,10 +17,11 @@ from qaindex.eval.datasets import QuestionGroup
 from qaindex.eval.metrics import evaluate_groups as evaluate_scores
 from qaindex.geometry.hyperbolic import cosine_similarity
 
-from ..networks.attentive import is_joint, joint_split_scores
+from ..networks.attentive import is_joint
 from ..networks.models import DualEncoderQA, norm_statistics
 from ..networks.recurrent import RecurrentQA
 from .data import Split, TextTable, load_groups, split_groups
+from .joint import joint_split_scores
 from .loop import resolve_device
 from .result import TrainResult
 

@@ -1,6 +1,6 @@
 """The one epoch loop every trainer runs: labelled training (:mod:`.train`), training against a
 sentence teacher (:mod:`.unlabelled`), adaptation (:mod:`qaindex_export.adaptation.adapt`) and the
-token-learned table (:mod:`qaindex_export.embeddings.tokenlearn`).
+token-learned table (:mod:`qaindex_export.training.tokenlearn`).
 
 A trainer describes its job as a :class:`Job` (the model, its optimizers, the batches of an
 epoch, the loss of one batch, the evaluation of an epoch) and :func:`run` does the rest, read

@@ -10,10 +10,11 @@ import math
 import numpy as np
 import torch
 
-from ..networks.attentive import is_joint, joint_max_of_pool
+from ..networks.attentive import is_joint
 from ..networks.models import DualEncoderQA
 from .data import Pairs, TextTable
 from .evaluation import encode_texts
+from .joint import joint_max_of_pool
 
 __all__ = ["hard_negatives", "max_of_pool", "random_negatives"]
 

@@ -21,7 +21,8 @@ origin-relative ranking ``f = d(q, a) - d(0, a)``, among the settings whose answ
 vary (std ≥ ``min_norm_std``). Short sums (stop words, punctuation, junk) land near the
 centre, which that ranking scores worst.
 
-Everything runs on the CPU with torch; :func:`export_tokenlearn_model` folds ``T M`` into one
+Everything runs on the CPU with torch, on the one training loop (:func:`.loop.run`);
+:func:`qaindex_export.exporting.table_export.export_tokenlearn_model` folds ``T M`` into one
 float16 table and writes a model directory through the usual ONNX export and parity check.
 
 Example
@@ -38,11 +39,9 @@ Example
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -53,17 +52,15 @@ from torch import Tensor, nn
 from qaindex.geometry import hyperbolic
 from qaindex.text.tokenizer import Tokenizer
 
-from ..training.loop import LoopConfig, Verdict, run, seeded, torch_settings
+from .loop import LoopConfig, Verdict, run, seeded, torch_settings
 
 __all__ = [
     "BallFit",
-    "StaticBag",
     "StaticStudent",
     "TokenizedTexts",
     "TokenlearnConfig",
     "TokenlearnResult",
     "evidence_weights",
-    "export_tokenlearn_model",
     "fit_ball",
     "info_nce",
     "init_from_token_outputs",
@@ -502,96 +499,3 @@ def fit_ball(
     ok = [g for g in grid if g["std"] >= min_norm_std] or grid
     best = max(ok, key=lambda g: g["mrr"])
     return BallFit(best["a"], best["b"], max_norm, best["mrr"], best["std"], best["answer_median"], grid)
-
-
-# ------------------------------------------------------------------------ export
-
-
-class StaticBag(nn.Module):
-    """A frozen folded table as a bag-of-words encoder (what :func:`check_parity` compares with).
-
-    Example
-    -------
-    >>> bag = StaticBag(torch.ones(3, 2))
-    >>> bag(torch.tensor([[1, 2]]), torch.tensor([[1, 0]])).tolist()
-    [[1.0, 1.0]]
-    """
-
-    def __init__(self, table: Tensor, *, depth: bool = False) -> None:
-        super().__init__()
-        self.embedding = nn.Parameter(table.detach().float().clone(), requires_grad=False)
-        self.width = int(table.shape[1])
-        self.dim = self.width - 1 if depth else self.width
-
-    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        x = F.embedding(input_ids, self.embedding)
-        return (x * attention_mask.unsqueeze(-1).to(x.dtype)).sum(dim=1)
-
-    def bags(self, flat_ids: Tensor, offsets: Tensor) -> Tensor:
-        return F.embedding_bag(flat_ids, self.embedding, offsets, mode="sum")
-
-
-def export_tokenlearn_model(
-    table: np.ndarray,
-    evidence: np.ndarray,
-    ball: BallFit,
-    tokenizer: Tokenizer,
-    directory: str | os.PathLike[str],
-    *,
-    name: str = "qaindex-default-tokenlearn",
-    training: dict[str, Any] | None = None,
-    metrics: dict[str, Any] | None = None,
-    max_tokens: dict[str, int] | None = None,
-) -> Path:
-    """Write a distilled table (float16) with the ``lognorm`` ball and the relative ranking.
-
-    ``evidence`` (one value per token, :func:`evidence_weights`) becomes the table's last
-    column. The encoder graph is a gather, a masked sum and :func:`qaindex.geometry.hyperbolic.lognorm_map`;
-    onnxruntime is checked against torch (:func:`qaindex_export.exporting.onnx_export.check_parity`).
-
-    Example
-    -------
-    >>> export_tokenlearn_model(result.table, weights, fit, tokenizer, "models/new")  # doctest: +SKIP
-    PosixPath('models/new')
-    """
-    from qaindex.model import write_model
-
-    from ..exporting.dual_export import check_parity, scorer_module
-    from ..exporting.export_forms import FoldedEncoder
-    from ..exporting.onnx_graph import export_encoder, export_scorer
-    from ..networks.models import BallMap, HyperQA
-
-    full = np.concatenate([np.asarray(table, np.float32), np.asarray(evidence, np.float32).reshape(-1, 1)], axis=1)
-    half = torch.as_tensor(full).to(torch.float16)
-    ball_map = BallMap("lognorm", max_norm=ball.max_norm, lognorm=(ball.a, ball.b))
-    bag = StaticBag(half.float(), depth=True)
-    model = HyperQA(bag, ball_map, ranking="relative").eval()  # type: ignore[arg-type]
-    encoder = FoldedEncoder(half, model.ball).eval()
-    encoder_graph = export_encoder(encoder)
-    scorer_graph = export_scorer(scorer_module(model), bag.dim)
-    parity = check_parity(model, encoder_graph, scorer_graph, reference=encoder)
-    vocab, dim = int(half.shape[0]), bag.dim
-    return write_model(
-        directory,
-        name=name,
-        geometry=model.geometry_info(),
-        dimension=int(dim),
-        tokenizer=tokenizer,
-        max_tokens=max_tokens or {"question": 40, "answer": 128},
-        static_encoder=True,  # a per-token table summed: answers are read whole at run time
-        encoder=encoder_graph,
-        scorer=scorer_graph,
-        score=model.score_definition(),
-        training={
-            "encoder": "per-token table (float16) with an evidence column, masked sum, lognorm ball map (no ReLU)",
-            "ball_fit": asdict(ball) | {"grid": ball.grid},
-            **(training or {}),
-        },
-        metrics={"parity": parity, **(metrics or {})},
-        parameters={
-            "trainable": int(vocab * dim),
-            "total": int(vocab * dim),
-            "frozen": 0,
-            "exported_table": {"rows": int(vocab), "dim": int(dim) + 1, "dtype": "float16"},
-        },
-    )

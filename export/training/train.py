@@ -59,13 +59,14 @@ from qaindex.text.tokenizer import Tokenizer
 
 from ..config import OPTIMIZERS, RECURRENT_KINDS, SAMPLINGS, TrainConfig
 from ..embeddings.spec import Embeddings, build_embeddings
-from ..networks.attentive import is_joint, joint_pair_scores
+from ..networks.attentive import is_joint
 from ..networks.families import from_config, make_optimizer, start_epoch
 from ..networks.models import DualEncoderQA, hinge_loss, riemannian_hook
 from ..networks.recurrent import RecurrentQA, cross_entropy_loss
 from .checkpoints import load_checkpoint, save_checkpoint
 from .data import Pairs, Split, TextTable, hold_out_dev, load_groups, split_groups, training_pairs
 from .evaluation import best_result, encode_texts, evaluate, evaluate_data
+from .joint import joint_pair_scores
 from .loop import Log, LoopConfig, Verdict, resolve_device, run, seeded, stderr_log, torch_settings
 from .negatives import hard_negatives, max_of_pool, random_negatives
 from .result import TrainResult

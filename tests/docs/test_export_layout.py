@@ -114,6 +114,18 @@ def test_no_import_circles(folder: str) -> None:
     assert not found, f"import circles in {folder}/: {detail}"
 
 
+def test_the_export_subpackages_import_in_one_direction() -> None:
+    """Between the subpackages of ``export/`` (a top-level module counts as its own node) the
+    imports go one way too: networks below training, training below exporting and adaptation."""
+    packages: dict[str, set[str]] = {}
+    for module, imported in import_graph(ROOT / "export", "qaindex_export").items():
+        mine = module.split(".")[0]
+        packages.setdefault(mine, set()).update(o for name in imported if (o := name.split(".")[0]) != mine)
+    assert {"networks", "training", "exporting", "adaptation", "embeddings"} <= packages.keys()
+    found = cycles(packages)
+    assert not found, f"subpackages of export/ that import each other: {found}"
+
+
 @pytest.mark.parametrize("folder", sorted(PACKAGES))
 def test_no_file_over_the_line_limit(folder: str) -> None:
     long = {

@@ -321,7 +321,8 @@ STATIC_VOCAB = ["[PAD]", "[UNK]", *FILL, *WORDS]
 def write_static_start(directory: Path, seed: int = 3) -> Path:
     """A weak static start in the built-in model's form (table + evidence column, lognorm ball,
     relative ranking): random rows, the filler words' rows five times longer than the topics'."""
-    from qaindex_export.embeddings.tokenlearn import BallFit, export_tokenlearn_model
+    from qaindex_export.exporting.table_export import export_tokenlearn_model
+    from qaindex_export.training.tokenlearn import BallFit
 
     rng = np.random.default_rng(seed)
     table = rng.normal(size=(len(STATIC_VOCAB), 12)).astype(np.float32)

@@ -16,13 +16,13 @@ from click.testing import CliRunner  # noqa: E402
 from qaindex_export.embeddings.distill import (  # noqa: E402
     DistilledTable,
     distill,
-    export_table_model,
     load_distilled,
     load_table,
     save_table,
     token_weights,
 )
 from qaindex_export.embeddings.spec import Embeddings, EmbeddingsError, build_embeddings  # noqa: E402
+from qaindex_export.exporting.table_export import export_table_model  # noqa: E402
 from qaindex_export.training.train import TrainConfig, pseudo_questions, train_unlabelled  # noqa: E402
 
 from qaindex.cli import main  # noqa: E402
