@@ -67,9 +67,9 @@ def _answers_without_questions(train_file: Path, *, strict: bool = True) -> list
 
 
 def _train_with_teacher(config: Any, answers: list[str], device: str, log: Any) -> Any:
-    """Unlabelled training against all-MiniLM-L6-v2 (see qaindex_export.training.train.train_unlabelled)."""
+    """Unlabelled training against all-MiniLM-L6-v2 (see qaindex_export.training.unlabelled.train_unlabelled)."""
     from qaindex_export.embeddings.distill import minilm_sentence_teacher
-    from qaindex_export.training.train import train_unlabelled
+    from qaindex_export.training.unlabelled import train_unlabelled
 
     teacher_device = "cuda" if device == "cuda" else None
     if device == "auto":
