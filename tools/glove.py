@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
-from qaindex_export.word_vectors import normalise_word
+from qaindex_export.embeddings.word_vectors import normalise_word
 
 from benchmarks.common import argument_parser
 from qaindex.text.tokenizer import Tokenizer

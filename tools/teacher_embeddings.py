@@ -45,7 +45,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    from qaindex_export.embeddings import minilm_dir
+    from qaindex_export.embeddings.spec import minilm_dir
     from sentence_transformers import SentenceTransformer
 
     torch.set_num_threads(args.threads)

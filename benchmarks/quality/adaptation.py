@@ -12,9 +12,9 @@ correct answer) are split once with a fixed seed:
 Systems, in the same run:
 
 - ``start``: the start model (the built-in default, or ``--start DIR``), untouched;
-- ``train --teacher``: :func:`qaindex_export.adapt.adapt_unlabelled` on the pool's answers
+- ``train --teacher``: :func:`qaindex_export.adaptation.adapt.adapt_unlabelled` on the pool's answers
   against all-MiniLM-L6-v2 (no question seen) — ``qaindex train ANSWERS.jsonl --teacher minilm``;
-- ``train``: :func:`qaindex_export.adapt.adapt_supervised` on the labelled share, the start
+- ``train``: :func:`qaindex_export.adaptation.adapt.adapt_supervised` on the labelled share, the start
   model as its own teacher — ``qaindex train LABELLED.jsonl``;
 - ``train + teacher``: the same with MiniLM's soft targets mixed in — ``qaindex train
   LABELLED.jsonl --teacher minilm``.
@@ -157,10 +157,10 @@ def run_corpus(
     teacher: Any,
     tmp: Path,
 ) -> dict[str, Any]:
-    from qaindex_export.adapt import adapt_supervised, adapt_unlabelled
-    from qaindex_export.adapt_config import ADAPT_DEFAULTS, LABEL_FREE_DEFAULTS, AdaptConfig
+    from qaindex_export.adaptation.adapt import adapt_supervised, adapt_unlabelled
+    from qaindex_export.adaptation.config import ADAPT_DEFAULTS, LABEL_FREE_DEFAULTS, AdaptConfig
     from qaindex_export.config import TrainConfig
-    from qaindex_export.onnx_export import export_model
+    from qaindex_export.exporting.onnx_export import export_model
 
     rng = np.random.default_rng(args.seed)
     order = rng.permutation(len(questions))
@@ -199,7 +199,7 @@ def run_corpus(
         print(f"{name[:28]:28} {system:18} MRR@10 {row['mrr@10']:.4f}  P@1 {row['p@1']:.3f}{extra}", flush=True)
 
     def calibrate(model_dir: Path, texts: list[str] | None, judge: Any, groups: Any = ()) -> None:
-        from qaindex_export.calibrate import calibrate_trained
+        from qaindex_export.adaptation.calibrate import calibrate_trained
 
         calibrate_trained(
             model_dir, train_data=list(groups), dev_data=None, answers=texts, teacher=judge, seed=config.seed,
@@ -326,7 +326,7 @@ def main() -> None:
     if args.render:
         replace_section("adaptation", doc_body(json.loads(Path(args.out).read_text())), DOC)
         return
-    from qaindex_export.distill import minilm_sentence_teacher
+    from qaindex_export.embeddings.distill import minilm_sentence_teacher
 
     teacher = cached(minilm_sentence_teacher())
     started = time.perf_counter()

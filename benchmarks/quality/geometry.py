@@ -124,8 +124,8 @@ def whole_corpus(model: Any, records: list[dict[str, Any]], relevant: dict[str, 
 
 
 def run_one(name: str, seed: int, epochs: int, data: Path, embeddings: Any) -> dict[str, Any]:
-    from qaindex_export.onnx_export import export_model
-    from qaindex_export.train import TrainConfig, train
+    from qaindex_export.exporting.onnx_export import export_model
+    from qaindex_export.training.train import TrainConfig, train
 
     from qaindex.eval.datasets import read_labelled
     from qaindex.eval.evaluate import evaluate_model
@@ -318,7 +318,7 @@ def main() -> None:
         args.epochs = previous.get("epochs", args.epochs)
         seeds = previous.get("seeds", seeds)
     else:
-        from qaindex_export.embeddings import build_embeddings
+        from qaindex_export.embeddings.spec import build_embeddings
 
         from qaindex.eval.datasets import read_labelled
 

@@ -139,7 +139,7 @@ def faq_pool() -> Pool:
 
 def traindata_pool(folder: Path, source: str, questions: int = 500, distractors: int = 3000) -> Pool:
     """Held-out pairs of the training corpus (``texts.jsonl`` + ``pairs.npy``): the pairs
-    ``export/tokenlearn.py`` holds out (seed 0, first 2,000 of a permutation), those of one
+    ``export/training/tokenlearn.py`` holds out (seed 0, first 2,000 of a permutation), those of one
     source, searched among their answers and ``distractors`` other answers of that source."""
     lines = (folder / "texts.jsonl").read_text(encoding="utf-8").splitlines()
     rows = [json.loads(line) for line in lines]

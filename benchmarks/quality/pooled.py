@@ -140,7 +140,8 @@ def distilled_model(
     dim: int, weighting: str, out: Path, *, geometry: str = "poincare", ranking: str | None = None
 ) -> Path:
     """Export the distilled MiniLM table (no training) as a model directory."""
-    from qaindex_export.distill import distill_minilm, export_table_model
+    from qaindex_export.embeddings.distill import distill_minilm
+    from qaindex_export.exporting.table_export import export_table_model
 
     table = distill_minilm(dim=dim, weighting=weighting)
     return export_table_model(
@@ -166,9 +167,9 @@ def finetuned_model(
     The same as ``qaindex train CORPUS --teacher minilm --embeddings distilled:TABLE`` with
     these settings.
     """
-    from qaindex_export.distill import distill_minilm, minilm_sentence_teacher, save_table
-    from qaindex_export.onnx_export import export_model
-    from qaindex_export.train import TrainConfig, train_unlabelled
+    from qaindex_export.embeddings.distill import distill_minilm, minilm_sentence_teacher, save_table
+    from qaindex_export.exporting.onnx_export import export_model
+    from qaindex_export.training.train import TrainConfig, train_unlabelled
 
     table = distill_minilm(dim=dim, weighting=weighting)
     path = save_table(table, out.parent / f"{out.name}.table.npz")

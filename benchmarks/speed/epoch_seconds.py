@@ -65,8 +65,8 @@ def measure(
     dataset: str, model: str, data: Path, *, device: str, epochs: int, export: bool, cpu: float | None
 ) -> dict[str, Any]:
     """Train one (dataset, model) for ``epochs`` epochs on ``device``; time each epoch; export it."""
-    from qaindex_export.onnx_export import export_model
-    from qaindex_export.train import TrainConfig, resolve_device, train
+    from qaindex_export.exporting.onnx_export import export_model
+    from qaindex_export.training.train import TrainConfig, resolve_device, train
 
     train_file, dev_file, _ = (data / p for p in SPLITS[dataset])
     settings = {**MODEL_SETTINGS[model], "seed": 0, "epochs": epochs, "threads": 1, "device": device}
@@ -173,7 +173,7 @@ def main() -> None:
         sys.exit(f"error: {out_json}: no results file to report; measure first (--device cuda)")
     results: dict[str, Any] = json.loads(out_json.read_text()) if out_json.is_file() else {"rows": []}
     if not args.report_only:
-        from qaindex_export.train import resolve_device
+        from qaindex_export.training.train import resolve_device
 
         if not (data / "wikiqa").is_dir():
             sys.exit(f"error: {data}: no datasets here; pass --data ../shared/datasets")

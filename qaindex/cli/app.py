@@ -445,7 +445,7 @@ def _near_centre_line(near: dict[str, Any]) -> str:
         return (
             f"warning: {line}; this model ranks by plain Poincaré distance, so they can be the top hit "
             f"of every question: retrain it with qaindex train (relative ranking), or re-export its scorer "
-            f"with qaindex_export.onnx_export.set_ranking(MODEL_DIR, 'relative')"
+            f"with qaindex_export.exporting.onnx_export.set_ranking(MODEL_DIR, 'relative')"
         )
     if near["ranking"] == "distance" or not near["count"]:
         return line

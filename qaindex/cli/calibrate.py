@@ -195,8 +195,8 @@ def _calibrate(
         from .train import _require_torch
 
         _require_torch()
-        from qaindex_export.calibrate import teacher_calibration_data
-        from qaindex_export.distill import minilm_sentence_teacher
+        from qaindex_export.adaptation.calibrate import teacher_calibration_data
+        from qaindex_export.embeddings.distill import minilm_sentence_teacher
 
         answers = [r.answer for r in read_corpus(data)]
         given = len(off_questions)

@@ -56,11 +56,11 @@ def export_model_command(source: str, out: Path, name: str | None, tolerance: fl
     say("loading torch and the export package")
     try:
         import torch  # noqa: F401
-        from qaindex_export.sentence_transformer import export_sentence_transformer
+        from qaindex_export.exporting.sentence_transformer import export_sentence_transformer
     except ImportError:
         raise MissingDependencyError(HINT) from None
     if source == "minilm" and not Path(source).exists():
-        from qaindex_export.embeddings import minilm_dir
+        from qaindex_export.embeddings.spec import minilm_dir
 
         src = minilm_dir()
         label: str | None = name or "all-MiniLM-L6-v2"

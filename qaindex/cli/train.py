@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from qaindex_export.adapt_config import ADAPT_DEFAULTS, LABEL_FREE_DEFAULTS, AdaptConfig
+from qaindex_export.adaptation.config import ADAPT_DEFAULTS, LABEL_FREE_DEFAULTS, AdaptConfig
 from qaindex_export.config import TrainConfig, read_config_file
 
 from ..errors import MissingDependencyError, QAIndexError
@@ -67,9 +67,9 @@ def _answers_without_questions(train_file: Path, *, strict: bool = True) -> list
 
 
 def _train_with_teacher(config: Any, answers: list[str], device: str, log: Any) -> Any:
-    """Unlabelled training against all-MiniLM-L6-v2 (see qaindex_export.train.train_unlabelled)."""
-    from qaindex_export.distill import minilm_sentence_teacher
-    from qaindex_export.train import train_unlabelled
+    """Unlabelled training against all-MiniLM-L6-v2 (see qaindex_export.training.unlabelled.train_unlabelled)."""
+    from qaindex_export.embeddings.distill import minilm_sentence_teacher
+    from qaindex_export.training.unlabelled import train_unlabelled
 
     teacher_device = "cuda" if device == "cuda" else None
     if device == "auto":
@@ -110,9 +110,9 @@ def _adapt(
     adapt: dict[str, Any],
     log: Any,
 ) -> Any:
-    """Adaptation of the start model (qaindex_export.adapt): label-free on ``answers`` (a corpus
+    """Adaptation of the start model (qaindex_export.adaptation.adapt): label-free on ``answers`` (a corpus
     without questions, with a teacher), else supervised on the corpus's questions."""
-    from qaindex_export.adapt import adapt_supervised, adapt_unlabelled
+    from qaindex_export.adaptation.adapt import adapt_supervised, adapt_unlabelled
 
     settings = AdaptConfig(**adapt).validate()
     sentence_teacher = _sentence_teacher(config.device) if teacher is not None else None
@@ -123,7 +123,7 @@ def _adapt(
 
 
 def _sentence_teacher(device: str) -> Any:
-    from qaindex_export.distill import minilm_sentence_teacher
+    from qaindex_export.embeddings.distill import minilm_sentence_teacher
 
     teacher_device = "cuda" if device == "cuda" else None
     if device == "auto":
@@ -154,11 +154,11 @@ def _calibrate(
 ) -> dict[str, Any]:
     """Calibrate the exported model's scores on held-out data (:mod:`qaindex.search.calibration`);
     a model that cannot be calibrated (e.g. no irrelevant hit) stays uncalibrated, said in the summary."""
-    from qaindex_export.calibrate import calibrate_trained
+    from qaindex_export.adaptation.calibrate import calibrate_trained
 
     teacher = None
     if answers is not None:
-        from qaindex_export.distill import minilm_sentence_teacher
+        from qaindex_export.embeddings.distill import minilm_sentence_teacher
 
         teacher = minilm_sentence_teacher(device="cuda" if device == "cuda" else None)
     try:
@@ -344,9 +344,9 @@ def train(
     try:
         _require_torch()
         try:
-            from qaindex_export.onnx_export import export_model
-            from qaindex_export.train import save_checkpoint
-            from qaindex_export.train import train as run_training
+            from qaindex_export.exporting.onnx_export import export_model
+            from qaindex_export.training.train import save_checkpoint
+            from qaindex_export.training.train import train as run_training
         except ImportError as exc:
             raise MissingDependencyError(f"{TORCH_HINT} ({exc})") from None
         adapt_names = {f.name for f in fields(AdaptConfig)}

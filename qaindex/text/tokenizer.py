@@ -26,7 +26,7 @@ Special tokens written literally in the text (such as "[SEP]") are not
 recognised; they are tokenized like any other text.
 
 A tokenizer made with ``cls_token`` and ``sep_token`` (as exported sentence-transformers
-models are, :mod:`qaindex_export.sentence_transformer`) wraps every encoding in them, as
+models are, :mod:`qaindex_export.exporting.sentence_transformer`) wraps every encoding in them, as
 HuggingFace's BERT tokenizers do for a single sequence: ``[CLS] tokens [SEP]``, truncated
 to ``max_tokens`` including both (the text's tokens are cut to ``max_tokens - 2``).
 

@@ -266,7 +266,7 @@ def test_missing_model_dir(runner: CliRunner, faq_file: Path, tmp_path: Path) ->
 def test_import_qaindex_does_not_import_torch() -> None:
     code = (
         "import sys, qaindex, qaindex.cli, qaindex.ranker, qaindex.model; "
-        "heavy = [m for m in ('torch', 'onnx', 'qaindex_export.train', 'qaindex_export.models') if m in sys.modules]; "
+        "heavy = [m for m in ('torch', 'onnx', 'qaindex_export.training.train', 'qaindex_export.networks.models') if m in sys.modules]; "
         "print(heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

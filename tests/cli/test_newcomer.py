@@ -301,7 +301,7 @@ def test_train_on_answers_without_questions_points_at_the_teacher(tmp_path: Path
 @pytest.mark.torch
 def test_train_summary_has_dev_onnx_for_a_held_out_dev_split(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from qaindex_export.synthetic import planted_word_groups, write_benchmark
+    from qaindex_export.training.synthetic import planted_word_groups, write_benchmark
 
     from qaindex.cli.train import train
 

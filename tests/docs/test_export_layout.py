@@ -12,6 +12,7 @@ import ast
 from pathlib import Path
 
 import pytest
+import tomllib
 from helpers.graphs import circles as cycles
 from helpers.source_lines import code_lines
 
@@ -29,46 +30,58 @@ PACKAGES = {
 CODE_FOLDERS = ("qaindex", "export", "benchmarks", "tools", "tests", "examples")
 
 
-def module_name(path: Path, folder: Path) -> str:
-    """``quality.pooled`` for ``folder/quality/pooled.py``; a package's ``__init__`` is the package."""
-    parts = path.relative_to(folder).with_suffix("").parts
-    return ".".join(parts[:-1]) if parts[-1] == "__init__" and len(parts) > 1 else ".".join(parts)
+def module_names(folder: Path) -> dict[str, Path]:
+    """``{dotted name below folder: path}`` of every ``*.py`` of ``folder`` and its subpackages
+    (a package's ``__init__.py`` is named as the package; the folder's own is left out)."""
+    names: dict[str, Path] = {}
+    for path in sorted(folder.rglob("*.py")):
+        parts = path.relative_to(folder).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if parts:
+            names[".".join(parts)] = path
+    return names
 
 
 def import_graph(folder: Path, package: str) -> dict[str, dict[str, int]]:
-    """``{module: {imported module of the folder: first line}}`` for the ``*.py`` files under ``folder``.
+    """``{module: {imported module: first line}}`` for the modules of ``folder`` and its subpackages,
+    named by their dotted path below it (``training.loop``).
 
-    ``package`` is the name the folder is imported as; modules in subfolders are named by their
-    dotted path below it (``quality.pooled``); relative imports count too.
+    ``package`` is the name the folder is imported as; relative imports count too. An import
+    resolves to the deepest module it names (``from ..networks import models`` →
+    ``networks.models``; ``from ..networks.models import BallMap`` → ``networks.models``).
     """
-    paths = sorted(folder.rglob("*.py"))
-    modules = {module_name(p, folder) for p in paths}
+    modules = module_names(folder)
+    package_parts = package.split(".")
     graph: dict[str, dict[str, int]] = {}
-    for path in paths:
-        me = module_name(path, folder)
-        here = me.split(".") if path.name == "__init__.py" and me != "__init__" else me.split(".")[:-1]
+    for me, path in modules.items():
         found: dict[str, int] = {}
+        here = list(path.relative_to(folder).parent.parts)  # the package the module is in
 
-        def add(parts: list[str], names: list[str], line: int, found: dict[str, int] = found, me: str = me) -> None:
-            base = ".".join(parts)
-            hits = [f"{base}.{n}" if base else n for n in names]
-            for name in [h for h in hits if h in modules] or [base]:
-                if name in modules and name != me:
-                    found.setdefault(name, line)
+        def add(parts: list[str], line: int, found: dict[str, int] = found, me: str = me) -> None:
+            for end in range(len(parts), 0, -1):  # the deepest module the name reaches
+                name = ".".join(parts[:end])
+                if name in modules:
+                    if name != me:
+                        found.setdefault(name, line)
+                    return
 
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             if isinstance(node, ast.ImportFrom):
-                parts = (node.module or "").split(".") if node.module else []
-                names = [alias.name for alias in node.names]
-                if node.level >= 1:
-                    add(here[: len(here) - (node.level - 1)] + parts, names, node.lineno)
-                elif parts[: len(package.split("."))] == package.split("."):
-                    add(parts[len(package.split(".")) :], names, node.lineno)
+                named = (node.module or "").split(".") if node.module else []
+                if node.level > 0:
+                    base = here[: len(here) - (node.level - 1)] + named
+                elif named[: len(package_parts)] == package_parts:
+                    base = named[len(package_parts) :]
+                else:
+                    continue
+                for alias in node.names:  # from . import a / from .pkg import module / from .module import name
+                    add([*base, alias.name], node.lineno)
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     parts = alias.name.split(".")
-                    if parts[: len(package.split("."))] == package.split(".") and len(parts) > len(package.split(".")):
-                        add(parts[len(package.split(".")) :], [], node.lineno)
+                    if parts[: len(package_parts)] == package_parts:
+                        add(parts[len(package_parts) :], node.lineno)
         graph[me] = found
     return graph
 
@@ -83,6 +96,21 @@ def test_the_checker_finds_a_circle_behind_a_function_level_import(tmp_path: Pat
     assert cycles(graph) == [["a", "b", "c"]]
 
 
+def test_the_checker_follows_imports_across_subpackages(tmp_path: Path) -> None:
+    for sub in ("one", "two"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "__init__.py").write_text('"""A subpackage."""\n', encoding="utf-8")
+    (tmp_path / "top.py").write_text("X = 1\n", encoding="utf-8")
+    (tmp_path / "one" / "a.py").write_text("from ..two.b import y\nfrom ..top import X\n", encoding="utf-8")
+    (tmp_path / "one" / "c.py").write_text("from . import a\nfrom ..two import b\n", encoding="utf-8")
+    (tmp_path / "two" / "b.py").write_text("def f():\n    import pkg.one.c\n", encoding="utf-8")
+    graph = import_graph(tmp_path, "pkg")
+    assert graph["one.a"] == {"two.b": 1, "top": 2}
+    assert graph["one.c"] == {"one.a": 1, "two.b": 2}
+    assert graph["two.b"] == {"one.c": 2}
+    assert cycles(graph) == [["one.a", "one.c", "two.b"]]
+
+
 @pytest.mark.parametrize("folder", sorted(PACKAGES))
 def test_no_import_circles(folder: str) -> None:
     graph = import_graph(ROOT / folder, PACKAGES[folder])
@@ -92,10 +120,22 @@ def test_no_import_circles(folder: str) -> None:
     assert not found, f"import circles in {folder}/: {detail}"
 
 
+def test_the_export_subpackages_import_in_one_direction() -> None:
+    """Between the subpackages of ``export/`` (a top-level module counts as its own node) the
+    imports go one way too: networks below training, training below exporting and adaptation."""
+    packages: dict[str, set[str]] = {}
+    for module, imported in import_graph(ROOT / "export", "qaindex_export").items():
+        mine = module.split(".")[0]
+        packages.setdefault(mine, set()).update(o for name in imported if (o := name.split(".")[0]) != mine)
+    assert {"networks", "training", "exporting", "adaptation", "embeddings"} <= packages.keys()
+    found = cycles(packages)
+    assert not found, f"subpackages of export/ that import each other: {found}"
+
+
 @pytest.mark.parametrize("folder", sorted(PACKAGES))
 def test_no_file_over_the_line_limit(folder: str) -> None:
     long = {
-        f"{p.relative_to(ROOT).as_posix()}": n
+        p.relative_to(ROOT).as_posix(): n
         for p in sorted((ROOT / folder).rglob("*.py"))
         if (n := code_lines(p.read_text(encoding="utf-8"))) > MAX_LINES
     }
@@ -109,6 +149,18 @@ def test_the_long_file_list_is_current() -> None:
         assert path.is_file(), f"{name}: listed in LONG_FILES but gone; remove the entry"
         lines = code_lines(path.read_text(encoding="utf-8"))
         assert lines > MAX_LINES, f"{name}: {lines} lines of code now; remove it from LONG_FILES"
+
+
+def test_every_export_subpackage_says_its_job_and_installs() -> None:
+    """Each folder of ``export/`` is a package with a docstring, listed in pyproject's packages."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    folders = sorted(p.parent for p in (ROOT / "export").rglob("*.py"))
+    for folder in folders:
+        init = folder / "__init__.py"
+        assert init.is_file(), f"{folder.relative_to(ROOT)}/ has no __init__.py"
+        assert ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))), f"{init.relative_to(ROOT)}: say its job"
+        name = ".".join(["qaindex_export", *folder.relative_to(ROOT / "export").parts])
+        assert name in listed, f"{name} is not in pyproject.toml's [tool.setuptools] packages"
 
 
 def sys_path_edits(root: Path, folders: tuple[str, ...] = CODE_FOLDERS) -> list[str]:

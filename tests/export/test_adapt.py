@@ -15,11 +15,11 @@ from helpers.trained import planted_teacher_task
 torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
-from qaindex_export.adapt import AdaptedTable, StartError, adapt_supervised, adapt_unlabelled, load_start  # noqa: E402
-from qaindex_export.adapt_config import AdaptConfig  # noqa: E402
-from qaindex_export.families import build_model  # noqa: E402
-from qaindex_export.onnx_export import export_model  # noqa: E402
-from qaindex_export.train import TrainConfig, TrainResult  # noqa: E402
+from qaindex_export.adaptation.adapt import AdaptedTable, StartError, adapt_supervised, adapt_unlabelled, load_start  # noqa: E402
+from qaindex_export.adaptation.config import AdaptConfig  # noqa: E402
+from qaindex_export.exporting.onnx_export import export_model  # noqa: E402
+from qaindex_export.networks.families import build_model  # noqa: E402
+from qaindex_export.training.train import TrainConfig, TrainResult  # noqa: E402
 
 from qaindex.cli import main  # noqa: E402
 from qaindex.eval.datasets import Candidate, QuestionGroup  # noqa: E402
@@ -128,8 +128,8 @@ def test_load_start_reads_an_old_format_directory(tmp_path: Path) -> None:
     manifest = json.loads((old / "manifest.json").read_text())
     del manifest["geometry"]["ranking"]
     manifest["score"]["formula"] = "-(w_f * d + b_f)"
-    from qaindex_export.export_forms import PoincareScorer
-    from qaindex_export.onnx_export import export_scorer
+    from qaindex_export.exporting.export_forms import PoincareScorer
+    from qaindex_export.exporting.onnx_export import export_scorer
 
     params = manifest["score"]["parameters"]
     graph = export_scorer(PoincareScorer(params["w_f"], params["b_f"], "distance"), manifest["dimension"])
@@ -321,7 +321,8 @@ STATIC_VOCAB = ["[PAD]", "[UNK]", *FILL, *WORDS]
 def write_static_start(directory: Path, seed: int = 3) -> Path:
     """A weak static start in the built-in model's form (table + evidence column, lognorm ball,
     relative ranking): random rows, the filler words' rows five times longer than the topics'."""
-    from qaindex_export.tokenlearn import BallFit, export_tokenlearn_model
+    from qaindex_export.exporting.table_export import export_tokenlearn_model
+    from qaindex_export.training.tokenlearn import BallFit
 
     rng = np.random.default_rng(seed)
     table = rng.normal(size=(len(STATIC_VOCAB), 12)).astype(np.float32)
@@ -369,7 +370,7 @@ def varied_corpus(rng: np.random.Generator, n: int = 120) -> tuple[list[str], li
 
 
 def test_teacher_alignment_recovers_a_rotated_centred_space() -> None:
-    from qaindex_export.adapt import teacher_alignment
+    from qaindex_export.adaptation.adapt import teacher_alignment
 
     rng = np.random.default_rng(1)
     teacher = rng.normal(size=(300, 8)) + 4.0
@@ -448,7 +449,7 @@ def test_adapt_config_refuses_a_ranking_term_without_pseudo_questions() -> None:
 
 
 def test_paired_gain_test_counts_and_p_values() -> None:
-    from qaindex_export.adapt import paired_gain_test
+    from qaindex_export.adaptation.adapt import paired_gain_test
 
     t = paired_gain_test(np.zeros(6), np.array([1.0, 0.5, 0.5, 0.0, 0.0, -0.5]))
     assert (t["better"], t["worse"]) == (3, 1)
@@ -490,7 +491,7 @@ def test_a_noisy_gain_on_a_tiny_held_out_split_keeps_the_start(tmp_path: Path) -
 
 @pytest.mark.slow  # a minute of training on two cores: CI runs it (QAINDEX_SLOW=1)
 def test_cli_train_without_labels_uses_the_label_free_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import qaindex_export.distill as distill
+    import qaindex_export.embeddings.distill as distill
 
     monkeypatch.setattr(distill, "minilm_sentence_teacher", lambda **_kw: topic_teacher())
     answers, _ = varied_corpus(np.random.default_rng(7), n=40)

@@ -19,12 +19,12 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from click.testing import CliRunner  # noqa: E402
-from qaindex_export.attentive import AttentiveQA, build_attentive_model  # noqa: E402
-from qaindex_export.attentive_export import check_reranker_parity, export_module, export_reranker_graph  # noqa: E402
 from qaindex_export.config import MODEL_DEFAULTS, TrainConfig  # noqa: E402
-from qaindex_export.negatives import max_of_pool as _max_of_pool  # noqa: E402
-from qaindex_export.onnx_export import ExportError, export_model  # noqa: E402
-from qaindex_export.train import TextTable, load_checkpoint, save_checkpoint, train  # noqa: E402
+from qaindex_export.exporting.attentive_export import check_reranker_parity, export_module, export_reranker_graph  # noqa: E402
+from qaindex_export.exporting.onnx_export import ExportError, export_model  # noqa: E402
+from qaindex_export.networks.attentive import AttentiveQA, build_attentive_model  # noqa: E402
+from qaindex_export.training.negatives import max_of_pool as _max_of_pool  # noqa: E402
+from qaindex_export.training.train import TextTable, load_checkpoint, save_checkpoint, train  # noqa: E402
 
 from qaindex import Model, ModelFormatError, QueryError, Ranker  # noqa: E402
 from qaindex.cli import main  # noqa: E402

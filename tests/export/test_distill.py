@@ -13,17 +13,17 @@ from helpers.trained import planted_teacher_task
 torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
-from qaindex_export.distill import (  # noqa: E402
+from qaindex_export.embeddings.distill import (  # noqa: E402
     DistilledTable,
     distill,
-    export_table_model,
     load_distilled,
     load_table,
     save_table,
     token_weights,
 )
-from qaindex_export.embeddings import Embeddings, EmbeddingsError, build_embeddings  # noqa: E402
-from qaindex_export.train import TrainConfig, pseudo_questions, train_unlabelled  # noqa: E402
+from qaindex_export.embeddings.spec import Embeddings, EmbeddingsError, build_embeddings  # noqa: E402
+from qaindex_export.exporting.table_export import export_table_model  # noqa: E402
+from qaindex_export.training.train import TrainConfig, pseudo_questions, train_unlabelled  # noqa: E402
 
 from qaindex.cli import main  # noqa: E402
 from qaindex.model import Model  # noqa: E402
@@ -194,7 +194,7 @@ def test_cli_train_with_teacher_on_answers_only(tmp_path: Path) -> None:
     """`qaindex train CORPUS --teacher minilm` on a corpus without any question (real MiniLM
     teacher, a small distilled table from a file so no distillation runs here)."""
     pytest.importorskip("sentence_transformers")
-    from qaindex_export.embeddings import load_minilm
+    from qaindex_export.embeddings.spec import load_minilm
 
     try:
         minilm = load_minilm()

@@ -15,9 +15,9 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from qaindex_export.config import TrainConfig  # noqa: E402
-from qaindex_export.encoders import SequenceQA, build_sequence_model, pad_ragged  # noqa: E402
-from qaindex_export.negatives import max_of_pool as _max_of_pool  # noqa: E402
-from qaindex_export.train import (  # noqa: E402
+from qaindex_export.networks.encoders import SequenceQA, build_sequence_model, pad_ragged  # noqa: E402
+from qaindex_export.training.negatives import max_of_pool as _max_of_pool  # noqa: E402
+from qaindex_export.training.train import (  # noqa: E402
     TextTable,
     encode_texts,
     load_checkpoint,
@@ -218,7 +218,7 @@ def test_served_ranking_equals_torch(exported: Path, trained, data: dict) -> Non
 def test_lstm_graphs_are_traced_by_torchscript(trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """torch 2.11's dynamo exporter pinned QA-biLSTM's sequence length (a static axis 1), so every
     LSTM graph goes through the TorchScript exporter; QA-CNN's encoder and every scorer through dynamo."""
-    from qaindex_export.onnx_export import export_model
+    from qaindex_export.exporting.onnx_export import export_model
 
     seen = record_tracers(monkeypatch)
     export_model(trained, tmp_path / "model")

@@ -13,9 +13,8 @@ torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from qaindex_export.export_forms import FoldedEncoder, PoincareScorer  # noqa: E402
-from qaindex_export.models import BagOfWords, BallMap, CosineQA, HyperQA  # noqa: E402
-from qaindex_export.onnx_export import (  # noqa: E402
+from qaindex_export.exporting.export_forms import FoldedEncoder, PoincareScorer  # noqa: E402
+from qaindex_export.exporting.onnx_export import (  # noqa: E402
     ExportError,
     check_parity,
     export_encoder,
@@ -24,8 +23,9 @@ from qaindex_export.onnx_export import (  # noqa: E402
     folded_encoder,
     scorer_module,
 )
-from qaindex_export.synthetic import planted_word_groups, write_benchmark  # noqa: E402
-from qaindex_export.train import TrainConfig, sha256_file, train  # noqa: E402
+from qaindex_export.networks.models import BagOfWords, BallMap, CosineQA, HyperQA  # noqa: E402
+from qaindex_export.training.synthetic import planted_word_groups, write_benchmark  # noqa: E402
+from qaindex_export.training.train import TrainConfig, sha256_file, train  # noqa: E402
 
 from qaindex import Model, Ranker  # noqa: E402
 from qaindex.geometry.hyperbolic import project  # noqa: E402
@@ -232,7 +232,7 @@ def test_relative_scorer_graph_matches_formula() -> None:
 def test_set_ranking_rewrites_scorer_and_manifest(exported: Path, tmp_path: Path) -> None:
     import shutil
 
-    from qaindex_export.onnx_export import set_ranking
+    from qaindex_export.exporting.onnx_export import set_ranking
 
     path = tmp_path / "m"
     shutil.copytree(exported, path)
@@ -268,7 +268,7 @@ def test_parity_check_catches_a_wrong_graph() -> None:
 def test_both_exporters_give_the_same_encoder_and_an_unknown_one_is_refused() -> None:
     """``export_traced`` behind ``export_encoder``: dynamo and TorchScript graphs compute the same
     vectors on any batch and length (symbolic axes are checked inside); other names are refused."""
-    from qaindex_export.onnx_graph import session
+    from qaindex_export.exporting.onnx_graph import session
 
     torch.manual_seed(0)
     encoder = folded_encoder(HyperQA(BagOfWords(30, 8, embed_dim=5), BallMap("clip")))

@@ -2,7 +2,7 @@
 
 Each kind of :data:`qaindex_export.config.MODEL_KINDS` is trained for one epoch on the planted
 task (tiny sizes) and written as a model directory by
-:func:`qaindex_export.onnx_export.export_model`; its graphs, loaded from that directory as the
+:func:`qaindex_export.exporting.onnx_export.export_model`; its graphs, loaded from that directory as the
 runtime loads them, are run by onnxruntime against the torch model on batch sizes, lengths and
 (HRDE answers) chunk counts other than, and longer than, the example the graphs were traced
 from (2 texts of 3 tokens; 2 answers of 2 chunks of 3 tokens).
@@ -21,10 +21,10 @@ torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
 from qaindex_export.config import MODEL_KINDS, TrainConfig  # noqa: E402
-from qaindex_export.families import family  # noqa: E402
-from qaindex_export.onnx_export import export_model  # noqa: E402
-from qaindex_export.parity import Parity, padded_batch  # noqa: E402
-from qaindex_export.train import train  # noqa: E402
+from qaindex_export.exporting.onnx_export import export_model  # noqa: E402
+from qaindex_export.exporting.parity import Parity, padded_batch  # noqa: E402
+from qaindex_export.networks.families import family  # noqa: E402
+from qaindex_export.training.train import train  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

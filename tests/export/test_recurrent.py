@@ -17,9 +17,9 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from qaindex_export.config import TrainConfig  # noqa: E402
-from qaindex_export.onnx_export import ExportError  # noqa: E402
-from qaindex_export.recurrent import RecurrentQA, cross_entropy_loss, last_state  # noqa: E402
-from qaindex_export.recurrent_export import check_recurrent_parity, export_graph  # noqa: E402
+from qaindex_export.exporting.onnx_export import ExportError  # noqa: E402
+from qaindex_export.exporting.recurrent_export import check_recurrent_parity, export_graph  # noqa: E402
+from qaindex_export.networks.recurrent import RecurrentQA, cross_entropy_loss, last_state  # noqa: E402
 
 from qaindex import Model, ModelFormatError, Ranker  # noqa: E402
 from qaindex.eval.evaluate import evaluate_model  # noqa: E402
@@ -195,7 +195,7 @@ def test_export_manifest_graphs_and_parity(exported: Path, trained) -> None:
 
 @pytest.mark.parametrize("kind", ["rde", "hrde-ltc"])
 def test_parity_check_catches_a_wrong_graph(kind: str) -> None:
-    from qaindex_export.recurrent_export import _export_torchscript
+    from qaindex_export.exporting.recurrent_export import _export_torchscript
 
     torch.manual_seed(4)
     model, other = (RecurrentQA(kind, 20, hidden=6, embed_dim=4, topics=2).eval() for _ in range(2))
@@ -211,7 +211,7 @@ def test_parity_check_catches_a_wrong_graph(kind: str) -> None:
 def test_parity_check_names_a_numerically_unstable_model() -> None:
     # large recurrent weights (spectral norm ~11) amplify float32 rounding along a text: torch in
     # float32, torch in float64 and onnxruntime disagree, a property of the weights, not the export
-    from qaindex_export.recurrent_export import _export_torchscript
+    from qaindex_export.exporting.recurrent_export import _export_torchscript
 
     torch.manual_seed(0)
     model = RecurrentQA("rde", 50, hidden=32, embed_dim=8).eval()
@@ -393,7 +393,7 @@ def test_ranker_save_load_add_keeps_bilinear_search(exported: Path, trained, dat
 
 
 def test_checkpoint_round_trip(trained, tmp_path: Path) -> None:
-    from qaindex_export.train import load_checkpoint, save_checkpoint
+    from qaindex_export.training.train import load_checkpoint, save_checkpoint
 
     loaded = load_checkpoint(save_checkpoint(trained, tmp_path / "ckpt"))
     texts = ["what about topic3 fill2. fill1", "topic7", ""]

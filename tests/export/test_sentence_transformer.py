@@ -252,7 +252,9 @@ def test_cli_import_stays_light() -> None:
     import sys
 
     code = "import sys, qaindex.cli; print(sorted(m for m in sys.modules if m.split('.')[0] in "
-    code += "('torch', 'sentence_transformers', 'transformers') or m == 'qaindex_export.sentence_transformer'))"
+    code += (
+        "('torch', 'sentence_transformers', 'transformers') or m == 'qaindex_export.exporting.sentence_transformer'))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -264,7 +266,7 @@ def test_cli_import_stays_light() -> None:
 @pytest.mark.torch
 def test_minilm_exports_with_parity(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from qaindex_export.embeddings import minilm_dir
+    from qaindex_export.embeddings.spec import minilm_dir
     from sentence_transformers import SentenceTransformer
 
     import qaindex.cli

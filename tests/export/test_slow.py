@@ -36,8 +36,8 @@ def test_wikiqa_reproduction_on_a_small_budget(model: str, minimum_map: float) -
 
 def test_served_index_reproduces_the_direct_evaluation(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from qaindex_export.onnx_export import export_model
-    from qaindex_export.train import TrainConfig, train
+    from qaindex_export.exporting.onnx_export import export_model
+    from qaindex_export.training.train import TrainConfig, train
 
     from qaindex.eval.datasets import read_labelled
     from qaindex.eval.evaluate import evaluate_model, evaluate_via_index

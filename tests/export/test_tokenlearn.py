@@ -1,4 +1,4 @@
-"""Sentence-level distillation (qaindex_export.tokenlearn) and the lognorm ball map."""
+"""Sentence-level distillation (qaindex_export.training.tokenlearn) and the lognorm ball map."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from qaindex_export.models import BallMap  # noqa: E402
-from qaindex_export.tokenlearn import (  # noqa: E402
+from qaindex_export.exporting.table_export import export_tokenlearn_model  # noqa: E402
+from qaindex_export.networks.models import BallMap  # noqa: E402
+from qaindex_export.training.tokenlearn import (  # noqa: E402
     StaticStudent,
     TokenizedTexts,
     TokenlearnConfig,
     encode_sums,
     evidence_weights,
-    export_tokenlearn_model,
     fit_ball,
     info_nce,
     train_tokenlearn,
@@ -155,7 +155,8 @@ def test_exported_model_matches_the_runtime_formula(tmp_path: Path) -> None:
 
 
 def test_old_model_directories_still_load(tmp_path: Path) -> None:
-    from qaindex_export.distill import DistilledTable, export_table_model
+    from qaindex_export.embeddings.distill import DistilledTable
+    from qaindex_export.exporting.table_export import export_table_model
 
     vocab = ["[PAD]", "[UNK]", "reset", "password"]
     table = DistilledTable(vocab, np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32))

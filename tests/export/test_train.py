@@ -13,26 +13,26 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
-from qaindex_export.data import split_groups as _split  # noqa: E402
-from qaindex_export.data import training_pairs as _pairs  # noqa: E402
-from qaindex_export.embeddings import (  # noqa: E402
+from qaindex_export.embeddings.spec import (  # noqa: E402
     Embeddings,
     EmbeddingsError,
     build_embeddings,
     load_minilm,
     read_word_vectors,
 )
-from qaindex_export.families import build_model  # noqa: E402
-from qaindex_export.models import (  # noqa: E402
+from qaindex_export.networks.families import build_model  # noqa: E402
+from qaindex_export.networks.models import (  # noqa: E402
     BallMap,
     hinge_loss,
     riemannian_hook,
     riemannian_rescale,
 )
-from qaindex_export.negatives import hard_negatives as _hard_negatives  # noqa: E402
-from qaindex_export.negatives import random_negatives as _random_negatives  # noqa: E402
-from qaindex_export.synthetic import planted_word_groups, write_benchmark, write_corpus  # noqa: E402
-from qaindex_export.train import (  # noqa: E402
+from qaindex_export.training.data import split_groups as _split  # noqa: E402
+from qaindex_export.training.data import training_pairs as _pairs  # noqa: E402
+from qaindex_export.training.negatives import hard_negatives as _hard_negatives  # noqa: E402
+from qaindex_export.training.negatives import random_negatives as _random_negatives  # noqa: E402
+from qaindex_export.training.synthetic import planted_word_groups, write_benchmark, write_corpus  # noqa: E402
+from qaindex_export.training.train import (  # noqa: E402
     TextTable,
     TrainConfig,
     evaluate_data,

@@ -39,13 +39,13 @@ def trained_model_fixtures(
     @pytest.fixture(scope="module", params=list(kinds))
     def trained(request: pytest.FixtureRequest, data: dict) -> Any:
         from qaindex_export.config import TrainConfig
-        from qaindex_export.train import train
+        from qaindex_export.training.train import train
 
         return train(TrainConfig(model=request.param, **settings), data["train"], data["dev"], log=None)
 
     @pytest.fixture(scope="module")
     def exported(trained: Any, tmp_path_factory: pytest.TempPathFactory, data: dict) -> Path:
-        from qaindex_export.onnx_export import export_model
+        from qaindex_export.exporting.onnx_export import export_model
 
         return export_model(trained, tmp_path_factory.mktemp(folder) / trained.config.model, dev_data=data["dev"])
 
@@ -92,10 +92,10 @@ def planted_teacher_task(
 def record_tracers(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
     """Record which torch exporter traces each graph: ``{"dynamo": [...], "torchscript": [...]}``.
 
-    Wraps ``qaindex_export.onnx_graph.export_graph`` (dynamo) and ``export_torchscript``; each
+    Wraps ``qaindex_export.exporting.onnx_graph.export_graph`` (dynamo) and ``export_torchscript``; each
     entry is the traced module's class name.
     """
-    from qaindex_export import onnx_graph
+    from qaindex_export.exporting import onnx_graph
 
     seen: dict[str, list[str]] = {"dynamo": [], "torchscript": []}
     for key, name in (("dynamo", "export_graph"), ("torchscript", "export_torchscript")):

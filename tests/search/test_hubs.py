@@ -110,7 +110,7 @@ def _poincare_model(directory: Path, ranking: str | None) -> Path:
     path = make_model(directory, vocab, emb.astype(np.float32), name="tiny-poincare")
     if ranking is not None:
         pytest.importorskip("torch")
-        from qaindex_export.onnx_export import set_ranking
+        from qaindex_export.exporting.onnx_export import set_ranking
 
         set_ranking(path, ranking)
     return path
@@ -219,9 +219,9 @@ def test_build_and_info_report_answers_near_centre(tmp_path: Path, relative_mode
 @pytest.mark.parametrize("ranking", ["relative", "distance"])
 def test_trained_model_junk_never_above_relevant_answer(tmp_path: Path, ranking: str) -> None:
     pytest.importorskip("torch")
-    from qaindex_export.onnx_export import export_model
-    from qaindex_export.synthetic import planted_word_groups
-    from qaindex_export.train import TrainConfig, train
+    from qaindex_export.exporting.onnx_export import export_model
+    from qaindex_export.training.synthetic import planted_word_groups
+    from qaindex_export.training.train import TrainConfig, train
 
     train_groups = planted_word_groups(240, seed=1)
     dev_groups = planted_word_groups(40, seed=2, prefix="d")

@@ -37,7 +37,7 @@ def _tgz(path: Path, doc: object, member: str = glove.WINK_MEMBER) -> Path:
 
 
 def test_written_file_reads_back_as_the_packages_vectors(tmp_path: Path) -> None:
-    from qaindex_export.word_vectors import read_word_vectors
+    from qaindex_export.embeddings.word_vectors import read_word_vectors
 
     package = _tgz(tmp_path / "wink.tgz", DOC)
     out = tmp_path / "glove.txt"
