@@ -38,8 +38,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from . import fast_paths
-from .arguments import path_arg
+from . import fast_path_switch
+from .checks import path_arg
 from .errors import CorpusError
 
 __all__ = ["BENCHMARK_KEYS", "Record", "read_corpus", "records_from_dicts"]
@@ -353,7 +353,7 @@ class _Collector:
         else to :meth:`add`, which then raises the generic path's exact message. ``at`` is
         where the object came from (``file:line`` or ``records[i]``).
         """
-        if type(obj) is not dict or not fast_paths.enabled():
+        if type(obj) is not dict or not fast_path_switch.enabled():
             return False
         if "aid" in obj and "id" not in obj:
             if not _plain_benchmark_row(obj):
@@ -539,7 +539,7 @@ def read_json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
         number = 0
         # Whole lines about a MiB at a time (one call instead of one per line); no line is
         # read past MAX_LINE_BYTES, so an endless input (/dev/zero) stops at its first line.
-        bulk = fast_paths.enabled()
+        bulk = fast_path_switch.enabled()
         while True:
             try:
                 lines = _next_lines(handle, bulk)

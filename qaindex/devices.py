@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .arguments import shown
+from .checks import shown
 from .errors import DeviceError, MissingDependencyError, ModelFormatError
 
 __all__ = [

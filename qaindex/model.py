@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from . import fast_paths
-from .arguments import (
+from . import fast_path_switch
+from .checks import (
     finite_vectors,
     flag,
     optional_callable,
@@ -417,7 +417,7 @@ class Model:
         tokenizer = self.tokenizer
         # a few texts (single questions): per-text encoding costs less than the ragged
         # path's fixed numpy work; both give the same ids
-        if role in self.chunking or not fast_paths.enabled() or len(texts) < _RAGGED_MIN_TEXTS:
+        if role in self.chunking or not fast_path_switch.enabled() or len(texts) < _RAGGED_MIN_TEXTS:
             encoded = [tokenizer.encode(t, limit) for t in texts]
             single = len(texts) <= 1
             order = np.zeros(len(texts), np.int64) if single else np.argsort([len(e) for e in encoded], kind="stable")

@@ -4,9 +4,9 @@ It checks arguments, holds the index and the locks, and delegates: under its loc
 the read-only :class:`~qaindex.search.state.IndexState` and hands it down, with a checked
 :class:`~qaindex.search.plan.SearchPlan`, to searches (:mod:`qaindex.search.pipeline`), recall
 (:mod:`qaindex.search.recall`), ``info`` (:mod:`qaindex.store.index_info`) and updates
-(:mod:`qaindex.build.updates`, whose new state it adopts); builds go to
-:mod:`qaindex.build.encoding`, the index directory to :mod:`qaindex.store.index_format` and
-:mod:`qaindex.store.saving`. No other module reads the Ranker's private attributes.
+(:mod:`qaindex.indexing.updates`, whose new state it adopts); builds go to
+:mod:`qaindex.indexing.encoding`, the index directory to :mod:`qaindex.store.index_format` and
+:mod:`qaindex.store.saved_state`. No other module reads the Ranker's private attributes.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from .arguments import flag, path_arg, positive_int, threads_arg
-from .build import updates
-from .build.encoding import encode_corpus, rebuilt_coarse
-from .build.updates import row_of
+from .checks import flag, path_arg, positive_int, threads_arg
 from .corpus import Record
 from .devices import check_device
+from .indexing import updates
+from .indexing.encoding import encode_corpus, rebuilt_coarse
+from .indexing.updates import row_of
 from .model import Model
 from .reranker import Reranker
 from .search import pipeline
@@ -59,7 +59,7 @@ from .store.keys import KeyIndex
 from .store.locking import DEFAULT_LOCK_TIMEOUT, check_timeout, index_lock
 from .store.ownership import check_writable
 from .store.records import RecordStore
-from .store.saving import SavedState
+from .store.saved_state import SavedState
 from .text.lexical import LexicalIndex
 from .vector_index import BREADTH_PARAM, CoarseIndex
 
@@ -103,7 +103,7 @@ class Ranker:
         self.model = model
         # the stored questions as search keys (qaindex.store.keys), saved with the index; None: answers only
         self._keys = keys
-        # what the build that made this Ranker reported (qaindex.build: "cuts", the answers cut); None: loaded
+        # what the build that made this Ranker reported (qaindex.indexing: "cuts", the answers cut); None: loaded
         self.build_report: dict[str, Any] | None = None
         # the BM25 index of hybrid search (qaindex.text.lexical), saved with the index; None: dense only
         self._lexical = lexical
@@ -121,7 +121,7 @@ class Ranker:
         self.created = created or now()
         self._lock = ReadWriteLock()
         self._refresh_mutex = threading.Lock()
-        # the snapshots this Ranker loaded, saved and serves (qaindex.store.saving)
+        # the snapshots this Ranker loaded, saved and serves (qaindex.store.saved_state)
         self._disk = SavedState(model.directory, path, snapshot)
 
     # -- construction ------------------------------------------------------------------
@@ -149,7 +149,7 @@ class Ranker:
         corpus : path or iterable
             A JSONL corpus file, or records (dicts in the corpus format, or :class:`Record`).
             A file is read, encoded and stored in chunks, with one chunk of texts in memory
-            at a time (:mod:`qaindex.build.streaming`).
+            at a time (:mod:`qaindex.indexing.streaming`).
         model : path, Model or None, keyword-only
             Model directory or loaded model; None uses the built-in default model.
         device : {"auto", "cpu", "cuda"}, keyword-only
@@ -170,7 +170,7 @@ class Ranker:
             Tune the search breadth (``ef_search``, ``nprobe``) to the smallest value whose
             recall@10 against exact search reaches this (e.g. 0.99), measured on up to 200
             of the corpus's questions (or answer texts when it has none); see
-            :mod:`qaindex.build.tuning`. The result is saved with the index and shown by ``info``.
+            :mod:`qaindex.indexing.tuning`. The result is saved with the index and shown by ``info``.
         reranker : path, Reranker or None, keyword-only
             A reranker model directory (:mod:`qaindex.reranker`, e.g. AP-CNN) stored with the
             index: searches then rerank the first stage's candidates with it by default.
@@ -193,7 +193,7 @@ class Ranker:
         ranker = cls(built.model, built.records, built.vectors, built.coarse, overfetch=built.overfetch,
                      kind_requested=index_kind, reranker=built.reranker, keys=built.keys)  # fmt: skip
         ranker.build_report = {"cuts": built.cuts}
-        if built.lexical is not None:  # analysed in the encoding pass (qaindex.build.encoding)
+        if built.lexical is not None:  # analysed in the encoding pass (qaindex.indexing.encoding)
             ranker._lexical = ranker._measured(built.lexical)
         return ranker
 
@@ -711,7 +711,7 @@ class Ranker:
         """Save atomically: a new snapshot, then ``manifest.json`` replaced, then cleanup.
 
         Under the index's writer lock (``INDEX/.lock``); it refuses to replace an index this Ranker
-        did not load or save, or one changed since by another writer (:mod:`qaindex.store.saving`).
+        did not load or save, or one changed since by another writer (:mod:`qaindex.store.saved_state`).
         For read-modify-write, load under the lock: ``with Ranker.edit(path) as r: r.add(...)``.
 
         Parameters

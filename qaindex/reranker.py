@@ -53,7 +53,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .arguments import flag, path_arg, positive_int, text_list, threads_arg
+from .checks import flag, path_arg, positive_int, text_list, threads_arg
 from .devices import SessionPair, check_device, open_sessions, run_graph
 from .errors import IndexFormatError, ModelFormatError, QueryError
 from .search.calibration import Calibration

@@ -43,7 +43,7 @@ family (the exact rerank of the candidates restores the order among them):
   :data:`AUTO_FLAT_MAX` answers.
 
 The search breadth (``ef_search``, ``nprobe``, ``refine``) can be tuned to a recall target at build
-time (:mod:`qaindex.build.tuning`).
+time (:mod:`qaindex.indexing.tuning`).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ KIND_PARAMS: dict[str, tuple[str, ...]] = {
     "ivf_sq8": ("nlist", "nprobe"),
     "pq": ("M", "refine"),
 }
-#: The parameter that sets the search breadth (what :mod:`qaindex.build.tuning` tunes), per kind.
+#: The parameter that sets the search breadth (what :mod:`qaindex.indexing.tuning` tunes), per kind.
 BREADTH_PARAM: dict[str, str] = {
     "hnsw": "ef_search",
     "hnsw_sq8": "ef_search",
@@ -109,7 +109,7 @@ def default_params(kind: str, count: int) -> dict[str, int]:
 
     HNSW keeps :data:`DEFAULT_HNSW` up to 200,000 answers; above, ``ef_construction`` drops
     to 100 (building a million-answer graph at 200 takes too long on a small machine; the
-    build-time recall tuning of :mod:`qaindex.build.tuning` widens the search instead). IVF uses
+    build-time recall tuning of :mod:`qaindex.indexing.tuning` widens the search instead). IVF uses
     about ``2·√count`` lists (at least 1, at most 8,192 and at most ``count``) and probes an
     eighth of them. ``pq`` re-scores ``refine`` codes per candidate: :data:`DEFAULT_REFINE`
     up to 100,000 answers, growing as ``√count`` above (32 at a million, where the built-in
@@ -205,7 +205,7 @@ class CoarseIndex:
             self.params["nprobe"] = min(self.params["nprobe"], self.params["nlist"])
         if kind == "pq":
             self.params.setdefault("M", -(-self.searched_dimension // PQ_COORDINATES))
-        #: how the search breadth was chosen (:func:`qaindex.build.tuning.tune_breadth`), or None
+        #: how the search breadth was chosen (:func:`qaindex.indexing.tuning.tune_breadth`), or None
         self.tuning: dict[str, Any] | None = None
         self._faiss = import_faiss()
         self._bound: float | None = None  # the lift's padded norm (bounded geometries, hnsw)

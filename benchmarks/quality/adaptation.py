@@ -59,8 +59,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from benchmarks.common import ROOT, argument_parser, write_results
 from benchmarks.readme_markers import replace_section
 from qaindex.corpus import read_json_lines
-from qaindex.eval.calibrate import expected_calibration_error
-from qaindex.eval.calibrate import measure as calibration_measure
+from qaindex.eval.calibration_fit import expected_calibration_error
+from qaindex.eval.calibration_fit import measure as calibration_measure
 from qaindex.eval.datasets import Candidate, QuestionGroup, read_labelled
 from qaindex.eval.evaluate import evaluate_pooled
 from qaindex.model import DEFAULT_MODEL_DIR, Model

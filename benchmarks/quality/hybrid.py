@@ -77,7 +77,7 @@ from benchmarks.readme_markers import replace_section
 from qaindex import Ranker
 from qaindex.corpus import read_corpus
 from qaindex.errors import ModelFormatError
-from qaindex.eval.calibrate import fit_fused_score, labelled_pool, summary
+from qaindex.eval.calibration_fit import fit_fused_score, labelled_pool, summary
 from qaindex.eval.datasets import read_labelled
 from qaindex.eval.fusion_fit import FitPool, fit_fusion
 from qaindex.model import DEFAULT_MODEL_DIR, Model
@@ -91,7 +91,7 @@ from qaindex.search.fusion import (
     hybrid_arrays,
     question_coverage,
 )
-from qaindex.store.storage import read_json_object, write_json_atomic
+from qaindex.store.atomic_files import read_json_object, write_json_atomic
 from qaindex.text.lexical import top_rows
 
 RESULTS = ROOT / "benchmarks" / "results" / "hybrid.json"

@@ -40,7 +40,7 @@ from benchmarks.common import ROOT, argument_parser
 from benchmarks.readme_markers import replace_section
 from qaindex import Ranker
 from qaindex.corpus import read_corpus
-from qaindex.eval.calibrate import expected_calibration_error
+from qaindex.eval.calibration_fit import expected_calibration_error
 from qaindex.eval.offtopic import BUILTIN_OFFTOPIC, read_offtopic
 from qaindex.model import DEFAULT_MODEL_DIR, Model
 from qaindex.search.calibration import Calibration

@@ -42,8 +42,8 @@ from benchmarks.common import (
     save_results,
     set_faiss_threads,
 )
-from qaindex.build.tuning import recall_at
 from qaindex.geometry import hyperbolic
+from qaindex.indexing.tuning import recall_at
 from qaindex.model import Model
 from qaindex.vector_index import CoarseIndex, exact_search
 

@@ -4,7 +4,7 @@ For each corpus it runs, each in a fresh subprocess whose peak RSS (``ru_maxrss`
 ``os.wait4``) is recorded:
 
 - ``streamed``: ``Ranker.build(path)`` (what ``qaindex build`` does): the corpus is read a
-  line at a time and encoded in chunks of 8,192 answers (:mod:`qaindex.build.streaming`);
+  line at a time and encoded in chunks of 8,192 answers (:mod:`qaindex.indexing.streaming`);
 - ``in_memory``: ``Ranker.build(read_corpus(path))``: every record held as a Python object
   first (the path for in-memory records, and what a file build did before streaming);
 - ``floor``: the built-in model loaded and nothing built (the process's fixed cost).

@@ -1,7 +1,7 @@
 """Build speed: answers per second of each build stage and of whole builds.
 
 For each corpus size, every stage is timed twice in the same run: with the fast paths
-(what qaindex does) and with :func:`qaindex.fast_paths.generic_only` (the generic code they
+(what qaindex does) and with :func:`qaindex.fast_path_switch.generic_only` (the generic code they
 shortcut, i.e. the build before the fast paths), and the ratio is reported:
 
 - ``validate``: ``records_from_dicts`` on ``{"id", "answer"}`` dicts;
@@ -44,7 +44,7 @@ from typing import Any
 
 import qaindex
 from benchmarks.common import ROOT, argument_parser, make_corpus, read_texts, wall_and_cpu, write_results
-from qaindex import fast_paths
+from qaindex import fast_path_switch
 from qaindex.corpus import read_corpus, records_from_dicts
 from qaindex.model import Model
 from qaindex.store.records import RecordStore
@@ -66,7 +66,7 @@ def run_size(size: int, sentences: list[str], model: Model, workdir: Path) -> di
         # What Model.encode does before padding: before, one encode() per text; now, the
         # batched fast path. A build starts with a fresh tokenizer (empty caches).
         tokenizer._setup_cache()
-        if fast_paths.enabled():
+        if fast_path_switch.enabled():
             tokenizer._encode_ragged(texts, limit)
         else:
             [tokenizer.encode(text, limit) for text in texts]
@@ -85,7 +85,7 @@ def run_size(size: int, sentences: list[str], model: Model, workdir: Path) -> di
         row: dict[str, Any] = {}
         for mode in ("generic", "fast"):
             if mode == "generic":
-                with fast_paths.generic_only():
+                with fast_path_switch.generic_only():
                     wall, cpu = wall_and_cpu(calls[stage])
             else:
                 wall, cpu = wall_and_cpu(calls[stage])

@@ -4,7 +4,7 @@ The corpus is ``bench_scale``'s (real WikiQA + TrecQA answers, then seeded joins
 written as a JSONL file. In one run, each in turn:
 
 - ``local``: ``Ranker.build(path)``, what ``qaindex build corpus.jsonl`` does;
-- ``ray N``: :func:`qaindex.build.distributed.build_on_ray` with ``N`` encoder actors
+- ``ray N``: :func:`qaindex.indexing.distributed.build_on_ray` with ``N`` encoder actors
   (``--workers``, default 1 and 2) on a Ray instance started on this machine for the run
   (``ray.init`` with ``--cpus``; the driver validates the corpus, analyses the BM25 rows and
   assembles the index, the actors encode).
@@ -34,7 +34,7 @@ import numpy as np
 
 from benchmarks.common import ROOT, argument_parser, make_corpus, read_texts, write_results
 from qaindex import Ranker
-from qaindex.build.distributed import build_on_ray, import_ray
+from qaindex.indexing.distributed import build_on_ray, import_ray
 
 RESULTS = ROOT / "benchmarks" / "results" / "ray_build.json"
 

@@ -88,7 +88,7 @@ from benchmarks.common import (
 from benchmarks.readme_markers import replace_section
 from benchmarks.speed.scale_report import markdown, readme_body, targets
 from qaindex import Ranker
-from qaindex.build.tuning import recall_at
+from qaindex.indexing.tuning import recall_at
 from qaindex.model import Model
 from qaindex.vector_index import choose_kind, exact_search
 
@@ -108,7 +108,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-recall_at_k = recall_at  # qaindex.build.tuning's: share of the true top-k rows among the found ones
+recall_at_k = recall_at  # qaindex.indexing.tuning's: share of the true top-k rows among the found ones
 
 
 def pipeline_recall(

@@ -34,7 +34,7 @@ from qaindex.eval.datasets import QuestionGroup
 from qaindex.eval.metrics import evaluate_groups
 from qaindex.model import write_model
 from qaindex.reranker import write_reranker
-from qaindex.store.storage import file_entry, fsync_tree, temporary_sibling, write_json_atomic
+from qaindex.store.atomic_files import file_entry, fsync_tree, temporary_sibling, write_json_atomic
 
 from ..networks.families import family
 from ..networks.models import RANKINGS

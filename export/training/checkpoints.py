@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from qaindex.errors import QAIndexError
-from qaindex.store.storage import sha256_file
+from qaindex.store.atomic_files import sha256_file
 from qaindex.text.tokenizer import Tokenizer
 
 from ..config import RECURRENT_KINDS, TrainConfig

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from qaindex.eval.datasets import QuestionGroup, read_labelled
-from qaindex.store.storage import sha256_file
+from qaindex.store.atomic_files import sha256_file
 from qaindex.text.tokenizer import Tokenizer
 
 __all__ = ["Pairs", "Split", "TextTable", "hold_out_dev", "load_groups", "split_groups", "training_pairs"]

@@ -54,7 +54,7 @@ import numpy as np
 import torch
 
 from qaindex.eval.datasets import QuestionGroup
-from qaindex.store.storage import sha256_file
+from qaindex.store.atomic_files import sha256_file
 from qaindex.text.tokenizer import Tokenizer
 
 from ..config import OPTIMIZERS, RECURRENT_KINDS, SAMPLINGS, TrainConfig

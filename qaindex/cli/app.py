@@ -19,9 +19,9 @@ from typing import Any
 
 import click
 
-from ..build.cuts import cut_line
 from ..devices import devices_line
 from ..errors import QAIndexError
+from ..indexing.cuts import cut_line
 from ..model import DEFAULT_MODEL_DIR
 from ..ranker import DEFAULT_OVERFETCH, Hit, Ranker
 from ..reranker import Reranker
@@ -241,7 +241,7 @@ def build(
         "question_keys": question_keys,
     }
     if ray_address is not None:
-        from ..build.distributed import build_on_ray
+        from ..indexing.distributed import build_on_ray
 
         ranker = build_on_ray(corpus, address=ray_address, batch_size=batch_size, **options)
     else:
@@ -573,7 +573,7 @@ def _keys_line(keys: dict[str, Any] | None) -> str:
 
 
 def _tuning_line(t: dict[str, Any]) -> str:
-    """One line on the build-time recall tuning (:mod:`qaindex.build.tuning`)."""
+    """One line on the build-time recall tuning (:mod:`qaindex.indexing.tuning`)."""
     if t.get("param") is None:
         return f"recall@{t.get('k')} {t['recall']:.4f} at build time (exact index; target {t['target']:.4f})"
     verdict = "reached" if t.get("reached") else "NOT reached: the cheapest breadth near the best recall measured"

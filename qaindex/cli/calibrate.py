@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from ..eval.calibrate import DEFAULT_DEPTH, calibrate_model, expected_calibration_error, measure
+from ..eval.calibration_fit import DEFAULT_DEPTH, calibrate_model, expected_calibration_error, measure
 from ..search.calibration import CALIBRATION_METHODS
 
 __all__ = ["calibrate_command", "calibration_line", "hybrid_line", "offtopic_questions"]

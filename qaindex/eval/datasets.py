@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..arguments import path_arg
+from ..checks import path_arg
 from ..corpus import benchmark_row, check_json_values, read_corpus, read_json_lines
 from ..errors import CorpusError
 

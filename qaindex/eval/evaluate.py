@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..arguments import positive_int, shown, text_list
+from ..checks import positive_int, shown, text_list
 from ..corpus import Record
 from ..errors import CorpusError, ModelFormatError, QueryError
 from ..model import Model

@@ -45,9 +45,9 @@ from ..errors import ModelFormatError
 from ..model import Model
 from ..ranker import Ranker
 from ..search.fusion import CANDIDATE_FLOOR, SAFE_FUSION, Fusion, best_coverage, dense_weight, fuse
-from ..store.storage import read_json_object, write_json_atomic
+from ..store.atomic_files import read_json_object, write_json_atomic
 from ..text.lexical import tokenizer_available
-from .calibrate import calibrate_model, labelled_pool
+from .calibration_fit import calibrate_model, labelled_pool
 from .datasets import read_labelled
 
 __all__ = [

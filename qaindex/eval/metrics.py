@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..arguments import positive_int
+from ..checks import positive_int
 
 RECALL_AT = (1, 2, 5)
 """The cut-offs of :func:`evaluate_scores`'s ``r@k`` (the Ubuntu Dialogue Corpus's 1-in-10 R@1, R@2, R@5)."""

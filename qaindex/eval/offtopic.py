@@ -3,7 +3,7 @@
 A calibration fitted only on questions that have a relevant answer estimates how likely a
 hit is right *given* that the question is about the corpus, so the best hit of an off-topic
 question ("what is the capital of France?" asked of a support FAQ) can score like a right
-answer. :func:`qaindex.eval.calibrate.calibrate_model` takes off-topic questions as well:
+answer. :func:`qaindex.eval.calibration_fit.calibrate_model` takes off-topic questions as well:
 their top hits are searched like those of the labelled questions and all count as not
 relevant, so the calibration learns how a question the corpus does not answer scores.
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..arguments import finite_number, positive_int
+from ..checks import finite_number, positive_int
 from ..errors import MissingDependencyError, QueryError
 from ..ranker import Ranker
 from ..store.locking import DEFAULT_LOCK_TIMEOUT

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..arguments import positive_int
+from ..checks import positive_int
 from ..errors import MissingDependencyError
 from ..ranker import Ranker
 from . import check_search_kwargs, hit_metadata, ranker_from

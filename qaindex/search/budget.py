@@ -33,7 +33,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
-from ..arguments import shown
+from ..checks import shown
 from ..errors import QueryError
 
 if TYPE_CHECKING:

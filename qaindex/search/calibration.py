@@ -4,7 +4,7 @@ A model's raw score (``Hit.raw_score``, what the ONNX scorer gives: unbounded, c
 only within one model) is mapped through the model's *calibration*, stored in its manifest
 under ``"calibration"`` and fitted on held-out data when the model is trained or exported,
 or later with ``qaindex calibrate MODEL_DIR DATA.jsonl``
-(:func:`qaindex.eval.calibrate.calibrate_model`):
+(:func:`qaindex.eval.calibration_fit.calibrate_model`):
 
 - ``platt`` (Platt, 1999), with the hit's distance below the best hit of its search as a
   second feature: ``p = 1 / (1 + exp(-(a * raw + c * (raw - best) + b)))``, ``a``, ``c`` ≥ 0,
@@ -15,7 +15,7 @@ or later with ``qaindex calibrate MODEL_DIR DATA.jsonl``
   points ``(x_i, y_i)`` found by pool-adjacent-violators, constant beyond its ends.
 
 Every search applies it to its hits (:func:`qaindex.search.hits.make_hits`); the fitting lives
-with the evaluation (:mod:`qaindex.eval.calibrate`). A model directory without
+with the evaluation (:mod:`qaindex.eval.calibration_fit`). A model directory without
 ``"calibration"`` (written before calibration existed) still loads: its hits get ``score =
 sigmoid(raw_score)``, a number in [0, 1] that is *not* a probability; ``qaindex info`` then
 says ``uncalibrated``.

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..arguments import numeric_table
+from ..checks import numeric_table
 from ..errors import QueryError
 from ..store.records import RecordStore
 from . import budget

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..arguments import MAX_INT64, MAX_SETTING, finite_number, finite_vectors, flag, positive_int, text_list
+from ..checks import MAX_INT64, MAX_SETTING, finite_number, finite_vectors, flag, positive_int, text_list
 from ..corpus import Record
 from ..errors import QueryError
 from ..reranker import Reranker, RerankStage, rerank_stage

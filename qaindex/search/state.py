@@ -5,7 +5,7 @@ key indexes, reranker, settings) behind its locks. For each call it builds one
 :class:`IndexState` under its lock, its coarse index brought up to date first, and hands it
 down: to the query pipeline (:mod:`.pipeline`, with :mod:`.keys`, :mod:`.budget` and the
 plan of :mod:`.plan`), to :mod:`.recall`, to :mod:`qaindex.store.index_info` and to the
-updates (:mod:`qaindex.build.updates`, which return a new state for the Ranker to adopt).
+updates (:mod:`qaindex.indexing.updates`, which return a new state for the Ranker to adopt).
 None of them reads the Ranker itself, so the path of a call goes down from the Ranker and
 never back to it.
 

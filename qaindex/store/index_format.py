@@ -46,16 +46,7 @@ from ..text.lexical import LexicalIndex
 from ..text.lexical import check_entry as check_lexical_entry
 from ..vector_index import INDEX_KINDS, KIND_PARAMS, CoarseIndex
 from ..version import __version__
-from .diskspace import writing
-from .field_ranges import INDEX_MANIFEST
-from .index_checks import check_content, check_offsets, check_vectors
-from .keys import DIRECTORY as KEYS_DIRECTORY
-from .keys import KeyIndex, load_keys
-from .keys import check_entry as check_keys_entry
-from .model_format import copy_model_files
-from .ownership import INDEX_FORMAT, MARKER_NAME, SNAPSHOT_NAME, remove_snapshot_dir, write_marker
-from .records import RecordStore
-from .storage import (
+from .atomic_files import (
     check_file_entries,
     check_format,
     confined_path,
@@ -68,6 +59,15 @@ from .storage import (
     verify_files,
     write_json_atomic,
 )
+from .diskspace import writing
+from .field_ranges import INDEX_MANIFEST
+from .index_checks import check_content, check_offsets, check_vectors
+from .keys import DIRECTORY as KEYS_DIRECTORY
+from .keys import KeyIndex, load_keys
+from .keys import check_entry as check_keys_entry
+from .model_format import copy_model_files
+from .ownership import INDEX_FORMAT, MARKER_NAME, SNAPSHOT_NAME, remove_snapshot_dir, write_marker
+from .records import RecordStore
 
 __all__ = [
     "INDEX_FORMAT",

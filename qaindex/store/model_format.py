@@ -22,9 +22,7 @@ from ..search.calibration import Calibration
 from ..text.chunking import read_chunking
 from ..text.tokenizer import Tokenizer
 from ..version import __version__
-from .diskspace import estimate_bytes, writing
-from .field_ranges import fusion_entry_error
-from .storage import (
+from .atomic_files import (
     check_file_entries,
     check_format,
     confined_path,
@@ -36,6 +34,8 @@ from .storage import (
     verify_files,
     write_json_atomic,
 )
+from .diskspace import estimate_bytes, writing
+from .field_ranges import fusion_entry_error
 
 __all__ = [
     "GEOMETRIES",

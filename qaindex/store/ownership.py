@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import IndexFormatError
+from .atomic_files import create_file
 from .locking import DEFAULT_LOCK_TIMEOUT, LOCK_NAME, check_timeout, index_lock
-from .storage import create_file
 
 __all__ = [
     "INDEX_FORMAT",

@@ -15,7 +15,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .. import fast_paths
+from .. import fast_path_switch
 from ..corpus import Record
 from ..errors import IndexFormatError
 from .index_checks import parse_record
@@ -57,7 +57,7 @@ def encode_records(records: Sequence[Record]) -> list[bytes]:
 
 
 def _record_line(record: Record) -> str:
-    if not fast_paths.enabled():
+    if not fast_path_switch.enabled():
         return json.dumps(record.to_json(), ensure_ascii=False) + "\n"
     ident, questions, metadata = record.id, record.questions, record.metadata
     kind = type(ident)

@@ -53,8 +53,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import IndexFormatError, MissingDependencyError, QueryError
+from ..store.atomic_files import create_file, read_array, save_array
 from ..store.field_ranges import lexical_error
-from ..store.storage import create_file, read_array, save_array
 
 __all__ = [
     "DIRECTORY",
@@ -537,7 +537,7 @@ class LexicalIndex:
     def save(self, directory: Path) -> None:
         """Write the four files into ``directory`` (a new snapshot's; published by its rename).
 
-        Each is a new file (:func:`qaindex.store.storage.create_file`: never through a link),
+        Each is a new file (:func:`qaindex.store.atomic_files.create_file`: never through a link),
         and a failed write keeps its errno, so a full disk is a ``DiskFullError`` for the caller.
         """
         directory.mkdir(parents=True, exist_ok=True)

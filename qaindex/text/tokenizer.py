@@ -54,7 +54,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from .. import fast_paths
+from .. import fast_path_switch
 
 __all__ = ["TOKENIZER_KINDS", "Tokenizer", "TokenizerError"]
 
@@ -688,7 +688,7 @@ class Tokenizer:
     def _encode(self, text: str, limit: int | None) -> list[int]:
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        if limit != 0 and fast_paths.enabled():
+        if limit != 0 and fast_path_switch.enabled():
             fast = self._fast_ids(text, limit)
             return self._encode_mixed(text, limit) if fast is None else fast
         return self._encode_generic(text, limit)
@@ -864,7 +864,7 @@ class Tokenizer:
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of str, not a single str")
         limit = None if max_tokens is None else _check_limit("max_tokens", max_tokens)
-        if not fast_paths.enabled() or (limit == 0 and self._wrap is None):
+        if not fast_path_switch.enabled() or (limit == 0 and self._wrap is None):
             if self._wrap is None:
                 return [self._encode(text, limit) for text in texts]
             inner = None if limit is None else max(limit - 2, 0)
@@ -905,7 +905,7 @@ class Tokenizer:
                [0, 0]]), array([[1, 1],
                [0, 0]]))
         """
-        if not fast_paths.enabled():
+        if not fast_path_switch.enabled():
             return self._pad_generic(rows)
         lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
         width = max(1, int(lengths.max(initial=0)))

@@ -399,11 +399,13 @@ def test_cli_build_of_an_endless_input_stops_naming_its_line(
 ) -> None:
     # /dev/zero never ends and has no newline: neither the progress bar's line count nor
     # the reader may read it to its end
-    import qaindex.build.streaming
+    import qaindex.indexing.streaming
 
     counted: list[int | None] = []
-    count_lines = qaindex.build.streaming.count_lines
-    monkeypatch.setattr(qaindex.build.streaming, "count_lines", lambda p: counted.append(count_lines(p)) or counted[-1])
+    count_lines = qaindex.indexing.streaming.count_lines
+    monkeypatch.setattr(
+        qaindex.indexing.streaming, "count_lines", lambda p: counted.append(count_lines(p)) or counted[-1]
+    )
     res = CliRunner().invoke(
         qaindex.cli.main, ["build", "/dev/zero", "--model", str(faq_model), "--index", str(tmp_path / "i")]
     )
@@ -486,10 +488,10 @@ def test_no_pickle_in_the_repository() -> None:
 def test_doctests_of_the_argument_checks() -> None:
     import doctest
 
-    import qaindex.arguments
+    import qaindex.checks
     import qaindex.corpus
 
-    for module in (qaindex.arguments, qaindex.cli.app, qaindex.corpus):
+    for module in (qaindex.checks, qaindex.cli.app, qaindex.corpus):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert result.failed == 0 and result.attempted > 0, module.__name__
 
@@ -497,7 +499,7 @@ def test_doctests_of_the_argument_checks() -> None:
 def _boundary_cases(index: Path, faq_model: Path) -> dict[str, tuple[Callable[[Ranker], Any], str]]:
     """The argument fuzz's reproducers: each was a TypeError, ValueError or OSError, or accepted."""
     from qaindex import Model, Reranker
-    from qaindex.arguments import max_threads
+    from qaindex.checks import max_threads
 
     cap = max_threads()
     threads = f"threads must be None (every core) or an integer from 1 to {cap} (4 per core of this machine), got "
@@ -629,7 +631,7 @@ def test_argument_boundary_refuses_with_a_qaindex_error(two: Ranker, two_dir: Pa
 
 def test_accepted_edge_values(two: Ranker, two_dir: Path, faq_model: Path) -> None:
     from qaindex import Model
-    from qaindex.arguments import max_threads
+    from qaindex.checks import max_threads
 
     assert two.search("reset", min_score=10**100) == []  # a finite bound nothing reaches
     assert two.search("reset", min_score=np.float32(-1e30)) == two.search("reset")

@@ -210,7 +210,7 @@ def test_build_refuses_to_replace_an_index_without_force(faq_file: Path, faq_mod
 
 
 def test_count_lines(tmp_path: Path) -> None:
-    from qaindex.build.streaming import count_lines
+    from qaindex.indexing.streaming import count_lines
 
     path = tmp_path / "c.jsonl"
     for content, expected in [(b"", 0), (b"a\n", 1), (b"a\nb", 2), (b"a\n\nb\n", 3), (b"x\n" * 100_000, 100_000)]:
@@ -334,7 +334,7 @@ def test_a_quickstart_index_in_the_starting_folder_changes_no_test_result(
     start.mkdir()
     _build(faq_file, faq_model, start / "qaindex-index")  # what the README's quickstart leaves behind
     tests = [
-        "tests/build/test_distributed.py::test_ray_missing_says_which_extra",
+        "tests/indexing/test_distributed.py::test_ray_missing_says_which_extra",
         "tests/cli/test_cli.py",
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "QAINDEX_"))}

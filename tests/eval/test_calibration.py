@@ -13,7 +13,7 @@ from helpers.onnx_models import make_model
 
 from qaindex import ModelFormatError, QueryError, Ranker
 from qaindex.cli import main
-from qaindex.eval.calibrate import calibrate_model, expected_calibration_error, fit, measure, reliability_bins
+from qaindex.eval.calibration_fit import calibrate_model, expected_calibration_error, fit, measure, reliability_bins
 from qaindex.eval.datasets import Candidate, QuestionGroup
 from qaindex.model import Model
 from qaindex.search.calibration import Calibration
@@ -270,7 +270,7 @@ def test_a_pair_weighted_twice_fits_like_the_pair_repeated(method: str) -> None:
 
 
 def test_fused_score_weights_and_offtopic_share() -> None:
-    from qaindex.eval.calibrate import OFFTOPIC_SHARE, fit_fused_score, offtopic_weight
+    from qaindex.eval.calibration_fit import OFFTOPIC_SHARE, fit_fused_score, offtopic_weight
 
     rng = np.random.default_rng(6)
     x = rng.normal(size=(300, 3))

@@ -14,7 +14,7 @@ from test_calibration import _planted, planted_model  # noqa: F401  (the fixture
 
 from qaindex import CorpusError, Ranker
 from qaindex.cli import main
-from qaindex.eval.calibrate import OFFTOPIC_SHARE, calibrate_model, expected_calibration_error, measure
+from qaindex.eval.calibration_fit import OFFTOPIC_SHARE, calibrate_model, expected_calibration_error, measure
 from qaindex.eval.offtopic import BUILTIN_OFFTOPIC, read_offtopic
 from qaindex.model import Model
 

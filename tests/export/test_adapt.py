@@ -134,7 +134,7 @@ def test_load_start_reads_an_old_format_directory(tmp_path: Path) -> None:
     params = manifest["score"]["parameters"]
     graph = export_scorer(PoincareScorer(params["w_f"], params["b_f"], "distance"), manifest["dimension"])
     (old / manifest["graphs"]["scorer"]).write_bytes(graph)
-    from qaindex.store.storage import file_entry
+    from qaindex.store.atomic_files import file_entry
 
     manifest["files"][manifest["graphs"]["scorer"]] = file_entry(old / manifest["graphs"]["scorer"])
     (old / "manifest.json").write_text(json.dumps(manifest))
@@ -166,7 +166,7 @@ def test_load_start_refuses_what_it_cannot_adapt(tmp_path: Path, start_dir: Path
                     node.input[:] = ["something_else" if i == "table" else i for i in node.input]
         onnx.save(proto, str(broken / graph))
         manifest = json.loads((broken / "manifest.json").read_text())
-        from qaindex.store.storage import file_entry
+        from qaindex.store.atomic_files import file_entry
 
         manifest["files"][graph] = file_entry(broken / graph)
         (broken / "manifest.json").write_text(json.dumps(manifest))

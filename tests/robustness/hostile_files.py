@@ -26,8 +26,8 @@ __all__ = ["HOSTILE", "hostile_files", "make_hostile", "reseal"]
 def reseal(index: Path) -> None:
     """Recompute every checksum of the index's manifest (as someone editing its files could),
     so that only the content checks of a load can catch what was changed."""
+    from qaindex.store.atomic_files import file_entry
     from qaindex.store.index_format import manifest_checksum
-    from qaindex.store.storage import file_entry
 
     manifest = json.loads((index / "manifest.json").read_text())
     snap = index / manifest["snapshot"]

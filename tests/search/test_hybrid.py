@@ -220,7 +220,7 @@ def test_every_index_kind_fuses_its_own_candidates(kind: str) -> None:
 def test_hits_carry_calibrated_and_raw_scores(faq_hybrid: Ranker) -> None:
     hits = faq_hybrid.search("How do I reset my password?", k=5)
     assert faq_hybrid.model.calibration.calibrated  # the built-in model ships calibrated
-    assert fusion_from(None, faq_hybrid.model).score is not None  # and a hybrid score calibration
+    assert fusion_from(None, faq_hybrid.model).fused_score is not None  # and a calibration of the fused value
     assert all(0.0 <= h.score <= 1.0 for h in hits)
     dense = faq_hybrid.search("How do I reset my password?", k=5, hybrid=False)
     best = max(h.raw_score for h in dense)  # the best raw score of the search's hits
@@ -404,7 +404,7 @@ def test_cli_build_search_info_with_hybrid(tmp_path: Path) -> None:
 def test_ray_build_makes_the_lexical_index_on_the_driver(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Ray is not needed: only the encoding runs on Ray workers (replaced here by the local
     encoder); the BM25 index comes from the records the driver validated."""
-    import qaindex.build.distributed as distributed
+    import qaindex.indexing.distributed as distributed
 
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in RECORDS[:90]), encoding="utf-8")

@@ -387,7 +387,7 @@ def test_upsert_adds_and_replaces_by_id_like_a_fresh_build(faq_model: Path, faq_
 def test_upsert_is_all_or_nothing(
     faq_model: Path, faq_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from qaindex.build import updates
+    from qaindex.indexing import updates
 
     ranker = Ranker.build(faq_file, model=faq_model)
     before = [(r.id, r.answer) for r in ranker.records()]

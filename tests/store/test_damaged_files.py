@@ -49,7 +49,7 @@ def _flip_header(path: Path, at: int, value: int) -> None:
 def test_every_damaged_npy_header_is_a_value_error(tmp_path: Path) -> None:
     # numpy's header parser raises TokenError, SyntaxError, TypeError, ValueError ...: read_array
     # turns each into one ValueError (its callers name the file), and reads an intact file
-    from qaindex.store.storage import read_array
+    from qaindex.store.atomic_files import read_array
 
     buf = io.BytesIO()
     np.save(buf, np.arange(6, dtype=np.int64))

@@ -22,9 +22,9 @@ from helpers.onnx_models import faulty_model
 import qaindex.cli
 from qaindex import IndexFormatError, Model, ModelFormatError, QueryError, Ranker
 from qaindex.search.fusion import Fusion
+from qaindex.store.atomic_files import file_entry
 from qaindex.store.field_ranges import FUSION, LEXICAL, Range, check_term_counts
 from qaindex.store.index_format import manifest_checksum
-from qaindex.store.storage import file_entry
 
 ANSWERS = [
     "Open settings and choose reset password to get a link by mail.",

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import FAQ
 
-import qaindex.store.storage
+import qaindex.store.atomic_files
 from qaindex import IndexChangedError, IndexFormatError, IndexLockedError, ModelFormatError, QAIndexError, Ranker
 from qaindex.cli import main
 from qaindex.model import Model, write_model
@@ -443,13 +443,13 @@ def test_model_manifest_fields_are_validated(faq_model: Path, tmp_path: Path) ->
 # -- verification ---------------------------------------------------------------------------------
 def test_the_default_load_hashes_every_file_once(index: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     hashed: list[str] = []
-    real = qaindex.store.storage.sha256_file
+    real = qaindex.store.atomic_files.sha256_file
 
     def counting(path: Any) -> str:
         hashed.append(Path(path).relative_to(index).as_posix())
         return real(path)
 
-    monkeypatch.setattr(qaindex.store.storage, "sha256_file", counting)
+    monkeypatch.setattr(qaindex.store.atomic_files, "sha256_file", counting)
     Ranker.load(index)
     snap = _manifest(index)["snapshot"]
     assert sorted(hashed) == sorted(f"{snap}/{name}" for name in _manifest(index)["files"])

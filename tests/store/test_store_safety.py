@@ -248,8 +248,8 @@ def test_verify_checks_the_served_snapshot_files(index: Path) -> None:
     with open(snap / "vectors.npy", "r+b") as handle:
         handle.seek(-1, os.SEEK_END)
         handle.write(b"\x01")
+    from qaindex.store.atomic_files import file_entry
     from qaindex.store.index_format import manifest_checksum
-    from qaindex.store.storage import file_entry
 
     manifest["files"]["vectors.npy"] = file_entry(snap / "vectors.npy")
     manifest["checksum"] = manifest_checksum(manifest)

@@ -2,7 +2,7 @@
 
 Each fast path (tokenizer, padding, corpus validation, JSONL parsing, stored record lines,
 the pipelined streaming build) is checked against the generic code it shortcuts, which
-:func:`qaindex.fast_paths.generic_only` forces: on random inputs with hypothesis, on the
+:func:`qaindex.fast_path_switch.generic_only` forces: on random inputs with hypothesis, on the
 error cases whose messages tests elsewhere pin, and (slow) on every real answer and question
 of ../shared/datasets.
 """
@@ -22,10 +22,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import qaindex
-from qaindex import fast_paths
-from qaindex.build.streaming import build_from_file
+from qaindex import fast_path_switch
 from qaindex.corpus import Record, read_corpus, records_from_dicts
 from qaindex.errors import CorpusError
+from qaindex.indexing.streaming import build_from_file
 from qaindex.model import Model
 from qaindex.store.records import RecordStore, encode_record, encode_records
 from qaindex.text import tokenizer as tokenizer_module
@@ -63,7 +63,7 @@ _LIMITS = st.sampled_from([None, 0, 1, 2, 3, 5, 128])
 
 
 def _generic(tok: Tokenizer, text: str, limit: int | None) -> list[int]:
-    with fast_paths.generic_only():
+    with fast_path_switch.generic_only():
         return tok.encode(text, limit)
 
 
@@ -96,7 +96,7 @@ def test_batch_encode_and_padding_match_the_generic_path(name: str, texts: list[
     assert ids.dtype == ref_ids.dtype == mask.dtype == np.int64
     if limit is not None:
         fast_pad = tok.encode_batch(texts, limit)
-        with fast_paths.generic_only():
+        with fast_path_switch.generic_only():
             generic_pad = tok.encode_batch(texts, limit)
         assert all(np.array_equal(a, b) for a, b in zip(fast_pad, generic_pad, strict=True))
 
@@ -209,7 +209,7 @@ def _repr_equal(a: Any, b: Any) -> bool:
 @given(st.lists(_RECORD, max_size=6), st.sampled_from([(), ("a1", 2)]))
 def test_records_from_dicts_fast_path_matches_the_generic_path(items: list[Any], existing: tuple[Any, ...]) -> None:
     fast = _outcome(lambda: records_from_dicts(items, existing_ids=existing))
-    with fast_paths.generic_only():
+    with fast_path_switch.generic_only():
         generic = _outcome(lambda: records_from_dicts(items, existing_ids=existing))
     assert _repr_equal(fast, generic)
 
@@ -229,7 +229,7 @@ def test_records_from_dicts_fast_path_matches_the_generic_path(items: list[Any],
 @example({"answer": "A.", "n": float("inf")})
 def test_one_record_fast_path_matches_the_generic_path(item: dict[str, Any]) -> None:
     fast = _outcome(lambda: records_from_dicts([item]))
-    with fast_paths.generic_only():
+    with fast_path_switch.generic_only():
         generic = _outcome(lambda: records_from_dicts([item]))
     assert _repr_equal(fast, generic)
 
@@ -246,7 +246,7 @@ def test_read_corpus_fast_path_matches_the_generic_path(tmp_path_factory: Any, i
             continue
     path.write_text("\n".join(lines) + "\n", encoding="utf-8", errors="surrogatepass")
     fast = _outcome(lambda: read_corpus(path))
-    with fast_paths.generic_only():
+    with fast_path_switch.generic_only():
         generic = _outcome(lambda: read_corpus(path))
     assert _repr_equal(fast, generic)
 
@@ -269,7 +269,7 @@ def test_file_errors_and_edge_lines_are_unchanged(tmp_path: Path, content: bytes
     path = tmp_path / "c.jsonl"
     path.write_bytes(content)
     fast = _outcome(lambda: read_corpus(path))
-    with fast_paths.generic_only():
+    with fast_path_switch.generic_only():
         generic = _outcome(lambda: read_corpus(path))
     assert _repr_equal(fast, generic)
 
@@ -318,7 +318,7 @@ def test_stored_lines_are_the_same_bytes(records: list[Record]) -> None:
     assert encode_records(records) == expected
     assert [encode_record(r) for r in records] == expected
     assert RecordStore.from_records(records).content() == b"".join(expected)
-    with fast_paths.generic_only():
+    with fast_path_switch.generic_only():
         assert encode_records(records) == expected
 
 
@@ -356,7 +356,7 @@ def test_builds_are_identical_with_and_without_fast_paths(tmp_path: Path) -> Non
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in items), encoding="utf-8")
     fast_dicts = qaindex.Ranker.build(items, model=_MODEL, index_kind="flat")
     fast_store, fast_vectors, _ = build_from_file(path, _MODEL, index_kind="flat", chunk_size=128, batch_size=32)
-    with fast_paths.generic_only():
+    with fast_path_switch.generic_only():
         generic_dicts = qaindex.Ranker.build(items, model=_MODEL, index_kind="flat")
         generic_store, generic_vectors, _ = build_from_file(
             path, _MODEL, index_kind="flat", chunk_size=128, batch_size=32
@@ -388,7 +388,7 @@ def test_the_bm25_index_made_while_encoding_equals_one_made_from_the_stored_answ
     expected = LexicalIndex.from_texts([r["answer"] for r in items])
     built = [qaindex.Ranker.build(items, model=_MODEL, index_kind="flat", hybrid=True),
              qaindex.Ranker.build(path, model=_MODEL, index_kind="flat", hybrid=True)]  # fmt: skip
-    with fast_paths.generic_only():
+    with fast_path_switch.generic_only():
         built.append(qaindex.Ranker.build(items, model=_MODEL, index_kind="flat", hybrid=True))
     for ranker in built:
         _same_lexical(ranker._lexical, expected)
@@ -397,7 +397,7 @@ def test_the_bm25_index_made_while_encoding_equals_one_made_from_the_stored_answ
         _same_lexical(ranker._lexical, expected)
     for generic in (False, True):
         builder = LexicalBuilder()
-        with fast_paths.generic_only() if generic else contextlib.nullcontext():
+        with fast_path_switch.generic_only() if generic else contextlib.nullcontext():
             build_from_file(path, _MODEL, index_kind="flat", chunk_size=128, batch_size=32, lexical=builder)
         _same_lexical(builder.finish(), expected)
 

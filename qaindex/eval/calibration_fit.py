@@ -35,13 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from ..arguments import flag
+from ..checks import flag
 from ..errors import ModelFormatError, QueryError
 from ..model import Model
 from ..ranker import Ranker
 from ..search.calibration import CALIBRATION_METHODS, Calibration
+from ..store.atomic_files import read_json_object, write_json_atomic
 from ..store.field_ranges import FUSED_SCORE, FUSED_SCORE_FIELDS
-from ..store.storage import read_json_object, write_json_atomic
 from ..text.lexical import tokenizer_available
 
 __all__ = [

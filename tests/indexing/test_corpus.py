@@ -133,14 +133,14 @@ def test_a_line_over_the_maximum_is_refused_naming_it(
     import contextlib
 
     import qaindex.corpus
-    from qaindex import fast_paths
+    from qaindex import fast_path_switch
 
     monkeypatch.setattr(qaindex.corpus, "MAX_LINE_BYTES", 64)
     monkeypatch.setattr(qaindex.corpus, "_READ_HINT", 40)  # lines straddle the bulk reads
     at_most = json.dumps({"answer": "x" * (64 - 14)})  # 64 bytes: the longest line accepted
     assert len(at_most) == 64
     p = write(tmp_path, f'{{"answer": "a"}}\n{at_most}\n{at_most}')
-    with contextlib.nullcontext() if fast else fast_paths.generic_only():
+    with contextlib.nullcontext() if fast else fast_path_switch.generic_only():
         assert [r.answer for r in read_corpus(p)] == ["a", "x" * 50, "x" * 50]
         over = json.dumps({"answer": "x" * 51})
         p = write(tmp_path, f'{{"answer": "a"}}\n{at_most}\n{over}\n{{"answer": "b"}}\n')

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..arguments import shown
+from ..checks import shown
 from ..errors import QueryError
 from ..geometry import Geometry
 from ..store.records import RecordStore

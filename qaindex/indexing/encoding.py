@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import fast_paths
-from ..arguments import MAX_SETTING, choice, flag, path_arg, path_or_records, positive_int
+from .. import fast_path_switch
+from ..checks import MAX_SETTING, choice, flag, path_arg, path_or_records, positive_int
 from ..corpus import Record, records_from_dicts
 from ..errors import QueryError
 from ..model import Model
@@ -85,7 +85,7 @@ class Built:
     lexical: LexicalIndex | None
     #: the stored questions as search keys (qaindex.store.keys), or None: answers only
     keys: KeyIndex | None = None
-    #: the answers the model's answer cut shortened (qaindex.build.cuts.AnswerCuts.report)
+    #: the answers the model's answer cut shortened (qaindex.indexing.cuts.AnswerCuts.report)
     cuts: dict[str, Any] | None = None
 
 
@@ -155,10 +155,10 @@ def encode_corpus(
     if reranker is not None and not isinstance(reranker, Reranker):
         path_arg(reranker, "reranker", what="a reranker model directory")
     is_path = path_or_records(corpus, "corpus")
-    # Encoding overlaps Python work (a file's next chunk, qaindex.build.streaming; the stored
+    # Encoding overlaps Python work (a file's next chunk, qaindex.indexing.streaming; the stored
     # records), which takes one core: onnxruntime gets the other (with two threads it
     # competes with that work, and it is much slower on a loaded machine).
-    threads = 1 if fast_paths.enabled() else None
+    threads = 1 if fast_path_switch.enabled() else None
     loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=threads)
     if reranker is not None and not isinstance(reranker, Reranker):
         reranker = Reranker.load(reranker, device=device)
@@ -210,7 +210,7 @@ def _encode(
     lexical: TextSink | None,
 ) -> tuple[RecordStore, np.ndarray, CoarseIndex]:
     started = time.perf_counter()
-    if is_path:  # streamed: one chunk of texts in memory at a time (qaindex.build.streaming)
+    if is_path:  # streamed: one chunk of texts in memory at a time (qaindex.indexing.streaming)
         store, vectors, coarse = _from_file(corpus, model, index_kind, hnsw, device, batch_size, progress, lexical)  # type: ignore[arg-type]
         tuned_on: RecordStore | list[Record] = store
     else:
@@ -218,7 +218,7 @@ def _encode(
         texts = [r.answer for r in records]
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qaindex-records") as pool:
             # The stored lines and the BM25 rows are made while onnxruntime (which releases the GIL) runs.
-            threaded = fast_paths.enabled()
+            threaded = fast_path_switch.enabled()
             stored = pool.submit(RecordStore.from_records, records) if threaded else None
             analysed = pool.submit(lexical.add, texts) if threaded and lexical is not None else None
             vectors = encode_answers(model, texts, batch_size, progress)

@@ -18,10 +18,10 @@ import pytest
 from click.testing import CliRunner
 
 from qaindex import IndexFormatError, QAIndexError, QueryError, Ranker
-from qaindex.build.tuning import answer_spans, recall_at, tune_breadth
 from qaindex.cli import main
 from qaindex.corpus import read_corpus
 from qaindex.geometry import hyperbolic
+from qaindex.indexing.tuning import answer_spans, recall_at, tune_breadth
 from qaindex.store.index_format import manifest_checksum
 from qaindex.vector_index import CoarseIndex, default_params, exact_search
 

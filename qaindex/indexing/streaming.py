@@ -18,7 +18,7 @@ chunks one after the other.
 An error in line N stops the build before anything is written to an index directory (the
 temporary files vanish with the process's handles), like the in-memory build.
 
-:mod:`qaindex.build.distributed` reuses :class:`RecordSpool`, :func:`validate_corpus` and
+:mod:`qaindex.indexing.distributed` reuses :class:`RecordSpool`, :func:`validate_corpus` and
 :func:`assemble_index`, so a Ray build validates, stores and indexes exactly like this one.
 """
 
@@ -37,7 +37,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .. import fast_paths
+from .. import fast_path_switch
 from ..corpus import Record, _Collector, read_json_lines
 from ..model import Model
 from ..store.diskspace import writing
@@ -364,7 +364,7 @@ class _EncodePipeline:
     validating and tokenizing chunk i+1 overlaps encoding chunk i. Vectors are appended to
     the spool in chunk order, and each chunk is encoded with exactly the batches
     ``Model.encode`` would use for it, so the result is identical to encoding the chunks
-    one after the other. Without the fast paths (:func:`qaindex.fast_paths.generic_only`)
+    one after the other. Without the fast paths (:func:`qaindex.fast_path_switch.generic_only`)
     everything runs in the calling thread, as before.
     """
 
@@ -381,7 +381,7 @@ class _EncodePipeline:
         self._vectors = vectors
         self._batch_size = batch_size
         self._progress = progress
-        self._threaded = fast_paths.enabled()
+        self._threaded = fast_path_switch.enabled()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qaindex-encode") if self._threaded else None
         self._pending: tuple[Future[np.ndarray], int] | None = None
 

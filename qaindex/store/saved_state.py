@@ -26,6 +26,7 @@ from ..model import Model
 from ..reranker import Reranker
 from ..text.lexical import LexicalIndex
 from ..vector_index import CoarseIndex
+from .atomic_files import verify_files
 from .index_format import commit_manifest, new_manifest, read_index_manifest, write_snapshot
 from .keys import KeyIndex
 from .locking import index_lock
@@ -38,7 +39,6 @@ from .ownership import (
     remove_garbage,
 )
 from .records import RecordStore
-from .storage import verify_files
 
 __all__ = ["SavedState"]
 

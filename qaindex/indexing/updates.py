@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ..arguments import id_list, path_or_records
+from ..checks import id_list, path_or_records
 from ..corpus import Record, read_corpus, read_json_lines, records_from_dicts
 from ..errors import CorpusError, QueryError
 from ..search.fusion import with_dense_ratio

@@ -3,7 +3,7 @@
 How it works, and why the result equals the local build's:
 
 1. The driver validates the corpus exactly as the local streaming build does
-   (:func:`qaindex.build.streaming.validate_corpus`: same rules, same ``file:line`` messages,
+   (:func:`qaindex.indexing.streaming.validate_corpus`: same rules, same ``file:line`` messages,
    records spooled to a temporary file). A bad line stops the build before Ray starts
    and before anything is written to the index directory.
 2. Ray Data reads the corpus in parallel, one read task per chunk of ``chunk_size``
@@ -14,7 +14,7 @@ How it works, and why the result equals the local build's:
    chunks and so the encoder calls are those of the local build: the vectors are
    bit-identical to ``Ranker.build``'s (batch composition changes float32 rounding).
 4. The driver takes the vectors in order (Ray's ``preserve_order``) and builds **one merged
-   index** with :func:`qaindex.build.streaming.assemble_index`, the code of the local build. The
+   index** with :func:`qaindex.indexing.streaming.assemble_index`, the code of the local build. The
    result is an ordinary index: ``Ranker.load`` and every command use it unchanged.
 
 ``ADDRESS`` is what :func:`ray.init` takes: ``local`` starts a Ray instance in this process

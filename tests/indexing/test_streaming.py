@@ -11,10 +11,10 @@ from click.testing import CliRunner
 from conftest import FAQ
 
 from qaindex import Ranker
-from qaindex.build.streaming import RecordSpool, build_from_file, validate_corpus
 from qaindex.cli import main
 from qaindex.corpus import Record, read_corpus
 from qaindex.errors import CorpusError
+from qaindex.indexing.streaming import RecordSpool, build_from_file, validate_corpus
 from qaindex.model import Model
 from qaindex.store.records import RecordStore
 
@@ -141,7 +141,7 @@ def test_a_chunked_index_is_the_in_memory_one(kind: str) -> None:
     """assemble_index (streamed and Ray builds) sizes and trains like Ranker.build: the defaults
     follow the whole count and training uses the same seeded sample of every answer."""
     from qaindex import geometry as geometries
-    from qaindex.build.streaming import assemble_index
+    from qaindex.indexing.streaming import assemble_index
     from qaindex.vector_index import CoarseIndex
 
     class Geometry:  # what assemble_index reads of a model

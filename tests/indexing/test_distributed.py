@@ -18,10 +18,10 @@ from click.testing import CliRunner
 from conftest import FAQ
 
 from qaindex import Ranker
-from qaindex.build.distributed import build_on_ray, chunk_ranges, line_offsets
-from qaindex.build.streaming import build_from_file
 from qaindex.cli import main
 from qaindex.errors import CorpusError, MissingDependencyError
+from qaindex.indexing.distributed import build_on_ray, chunk_ranges, line_offsets
+from qaindex.indexing.streaming import build_from_file
 from qaindex.model import Model
 
 try:
@@ -68,7 +68,7 @@ def test_a_successful_local_ray_build_prints_no_ray_noise(faq_model: Path, faq_f
 
 
 def test_only_a_local_ray_build_turns_actor_restarts_off() -> None:
-    from qaindex.build.distributed import _no_restarts, _restart_options
+    from qaindex.indexing.distributed import _no_restarts, _restart_options
 
     class Dataset:
         def map_batches(self, fn: object, *, ray_remote_args_fn: object = None) -> None: ...
@@ -151,7 +151,7 @@ def test_ray_missing_says_which_extra(faq_model: Path, faq_file: Path, monkeypat
 
 
 def test_import_qaindex_never_imports_ray() -> None:
-    code = "import sys, qaindex, qaindex.cli, qaindex.build.streaming; print('ray' in sys.modules)"
+    code = "import sys, qaindex, qaindex.cli, qaindex.indexing.streaming; print('ray' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 
 
