@@ -437,7 +437,7 @@ def run_corpora(args: argparse.Namespace) -> None:
     for system, path in models.items():
         # the isotropy encodes every answer again: --no-isotropy spares that for a large model
         geo = qaindex_isotropy(path, pools) if args.isotropy else {lab: {} for lab in pools}
-        report(system, with_geometry(eval_qaindex(path, pools), geo))
+        report(system, with_geometry(eval_qaindex(path, pools, batch_size=args.batch_size), geo))
         question_ms[system] = question_speed(path, speed_questions)
     if args.hybrid:  # the built-in default as `qaindex build` + `search` run it: fused with BM25
         default = next(iter(models))
@@ -477,6 +477,7 @@ def run_corpora(args: argparse.Namespace) -> None:
     command += " --own" if args.own else ""
     command += " --hybrid" if args.hybrid else ""
     command += "" if args.isotropy else " --no-isotropy"
+    command += f" --batch-size {args.batch_size}" if args.batch_size != 256 else ""
     if args.table:  # paths inside the repository as relative paths
         shown = [os.path.relpath(Path(f).resolve(), ROOT) if Path(f).resolve().is_relative_to(ROOT) else f
                  for f in (args.out or CORPORA_RESULTS, args.table)]  # fmt: skip
@@ -531,6 +532,10 @@ def main() -> None:
     parser.add_argument(
         "--table", default=None, metavar="FILE",
         help="with --corpora: the markdown table to write (default: docs/user-corpora-table.md with the default --out)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--batch-size", type=int, default=256,
+        help="with --corpora: texts per encoder call of the --model systems (lower it for a large transformer)",
     )  # fmt: skip
     parser.add_argument(
         "--no-isotropy", dest="isotropy", action="store_false",
