@@ -474,6 +474,7 @@ def run_corpora(args: argparse.Namespace) -> None:
         corpora_info[label] = {"answers": r["answers"] - len(JUNK_ANSWERS), "questions": r["questions"],
                                "junk_answers": len(JUNK_ANSWERS), "source": meta.get("source", {})}  # fmt: skip
     command = "python -m benchmarks.pooled --corpora DIR" + "".join(f" --model {s}" for s in args.model)
+    command += "".join(f" --only {name}" for name in args.only)
     command += " --own" if args.own else ""
     command += " --hybrid" if args.hybrid else ""
     command += "" if args.isotropy else " --no-isotropy"
