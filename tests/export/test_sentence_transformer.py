@@ -1,7 +1,8 @@
 """Sentence-transformers models as qaindex models: the tokenizer's [CLS]/[SEP] template against
 HuggingFace's, the export of a tiny randomly initialised BERT sentence-transformer (built here,
-nothing downloaded) against sentence-transformers, refusals, and (QAINDEX_SLOW=1) the real
-all-MiniLM-L6-v2 of the offline package."""
+nothing downloaded) against sentence-transformers, the same for a tiny MPNet (no token types,
+positions counted from the padding), refusals, and (QAINDEX_SLOW=1) the real all-MiniLM-L6-v2 of
+the offline package."""
 
 from __future__ import annotations
 
@@ -167,6 +168,51 @@ def test_tiny_sentence_transformer_exports_with_parity(tiny_st: Path, tmp_path: 
         np.testing.assert_allclose([h.raw_score for h in hits], sims[i, [h.id for h in hits]], atol=1e-4)
 
 
+@pytest.fixture(scope="module")
+def tiny_mpnet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised 2-layer MPNet (MPNet's tokenizer: ``<s> … </s>``, ``<pad>`` = 1, no
+    token types; positions numbered from the padding) with mean pooling, saved by sentence-transformers."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    st_models = pytest.importorskip("sentence_transformers.models")
+    from sentence_transformers import SentenceTransformer
+
+    root = tmp_path_factory.mktemp("tiny-mpnet")
+    (root / "vocab.txt").write_text("\n".join(["<s>", "<pad>", "</s>", "<unk>", *VOCAB, "<mask>"]) + "\n")
+    tokenizer = transformers.MPNetTokenizer(str(root / "vocab.txt"))
+    hf_dir = root / "hf"
+    tokenizer.save_pretrained(hf_dir)
+    torch.manual_seed(0)
+    config = transformers.MPNetConfig(
+        vocab_size=len(VOCAB) + 5, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=40,
+    )  # fmt: skip
+    transformers.MPNetModel(config).save_pretrained(hf_dir)
+    word = st_models.Transformer(str(hf_dir), max_seq_length=24)
+    model = SentenceTransformer(modules=[word, st_models.Pooling(32, "mean"), st_models.Normalize()], device="cpu")
+    model.save(str(root / "st"))
+    return root / "st"
+
+
+@pytest.mark.torch
+def test_tiny_mpnet_exports_with_parity(tiny_mpnet: Path, tmp_path: Path) -> None:
+    from qaindex_export.sentence_transformer import export_sentence_transformer
+    from sentence_transformers import SentenceTransformer
+
+    from qaindex import Model
+
+    export_sentence_transformer(tiny_mpnet, tmp_path / "m", calibrate=False)
+    model = Model.load(tmp_path / "m", device="cpu")
+    tokenizer = model.manifest["tokenizer"]
+    assert (tokenizer["cls_token"], tokenizer["sep_token"], tokenizer["pad_token"]) == ("<s>", "</s>", "<pad>")
+    assert model.manifest["metrics"]["parity"]["sentence_transformers_min_cosine"] > 1 - 1e-5
+    st = SentenceTransformer(str(tiny_mpnet), device="cpu")
+    rng = np.random.default_rng(1)
+    texts = [" ".join(rng.choice(WORDS, size=rng.integers(1, 40))) for _ in range(40)]  # padded batches
+    want = st.encode(texts, normalize_embeddings=True)
+    np.testing.assert_allclose(model.encode(texts, role="answer", batch_size=7), want, atol=1e-5)
+
+
 def _copy(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst
@@ -190,7 +236,8 @@ def _copy(src: Path, dst: Path) -> Path:
                             "tokenizer_class": "XLMRobertaTokenizer"})
             ),
             "tokenizer_config.json: tokenizer_class is 'XLMRobertaTokenizer'; qaindex reproduces BERT's WordPiece "
-            "tokenizer (BertTokenizer or BertTokenizerFast) only, so this model cannot be exported",
+            "tokenizer (BertTokenizer or BertTokenizerFast or MPNetTokenizer or MPNetTokenizerFast) only, so this "
+            "model cannot be exported",
         ),
         (
             lambda d: (d / "tokenizer_config.json").write_text(

@@ -306,3 +306,22 @@ def test_ratios_and_cache(tmp_path: Path) -> None:
     assert np.array_equal(cached(["x", "y"]), first) and len(calls) == 1
     cached(["x", "z"])
     assert len(calls) == 2 and len(list(tmp_path.glob("t-2-*.npy"))) == 2
+
+
+def test_question_speed_and_its_table(tmp_path: Path) -> None:
+    points = np.random.default_rng(2).normal(size=(6, 8)).astype(np.float32)
+    directory, words = point_model(tmp_path / "m", points, geometry="cosine")
+    speed = pooled.question_speed(directory, words * 2)
+    assert speed["questions"] == 12 and 0 < speed["median_ms"] < 1e4 and speed["mean_ms"] > 0
+    metrics = {"mrr@10": 0.5, "recall@10": 0.75, "p@1": 0.25, "junk@10": 0.0}
+    out = {
+        "corpora": {"c": {"answers": 6, "questions": 3, "source": {}}},
+        "results": {"m": {"c": dict(metrics)}, pooled.MINILM: {"c": {**metrics, "mean_pairwise_cosine": 0.1,
+                                                                       "norm_mean": 1.0, "norm_std": 0.0}}},
+        "question_encode_ms": {"m": {"median_ms": 1.234, "mean_ms": 2.5, "questions": 12}},
+    }  # fmt: skip
+    text = pooled.corpora_markdown(out)
+    assert "### Encoding one question (ms; 12 questions, the first 20 of each corpus" in text
+    assert "| m | 1.23 | 2.50 |" in text
+    assert "| m | - |" in text and f"| {pooled.MINILM} | 0.10 / 1.000 ± 0.000 |" in text  # no isotropy measured
+    assert "Encoding one question" not in pooled.corpora_markdown({**out, "question_encode_ms": {}})
