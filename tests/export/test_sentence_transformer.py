@@ -196,7 +196,7 @@ def tiny_mpnet(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.torch
 def test_tiny_mpnet_exports_with_parity(tiny_mpnet: Path, tmp_path: Path) -> None:
-    from qaindex_export.sentence_transformer import export_sentence_transformer
+    from qaindex_export.exporting.sentence_transformer import export_sentence_transformer
     from sentence_transformers import SentenceTransformer
 
     from qaindex import Model
