@@ -59,7 +59,7 @@ def brute(ranker: Ranker, qv: np.ndarray, rows: np.ndarray, vectors: np.ndarray,
     keep[rows] = True
     s = np.where(keep, score[0], -np.inf)
     order = np.lexsort((np.arange(len(s)), dist[0], -s))[: min(k, len(rows))]
-    return [ranker._records.get(int(r)).id for r in order]
+    return [ranker.state().records.get(int(r)).id for r in order]
 
 
 def _p50(values: list[float]) -> float:
@@ -126,7 +126,7 @@ def main() -> None:
     build_s = time.perf_counter() - started
     questions = synthetic(n_questions, rng, words, 4, 12)
     qvs = [ranker.model.encode([q], role="question") for q in questions]
-    vectors = np.ascontiguousarray(np.asarray(ranker._vectors), dtype=np.float32)
+    vectors = np.ascontiguousarray(np.asarray(ranker.state().vectors), dtype=np.float32)
 
     # first filtered search: builds the field index and the squared norms (one pass each)
     first_ms = _timed(ranker.search, questions[0], K, where={"half": 1}, hybrid=False)[0] * 1e3
@@ -143,7 +143,7 @@ def main() -> None:
     runs = []
     for label, where in cases:
         flt = compile_where(where)
-        rows = matching_rows(ranker._records, flt) if flt is not None else np.arange(len(ranker))
+        rows = matching_rows(ranker.state().records, flt) if flt is not None else np.arange(len(ranker))
         wants = [brute(ranker, qv, rows, vectors, K) for qv in qvs]
         brute_times = [_timed(brute, ranker, qv, rows, vectors, K)[0] for qv in qvs[:20]]
         for q in questions[:5]:  # warm-up
@@ -175,7 +175,7 @@ def main() -> None:
                     for qv, want in zip(qvs, wants, strict=True):
                         _, cpu, found = _timed(_plan, ranker, qv, flt)
                         cpu_times.append(cpu)
-                        same += [ranker._records.get(int(r)).id for r in found[0][2]] == want
+                        same += [ranker.state().records.get(int(r)).id for r in found[0][2]] == want
                 finally:
                     undo()
                 plans[name] = {"cpu_p50_ms": _p50(cpu_times), "same_top10_as_brute_force": same / len(qvs)}

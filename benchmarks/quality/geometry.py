@@ -99,7 +99,7 @@ def whole_corpus(model: Any, records: list[dict[str, Any]], relevant: dict[str, 
             out["mrr@10"] = float(np.mean(rr))
             out["recall@10"] = float(np.mean(rec))
             out["questions_with_junk_in_top10"] = junk_top / len(questions)
-            vectors = np.asarray(ranker._vectors, dtype=np.float64)
+            vectors = np.asarray(ranker.state().vectors, dtype=np.float64)
             qv = model.encode(questions, role="question").astype(np.float64)
             if model.geometry == "poincare":
                 norms = np.linalg.norm(vectors[: -len(JUNK)], axis=1)
@@ -191,13 +191,13 @@ def default_model_recall(data: Path) -> dict[str, Any]:
         build = time.perf_counter() - t0
         r = ranker.recall(k=10, questions=sample)
         out[kind] = {"coarse": r["coarse_recall"], "pipeline": r["recall"], "candidates": r["candidates"]}
-        norms = np.linalg.norm(np.asarray(ranker._vectors[: -len(JUNK)]), axis=1)
+        norms = np.linalg.norm(np.asarray(ranker.state().vectors[: -len(JUNK)]), axis=1)
         out["answer_norm_std"] = float(norms.std())
         out["near_centre"] = ranker.info()["near_centre"]
         print(
             f"default model {kind}: recall@10 {r['recall']:.4f} (coarse {r['coarse_recall']:.4f}), build {build:.1f} s"
         )
-    out["spread"] = spread_recall(np.asarray(ranker._vectors), model.encode(sample, role="question"))
+    out["spread"] = spread_recall(np.asarray(ranker.state().vectors), model.encode(sample, role="question"))
     return out
 
 

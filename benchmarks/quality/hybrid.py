@@ -197,13 +197,13 @@ class Collected:
 
 def collect(model: Model, pool: Pool) -> Collected:
     ranker = Ranker.build(pool.records, model=model, index_kind="flat", hybrid=True)
-    lexical = ranker._lexical
+    lexical = ranker.state().lexical
     assert lexical is not None
     qv = model.encode(pool.questions, role="question")
     wide = min(len(ranker), max(CANDIDATE_ONLY))
     w_scores, _, w_rows = ranker.search_vectors(qv, wide)
     out = Collected(ranker, lexical.ratio, [], [], [], [], [], [], w_rows, w_scores, [], [], [])
-    vectors = np.asarray(ranker._vectors)
+    vectors = np.asarray(ranker.state().vectors)
     for i, question in enumerate(pool.questions):
         terms, length = lexical.query(question)
         full = lexical.scores_of_terms(terms)
@@ -250,7 +250,7 @@ def rr_of(c: Collected, pool: Pool, fusion: Fusion, only: int | None = None) -> 
             ranked = ranked_by(fusion, c.rows[i], c.dense[i], c.lexical[i], c.ratio, c.terms[i], cov)
         else:
             rows, lex = c.wide_rows[i, :only], c.wide_lexical[i][:only]
-            cov = question_coverage(fusion, c.ranker._lexical, c.query_terms[i], c.terms[i], rows, lex)
+            cov = question_coverage(fusion, c.ranker.state().lexical, c.query_terms[i], c.terms[i], rows, lex)
             ranked = ranked_by(fusion, rows, c.wide_dense[i, :only], lex, c.ratio, c.terms[i], cov)
         out[i] = _rr(ranked, good)
     return out
@@ -259,13 +259,13 @@ def rr_of(c: Collected, pool: Pool, fusion: Fusion, only: int | None = None) -> 
 def no_scan_rr(c: Collected, pool: Pool, fusion: Fusion) -> np.ndarray:
     """Reciprocal ranks of the large-index path (``hybrid_arrays(..., scan=False)``): dense top
     ``M`` plus BM25's best among the impact-ordered postings, BM25 scored on the candidates."""
-    model, lexical = c.ranker.model, c.ranker._lexical
+    model, lexical = c.ranker.model, c.ranker.state().lexical
     out = np.empty(len(pool.questions))
     for start in range(0, len(pool.questions), 64):
         qs = pool.questions[start : start + 64]
         qv = model.encode(qs, role="question")
         _, _, rows, _ = hybrid_arrays(
-            model, c.ranker._vectors, lexical, qs, qv, c.wide_rows[start : start + 64, :M], K, fusion, scan=False
+            model, c.ranker.state().vectors, lexical, qs, qv, c.wide_rows[start : start + 64, :M], K, fusion, scan=False
         )
         for i, ranked in enumerate(rows):
             out[start + i] = _rr([int(r) for r in ranked if r >= 0], pool.relevant[start + i])
@@ -316,7 +316,7 @@ def hit_features(
         order = np.lexsort((rows, -s.astype(np.float64), -fused))[:K]
         top = float(np.clip(model.calibration(float(s.max())), 1e-6, 1 - 1e-6))
         best = float(lex.max())
-        bound = c.ranker._lexical.score_bound(c.query_terms[i], c.terms[i])  # type: ignore[union-attr]
+        bound = c.ranker.state().lexical.score_bound(c.query_terms[i], c.terms[i])  # type: ignore[union-attr]
         match = best / bound if bound > 0 else 0.0
         for row in order:
             feats.append([float(fused[row]), math.log(top / (1 - top)), match])
@@ -425,13 +425,15 @@ def measure_latency(
         build_s = round(time.perf_counter() - started, 1)
         if saved is not None:
             ranker.save(saved)
-    lexical = ranker._lexical
+    lexical = ranker.state().lexical
     assert lexical is not None
     model = ranker.model
     fusion = fusion_from(None, model)
     qv0 = model.encode(questions[:1], role="question")
     ranker.search(questions[0], k=K)  # postings, impact order, warm caches
-    hybrid_arrays(model, ranker._vectors, lexical, questions[:1], qv0, ranker.candidates(qv0, M), K, fusion, scan=True)
+    hybrid_arrays(
+        model, ranker.state().vectors, lexical, questions[:1], qv0, ranker.candidates(qv0, M), K, fusion, scan=True
+    )
     names = ("dense", "hybrid", "dense_stage", "cand_stage", "scan_stage", "lex_noscan", "lex_scan")
     t: dict[str, list[float]] = {k: [] for k in names}
     for _ in range(repeats):
@@ -447,9 +449,13 @@ def measure_latency(
             t3 = time.perf_counter()
             ranker.search_vectors(qv, K)
             t4 = time.perf_counter()
-            hybrid_arrays(model, ranker._vectors, lexical, [q], qv, ranker.candidates(qv, M), K, fusion, scan=False)
+            hybrid_arrays(
+                model, ranker.state().vectors, lexical, [q], qv, ranker.candidates(qv, M), K, fusion, scan=False
+            )
             t5 = time.perf_counter()
-            hybrid_arrays(model, ranker._vectors, lexical, [q], qv, ranker.candidates(qv, M), K, fusion, scan=True)
+            hybrid_arrays(
+                model, ranker.state().vectors, lexical, [q], qv, ranker.candidates(qv, M), K, fusion, scan=True
+            )
             t6 = time.perf_counter()
             # the lexical work alone: no scan (impact-ordered candidates, scored on rows) vs a scan
             terms, _ = lexical.query(q)

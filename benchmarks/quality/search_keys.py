@@ -73,12 +73,21 @@ def figures(rs: list[int | None]) -> dict[str, float]:
 
 def question_side(ranker: Ranker) -> Ranker:
     """The same index with its keys encoded on the question side."""
-    keys = ranker._keys
+    state = ranker.state()
+    keys = state.keys
     assert keys is not None
-    texts = [t for _, t in key_texts(ranker._records)]
+    texts = [t for _, t in key_texts(state.records)]
     vectors = ranker.model.encode(texts, role="question")
-    ranker._keys = KeyIndex(vectors, keys.owners, None if keys.lexical is None else LexicalIndex.from_texts(texts))
-    return ranker
+    lexical = None if keys.lexical is None else LexicalIndex.from_texts(texts)
+    return Ranker(
+        state.model,
+        state.records,
+        state.vectors,
+        state.coarse,
+        lexical=state.lexical,
+        keys=KeyIndex(vectors, keys.owners, lexical),
+        overfetch=state.overfetch,
+    )
 
 
 def stored_questions(model: Model) -> dict[str, Any]:

@@ -104,8 +104,8 @@ def main() -> None:
             got, want = rows[i].tolist(), ref_top[i].tolist()
             # qaindex's cosine of the reference top 10 vs sentence-transformers' cosine
             mine = {r: float(s) for r, s in zip(got, scores[i].tolist(), strict=True)}
-            qa = np.asarray(ranker._vectors)[want].astype(np.float64) @ qv[i].astype(np.float64)
-            qa /= np.linalg.norm(np.asarray(ranker._vectors)[want], axis=1) * np.linalg.norm(qv[i])
+            qa = np.asarray(ranker.state().vectors)[want].astype(np.float64) @ qv[i].astype(np.float64)
+            qa /= np.linalg.norm(np.asarray(ranker.state().vectors)[want], axis=1) * np.linalg.norm(qv[i])
             diff = float(np.abs(qa - sims[i, want]).max())
             diff = max(diff, max((abs(mine[r] - sims[i, r]) for r in got if r in mine), default=0.0))
             worst = max(worst, diff)

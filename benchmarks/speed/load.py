@@ -53,12 +53,12 @@ def content_checks(index: Path, reps: int) -> float:
 
     ranker = Ranker.load(index, verify=False)
     snap = index / json.loads((index / "manifest.json").read_text())["snapshot"]
-    records = ranker._records
+    records = ranker.state().records
     ball = ranker.model.geometry == "poincare"
     times = []
     for _ in range(reps):
         start = time.perf_counter()
-        check_vectors(snap / "vectors.npy", ranker._vectors, ball=ball, scan=True)
+        check_vectors(snap / "vectors.npy", ranker.state().vectors, ball=ball, scan=True)
         check_records(snap / "records.jsonl", records.data, records.offsets)
         times.append(time.perf_counter() - start)
     return float(np.median(times))

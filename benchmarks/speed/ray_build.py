@@ -49,8 +49,10 @@ def _row(label: str, size: int, seconds: float, ranker: Ranker, local: Ranker | 
         "hybrid": ranker.has_hybrid,
     }
     if local is not None:
-        row["same_vectors"] = bool(np.array_equal(np.asarray(ranker._vectors), np.asarray(local._vectors)))
-        row["same_records"] = ranker._records.content() == local._records.content()
+        row["same_vectors"] = bool(
+            np.array_equal(np.asarray(ranker.state().vectors), np.asarray(local.state().vectors))
+        )
+        row["same_records"] = ranker.state().records.content() == local.state().records.content()
     print(json.dumps(row), flush=True)
     return row
 

@@ -176,7 +176,7 @@ def measure_qaindex(
     info = ranker.info()
     path = tmp / label
     ranker.save(path)
-    vectors = np.asarray(ranker._vectors)  # the stored vectors, for the ground truth
+    vectors = np.asarray(ranker.state().vectors)  # the stored vectors, for the ground truth
     raw = vectors.size * 4 + sum(len(x.encode("utf-8")) for x in texts)
     disk = index_bytes(path)
     model_copy = index_bytes(next(path.glob("data-*")) / "model")

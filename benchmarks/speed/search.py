@@ -99,7 +99,7 @@ def main() -> None:
             ranker.configure(ef_search=ef)
             ranker.search(qs[0], k=10)  # warm up
             lat = timed(lambda i, r=ranker, qs=qs: r.search(qs[i], k=10), args.queries)
-            vectors = np.asarray(ranker._vectors)
+            vectors = np.asarray(ranker.state().vectors)
 
             def exact(i: int, vectors: np.ndarray = vectors, qs: list[str] = qs) -> None:
                 qv = model.encode([qs[i]], role="question")

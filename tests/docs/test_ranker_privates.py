@@ -154,9 +154,14 @@ def f(ranker, reranker, lexical, state):
     assert private_reads(source) == []
 
 
+# the runtime, and the code that uses it as an application would: benchmarks, tools, examples,
+# the robustness runs (the unit tests under tests/ may look inside, as white-box tests)
+USERS = [PACKAGE, ROOT / "benchmarks", ROOT / "tools", ROOT / "examples", ROOT / "tests" / "robustness"]
+
+
 def test_no_module_but_the_ranker_reads_its_privates() -> None:
     found = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(p for folder in USERS for p in folder.rglob("*.py")):
         if path == OWNER:
             continue
         if reads := private_reads(path.read_text(encoding="utf-8")):

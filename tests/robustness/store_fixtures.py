@@ -44,7 +44,7 @@ def check_index(index: Path) -> dict[str, Any]:
     """Load with the default verifying load and check that records and vectors agree."""
     ranker = Ranker.load(index)
     recs = list(ranker.records())
-    stored = np.asarray(ranker._vectors)
+    stored = np.asarray(ranker.state().vectors)
     encoded = ranker.model.encode([r.answer for r in recs], role="answer")
     if not np.array_equal(stored, encoded):
         raise AssertionError("stored vectors do not match the stored answers (mixed snapshot)")
