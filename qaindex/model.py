@@ -428,11 +428,11 @@ class Model:
                 else:
                     yield rows, tokenizer.pad([encoded[r] for r in rows])
             return
-        flat, starts, lengths = tokenizer._encode_ragged(texts, limit)
+        flat, starts, lengths = tokenizer.encode_ragged(texts, limit)
         order = np.argsort(lengths, kind="stable")
         for group in _groups(lengths[order], batch_size):
             rows = order[group]
-            yield rows, tokenizer._pad_ragged(flat, starts, lengths, rows)
+            yield rows, tokenizer.pad_ragged(flat, starts, lengths, rows)
 
     def score(self, query: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Exact scores of candidates for each query, through the ONNX scorer.

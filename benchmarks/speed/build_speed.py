@@ -65,9 +65,9 @@ def run_size(size: int, sentences: list[str], model: Model, workdir: Path) -> di
     def tokenize() -> None:
         # What Model.encode does before padding: before, one encode() per text; now, the
         # batched fast path. A build starts with a fresh tokenizer (empty caches).
-        tokenizer._setup_cache()
+        tokenizer.clear_cache()
         if fast_path_switch.enabled():
-            tokenizer._encode_ragged(texts, limit)
+            tokenizer.encode_ragged(texts, limit)
         else:
             [tokenizer.encode(text, limit) for text in texts]
 

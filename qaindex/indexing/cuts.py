@@ -49,7 +49,7 @@ class AnswerCuts:
         # two special tokens some tokenizers add) in characters can be cut: only they are tokenized
         long = [t for t in texts if len(t) + 2 > self.limit]
         if long:
-            lengths = np.asarray(self._tokenizer._encode_ragged(long, None)[2], dtype=np.int64)
+            lengths = np.asarray(self._tokenizer.encode_ragged(long, None)[2], dtype=np.int64)
             over = lengths[lengths > self.limit]
             self.cut += len(over)
             self.dropped += int((over - self.limit).sum())

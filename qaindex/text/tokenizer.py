@@ -460,9 +460,10 @@ class Tokenizer:
                     )
             self._wrap = (self._ids[self._cls_token], self._ids[self._sep_token])
         self._max_piece_chars = max(1, max(map(len, self._vocab)))
-        self._setup_cache()
+        self.clear_cache()
 
-    def _setup_cache(self) -> None:
+    def clear_cache(self) -> None:
+        """Forget the word pieces of the chunks seen so far (a fresh tokenizer's state)."""
         self._cached_chunk_ids: Callable[[str], tuple[int, ...]] = functools.lru_cache(maxsize=_CACHE_SIZE)(
             self._chunk_ids
         )
@@ -478,7 +479,7 @@ class Tokenizer:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._setup_cache()
+        self.clear_cache()
 
     def __repr__(self) -> str:
         return (
@@ -597,13 +598,22 @@ class Tokenizer:
             del out[limit:]
         return out
 
-    def _encode_ragged(
+    def encode_ragged(
         self, texts: Sequence[str], limit: int | None
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """Token ids of many texts as one flat array: ``(flat, starts, lengths)``.
+        """Token ids of many texts as one flat array: ``(flat, starts, lengths)``, the batch
+        method :meth:`qaindex.Model.encode` calls (then :meth:`pad_ragged` per batch).
 
         Text ``i``'s ids are ``flat[starts[i] : starts[i] + lengths[i]]``, equal to
-        ``encode(texts[i], limit)`` (wrapped in ``cls_token``/``sep_token`` if set).
+        ``encode(texts[i], limit)`` (wrapped in ``cls_token``/``sep_token`` if set); one
+        array for the batch instead of a list per text.
+
+        Example
+        -------
+        >>> tok = Tokenizer(["[PAD]", "[UNK]", "a", "b"])
+        >>> flat, starts, lengths = tok.encode_ragged(["a b a", "b"], None)
+        >>> flat.tolist(), starts.tolist(), lengths.tolist()
+        ([2, 3, 2, 3], [0, 3], [3, 1])
         """
         if self._wrap is None:
             return self._encode_ragged_plain(texts, limit)
@@ -870,18 +880,26 @@ class Tokenizer:
             inner = None if limit is None else max(limit - 2, 0)
             return [self._wrapped(self._encode(text, inner), limit) for text in texts]
         items = texts if isinstance(texts, Sequence) else list(texts)
-        flat, starts, lengths = self._encode_ragged(items, limit)
+        flat, starts, lengths = self.encode_ragged(items, limit)
         ids = flat.tolist()
         return [ids[start : start + size] for start, size in zip(starts.tolist(), lengths.tolist(), strict=True)]
 
-    def _pad_ragged(
+    def pad_ragged(
         self,
         flat: npt.NDArray[np.int64],
         starts: npt.NDArray[np.int64],
         lengths: npt.NDArray[np.int64],
         rows: npt.NDArray[np.int64],
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """:meth:`pad` of the given rows of :meth:`_encode_ragged` output, without Python loops."""
+        """:meth:`pad` of the given rows of :meth:`encode_ragged` output, without Python loops.
+
+        Example
+        -------
+        >>> tok = Tokenizer(["[PAD]", "[UNK]", "a", "b"])
+        >>> ids, mask = tok.pad_ragged(*tok.encode_ragged(["a b a", "b"], None), np.array([1, 0]))
+        >>> ids.tolist(), mask.tolist()
+        ([[3, 0, 0], [2, 3, 2]], [[1, 0, 0], [1, 1, 1]])
+        """
         size = lengths[rows]
         width = max(1, int(size.max(initial=0)))
         columns = np.arange(width, dtype=np.int64)

@@ -87,10 +87,10 @@ def test_batch_encode_and_padding_match_the_generic_path(name: str, texts: list[
     tok = _TOKENIZERS[name]
     expected = [tok._encode_generic(t, limit) for t in texts]
     assert tok.encode_many(texts, limit) == expected
-    flat, starts, lengths = tok._encode_ragged(texts, limit)
+    flat, starts, lengths = tok.encode_ragged(texts, limit)
     assert [flat[s : s + n].tolist() for s, n in zip(starts, lengths, strict=True)] == expected
     rows = np.arange(len(texts))[::-1].copy()
-    ids, mask = tok._pad_ragged(flat, starts, lengths, rows)
+    ids, mask = tok.pad_ragged(flat, starts, lengths, rows)
     ref_ids, ref_mask = tok._pad_generic([expected[r] for r in rows])
     assert np.array_equal(ids, ref_ids) and np.array_equal(mask, ref_mask)
     assert ids.dtype == ref_ids.dtype == mask.dtype == np.int64
