@@ -186,12 +186,29 @@ class Ranker:
             answers only (e.g. when the stored questions are the ones an evaluation asks).
         """
         built = encode_corpus(
-            corpus, model=model, device=device, index_kind=index_kind, hnsw=hnsw, overfetch=overfetch,
-            batch_size=batch_size, progress=progress, recall=recall, reranker=reranker, hybrid=hybrid,
+            corpus,
+            model=model,
+            device=device,
+            index_kind=index_kind,
+            hnsw=hnsw,
+            overfetch=overfetch,
+            batch_size=batch_size,
+            progress=progress,
+            recall=recall,
+            reranker=reranker,
+            hybrid=hybrid,
             question_keys=question_keys,
-        )  # fmt: skip
-        ranker = cls(built.model, built.records, built.vectors, built.coarse, overfetch=built.overfetch,
-                     kind_requested=index_kind, reranker=built.reranker, keys=built.keys)  # fmt: skip
+        )
+        ranker = cls(
+            built.model,
+            built.records,
+            built.vectors,
+            built.coarse,
+            overfetch=built.overfetch,
+            kind_requested=index_kind,
+            reranker=built.reranker,
+            keys=built.keys,
+        )
         ranker.build_report = {"cuts": built.cuts}
         if built.lexical is not None:  # analysed in the encoding pass (qaindex.indexing.encoding)
             ranker._lexical = ranker._measured(built.lexical)
@@ -755,10 +772,20 @@ class Ranker:
         check_writable(root)  # before the lock file: a folder qaindex did not write is never touched
         self._refresh_coarse()
         self._disk.save(
-            root, overwrite=overwrite, lock_timeout=lock_timeout, model=self.model, records=self._records,
-            vectors=self._vectors, coarse=self._coarse, reranker=self.reranker, lexical=self._lexical,
-            created=self.created, requested=self.kind_requested, overfetch=self.overfetch, keys=self._keys,
-        )  # fmt: skip
+            root,
+            overwrite=overwrite,
+            lock_timeout=lock_timeout,
+            model=self.model,
+            records=self._records,
+            vectors=self._vectors,
+            coarse=self._coarse,
+            reranker=self.reranker,
+            lexical=self._lexical,
+            created=self.created,
+            requested=self.kind_requested,
+            overfetch=self.overfetch,
+            keys=self._keys,
+        )
         self.path = root
         return root
 

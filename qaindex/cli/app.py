@@ -376,8 +376,11 @@ def _load_logged(index: Path, device: str) -> Ranker:
     ranker = Ranker.load(index, device=device)
     _log.info(
         "loaded %s (%d answers, model %s) in %.1f ms",
-        index, len(ranker), ranker.model.name, (time.perf_counter() - started) * 1000,
-    )  # fmt: skip
+        index,
+        len(ranker),
+        ranker.model.name,
+        (time.perf_counter() - started) * 1000,
+    )
     return ranker
 
 

@@ -92,13 +92,19 @@ def _model_to_calibrate(model_dir: str, out: Path | None, dry_run: bool) -> Iter
 @click.argument("model_dir", type=click.Path())  # kept as typed: "default" names the built-in model
 @click.argument("data", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option(
-    "--method", type=click.Choice(CALIBRATION_METHODS), default="platt", show_default=True,
+    "--method",
+    type=click.Choice(CALIBRATION_METHODS),
+    default="platt",
+    show_default=True,
     help="Platt scaling (a sigmoid of the raw score) or isotonic regression.",
-)  # fmt: skip
+)
 @click.option(
-    "--depth", type=click.IntRange(min=1), default=DEFAULT_DEPTH, show_default=True,
+    "--depth",
+    type=click.IntRange(min=1),
+    default=DEFAULT_DEPTH,
+    show_default=True,
     help="Hits per question used as (score, relevant?) pairs.",
-)  # fmt: skip
+)
 @click.option(
     "--teacher",
     type=click.Choice(["minilm"]),
@@ -107,9 +113,12 @@ def _model_to_calibrate(model_dir: str, out: Path | None, dry_run: bool) -> Iter
     "all-MiniLM-L6-v2 judges which answer is relevant (needs the train extra).",
 )
 @click.option(
-    "--per-answer", type=click.IntRange(min=1), default=2, show_default=True,
+    "--per-answer",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
     help="With --teacher: pseudo-questions cut from each answer.",
-)  # fmt: skip
+)
 @click.option(
     "--check",
     "checks",
@@ -210,9 +219,17 @@ def _calibrate(
         groups = read_labelled(data)
         labels = "labelled"
     stored = calibrate_model(
-        target, groups, method=method, depth=depth, source=data.name, labels=labels, write=not dry_run,
-        offtopic=off_questions, offtopic_source=off_source, hybrid=hybrid_score,
-    )  # fmt: skip
+        target,
+        groups,
+        method=method,
+        depth=depth,
+        source=data.name,
+        labels=labels,
+        write=not dry_run,
+        offtopic=off_questions,
+        offtopic_source=off_source,
+        hybrid=hybrid_score,
+    )
     report: dict[str, Any] = {"model": str(target), "written": not dry_run, "calibration": stored}
     if checks:
         model = Model.load(target)

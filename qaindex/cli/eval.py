@@ -151,9 +151,15 @@ def _header(model: Any, data: Path) -> list[str]:
 
 
 def _echo_pooled(
-    model: Any, groups: list[QuestionGroup], data: Path, k: int, index_kind: str, device: str, batch_size: int,
+    model: Any,
+    groups: list[QuestionGroup],
+    data: Path,
+    k: int,
+    index_kind: str,
+    device: str,
+    batch_size: int,
     as_json: bool,
-) -> None:  # fmt: skip
+) -> None:
     from ..eval.evaluate import evaluate_pooled
 
     result = evaluate_pooled(model, groups, k=k, index_kind=index_kind, device=device, batch_size=batch_size)

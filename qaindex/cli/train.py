@@ -163,9 +163,14 @@ def _calibrate(
         teacher = minilm_sentence_teacher(device="cuda" if device == "cuda" else None)
     try:
         stored = calibrate_trained(
-            path, train_data=train_file, dev_data=dev_file, answers=answers, teacher=teacher,
-            seed=config.seed, dev_fraction=config.dev_fraction,
-        )  # fmt: skip
+            path,
+            train_data=train_file,
+            dev_data=dev_file,
+            answers=answers,
+            teacher=teacher,
+            seed=config.seed,
+            dev_fraction=config.dev_fraction,
+        )
     except QAIndexError as exc:
         return {"calibrated": False, "why": str(exc)}
     return {"calibrated": True, **{k: stored[k] for k in ("method", "data", "pairs", "ece")}}

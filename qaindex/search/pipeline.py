@@ -109,10 +109,17 @@ def search_batch(state: IndexState, qs: list[str], plan: SearchPlan) -> list[lis
     if fused is None:
         # pre-filter (exact scoring of the matching answers) or post-filter: qaindex.search.filters
         found = filters.plan(
-            records, vectors, qv, k, flt, search=functools.partial(search_vectors, state),
-            candidates=functools.partial(candidate_rows, state), scorer=state.model.score_checked,
-            overfetch=state.overfetch, space=state.model.space,
-        )  # fmt: skip
+            records,
+            vectors,
+            qv,
+            k,
+            flt,
+            search=functools.partial(search_vectors, state),
+            candidates=functools.partial(candidate_rows, state),
+            scorer=state.model.score_checked,
+            overfetch=state.overfetch,
+            space=state.model.space,
+        )
         allowed = keys.allowed_records(state, flt) if state.keys is not None else None
         every = keys.key_scores(state, qv, allowed)  # the stored questions' scores, all questions at once
         out = []

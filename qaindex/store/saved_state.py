@@ -149,9 +149,18 @@ class SavedState:
             keys=keys,
         )
         manifest = new_manifest(
-            snapshot=snap_name, files=files, count=len(records), model=model, coarse=coarse, requested=requested,
-            overfetch=overfetch, created=created, reranker=reranker, lexical=lexical is not None, keys=keys,
-        )  # fmt: skip
+            snapshot=snap_name,
+            files=files,
+            count=len(records),
+            model=model,
+            coarse=coarse,
+            requested=requested,
+            overfetch=overfetch,
+            created=created,
+            reranker=reranker,
+            lexical=lexical is not None,
+            keys=keys,
+        )
         commit_manifest(root, manifest, model, self.model_source)
         # The new snapshot is live; remove the one it replaced (only qaindex's: qaindex.store.ownership).
         remove_garbage(root, keep=snap_name, previous=previous)

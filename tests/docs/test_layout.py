@@ -40,15 +40,7 @@ TEST_FOLDERS = {"indexing", "cli", "eval", "geometry", "search", "store", "text"
 MAX_LINES = 700  # lines of code per module
 # Files that still switch the formatter off, while other work on them is in flight: remove an
 # entry when its pragmas are gone (test_the_packed_file_list_is_current says when).
-PACKED: set[str] = {
-    "qaindex/ranker.py",
-    "qaindex/search/pipeline.py",
-    "qaindex/store/saved_state.py",
-    "qaindex/cli/app.py",
-    "qaindex/cli/calibrate.py",
-    "qaindex/cli/eval.py",
-    "qaindex/cli/train.py",
-}
+PACKED: set[str] = set()
 
 
 def _modules() -> dict[str, Path]:
