@@ -106,8 +106,10 @@ def separation(correct: Sequence[float], offtopic: Sequence[float]) -> tuple[flo
     if not c.size or not o.size:
         return float("nan"), float("nan")
     auc = float(np.mean(c[:, None] > o[None, :]) + 0.5 * np.mean(c[:, None] == o[None, :]))
-    must_refuse = int(np.ceil(REFUSED_TARGET * o.size - 1e-9))  # the smallest t refusing them is just above o[m-1]
-    return auc, float(np.mean(c > o[must_refuse - 1])) if must_refuse else 1.0
+    # at least one off-topic question must be refused (o is not empty): the smallest threshold
+    # refusing ``must_refuse`` of them lies just above o[must_refuse - 1]
+    must_refuse = int(np.ceil(REFUSED_TARGET * o.size - 1e-9))
+    return auc, float(np.mean(c > o[must_refuse - 1]))
 
 
 def measure(
