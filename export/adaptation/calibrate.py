@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from qaindex.eval.datasets import Candidate, QuestionGroup, read_labelled
-from qaindex.eval.fusion_fit import fit_written_model
+from qaindex.eval.fusion_fit import faq_pool_groups, fit_written_model
 from qaindex.eval.offtopic import BUILTIN_OFFTOPIC, read_offtopic
 
 from ..training.data import hold_out_dev
@@ -120,12 +120,16 @@ def calibrate_trained(
     teacher: Callable[[Sequence[str]], np.ndarray] | None,
     seed: int,
     dev_fraction: float,
+    held_out: Sequence[QuestionGroup] | None = None,
 ) -> dict[str, Any]:
     """Calibrate a model ``qaindex train`` just exported, on data it was not trained on.
 
     - label-free training (``answers`` and ``teacher``): the teacher's judgements of
       pseudo-questions cut with :data:`CALIBRATION_SEED` (not the training draw);
     - with a dev file: its questions;
+    - with ``held_out`` (what the trainer says it held out, ``TrainResult.dev_groups``): those
+      questions; when it is empty (k-fold selection, then training on every labelled
+      question), the example FAQ's questions that are not among the training questions;
     - otherwise: the questions training held out of ``train_data`` (:func:`held_out_groups`);
 
     with the ``fit`` split of the built-in off-topic questions as not relevant, as
@@ -145,6 +149,10 @@ def calibrate_trained(
         source, labels = _name(train_data) + " answers", "teacher: all-MiniLM-L6-v2 top-1 on pseudo-questions"
     elif dev_data is not None:
         groups, source, labels = read_labelled(dev_data), Path(dev_data).name, "labelled"
+    elif held_out is not None and not held_out:
+        return _calibrate_after_k_fold(model_dir, train_data, offtopic, off_source)
+    elif held_out is not None:
+        groups, source, labels = list(held_out), _name(train_data) + " (questions held out of training)", "labelled"
     else:
         groups = held_out_groups(train_data, seed, dev_fraction)
         source, labels = _name(train_data) + " (questions held out of training)", "labelled"
@@ -156,6 +164,32 @@ def calibrate_trained(
         calibration_groups=groups if any(g.has_positive for g in groups) else None,
         calibration_source=source,
         labels=labels,
+        offtopic=offtopic,
+        offtopic_source=off_source,
+    )["calibration"]
+
+
+def _calibrate_after_k_fold(
+    model_dir: str | os.PathLike[str],
+    train_data: str | os.PathLike[str] | Sequence[QuestionGroup],
+    offtopic: Sequence[str],
+    off_source: str,
+) -> dict[str, Any]:
+    """Every labelled question was trained on: calibrate on the example FAQ's questions that are
+    not among them (none left, as when training on the example FAQ itself: on the training
+    questions, said in the source, since its probabilities are then optimistic)."""
+    trained = read_labelled(train_data) if isinstance(train_data, (str, os.PathLike)) else list(train_data)
+    seen = {" ".join(g.question.lower().split()) for g in trained}
+    unseen = [g for g in faq_pool_groups() if " ".join(g.question.lower().split()) not in seen]
+    if any(g.has_positive for g in unseen):
+        groups, source = unseen, "example FAQ (qaindex/eval/data/faq.jsonl), its questions not trained on"
+    else:
+        groups = [g for g in trained if g.has_positive]
+        source = _name(train_data) + " (its questions were all trained on: optimistic)"
+    return fit_written_model(
+        model_dir,
+        calibration_groups=groups,
+        calibration_source=source,
         offtopic=offtopic,
         offtopic_source=off_source,
     )["calibration"]

@@ -47,6 +47,14 @@ class AdaptConfig:
         "Share of the labelled questions (or, without labels, of the answers whose pseudo-questions are the "
         "held-out split) kept out of training to choose the epoch; epoch 0 is the start model.",
     )
+    folds: int = _setting(
+        3,
+        "Without --dev: choose the number of epochs by k-fold over all labelled questions (each fold trains on "
+        "the others and is judged on itself; every question is judged once per epoch), then train that many "
+        "epochs on all of them. 1: a single held-out split of --holdout instead. Fewer folds are used when "
+        "there are fewer than 4 questions per fold. Each fold stops after --adapt-patience epochs without a better "
+        "mean on its held-out part.",
+    )
     anchor: float | None = _setting(
         None,
         "Weight of the L2 pull of every adapted weight towards its value in the start model; auto: 0.001 with "
@@ -110,6 +118,8 @@ class AdaptConfig:
         """Raise :class:`ValueError` naming the first bad setting; returns self."""
         if not 0.0 < self.holdout < 1.0:
             raise ValueError(f"holdout must be in (0, 1), got {self.holdout}")
+        if self.folds < 1:
+            raise ValueError(f"folds must be at least 1, got {self.folds}")
         if not 0.0 <= self.teacher_weight <= 1.0:
             raise ValueError(f"teacher_weight must be in [0, 1], got {self.teacher_weight}")
         if not 0.0 < self.significance <= 1.0:

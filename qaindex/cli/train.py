@@ -150,7 +150,13 @@ def _adaptation_summary(result: Any) -> dict[str, Any] | None:
 
 
 def _calibrate(
-    path: Path, train_file: Path, dev_file: Path | None, answers: list[str] | None, config: Any, device: str
+    path: Path,
+    train_file: Path,
+    dev_file: Path | None,
+    answers: list[str] | None,
+    config: Any,
+    device: str,
+    held_out: Any = None,
 ) -> dict[str, Any]:
     """Calibrate the exported model's scores on held-out data (:mod:`qaindex.search.calibration`);
     a model that cannot be calibrated (e.g. no irrelevant hit) stays uncalibrated, said in the summary."""
@@ -170,6 +176,7 @@ def _calibrate(
             teacher=teacher,
             seed=config.seed,
             dev_fraction=config.dev_fraction,
+            held_out=held_out,
         )
     except QAIndexError as exc:
         return {"calibrated": False, "why": str(exc)}
@@ -376,7 +383,7 @@ def train(
             except TypeError as exc:  # a wrongly typed value from a config file
                 raise QAIndexError(f"{config_file}: invalid settings ({exc})") from None
             path = export_model(result, out, name=name, table_dtype=table_dtype, dev_data=None)
-            calibration = _calibrate(path, train_file, dev_file, answers, config, config.device)
+            calibration = _calibrate(path, train_file, dev_file, answers, config, config.device, result.dev_groups)
             _echo_summary(path, result, mode, calibration)
             return
         if "embeddings" not in values:

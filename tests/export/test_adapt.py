@@ -234,7 +234,7 @@ def test_tiny_noisy_supervision_never_ends_below_the_start(start_dir: Path, tmp_
     answers, questions = answers_and_questions(rng)
     labelled = [(q, i if k % 2 else (i + 3) % len(answers)) for k, (q, i) in enumerate(questions[:12])]
     result = adapt_supervised(
-        TrainConfig(**FAST), AdaptConfig(holdout=0.5), groups(answers, labelled, "n"), start=start_dir
+        TrainConfig(**FAST), AdaptConfig(holdout=0.5, folds=1), groups(answers, labelled, "n"), start=start_dir
     )
     report = result.diagnostics["adaptation"]
     assert report["final_metrics"]["mrr@10"] >= report["start_metrics"]["mrr@10"]
@@ -469,11 +469,13 @@ def test_a_noisy_gain_on_a_tiny_held_out_split_keeps_the_start(tmp_path: Path) -
     start = write_static_start(tmp_path / "start")
     config = TrainConfig(**{**FAST, "epochs": 6, "lr": 0.05, "seed": 2})
     train = groups(answers, labelled, "n")
-    loose = adapt_supervised(config, AdaptConfig(holdout=0.2, significance=1.0, adapt_patience=6), train, start=start)
+    loose = adapt_supervised(
+        config, AdaptConfig(holdout=0.2, folds=1, significance=1.0, adapt_patience=6), train, start=start
+    )
     report = loose.diagnostics["adaptation"]
     assert report["held_out"]["questions"] == 6
     assert report["kept_epoch"] > 0  # any gain counts: a noisy epoch is kept
-    result = adapt_supervised(config, AdaptConfig(holdout=0.2, adapt_patience=6), train, start=start)
+    result = adapt_supervised(config, AdaptConfig(holdout=0.2, folds=1, adapt_patience=6), train, start=start)
     report = result.diagnostics["adaptation"]
     assert report["kept_epoch"] == 0 and result.best_epoch == 0
     assert report["final_metrics"] == report["start_metrics"]
@@ -532,3 +534,37 @@ def test_the_readme_training_example_keeps_the_built_in_model_as_it_says(tmp_pat
         for model in (str(tmp_path / "my-model"), "default")
     ]
     assert scores[0]["mrr"] == pytest.approx(scores[1]["mrr"], abs=1e-9)
+
+
+def test_k_fold_judges_every_labelled_question_once_then_trains_on_all(tmp_path: Path) -> None:
+    """A weak random start, two labelled questions per answer: each of 4 folds is held out once,
+    the number of epochs is chosen on all 60 questions' out-of-fold ranks, and the model is then
+    trained that many epochs on all of them (its history is that run: epoch 0 plus the chosen
+    epochs)."""
+    rng = np.random.default_rng(1)
+    table = rng.normal(size=(len(VOCAB), len(TOPICS) + 2)).astype(np.float32)
+    table[2 : 2 + len(FILLER)] *= 3.0
+    start = write_start(tmp_path / "start", table)
+    answers, questions = answers_and_questions(rng)
+    config = TrainConfig(**{**FAST, "epochs": 5, "lr": 0.05, "seed": 1})
+    result = adapt_supervised(config, AdaptConfig(folds=4), groups(answers, questions, "k"), start=start)
+    report = result.diagnostics["adaptation"]
+    assert report["held_out"] == {"k_fold": 4, "questions": 60}
+    epochs = report["selection"]["epochs"]
+    assert [e["epoch"] for e in epochs] == list(range(1, len(epochs) + 1)) and all(e["questions"] == 60 for e in epochs)
+    start_mrr = report["selection"]["start_mrr"]
+    assert start_mrr == pytest.approx(brute_force_mrr10(start, answers, questions), abs=1e-6)  # out-of-fold = all
+    significant = [e for e in epochs if e["significant"]]
+    assert significant, "on this seed some epoch gains beyond noise over the 60 questions"
+    chosen = max(significant, key=lambda e: (e["mrr@10"], -e["epoch"]))["epoch"]
+    assert result.best_epoch == report["kept_epoch"] == chosen
+    assert [h["epoch"] for h in result.history] == list(range(chosen + 1))
+    assert report["why"].startswith(f"epoch {chosen} had the best held-out MRR@10 beyond noise")
+    assert report["why"].endswith("(out-of-fold, 4 folds of the labelled questions; then trained on all of them)")
+    out = Path(export_model(result, tmp_path / "out"))
+    assert brute_force_mrr10(out, answers, questions) > start_mrr
+
+
+def test_adapt_config_refuses_zero_folds() -> None:
+    with pytest.raises(ValueError, match=r"folds must be at least 1, got 0"):
+        AdaptConfig(folds=0).validate()
