@@ -45,7 +45,7 @@ model score, then lower row).
 
 The constants ``a``, ``b``, ``d``, ``e``, ``terms`` are fitted per model
 (:mod:`qaindex.eval.fusion_fit`: ``qaindex export-model`` and ``qaindex train`` fit them on
-the model they write; ``benchmarks/quality/hybrid.py --fit`` on held-out labelled corpora for the
+the model they write; ``tools/fit_default_fusion.py`` on held-out labelled corpora for the
 built-in model) and stored in the model manifest (``"fusion"``), which :func:`fusion_from`
 reads; a model without one uses the safe fallback :data:`SAFE_FUSION`.
 
@@ -209,7 +209,7 @@ class Fusion:
         return out
 
 
-# the rule of a mapping without a rule (the constants benchmarks/quality/hybrid.py --fit fitted for the
+# the rule of a mapping without a rule (the constants tools/fit_default_fusion.py fitted for the
 # built-in default model, whose manifest stores them; see docs/hybrid.md)
 DEFAULT_FUSION = Fusion("adaptive", weight=0.5, a=0.0, b=2.0, terms=10.0, d=1.25, e=1.5)
 # the fallback of a model whose manifest has no fitted rule: dense weight clip(0.5 + rho, 0, 1),
@@ -280,7 +280,7 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
         if why is not None:
             raise ModelFormatError(
                 f"{model.directory / 'manifest.json'}: {why}; "
-                "refit it with `python -m benchmarks.quality.hybrid --fit` or remove the field"
+                "refit it with `python -m tools.fit_default_fusion` or remove the field"
             )
         try:
             fields = {k: v for k, v in stored.items() if k in FIELDS}
@@ -294,7 +294,7 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
         except (QueryError, TypeError, AttributeError) as exc:
             raise ModelFormatError(
                 f'{model.directory / "manifest.json"}: field "fusion" is invalid ({exc}); refit it with '
-                "`python -m benchmarks.quality.hybrid --fit` or remove the field"
+                "`python -m tools.fit_default_fusion` or remove the field"
             ) from None
     if isinstance(value, Fusion):
         return value

@@ -3,8 +3,8 @@
 A fused search (:mod:`qaindex.search.fusion`) orders its hits by their fused value; the score
 it reports is, where the model's manifest has one, a calibration of that fused value
 (:func:`fused_probability`, ``"fused_score"`` in the manifest's ``"fusion"``), fitted by
-logistic regression on the top hits of held-out labelled questions (``benchmarks/quality/hybrid.py
---fit``). Without one, :func:`hybrid_scores` keeps each hit's per-hit probability capped by
+logistic regression on the top hits of held-out labelled questions
+(``tools/fit_default_fusion.py``). Without one, :func:`hybrid_scores` keeps each hit's per-hit probability capped by
 those above it, so the order and the score never disagree.
 """
 

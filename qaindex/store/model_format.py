@@ -197,7 +197,7 @@ def read_model_manifest(
         why = fusion_entry_error(manifest["fusion"])
         if why is not None:
             raise ModelFormatError(
-                f"{mpath}: {why}; refit it with `python -m benchmarks.quality.hybrid --fit` or remove the field"
+                f"{mpath}: {why}; refit it with `python -m tools.fit_default_fusion` or remove the field"
             )
     if verify:
         verify_files(directory, files, error=ModelFormatError, what="model directory")
