@@ -82,13 +82,13 @@ __all__ = [
 
 #: Up to this many matching answers the pre-filter (exact scoring) is always used.
 PREFILTER_MIN = 2048
-#: Cost of one coarse candidate of the post-filter, in exact scorings of one match (measured by
-#: benchmarks/quality/filters.py on a 50,000-answer pq index: 5,000 candidates of a 10 % filter cost
-#: about as much as scoring 70,000 matches).
+#: Cost of one coarse candidate of the post-filter, in exact scorings of one match: the post
+#: plan's CPU time per coarse candidate over the scored plan's per match, both timed per plan by
+#: ``benchmarks/quality/filters.py`` (``docs/filters.md``).
 POST_FILTER_COST = 16
 #: The exact plan is used while it reads at most this many vector floats per question
-#: (``min(GATHER_COST · matches, N) · dimension``; 2**25 float32 are 128 MiB, about 8 ms of
-#: memory bandwidth): every selectivity of a 50,000 × 256 index is searched exactly.
+#: (``min(GATHER_COST · matches, N) · dimension``; 2**25 float32 are 128 MiB, one pass over
+#: memory): every selectivity of a 50,000 × 256 index is searched exactly.
 EXACT_FLOATS = 1 << 25
 _ROWS_CACHE = 64  # filters whose matching rows are kept per store
 _DECODE_BLOCK = 8192  # records decoded per json.loads call when building a field index
@@ -243,8 +243,9 @@ def _block_metadata(store: RecordStore, first: int, last: int, chunk: bytes) -> 
 class FieldIndex:
     """``value → rows`` for every metadata field of a record store, and the fields that exist.
 
-    Built in one pass that decodes every stored record (a few hundred milliseconds for 50,000
-    answers); unhashable values (lists, objects) are kept aside and compared one by one.
+    Built in one pass that decodes every stored record, in blocks of :data:`_DECODE_BLOCK` per
+    ``json.loads`` call (its time on the first filtered search: ``docs/filters.md``); unhashable
+    values (lists, objects) are kept aside and compared one by one.
 
     Parameters
     ----------

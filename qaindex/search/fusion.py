@@ -40,7 +40,7 @@ model score, then lower row).
   - ``n(q)`` is the question's BM25 term count: the dense encoder reads a bounded number of
     tokens, so long questions (forum posts) lean on BM25.
 
-  ``e`` = 0 (``d`` = 1), as in manifests fitted before the question part existed, is the
+  ``e`` = 0 (``d`` = 1), which a stored fusion without ``d`` and ``e`` means, is the
   rule ``clip(a + b * rho, 0, 1) * min(1, terms / n(q))``.
 
 The constants ``a``, ``b``, ``d``, ``e``, ``terms`` are fitted per model
@@ -261,8 +261,8 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
     ``None`` gives the model's fitted fusion (its manifest's ``"fusion"``) when ``model`` has
     one, else the safe fallback :data:`SAFE_FUSION` (:data:`DEFAULT_FUSION` without a
     model); a mapping's missing fields come from :data:`DEFAULT_FUSION` (a stored
-    ``adaptive`` fusion without ``e``, fitted before the question part existed, keeps its
-    rule: ``e`` = 0; a stored score calibration alone, from ``qaindex calibrate``, goes with
+    ``adaptive`` fusion without ``e`` has no question part:
+    ``e`` = 0; a stored score calibration alone, from ``qaindex calibrate``, goes with
     the safe fallback).
 
     Example
@@ -289,7 +289,7 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
                 parsed = _from_mapping(fields)
                 return replace(SAFE_FUSION, score=parsed.score, fused_score=parsed.fused_score)
             if fitted_rule and fields.get("rule", DEFAULT_FUSION.rule) == "adaptive" and "e" not in fields:
-                fields.update(d=1.0, e=0.0)  # fitted before the question part: the rule without it
+                fields.update(d=1.0, e=0.0)  # no question part stored: the rule without it
             return _from_mapping(fields)
         except (QueryError, TypeError, AttributeError) as exc:
             raise ModelFormatError(

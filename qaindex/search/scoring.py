@@ -83,7 +83,7 @@ def hybrid_scores(
     """The ``score`` of one question's hybrid hits, given in fused order: non-increasing.
 
     With ``fusion.fused_score``, :func:`fused_probability` of the fused values. Without one
-    (a model fitted before it, or none), each hit's :func:`hybrid_probability` (the model's
+    (a fusion stored without it, or none), each hit's :func:`hybrid_probability` (the model's
     calibrated probability ``dense_probability`` where ``fusion.score`` is None) capped by
     those of the hits above it (a running minimum), so that a hit never scores above one
     ranked before it and ``min_score`` keeps a prefix of the ranking.

@@ -207,7 +207,7 @@ FUSION_RULES = ("rrf", "convex", "adaptive")
 FUSION_FIELDS = ("rule", "c", "weight", "a", "b", "terms", "d", "e", "score", "fused_score")
 SCORE_FIELDS = ("bias", "dense", "bm25", "fused")
 FUSED_SCORE_FIELDS = ("bias", "fused", "top", "match")
-MATCH_FIELD = "match"  # the optional fifth weight of fusion.score (models fitted before it have four)
+MATCH_FIELD = "match"  # the optional fifth weight of fusion.score (a stored score of four weights has none)
 _COEFFICIENT = (
     "the adaptive rule clips its parts to [0, 1], and their inputs (the dense/BM25 ratio, a coverage in [0, 1]) "
     "are of order 1: a constant beyond 1000 is a fit that diverged"
