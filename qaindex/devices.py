@@ -9,9 +9,8 @@ if ``faiss.get_num_gpus() > 0``. ``cuda`` fails with a clear error when it canno
 Where it pays (:class:`SessionPair`): under ``auto`` each ONNX graph keeps a CPU session for
 single questions and small batches and, when CUDA works, a CUDA session for calls of
 :data:`GPU_MIN_BATCH` rows or more (bulk answer encoding at build time, large question
-batches). Measured on an H100 with onnxruntime-gpu: one question took 0.72 ms end to end on
-CUDA and 0.57 ms on the CPU (the transfer and kernel launches cost more than the tiny
-encoder), while bulk encoding ran 1.7x faster on CUDA (30K vs 18K answers/s). ``cuda`` puts
+batches): for one question the transfer and kernel launches cost more than the tiny encoder,
+while bulk encoding gains from the GPU (the measurements: ``docs/devices.md``). ``cuda`` puts
 every call on CUDA.
 """
 

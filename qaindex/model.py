@@ -161,7 +161,7 @@ class Model:
         self.dimension: int = manifest["dimension"]
         self.geometry: str = manifest["geometry"]["name"]
         self.max_norm: float | None = manifest["geometry"].get("max_norm")
-        # Poincaré ranking rule: "distance" (absent: models exported before it existed) or
+        # Poincaré ranking rule: "distance" (also when the manifest names none) or
         # "relative" (d(q, a) - d(0, a)); it decides how coarse recall and exact search rank
         self.ranking: str = manifest["geometry"].get("ranking", "distance")
         #: the geometry object (:mod:`qaindex.geometry`) for ``geometry`` and ``ranking``

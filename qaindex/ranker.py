@@ -3,10 +3,10 @@
 It checks arguments, holds the index and the locks, and delegates: under its lock it builds
 the read-only :class:`~qaindex.search.state.IndexState` and hands it down, with a checked
 :class:`~qaindex.search.plan.SearchPlan`, to searches (:mod:`qaindex.search.pipeline`), recall
-(:mod:`qaindex.search.recall`), ``info`` (:mod:`qaindex.store.index_info`) and updates
-(:mod:`qaindex.indexing.updates`, whose new state it adopts); builds go to
-:mod:`qaindex.indexing.encoding`, the index directory to :mod:`qaindex.store.index_format` and
-:mod:`qaindex.store.saved_state`. No other module reads the Ranker's private attributes.
+(:mod:`qaindex.search.recall`), ``info`` (:meth:`~qaindex.search.state.IndexState.info`) and
+updates (:mod:`qaindex.indexing.updates`, whose new state it adopts); builds go to
+:mod:`qaindex.indexing.encoding`, snapshots (opened, written, committed) to :mod:`qaindex.snapshot`,
+whose files are :mod:`qaindex.store`'s. No other module reads the Ranker's private attributes.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from .devices import check_device
 from .indexing import updates
 from .indexing.encoding import encode_corpus, rebuilt_coarse
 from .indexing.updates import row_of
+from .key_index import KeyIndex
 from .model import Model
 from .reranker import Reranker
 from .search import pipeline
@@ -45,21 +46,12 @@ from .search.plan import (
 )
 from .search.recall import measure_recall
 from .search.state import IndexState
+from .snapshot import SavedState, now, open_snapshot, read_consistently
 from .store.concurrency import ReadWriteLock, reading, writing
-from .store.index_format import (
-    INDEX_FORMAT,
-    INDEX_FORMAT_VERSION,
-    now,
-    open_snapshot,
-    read_consistently,
-    read_index_manifest,
-)
-from .store.index_info import index_info
-from .store.keys import KeyIndex
+from .store.index_format import INDEX_FORMAT, INDEX_FORMAT_VERSION, read_index_manifest
 from .store.locking import DEFAULT_LOCK_TIMEOUT, check_timeout, index_lock
 from .store.ownership import check_writable
 from .store.records import RecordStore
-from .store.saved_state import SavedState
 from .text.lexical import LexicalIndex
 from .vector_index import BREADTH_PARAM, CoarseIndex
 
@@ -101,7 +93,7 @@ class Ranker:
         keys: KeyIndex | None = None,
     ) -> None:
         self.model = model
-        # the stored questions as search keys (qaindex.store.keys), saved with the index; None: answers only
+        # the stored questions as search keys (qaindex.key_index), saved with the index; None: answers only
         self._keys = keys
         # what the build that made this Ranker reported (qaindex.indexing: "cuts", the answers cut); None: loaded
         self.build_report: dict[str, Any] | None = None
@@ -121,7 +113,7 @@ class Ranker:
         self.created = created or now()
         self._lock = ReadWriteLock()
         self._refresh_mutex = threading.Lock()
-        # the snapshots this Ranker loaded, saved and serves (qaindex.store.saved_state)
+        # the snapshots this Ranker loaded, saved and serves (qaindex.snapshot)
         self._disk = SavedState(model.directory, path, snapshot)
 
     # -- construction ------------------------------------------------------------------
@@ -181,7 +173,7 @@ class Ranker:
             True: required (an error names the extra); False: dense only.
         question_keys : bool, keyword-only
             Also index each record's stored ``question``/``questions`` as search keys mapping
-            to it (:mod:`qaindex.store.keys`): searches then match answers and stored
+            to it (:mod:`qaindex.key_index`): searches then match answers and stored
             questions and return each record once (``Hit.matched`` says which). False:
             answers only (e.g. when the stored questions are the ones an evaluation asks).
         """
@@ -728,7 +720,7 @@ class Ranker:
         """Save atomically: a new snapshot, then ``manifest.json`` replaced, then cleanup.
 
         Under the index's writer lock (``INDEX/.lock``); it refuses to replace an index this Ranker
-        did not load or save, or one changed since by another writer (:mod:`qaindex.store.saved_state`).
+        did not load or save, or one changed since by another writer (:mod:`qaindex.snapshot`).
         For read-modify-write, load under the lock: ``with Ranker.edit(path) as r: r.add(...)``.
 
         Parameters
@@ -807,5 +799,5 @@ class Ranker:
     @reading
     def info(self) -> dict[str, Any]:
         """What ``qaindex info`` shows: model, counts, index kind, devices actually used
-        (:func:`qaindex.store.index_info.index_info`)."""
-        return index_info(self._state())
+        (:meth:`qaindex.search.state.IndexState.info`)."""
+        return self._state().info()

@@ -39,7 +39,7 @@ family (the exact rerank of the candidates restores the order among them):
   ``k × overfetch`` go on to the exact rerank. On the built-in model's vectors (questions
   lie off the answers' manifold) graph and inverted-list indexes need a wide search for
   recall 0.99 at a million answers, while this scan reaches it at a fraction of ``flat``'s
-  time and builds in seconds (``benchmarks/speed/ann_difficulty.py``). ``auto`` picks it above
+  time and builds fast (``benchmarks/speed/ann_difficulty.py``, ``docs/scale.md``). ``auto`` picks it above
   :data:`AUTO_FLAT_MAX` answers.
 
 The search breadth (``ef_search``, ``nprobe``, ``refine``) can be tuned to a recall target at build
@@ -79,10 +79,10 @@ IVF_KINDS = ("ivf", "ivf_sq8")
 AUTO_FLAT_MAX = 20_000
 DEFAULT_REFINE = 10
 _PQ_CENTROIDS = 16  # 4-bit codes
-#: Coordinates per ``pq`` sub-quantiser by default. At a million answers of the built-in model
-#: (``benchmarks/speed/ann_difficulty.py``, coarse stage alone), codes of two coordinates each reach
-#: recall@10 0.996 at ``refine`` 1 in 9.3 ms; codes of four reach 0.996 at ``refine`` 8 in 2.3 ms:
-#: the scan's cost grows faster than the code length, the refinement's only with ``refine``.
+#: Coordinates per ``pq`` sub-quantiser by default. Codes of two coordinates each reach a recall
+#: at a smaller ``refine`` than codes of four, but their scan costs more than the wider
+#: refinement: the scan's cost grows faster than the code length, the refinement's only with
+#: ``refine`` (``benchmarks/speed/ann_difficulty.py`` compares both, ``docs/performance.md``).
 PQ_COORDINATES = 4
 DEFAULT_HNSW: dict[str, int] = {"M": 32, "ef_construction": 200, "ef_search": 256}
 #: The parameters each kind takes (all positive integers).
@@ -112,8 +112,8 @@ def default_params(kind: str, count: int) -> dict[str, int]:
     build-time recall tuning of :mod:`qaindex.indexing.tuning` widens the search instead). IVF uses
     about ``2·√count`` lists (at least 1, at most 8,192 and at most ``count``) and probes an
     eighth of them. ``pq`` re-scores ``refine`` codes per candidate: :data:`DEFAULT_REFINE`
-    up to 100,000 answers, growing as ``√count`` above (32 at a million, where the built-in
-    model's tuning to recall@10 0.99 chose 10 in ``benchmarks/speed/scale.py``); its ``M``
+    up to 100,000 answers, growing as ``√count`` above (32 at a million; the build-time recall
+    tuning of :mod:`qaindex.indexing.tuning` lowers it where fewer reach the target); its ``M``
     defaults to a quarter of the searched dimension (see :class:`CoarseIndex`).
 
     Example
@@ -473,7 +473,7 @@ class CoarseIndex:
     ) -> CoarseIndex:
         """Read an index written by :meth:`save`, memory-mapping it where FAISS can."""
         faiss = import_faiss()
-        # IVF lists memory-mapped by FAISS are read-only and measured 4x slower to scan: read them
+        # IVF lists memory-mapped by FAISS are read-only and slower to scan: read them
         flags = 0 if kind in IVF_KINDS else faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY
         try:
             index = faiss.read_index(os.fspath(path), flags)
@@ -503,10 +503,10 @@ _BLAS_DEFAULT = 128000
 def _set_blas_threshold(faiss: Any, nq: int) -> None:
     """Exhaustive search uses BLAS from ``distance_compute_blas_threshold`` queries on.
 
-    Measured on these machines: for batches the default (128000) made search ~18x slower
-    than BLAS; for a single query BLAS was ~200x slower (10 ms vs 0.05 ms). So BLAS is
-    switched on for batches of 20 or more queries only. The setting is process-global in
-    FAISS; it changes speed, never results.
+    FAISS's default (:data:`_BLAS_DEFAULT`) keeps batches on its per-pair loops, far slower
+    than one matrix product; a single query through BLAS pays for its threads and copies, far
+    more than the scan. So BLAS is switched on for batches of :data:`_BLAS_BATCH` or more
+    queries only. The setting is process-global in FAISS; it changes speed, never results.
     """
     faiss.cvar.distance_compute_blas_threshold = _BLAS_BATCH if nq >= _BLAS_BATCH else _BLAS_DEFAULT
 
@@ -529,8 +529,7 @@ def exact_search(
     element-difference formula then recomputes the distances of those to rank them. The
     pass's rounding (about 1e-16 relative to the norms) is far below the gaps between the
     kept and the dropped, so the result is the brute-force one (a test compares both paths,
-    ties included); on 20,000 answers × 32 dimensions and 31 queries it took 0.21 s instead
-    of 0.96 s here.
+    ties included), at the cost of one matrix product instead of a difference per element.
 
     Parameters
     ----------

@@ -10,7 +10,7 @@ sequences sampled from ``examples/faq.jsonl``, encoded by the built-in model unl
   (``time.process_time``, p50: less sensitive to other jobs on the machine); the plan the
   planner chose; brute force in the same run (every answer scored by the model's ONNX scorer,
   the matching ones kept, top 10) and the share of questions whose top 10 equals it;
-- **per plan**: the CPU time of the filtered search alone (``qaindex.search.filters.plan`` on
+- **per plan**: the CPU time of the filtered search alone (``qaindex.search.pipeline.filtered_vectors`` on
   encoded questions, p50) under each plan forced — ``exact`` (the screening pass, then the
   scorer on the short list), ``post`` (post-filter of an ANN search) and ``scored`` (the
   scorer on every match, the previous pre-filter) — the costs the planner chooses between,
@@ -31,7 +31,6 @@ Usage::
 
 from __future__ import annotations
 
-import functools
 import os
 import platform
 import time
@@ -75,12 +74,7 @@ def _timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[float, fl
 
 def _plan(ranker: Ranker, qv: np.ndarray, flt: filters.Filter) -> list[Any]:
     """The filtered search alone, as Ranker.search runs it (qaindex.search.pipeline)."""
-    state = ranker.state()
-    return filters.plan(
-        state.records, state.vectors, qv, K, flt, search=functools.partial(pipeline.search_vectors, state),
-        candidates=functools.partial(pipeline.candidate_rows, state), scorer=ranker.model.score_checked,
-        overfetch=ranker.overfetch, space=ranker.model.space,
-    )  # fmt: skip
+    return pipeline.filtered_vectors(ranker.state(), qv, K, flt)
 
 
 def _forced(name: str) -> Callable[[], None]:

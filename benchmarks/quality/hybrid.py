@@ -1,20 +1,20 @@
 """Hybrid lexical + dense search: the fusion rule fitted on held-out data, quality on every
 corpus, added latency at scale, calibration error of hybrid hits.
 
-1. **Fit** (``--fit``). The ``adaptive`` rule (``qaindex.search.fusion``: a convex combination of
+1. **The fitted rule.** The ``adaptive`` rule (``qaindex.search.fusion``: a convex combination of
    min-max normalised model and BM25 scores whose dense weight is ``clip(a + b * rho, 0, 1)
    * clip(d - e * cov(q), 0, 1) * min(1, terms / n(q))``, ``rho`` the corpus's label-free
    dense/BM25 ratio measured at build time, ``cov(q)`` the question's lexical coverage, the
    IDF share of its terms that BM25's best answer holds, ``n(q)`` the question's BM25 terms)
    has five constants, chosen on a grid (``GRID_A`` x ``GRID_B`` x ``GRID_DE`` x
-   ``GRID_TERMS``) on **half A** (a seeded half of the questions) of the *fit pools* only: the example FAQ
-   (``examples/faq.jsonl``), ``product-faq`` and ``aws-docs`` from ``--evaldata`` (permissive
-   licences) and held-out WordNet pairs of the training corpus (``--traindata``: pairs the
-   default model never trained on). Objective: the largest worst-case margin of the fused
-   MRR@10 over the better of its two parts across the fit pools, then the largest mean. The
-   constants are written to the model manifest (``"fusion"``), where searches read them.
-   Refit after replacing the model: ``python -m benchmarks.quality.hybrid --fit --evaldata DIR
-   --traindata DIR``.
+   ``GRID_TERMS``, :func:`fit`) on **half A** (a seeded half of the questions) of the *fit
+   pools* only (:func:`fit_pools`): the example FAQ (``examples/faq.jsonl``), ``product-faq``
+   and ``aws-docs`` from ``--evaldata`` (permissive licences) and held-out WordNet pairs of
+   the training corpus (``--traindata``: pairs the default model never trained on).
+   Objective: the largest worst-case margin of the fused MRR@10 over the better of its two
+   parts across the fit pools, then the largest mean. ``python -m tools.fit_default_fusion``
+   fits them and writes them to the model manifest (``"fusion"``), where searches read them;
+   this study measures what the manifest holds.
 2. **Quality.** Every corpus (the fit pools, every ``--evaldata`` corpus with the 50 junk
    answers of ``benchmarks/quality/pooled.py``, MedQuAD held-out pairs) is indexed whole (flat
    index, ``k`` = 10, candidates: the model's and BM25's 100 best) and every question
@@ -37,8 +37,8 @@ corpus, added latency at scale, calibration error of hybrid hits.
 4. **Calibration.** Expected calibration error of the top-10 hits' ``score`` on every
    labelled corpus: dense search, hybrid hits scored by the model's calibration alone, and
    hybrid hits as they ship (the calibration of the fused value, ``fused_score``:
-   ``qaindex.search.scoring.fused_probability``, fitted with ``--fit`` by logistic regression
-   on the top-10 hybrid hits of half A of the fit pools, and on those of the built-in
+   ``qaindex.search.scoring.fused_probability``, fitted by ``tools.fit_default_fusion`` with a
+   logistic regression on the top-10 hybrid hits of half A of the fit pools, and on those of the built-in
    off-topic questions' ``fit`` split searched in each fit pool, as not relevant:
    ``benchmarks/quality/offtopic.py``; a manifest fitted before it keeps its per-hit ``score``,
    capped by the hits above: ``qaindex.search.scoring.hybrid_scores``).
@@ -47,7 +47,7 @@ Writes ``benchmarks/results/hybrid.json`` and the tables of ``docs/hybrid.md``.
 
 Usage::
 
-    python -m benchmarks.quality.hybrid --evaldata DIR --traindata DIR [--fit] [--data ../shared/datasets]
+    python -m benchmarks.quality.hybrid --evaldata DIR --traindata DIR [--data ../shared/datasets]
         [--skip quality latency calibration]
 """
 
@@ -58,7 +58,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,14 +70,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks.common import ROOT, argument_parser
 from benchmarks.quality.hybrid_tables import CANDIDATE_ONLY, NO_SCAN, PREVIOUS, table
-from benchmarks.quality.offtopic import OFFTOPIC_FIT, offtopic_collected
 from benchmarks.quality.pooled import load_corpora
 from benchmarks.quality.pooled_eval import JUNK_AID, JUNK_ANSWERS
 from benchmarks.readme_markers import replace_section
 from qaindex import Ranker
 from qaindex.corpus import read_corpus
-from qaindex.errors import ModelFormatError
-from qaindex.eval.calibration_fit import fit_fused_score, labelled_pool, summary
+from qaindex.eval.calibration_fit import labelled_pool, summary
 from qaindex.eval.datasets import read_labelled
 from qaindex.eval.fusion_fit import FitPool, fit_fusion
 from qaindex.model import DEFAULT_MODEL_DIR, Model
@@ -91,7 +89,6 @@ from qaindex.search.fusion import (
     hybrid_arrays,
     question_coverage,
 )
-from qaindex.store.atomic_files import read_json_object, write_json_atomic
 from qaindex.text.lexical import top_rows
 
 RESULTS = ROOT / "benchmarks" / "results" / "hybrid.json"
@@ -164,6 +161,16 @@ def evaldata_pools(folder: Path) -> dict[str, Pool]:
         records, questions, relevant = labelled_pool(groups)
         out[name] = Pool(records, questions, relevant)
     return out
+
+
+def fit_pools(evalpools: dict[str, Pool], traindata: Path) -> dict[str, Pool]:
+    """The fit pools, in order: the example FAQ, :data:`FIT_EVALDATA` (taken out of
+    ``evalpools``) and the WordNet held-out pairs of ``traindata``."""
+    pools = {FAQ: faq_pool()}
+    for name in FIT_EVALDATA:
+        pools[name] = evalpools.pop(name)
+    pools[WORDNET] = traindata_pool(traindata, "wordnet")
+    return pools
 
 
 def half_a(n: int) -> np.ndarray:
@@ -299,58 +306,6 @@ def fit(
 def fit_pool(name: str, c: Collected, pool: Pool) -> FitPool:
     """The runtime fit's view of a collected pool (:class:`qaindex.eval.fusion_fit.FitPool`)."""
     return FitPool(name, c.ratio, c.rows, c.dense, c.lexical, c.terms, c.coverage, pool.relevant)
-
-
-def hit_features(
-    c: Collected, pool: Pool, fusion: Fusion, model: Model, mask: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Features (the fused value, the calibrated logit of the question's best model score among
-    its candidates, the question's BM25 match) and labels of the top-``K`` hybrid hits of the
-    questions in ``mask`` (as ``hybrid_arrays``)."""
-    feats: list[list[float]] = []
-    labels: list[int] = []
-    for i in np.flatnonzero(mask):
-        rows, s, lex = c.rows[i], c.dense[i], c.lexical[i]
-        cov = c.coverage[i] if fusion.e else 0.0
-        fused = fuse(s, lex, Fusion("convex", weight=dense_weight(fusion, c.ratio, c.terms[i], cov)), CANDIDATE_FLOOR)
-        order = np.lexsort((rows, -s.astype(np.float64), -fused))[:K]
-        top = float(np.clip(model.calibration(float(s.max())), 1e-6, 1 - 1e-6))
-        best = float(lex.max())
-        bound = c.ranker.state().lexical.score_bound(c.query_terms[i], c.terms[i])  # type: ignore[union-attr]
-        match = best / bound if bound > 0 else 0.0
-        for row in order:
-            feats.append([float(fused[row]), math.log(top / (1 - top)), match])
-            labels.append(int(rows[row] in pool.relevant[i]))
-    return np.asarray(feats), np.asarray(labels, np.float64)
-
-
-def fit_score(
-    collected: dict[str, Collected],
-    pools: dict[str, Pool],
-    fusion: Fusion,
-    model: Model,
-    offtopic: dict[str, tuple[Collected, Pool]] | None = None,
-) -> Fusion:
-    """``fusion`` with the calibration of its hits' ``score`` on the fused value
-    (``fused_score``, :func:`qaindex.search.scoring.fused_probability`) fitted by logistic
-    regression on the top-``K`` hits of the fit pools' half A, and on those of ``offtopic``
-    questions searched in the same pools (all not relevant;
-    ``benchmarks.quality.offtopic.offtopic_collected``). The fused value's weight is kept >= 0 (a fit
-    against the order drops it), so the score falls with the rank."""
-    parts_ = [hit_features(c, pools[n], fusion, model, half_a(len(pools[n].questions))) for n, c in collected.items()]
-    for c, pool in (offtopic or {}).values():
-        parts_.append(hit_features(c, pool, fusion, model, np.ones(len(pool.questions), dtype=bool)))
-    x = np.concatenate([p[0] for p in parts_])
-    y = np.concatenate([p[1] for p in parts_])
-    return replace(fusion, score=None, fused_score=tuple(round(v, 6) for v in fit_fused_score(x, y)))
-
-
-def store_fusion(model_dir: Path, fusion: Fusion, info: dict[str, Any]) -> None:
-    """Write the fitted fusion (and its provenance ``info``) into the model manifest, atomically."""
-    path = model_dir / "manifest.json"
-    manifest = read_json_object(path, error=ModelFormatError, what="model directory")
-    manifest["fusion"] = {**fusion.to_json(), **info}
-    write_json_atomic(path, manifest)
 
 
 # ------------------------------------------------------------------------------ quality
@@ -545,10 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         "--data", type=Path, default=ROOT.parent / "shared" / "datasets", help="WikiQA/TrecQA (latency texts)."
     )
     parser.add_argument(
-        "--model", type=Path, default=DEFAULT_MODEL_DIR, help="Model directory (its manifest gets the fit)."
-    )
-    parser.add_argument(
-        "--fit", action="store_true", help="Fit the adaptive constants and store them in the model manifest."
+        "--model", type=Path, default=DEFAULT_MODEL_DIR, help="Model directory (its fusion is measured)."
     )
     parser.add_argument("--latency-size", type=int, default=100_000, help="Answers of the latency index.")
     parser.add_argument("--latency-questions", type=int, default=200, help="Questions timed.")
@@ -563,16 +515,13 @@ def main(argv: list[str] | None = None) -> int:
     previous = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() else {}
     results: dict[str, Any] = {"k": K, "candidates": M}
     model = Model.load(args.model)
-    pools: dict[str, Pool] = {FAQ: faq_pool()}
     evalpools = evaldata_pools(args.evaldata)
-    for name in FIT_EVALDATA:
-        pools[name] = evalpools.pop(name)
-    pools[WORDNET] = traindata_pool(args.traindata, "wordnet")
+    pools = fit_pools(evalpools, args.traindata)
     fit_names = list(pools)
     pools.update(evalpools)
     pools[MEDQUAD] = traindata_pool(args.traindata, "medquad")
     collected: dict[str, Collected] = {}
-    needed = args.fit or "quality" not in args.skip or "calibration" not in args.skip
+    needed = "quality" not in args.skip or "calibration" not in args.skip
     for name, pool in pools.items() if needed else []:
         collected[name] = collect(model, pool)
         print(
@@ -580,14 +529,6 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     fit_set = {n: collected[n] for n in fit_names if n in collected}
-    if args.fit:
-        fitted, info = fit(fit_set, pools, GRID_TERMS, GRID_DE)
-        fitted = fit_score(fit_set, pools, fitted, model, offtopic_collected(model, pools, fit_set, collect))
-        entry = {**fitted.to_json(), "fitted_on": fit_names, "half": "A (seed 0)", **info}
-        entry["score_offtopic"] = OFFTOPIC_FIT
-        store_fusion(args.model, fitted, entry)
-        model.manifest["fusion"] = entry  # the model every index above searches with
-        print("fitted", fitted, info, flush=True)
     fusion = fusion_from(None, model)
     results["fitted"] = fusion.to_json()
     results["fit_pools"] = fit_names

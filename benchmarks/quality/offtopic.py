@@ -55,7 +55,7 @@ ECE_ONLY = ("wikiqa", "stackfaq")  # off-topic questions may be on topic there: 
 
 # The built-in model's score calibrations as shipped before off-topic negatives were used:
 # `qaindex calibrate qaindex/models/default examples/faq.jsonl --teacher minilm`, and the hybrid
-# score of `python -m benchmarks.quality.hybrid --fit`, both fitted on answerable questions only.
+# score of `python -m tools.fit_default_fusion`, both fitted on answerable questions only.
 BEFORE: dict[str, Any] = {
     "calibration": {"method": "platt", "a": 0.4073973220959526, "b": 0.11919974778926967, "c": 10.65919523270658},
     "fusion_score": {"bias": -9.841132, "dense": 0.031249, "bm25": 3.17675, "fused": 7.16549},
@@ -68,7 +68,7 @@ OFFTOPIC_FIT = "built-in off-topic questions (fit split), searched in every fit 
 def offtopic_collected(model: Model, pools: dict[str, Any], names: Any, collect: Any) -> dict[str, tuple[Any, Any]]:
     """The fit split of the built-in off-topic questions searched in each pool of ``names``
     (``benchmarks.quality.hybrid``'s ``collect``), with no relevant answer: the negatives of the
-    hybrid score fit (``benchmarks.quality.hybrid.fit_score``)."""
+    hybrid score fit (``tools.fit_default_fusion.fit_score``)."""
     questions = read_offtopic(BUILTIN_OFFTOPIC, split="fit")
     out = {}
     for name in names:

@@ -9,7 +9,7 @@
   the index and asked; MRR@10 and P@1 with and without the other questions as keys (a
   paraphrase of a stored question, not the stored question itself);
 - *side*: the same two with the keys encoded on the question side instead of the answer side
-  (:mod:`qaindex.store.keys` encodes them on the answer side).
+  (:mod:`qaindex.key_index` encodes them on the answer side).
 
 **Long answers** (WikiQA's Wikipedia summaries, ``../shared/datasets/wikiqa``: each page's
 candidate sentences joined in order, 2,811 passages, median 220 word pieces): the last
@@ -42,8 +42,8 @@ from benchmarks.common import ROOT, argument_parser, write_results
 from benchmarks.readme_markers import replace_section
 from qaindex import Model, Ranker
 from qaindex.corpus import Record, read_corpus
+from qaindex.key_index import KeyIndex, key_texts
 from qaindex.model import STATIC_ANSWER_TOKENS
-from qaindex.store.keys import KeyIndex, key_texts
 from qaindex.text.lexical import LexicalIndex, tokenizer_available
 
 RESULTS = ROOT / "benchmarks" / "results" / "search_keys.json"

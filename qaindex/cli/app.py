@@ -567,7 +567,7 @@ if __name__ == "__main__":  # pragma: no cover
 
 
 def _keys_line(keys: dict[str, Any] | None) -> str:
-    """One line on the stored questions indexed as search keys (:mod:`qaindex.store.keys`)."""
+    """One line on the stored questions indexed as search keys (:mod:`qaindex.key_index`)."""
     if keys is None:
         return "none (answers only; build without --no-question-keys to search the stored questions)"
     return f"{keys['count']:,} stored questions, each mapping to its record" + (

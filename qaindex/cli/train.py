@@ -22,8 +22,8 @@ from ..errors import MissingDependencyError, QAIndexError
 
 __all__ = ["train"]
 
-# Training without labels (--teacher on a corpus without questions) starts from the settings
-# the previous built-in default was trained with; options and --config override them.
+# Training without labels (--teacher on a corpus without questions) starts from these settings
+# (a bag-of-words table fitted to a teacher's sentence vectors); options and --config override them.
 UNLABELLED_DEFAULTS = {"lr": 0.02, "optimizer": "adam", "batch_size": 64, "epochs": 20}
 
 TORCH_HINT = "training needs the train extra: pip install 'qaindex[train]' (and torch==2.13.0 for the CPU build)"
@@ -391,7 +391,7 @@ def train(
         answers = _answers_without_questions(train_file, strict=teacher is not None)
         if answers is not None and teacher is None:
             raise _no_labels(train_file, out)
-        if answers is not None:  # the recipe the built-in default was trained with
+        if answers is not None:  # the unlabelled recipe (UNLABELLED_DEFAULTS)
             values = {**UNLABELLED_DEFAULTS, **values}
         try:
             config = TrainConfig.for_model(**values).validate()

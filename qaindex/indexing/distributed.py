@@ -233,7 +233,7 @@ def build_on_ray(
     model, device, index_kind, hnsw, overfetch, batch_size, recall, reranker, hybrid, question_keys
         As for :meth:`qaindex.Ranker.build`; the BM25 index of ``hybrid`` is built on the
         driver, chunk by chunk as it validates the records, and so are the stored questions'
-        keys, from the stored records (:mod:`qaindex.store.keys`).
+        keys, from the stored records (:mod:`qaindex.key_index`).
     chunk_size : int, keyword-only
         Answers per ``map_batches`` call (and per chunk of the driver's validation).
     workers : int, optional

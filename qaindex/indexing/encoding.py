@@ -22,10 +22,10 @@ from .. import fast_path_switch
 from ..checks import MAX_SETTING, choice, flag, path_arg, path_or_records, positive_int
 from ..corpus import Record, records_from_dicts
 from ..errors import QueryError
+from ..key_index import KEY_SIDE, KeyIndex, build_keys, key_texts
 from ..model import Model
 from ..reranker import Reranker
 from ..store.index_checks import check_content
-from ..store.keys import KEY_SIDE, KeyIndex, build_keys, key_texts
 from ..store.records import RecordStore
 from ..text.lexical import LexicalBuilder, LexicalIndex, build_hybrid
 from ..vector_index import INDEX_KINDS, CoarseIndex, choose_kind
@@ -83,7 +83,7 @@ class Built:
     overfetch: int
     #: the answers' BM25 index (hybrid search), or None for a dense-only index
     lexical: LexicalIndex | None
-    #: the stored questions as search keys (qaindex.store.keys), or None: answers only
+    #: the stored questions as search keys (qaindex.key_index), or None: answers only
     keys: KeyIndex | None = None
     #: the answers the model's answer cut shortened (qaindex.indexing.cuts.AnswerCuts.report)
     cuts: dict[str, Any] | None = None
@@ -91,7 +91,7 @@ class Built:
 
 def encode_keys(model: Model, records: object, batch_size: int, *, lexical: bool, first_row: int = 0) -> KeyIndex:
     """The stored questions of ``records`` as search keys, encoded on :data:`KEY_SIDE`
-    (:mod:`qaindex.store.keys`); ``first_row``: the row of the first record in the index."""
+    (:mod:`qaindex.key_index`); ``first_row``: the row of the first record in the index."""
     started = time.perf_counter()
     keys, _ = build_keys(
         records,

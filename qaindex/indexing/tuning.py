@@ -51,9 +51,9 @@ __all__ = [
 DEFAULT_TUNING_QUERIES = 200
 # Ladder steps (×√2 each) without any gain in recall after which a target counts as out of
 # reach. Without it an unreachable target climbs to the ladder's end: for pq, re-scoring every
-# answer for each tuning query (at 100,000 answers of the built-in model, whose held-out answer
-# spans plateau at recall@10 0.988, that took 45 s and kept refine 1,000, where refine 16 had
-# the same recall and real questions reach 0.99 at refine 2: benchmarks/speed/ann_difficulty.py).
+# answer for each tuning query, and keeping a breadth far beyond the one where the recall of
+# the held-out answer spans stopped rising (benchmarks/speed/ann_difficulty.py measures recall
+# against breadth, for spans and for real questions).
 _PLATEAU_STEPS = 3
 MAX_EF_SEARCH = 16_384
 _log = logging.getLogger(__name__)

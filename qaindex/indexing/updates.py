@@ -169,7 +169,7 @@ def _measured(state: IndexState, lexical: LexicalIndex, previous: Any) -> Lexica
 
 def _append(state: IndexState, new: list[Record], vectors: np.ndarray, batch_size: int) -> IndexState:
     lexical = None if state.lexical is None else state.lexical.appended([r.answer for r in new])
-    # the new records' stored questions (qaindex.store.keys), encoded before anything changes
+    # the new records' stored questions (qaindex.key_index), encoded before anything changes
     keys = appended_keys(state.keys, state.model, new, len(state), batch_size)
     grown = replace(
         state,

@@ -61,8 +61,8 @@ __all__ = [
 DEFAULT_BUDGET = 1 << 30
 MIN_BUDGET = 1 << 20
 ENV_VAR = "QAINDEX_MEMORY_BUDGET"
-# a Hit beyond its record's stored bytes: the object, its dict, floats and list slot
-# (310-550 bytes measured with tracemalloc on 5- to 1,000-character answers)
+# a Hit beyond its record's stored bytes: the object, its dict, floats and list slot (a bound,
+# with margin, on what tracemalloc counts for one Hit of a short or a long answer)
 HIT_OVERHEAD = 640
 ARRAY_ENTRY_BYTES = 16  # search_vectors: float32 score + float32 distance + int64 row
 # per (question, candidate) of the exact rerank, besides the vectors: FAISS distances and

@@ -32,8 +32,6 @@ Example
 
 from __future__ import annotations
 
-import itertools
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelFormatError
-from ..store.field_ranges import CALIBRATION, CALIBRATION_METHODS, field_error
+from ..store.field_ranges import CALIBRATION_METHODS, calibration_entry_error
 
 __all__ = ["CALIBRATION_METHODS", "Calibration", "as_calibration"]
 
@@ -120,60 +118,19 @@ class Calibration:
         """
         if entry is None:
             return cls.uncalibrated()
-
-        remedy = "recalibrate the model with `qaindex calibrate`, or remove the field"
-
-        def bad(what: str) -> ModelFormatError:
-            return ModelFormatError(f'{mpath}: field "calibration" {what}; {remedy}')
-
-        def in_range(name: str, values: list[Any]) -> None:  # the ranges: qaindex.store.field_ranges
-            for value in values:
-                if not CALIBRATION[name].holds(value):
-                    raise ModelFormatError(field_error(mpath, f"calibration.{name}", value, CALIBRATION[name], remedy))
-
-        if not isinstance(entry, dict):
-            raise bad(f"must be an object, got {entry!r}")
-        method = entry.get("method")
+        why = calibration_entry_error(entry, mpath)  # the checks and ranges: qaindex.store.field_ranges
+        if why is not None:
+            raise ModelFormatError(why)
         info = {k: v for k, v in entry.items() if k not in ("method", "a", "b", "c", "x", "y")}
-        if method == "platt":
-            a, b, c = entry.get("a"), entry.get("b"), entry.get("c", 0.0)
-            if (
-                not (_finite(a) and _finite(b) and _finite(c))
-                or float(a) < 0  # type: ignore[arg-type]
-                or float(c) < 0
-                or float(a) + float(c) <= 0  # type: ignore[arg-type]
-            ):
-                raise bad(f'needs finite "a", "c" >= 0 (not both 0) and "b" for platt, got a={a!r}, b={b!r}, c={c!r}')
-            for name, value in (("a", a), ("b", b), ("c", c)):
-                in_range(name, [value])
-            return cls("platt", a=float(a), b=float(b), c=float(c), info=info)  # type: ignore[arg-type]
-        if method == "isotonic":
-            x, y = entry.get("x"), entry.get("y")
-            if (
-                not isinstance(x, list)
-                or not isinstance(y, list)
-                or not x
-                or len(x) != len(y)
-                or not all(_finite(v) for v in [*x, *y])
-                or any(b <= a for a, b in itertools.pairwise(x))
-                or any(b < a for a, b in itertools.pairwise(y))
-                or min(y) < 0
-                or max(y) > 1
-            ):
-                raise bad('needs "x" (increasing) and "y" (non-decreasing, in [0, 1]) lists of one length')
-            in_range("x", x)
-            return cls("isotonic", x=tuple(map(float, x)), y=tuple(map(float, y)), info=info)
-        raise bad(f'"method" must be one of {", ".join(CALIBRATION_METHODS)}, got {method!r}')
+        if entry["method"] == "platt":
+            return cls("platt", a=float(entry["a"]), b=float(entry["b"]), c=float(entry.get("c", 0.0)), info=info)
+        return cls("isotonic", x=tuple(map(float, entry["x"])), y=tuple(map(float, entry["y"])), info=info)
 
     def describe(self) -> dict[str, Any]:
         """What ``info`` shows."""
         if not self.calibrated:
             return {"calibrated": False, "method": "sigmoid(raw_score), not a probability"}
         return {"calibrated": True, **self.to_json()}
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def as_calibration(value: Mapping[str, Any] | Calibration) -> Calibration:

@@ -26,8 +26,9 @@ __all__ = [
     "squared_norms",
 ]
 
-#: Gathering one matching vector costs about as much as streaming this many (measured: 5,000
-#: of 50,000 rows gathered and multiplied in 0.65 ms, all 50,000 streamed in 3.1 ms).
+#: Gathering one matching vector costs about as much as streaming this many: rows read in a
+#: scattered order miss the caches and the prefetcher that a sequential pass keeps busy, so a
+#: pass reads every row once ``GATHER_COST · matches`` exceeds them.
 GATHER_COST = 3
 #: Relative margin by which the screening pass's order must agree with the scorer's (float32
 #: inner products against the scorer's float32 graph: both err by about 1e-5 relative).
@@ -195,7 +196,7 @@ def screened_among(
         assert block is not None
         if len(q) < 8:
             # einsum's own loops, not BLAS: a matrix-vector product that OpenBLAS splits over
-            # threads took 8 ms instead of 0.2 ms on a busy machine (thread wake-ups)
+            # threads waits for their wake-ups, which on a busy machine cost far more than the product
             dot = np.einsum("nd,md->mn", block, q)
         else:  # a matrix product: BLAS
             dot = q @ block.T

@@ -9,7 +9,9 @@ equality; the operators are :mod:`qaindex.search.where`'s), or a function of a
 A mapping is answered from a per-field value index (:class:`FieldIndex`: ``value → rows``,
 built in one pass over the stored records the first time a metadata field is filtered on,
 and again after ``add``/``remove``; ids use the store's id map and need no pass; the rows of
-recent filters are kept), so the matching rows are known, and counted, before any search:
+recent filters are kept), so the matching rows are known, and counted, before any search.
+:func:`plan` chooses how a dense search runs (a :class:`FilterPlan`) from that count alone, and
+:func:`qaindex.search.pipeline.filtered_vectors` runs it:
 
 - **exact** (while it reads at most :data:`EXACT_FLOATS` vector floats, or the matches are
   few): :func:`qaindex.search.exact.screened_among` screens the matching answers with one
@@ -21,17 +23,19 @@ recent filters are kept), so the matching rows are known, and counted, before an
   ``k`` best must be the screening's ``k`` best and beat every answer left out, within a
   relative tolerance, else the short list widens ×8, up to every match scored);
 - **post-filter** when the exact pass would read more than :data:`EXACT_FLOATS` floats and
-  the matches are too many for the old cost rule (:func:`prefilter_limit`): the ANN index
-  recalls ``k · overfetch · N / matches`` candidates (so that about ``k · overfetch`` of them
-  match, as many as an unfiltered search reranks), and only the matching ones are scored
-  exactly; a question left with fewer than ``k`` matching candidates falls back to the
-  exact pass. Its recall is an unfiltered search's, not brute force's.
+  the matches are more than :func:`prefilter_limit` (below it the post-filter's coarse
+  candidates cost more than scoring the matches): the ANN index recalls
+  ``k · overfetch · N / matches`` candidates (so that about ``k · overfetch`` of them match,
+  as many as an unfiltered search reranks), and only the matching ones are scored exactly; a
+  question left with fewer than ``k`` matching candidates falls back to the exact pass. Its
+  recall is an unfiltered search's, not brute force's.
 
-The exact pass costs ``min(3 · matches, N)`` streamed vectors (a gathered vector costs about
-three streamed ones): at 50,000 answers of
-256 dimensions it streams 12.8 M floats at most, a few milliseconds (``benchmarks/quality/filters.py``
-measures every selectivity against brute force). An index of at most ``k · overfetch``
-answers is searched whole and filtered.
+The exact pass costs ``min(GATHER_COST · matches, N)`` streamed vectors (a gathered vector
+costs about :data:`~qaindex.search.exact.GATHER_COST` streamed ones): at 50,000 answers of 256
+dimensions it streams at most ``50,000 · 256`` floats, under :data:`EXACT_FLOATS`
+(``benchmarks/quality/filters.py`` measures every selectivity against brute force,
+``docs/filters.md``). An index of at most ``k · overfetch`` answers is searched whole and
+filtered.
 
 A field that no stored answer has is an error naming the fields that exist (a misspelt field
 would otherwise silently return nothing). A function cannot be indexed: its search widens the
@@ -54,10 +58,8 @@ import numpy as np
 
 from ..corpus import Record
 from ..errors import QueryError
-from ..geometry.spaces import Geometry
 from ..store.records import RecordStore
-from . import exact
-from .exact import Scorer
+from .exact import GATHER_COST
 from .where import COMPARISONS, Condition, Group, Node, comparable, compile_mapping, evaluate, fields
 
 __all__ = [
@@ -66,24 +68,27 @@ __all__ = [
     "PREFILTER_MIN",
     "FieldIndex",
     "Filter",
+    "FilterPlan",
     "choose_plan",
     "compile_where",
     "field_index",
     "matching_rows",
     "parse_where_options",
+    "passes",
     "plan",
     "prefilter_limit",
+    "widen",
 ]
 
 #: Up to this many matching answers the pre-filter (exact scoring) is always used.
 PREFILTER_MIN = 2048
-#: Cost of one coarse candidate of the post-filter, in exact scorings of one match (measured by
-#: benchmarks/quality/filters.py on a 50,000-answer pq index: 5,000 candidates of a 10 % filter cost
-#: about as much as scoring 70,000 matches).
+#: Cost of one coarse candidate of the post-filter, in exact scorings of one match: the post
+#: plan's CPU time per coarse candidate over the scored plan's per match, both timed per plan by
+#: ``benchmarks/quality/filters.py`` (``docs/filters.md``).
 POST_FILTER_COST = 16
 #: The exact plan is used while it reads at most this many vector floats per question
-#: (``min(GATHER_COST · matches, N) · dimension``; 2**25 float32 are 128 MiB, about 8 ms of
-#: memory bandwidth): every selectivity of a 50,000 × 256 index is searched exactly.
+#: (``min(GATHER_COST · matches, N) · dimension``; 2**25 float32 are 128 MiB, one pass over
+#: memory): every selectivity of a 50,000 × 256 index is searched exactly.
 EXACT_FLOATS = 1 << 25
 _ROWS_CACHE = 64  # filters whose matching rows are kept per store
 _DECODE_BLOCK = 8192  # records decoded per json.loads call when building a field index
@@ -238,8 +243,9 @@ def _block_metadata(store: RecordStore, first: int, last: int, chunk: bytes) -> 
 class FieldIndex:
     """``value → rows`` for every metadata field of a record store, and the fields that exist.
 
-    Built in one pass that decodes every stored record (a few hundred milliseconds for 50,000
-    answers); unhashable values (lists, objects) are kept aside and compared one by one.
+    Built in one pass that decodes every stored record, in blocks of :data:`_DECODE_BLOCK` per
+    ``json.loads`` call (its time on the first filtered search: ``docs/filters.md``); unhashable
+    values (lists, objects) are kept aside and compared one by one.
 
     Parameters
     ----------
@@ -502,13 +508,6 @@ def _node_rows(store: RecordStore, index: FieldIndex | None, node: Node) -> np.n
     return np.asarray([row for row, i in enumerate(ids) if node.holds(True, i)], np.int64)
 
 
-# An index search: (question vectors, k) -> (scores, distances, rows), as Ranker.search_vectors.
-Search = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
-# The coarse stage: (question vectors, m) -> candidate rows (n, m), -1 where missing.
-Candidates = Callable[[np.ndarray, int], np.ndarray]
-Found = tuple[np.ndarray, np.ndarray, np.ndarray]
-
-
 def choose_plan(count: int, total: int, dimension: int, k: int, overfetch: int) -> str:
     """``"exact"`` or ``"post"`` (post-filter) for a filter with ``count`` of ``total`` matches.
 
@@ -522,7 +521,7 @@ def choose_plan(count: int, total: int, dimension: int, k: int, overfetch: int) 
     """
     if count <= k or count <= prefilter_limit(k, overfetch, total):
         return "exact"
-    return "exact" if min(exact.GATHER_COST * count, total) * dimension <= EXACT_FLOATS else "post"
+    return "exact" if min(GATHER_COST * count, total) * dimension <= EXACT_FLOATS else "post"
 
 
 def prefilter_limit(k: int, overfetch: int, total: int) -> int:
@@ -536,95 +535,87 @@ def prefilter_limit(k: int, overfetch: int, total: int) -> int:
     return max(PREFILTER_MIN, math.isqrt(POST_FILTER_COST * k * overfetch * total))
 
 
-def plan(
-    store: RecordStore,
-    vectors: np.ndarray,
-    queries: np.ndarray,
-    k: int,
-    flt: Filter,
-    *,
-    search: Search,
-    candidates: Candidates,
-    scorer: Scorer,
-    overfetch: int,
-    space: Geometry | None = None,
-) -> list[Found]:
-    """Filtered search: per query, ``(scores, distances, rows)`` of its best matching answers.
+@dataclass(frozen=True)
+class FilterPlan:
+    """How a filtered dense search runs, decided from the matches' count before any search.
+
+    :func:`plan` chooses it; :func:`qaindex.search.pipeline.filtered_vectors` runs it (the
+    search calls this module, never the other way).
+
+    Attributes
+    ----------
+    kind : str
+        ``"whole"``: an index of at most ``k · overfetch`` answers, searched whole and its
+        ranking filtered; ``"none"``: no answer matches; ``"exact"``: the matches screened and
+        scored exactly; ``"post"``: the coarse stage's ``candidates`` per question, the matching
+        ones scored exactly; ``"predicate"``: a function, the coarse stage widened from
+        ``candidates`` (:func:`widen`) until about ``k · overfetch`` candidates pass.
+    rows : numpy.ndarray or None
+        The matching rows (sorted int64) for ``none``, ``exact`` and ``post``; None otherwise.
+    candidates : int
+        Coarse candidates per question: every answer for ``whole``, the post-filter's
+        ``k · overfetch · N / matches``, the predicate's first pass ``k · overfetch``.
+    """
+
+    kind: str
+    rows: np.ndarray | None = None
+    candidates: int = 0
+
+
+def plan(store: RecordStore, k: int, flt: Filter, *, overfetch: int, dimension: int) -> FilterPlan:
+    """The :class:`FilterPlan` of a filtered search for ``k`` hits per question.
 
     Parameters
     ----------
     store : RecordStore
-    vectors : array (N, dimension)
-        The stored answer vectors.
-    queries : array (n, dimension)
-        Question vectors (checked).
     k : int
         Hits per question (at most N).
     flt : Filter
-    search : callable
-        ``search(queries, k)``: the index's whole search (``Ranker.search_vectors``).
-    candidates : callable
-        ``candidates(queries, m)``: the index's coarse stage (rows, ``-1`` where missing).
-    scorer : callable
-        The model's exact scorer (``Model.score_checked``).
-    overfetch : int
+    overfetch : int, keyword-only
         The index's over-fetch (coarse candidates per hit).
-    space : Geometry, optional
-        The model's geometry: the exact plan screens with it
-        (:func:`~qaindex.search.exact.screened_among`); without it every match is scored
-        (:func:`~qaindex.search.exact.exact_among`).
+    dimension : int, keyword-only
+        The vectors' dimension (the exact plan's cost, :func:`choose_plan`).
 
-    Returns
+    Raises
+    ------
+    QueryError
+        A field of ``flt`` is on no stored answer (:func:`matching_rows`).
+
+    Example
     -------
-    list of (scores, distances, rows)
-        One triple of 1-D arrays per query, best first, at most ``k`` long.
+    >>> store = RecordStore.from_records([Record(id=i, answer="a", metadata={"c": i % 4}) for i in range(100)])
+    >>> fp = plan(store, 3, compile_where({"c": 1}), overfetch=10, dimension=16)
+    >>> fp.kind, len(fp.rows), plan(store, 20, compile_where({"c": 1}), overfetch=10, dimension=16).kind
+    ('exact', 25, 'whole')
     """
     total = len(store)
     if total <= k * overfetch:
         # An unfiltered search of so small an index scores every answer in row order; filtering
         # that ranking keeps its scores bit for bit (the scorer's float32 rounding can depend
         # on a candidate's position in the batch), and costs no more than scoring the matches.
-        s, d, r = search(queries, total)
-        out = []
-        for i in range(len(queries)):
-            valid = [j for j, row in enumerate(r[i].tolist()) if row >= 0]
-            keep = [j for j, ok in zip(valid, _passes(store, flt, r[i, valid]), strict=True) if ok][:k]
-            out.append((s[i, keep], d[i, keep], r[i, keep]))
-        return out
-    rows: np.ndarray | None = None
-    if flt.predicate is None:
-        rows = matching_rows(store, flt)
-        count = len(rows)
-        if count == 0:
-            empty = (np.zeros(0, np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64))
-            return [empty for _ in range(len(queries))]
-        if choose_plan(count, total, queries.shape[1], k, overfetch) == "exact":
-            es, ed, er = _exact(queries, vectors, rows, k, scorer, space)
-            return [(es[i], ed[i], er[i]) for i in range(len(queries))]
-        # post-filter: enough coarse candidates that about k * overfetch of them match
-        m = min(total, math.ceil(k * overfetch * total / count))
-        found = _post_filter(store, vectors, queries, k, flt, rows, m, candidates, scorer)
-    else:
-        found = [_predicate_search(store, vectors, q[None], k, flt, candidates, scorer, overfetch) for q in queries]
-    short = [i for i, f in enumerate(found) if f is None]
-    if short:  # the matching answers are not among the question's neighbours: score them all
-        rows = matching_rows(store, flt) if rows is None else rows
-        es, ed, er = _exact(queries[short], vectors, rows, k, scorer, space)
-        for j, i in enumerate(short):
-            found[i] = (es[j], ed[j], er[j])
-    return [f for f in found if f is not None]
+        return FilterPlan("whole", candidates=total)
+    if flt.predicate is not None:
+        return FilterPlan("predicate", candidates=k * overfetch)
+    rows = matching_rows(store, flt)
+    count = len(rows)
+    if count == 0:
+        return FilterPlan("none", rows)
+    if choose_plan(count, total, dimension, k, overfetch) == "exact":
+        return FilterPlan("exact", rows)
+    # post-filter: enough coarse candidates that about k * overfetch of them match
+    return FilterPlan("post", rows, min(total, math.ceil(k * overfetch * total / count)))
 
 
-def _exact(
-    queries: np.ndarray, vectors: np.ndarray, rows: np.ndarray, k: int, scorer: Scorer, space: Geometry | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    if space is None:
-        return exact.exact_among(queries, vectors, rows, k, scorer)
-    return exact.screened_among(queries, vectors, rows, k, scorer, space)
+def passes(store: RecordStore, flt: Filter, rows: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """Whether each of ``rows`` passes ``flt`` (bool array; from ``mask``, a bool per stored
+    row, when given).
 
-
-def _passes(store: RecordStore, flt: Filter, rows: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-    """Whether each of ``rows`` passes ``flt`` (from ``mask`` of matching rows when given)."""
+    Example
+    -------
+    >>> store = RecordStore.from_records([Record(id=i, answer="a", metadata={"c": i % 2}) for i in range(4)])
+    >>> passes(store, compile_where({"c": 1}), np.array([3, 0, 1])).tolist()
+    [True, False, True]
+    """
     if mask is not None:
         return np.asarray(mask[rows], dtype=bool)
     if flt.predicate is None:
@@ -634,60 +625,17 @@ def _passes(store: RecordStore, flt: Filter, rows: np.ndarray, mask: np.ndarray 
     return np.asarray([flt.matches(store.get(int(row))) for row in rows.tolist()], dtype=bool)
 
 
-def _predicate_search(
-    store: RecordStore,
-    vectors: np.ndarray,
-    query: np.ndarray,
-    k: int,
-    flt: Filter,
-    candidates: Candidates,
-    scorer: Scorer,
-    overfetch: int,
-) -> Found | None:
-    """Post-filter for a predicate (selectivity unknown): widen the coarse stage until about
-    ``k * overfetch`` candidates match (the rerank margin of an unfiltered search), guessing the
-    selectivity from the previous pass; None when that would recall over half the answers."""
-    total = len(store)
-    want = k * overfetch
-    m = want
-    while True:
-        recalled = candidates(query, m)[0]
-        recalled = recalled[recalled >= 0]
-        keep = recalled[_passes(store, flt, recalled)]
-        if len(keep) >= want or m >= total:
-            es, ed, er = exact.exact_among(query, vectors, keep, k, scorer)
-            return es[0], ed[0], er[0]
-        m = m * 8 if len(keep) == 0 else math.ceil(1.25 * m * want / len(keep))
-        if m > total // 2:
-            return None
-        m = min(m, total)
+def widen(m: int, matched: int, want: int, total: int) -> int | None:
+    """A predicate's next coarse width after ``m`` candidates of which ``matched`` passed, so
+    that about ``want`` pass: the selectivity guessed from this pass (×8 when none passed), with
+    a quarter's margin; None past half the ``total`` answers (then every match is scored).
 
-
-def _post_filter(
-    store: RecordStore,
-    vectors: np.ndarray,
-    queries: np.ndarray,
-    k: int,
-    flt: Filter,
-    rows: np.ndarray | None,
-    m: int,
-    candidates: Candidates,
-    scorer: Scorer,
-) -> list[Found | None]:
-    """The coarse stage's ``m`` candidates, the matching ones scored exactly; None for a
-    question with fewer than ``k`` matching candidates (unless they are all the answers)."""
-    mask = None
-    if rows is not None:
-        mask = np.zeros(len(store), bool)
-        mask[rows] = True
-    cand = candidates(queries, m)
-    out: list[Found | None] = []
-    for i in range(len(queries)):
-        recalled = cand[i][cand[i] >= 0]
-        keep = recalled[_passes(store, flt, recalled, mask)]
-        if len(keep) < k and m < len(store):
-            out.append(None)
-            continue
-        es, ed, er = exact.exact_among(queries[i : i + 1], vectors, keep, k, scorer)
-        out.append((es[0], ed[0], er[0]))
-    return out
+    Example
+    -------
+    >>> widen(100, 10, 100, 100_000), widen(100, 0, 100, 100_000), widen(40_000, 10, 100, 100_000)
+    (1250, 800, None)
+    """
+    m = m * 8 if matched == 0 else math.ceil(1.25 * m * want / matched)
+    if m > total // 2:
+        return None
+    return min(m, total)

@@ -40,12 +40,12 @@ model score, then lower row).
   - ``n(q)`` is the question's BM25 term count: the dense encoder reads a bounded number of
     tokens, so long questions (forum posts) lean on BM25.
 
-  ``e`` = 0 (``d`` = 1), as in manifests fitted before the question part existed, is the
+  ``e`` = 0 (``d`` = 1), which a stored fusion without ``d`` and ``e`` means, is the
   rule ``clip(a + b * rho, 0, 1) * min(1, terms / n(q))``.
 
 The constants ``a``, ``b``, ``d``, ``e``, ``terms`` are fitted per model
 (:mod:`qaindex.eval.fusion_fit`: ``qaindex export-model`` and ``qaindex train`` fit them on
-the model they write; ``benchmarks/quality/hybrid.py --fit`` on held-out labelled corpora for the
+the model they write; ``tools/fit_default_fusion.py`` on held-out labelled corpora for the
 built-in model) and stored in the model manifest (``"fusion"``), which :func:`fusion_from`
 reads; a model without one uses the safe fallback :data:`SAFE_FUSION`.
 
@@ -209,7 +209,7 @@ class Fusion:
         return out
 
 
-# the rule of a mapping without a rule (the constants benchmarks/quality/hybrid.py --fit fitted for the
+# the rule of a mapping without a rule (the constants tools/fit_default_fusion.py fitted for the
 # built-in default model, whose manifest stores them; see docs/hybrid.md)
 DEFAULT_FUSION = Fusion("adaptive", weight=0.5, a=0.0, b=2.0, terms=10.0, d=1.25, e=1.5)
 # the fallback of a model whose manifest has no fitted rule: dense weight clip(0.5 + rho, 0, 1),
@@ -261,8 +261,8 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
     ``None`` gives the model's fitted fusion (its manifest's ``"fusion"``) when ``model`` has
     one, else the safe fallback :data:`SAFE_FUSION` (:data:`DEFAULT_FUSION` without a
     model); a mapping's missing fields come from :data:`DEFAULT_FUSION` (a stored
-    ``adaptive`` fusion without ``e``, fitted before the question part existed, keeps its
-    rule: ``e`` = 0; a stored score calibration alone, from ``qaindex calibrate``, goes with
+    ``adaptive`` fusion without ``e`` has no question part:
+    ``e`` = 0; a stored score calibration alone, from ``qaindex calibrate``, goes with
     the safe fallback).
 
     Example
@@ -280,7 +280,7 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
         if why is not None:
             raise ModelFormatError(
                 f"{model.directory / 'manifest.json'}: {why}; "
-                "refit it with `python -m benchmarks.quality.hybrid --fit` or remove the field"
+                "refit it with `python -m tools.fit_default_fusion` or remove the field"
             )
         try:
             fields = {k: v for k, v in stored.items() if k in FIELDS}
@@ -289,12 +289,12 @@ def fusion_from(value: Any, model: Any = None) -> Fusion:
                 parsed = _from_mapping(fields)
                 return replace(SAFE_FUSION, score=parsed.score, fused_score=parsed.fused_score)
             if fitted_rule and fields.get("rule", DEFAULT_FUSION.rule) == "adaptive" and "e" not in fields:
-                fields.update(d=1.0, e=0.0)  # fitted before the question part: the rule without it
+                fields.update(d=1.0, e=0.0)  # no question part stored: the rule without it
             return _from_mapping(fields)
         except (QueryError, TypeError, AttributeError) as exc:
             raise ModelFormatError(
                 f'{model.directory / "manifest.json"}: field "fusion" is invalid ({exc}); refit it with '
-                "`python -m benchmarks.quality.hybrid --fit` or remove the field"
+                "`python -m tools.fit_default_fusion` or remove the field"
             ) from None
     if isinstance(value, Fusion):
         return value

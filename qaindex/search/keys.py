@@ -1,6 +1,6 @@
 """Searching the stored-question keys: a record's best key, in dense and hybrid search.
 
-An index with keys (:mod:`qaindex.store.keys`) ranks records, each by its best key: its
+An index with keys (:mod:`qaindex.key_index`) ranks records, each by its best key: its
 answer or one of its stored questions. Keys are scored exactly (every key, or every key of a
 record a filter lets through) by the model's scorer, as answers are; a stored question is
 encoded on the answer side, so the two are on one scale.

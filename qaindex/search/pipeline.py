@@ -10,23 +10,24 @@ Ranker checked); they check nothing again and never call back into the Ranker.
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..store.index_checks import stored_vectors_error
-from . import budget, filters, keys
+from . import budget, exact, filters, keys
 from .fusion import CANDIDATE_FLOOR, Fusion, hybrid_arrays
 from .hits import Explanation, Hit, cut, dense_explanations, hit_bytes, make_hits
 
 if TYPE_CHECKING:
+    from .filters import Filter
     from .plan import SearchPlan
     from .state import IndexState
 
-__all__ = ["candidate_rows", "candidates", "pool_size", "search_batch", "search_vectors"]
+__all__ = ["candidate_rows", "candidates", "filtered_vectors", "pool_size", "search_batch", "search_vectors"]
 
 _QUERY_CHUNK = 256
+Found = tuple[np.ndarray, np.ndarray, np.ndarray]  # scores, distances, rows of one question
 
 
 def pool_size(k: int, overfetch: int, total: int) -> int:
@@ -51,7 +52,7 @@ def search_batch(state: IndexState, qs: list[str], plan: SearchPlan) -> list[lis
         return []
     total = len(state.records)
     k = min(k, total)
-    records, vectors = state.records, state.vectors
+    records = state.records
     limit = budget.request_budget(state.memory_budget)
     budget.check_result(
         len(qs) * k * hit_bytes(records),
@@ -107,19 +108,8 @@ def search_batch(state: IndexState, qs: list[str], plan: SearchPlan) -> list[lis
         return stage.apply(qs, first) if stage is not None else first
     out: list[list[Hit]]
     if fused is None:
-        # pre-filter (exact scoring of the matching answers) or post-filter: qaindex.search.filters
-        found = filters.plan(
-            records,
-            vectors,
-            qv,
-            k,
-            flt,
-            search=functools.partial(search_vectors, state),
-            candidates=functools.partial(candidate_rows, state),
-            scorer=state.model.score_checked,
-            overfetch=state.overfetch,
-            space=state.model.space,
-        )
+        # the plan qaindex.search.filters chooses: exact among the matches, post-filter, ...
+        found = filtered_vectors(state, qv, k, flt)
         allowed = keys.allowed_records(state, flt) if state.keys is not None else None
         every = keys.key_scores(state, qv, allowed)  # the stored questions' scores, all questions at once
         out = []
@@ -147,6 +137,103 @@ def search_batch(state: IndexState, qs: list[str], plan: SearchPlan) -> list[lis
                 pending = still
                 width = min(total, width * 4)
     return stage.apply(qs, out) if stage is not None else out
+
+
+def filtered_vectors(state: IndexState, queries: np.ndarray, k: int, flt: Filter) -> list[Found]:
+    """A dense search among the answers that pass ``flt``: the
+    :class:`~qaindex.search.filters.FilterPlan` that :func:`qaindex.search.filters.plan`
+    chooses, run here (whole index, exact among the matches, post-filter or a predicate's
+    widening coarse stage; a question whose coarse candidates hold too few matches has every
+    match scored).
+
+    Parameters
+    ----------
+    state : IndexState
+    queries : array (n, dimension)
+        Question vectors, checked.
+    k : int
+        Hits per question (at most ``len(state)``).
+    flt : Filter
+
+    Returns
+    -------
+    list of (scores, distances, rows)
+        One triple of 1-D arrays per question, best first, at most ``k`` long.
+    """
+    store = state.records
+    how = filters.plan(store, k, flt, overfetch=state.overfetch, dimension=queries.shape[1])
+    if how.kind == "whole":
+        s, d, r = search_vectors(state, queries, how.candidates)
+        out = []
+        for i in range(len(queries)):
+            valid = [j for j, row in enumerate(r[i].tolist()) if row >= 0]
+            keep = [j for j, ok in zip(valid, filters.passes(store, flt, r[i, valid]), strict=True) if ok][:k]
+            out.append((s[i, keep], d[i, keep], r[i, keep]))
+        return out
+    if how.kind == "none":
+        empty = (np.zeros(0, np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64))
+        return [empty for _ in range(len(queries))]
+    if how.kind == "exact":
+        assert how.rows is not None
+        es, ed, er = exact.screened_among(
+            queries, state.vectors, how.rows, k, state.model.score_checked, state.model.space
+        )
+        return [(es[i], ed[i], er[i]) for i in range(len(queries))]
+    found: list[Found | None]
+    if how.kind == "post":
+        found = _post_filter(state, queries, k, flt, how.rows, how.candidates)
+    else:
+        found = [_predicate_search(state, q[None], k, flt, how.candidates) for q in queries]
+    short = [i for i, f in enumerate(found) if f is None]
+    if short:  # the matching answers are not among the question's neighbours: score them all
+        rows = filters.matching_rows(store, flt) if how.rows is None else how.rows
+        es, ed, er = exact.screened_among(
+            queries[short], state.vectors, rows, k, state.model.score_checked, state.model.space
+        )
+        for j, i in enumerate(short):
+            found[i] = (es[j], ed[j], er[j])
+    return [f for f in found if f is not None]
+
+
+def _predicate_search(state: IndexState, query: np.ndarray, k: int, flt: Filter, m: int) -> Found | None:
+    """Post-filter for a predicate (selectivity unknown): the coarse stage widened
+    (:func:`qaindex.search.filters.widen`) until about ``k * overfetch`` candidates match (the
+    rerank margin of an unfiltered search); None when that would recall over half the answers."""
+    store, total, want = state.records, len(state.records), k * state.overfetch
+    while True:
+        recalled = candidate_rows(state, query, m)[0]
+        recalled = recalled[recalled >= 0]
+        keep = recalled[filters.passes(store, flt, recalled)]
+        if len(keep) >= want or m >= total:
+            es, ed, er = exact.exact_among(query, state.vectors, keep, k, state.model.score_checked)
+            return es[0], ed[0], er[0]
+        wider = filters.widen(m, len(keep), want, total)
+        if wider is None:
+            return None
+        m = wider
+
+
+def _post_filter(
+    state: IndexState, queries: np.ndarray, k: int, flt: Filter, rows: np.ndarray | None, m: int
+) -> list[Found | None]:
+    """The coarse stage's ``m`` candidates, the matching ones scored exactly; None for a
+    question with fewer than ``k`` matching candidates (unless they are all the answers)."""
+    store = state.records
+    mask = None
+    if rows is not None:
+        mask = np.zeros(len(store), bool)
+        mask[rows] = True
+    cand = candidate_rows(state, queries, m)
+    out: list[Found | None] = []
+    for i in range(len(queries)):
+        recalled = cand[i][cand[i] >= 0]
+        keep = recalled[filters.passes(store, flt, recalled, mask)]
+        if len(keep) < k and m < len(store):
+            out.append(None)
+            continue
+        es, ed, er = exact.exact_among(queries[i : i + 1], state.vectors, keep, k, state.model.score_checked)
+        out.append((es[0], ed[0], er[0]))
+    return out
 
 
 def _fused_among(

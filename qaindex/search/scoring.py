@@ -3,8 +3,8 @@
 A fused search (:mod:`qaindex.search.fusion`) orders its hits by their fused value; the score
 it reports is, where the model's manifest has one, a calibration of that fused value
 (:func:`fused_probability`, ``"fused_score"`` in the manifest's ``"fusion"``), fitted by
-logistic regression on the top hits of held-out labelled questions (``benchmarks/quality/hybrid.py
---fit``). Without one, :func:`hybrid_scores` keeps each hit's per-hit probability capped by
+logistic regression on the top hits of held-out labelled questions
+(``tools/fit_default_fusion.py``). Without one, :func:`hybrid_scores` keeps each hit's per-hit probability capped by
 those above it, so the order and the score never disagree.
 """
 
@@ -83,7 +83,7 @@ def hybrid_scores(
     """The ``score`` of one question's hybrid hits, given in fused order: non-increasing.
 
     With ``fusion.fused_score``, :func:`fused_probability` of the fused values. Without one
-    (a model fitted before it, or none), each hit's :func:`hybrid_probability` (the model's
+    (a fusion stored without it, or none), each hit's :func:`hybrid_probability` (the model's
     calibrated probability ``dense_probability`` where ``fusion.score`` is None) capped by
     those of the hits above it (a running minimum), so that a hit never scores above one
     ranked before it and ``min_score`` keeps a prefix of the ranking.

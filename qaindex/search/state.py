@@ -4,7 +4,7 @@ A :class:`~qaindex.Ranker` holds its pieces (model, records, vectors, coarse, le
 key indexes, reranker, settings) behind its locks. For each call it builds one
 :class:`IndexState` under its lock, its coarse index brought up to date first, and hands it
 down: to the query pipeline (:mod:`.pipeline`, with :mod:`.keys`, :mod:`.budget` and the
-plan of :mod:`.plan`), to :mod:`.recall`, to :mod:`qaindex.store.index_info` and to the
+plan of :mod:`.plan`), to :mod:`.recall`, to ``info`` (:meth:`IndexState.info`) and to the
 updates (:mod:`qaindex.indexing.updates`, which return a new state for the Ranker to adopt).
 None of them reads the Ranker itself, so the path of a call goes down from the Ranker and
 never back to it.
@@ -24,14 +24,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..devices import devices_info
+
 if TYPE_CHECKING:
+    from ..key_index import KeyIndex
     from ..model import Model
     from ..reranker import Reranker
-    from ..store.keys import KeyIndex
     from ..store.records import RecordStore
     from ..text.lexical import LexicalIndex
     from ..vector_index import CoarseIndex
@@ -57,7 +59,7 @@ class IndexState:
     lexical : LexicalIndex or None
         The BM25 index of hybrid search; None: dense only.
     keys : KeyIndex or None
-        The stored questions as search keys (:mod:`qaindex.store.keys`); None: answers only.
+        The stored questions as search keys (:mod:`qaindex.key_index`); None: answers only.
     reranker : Reranker or None
         The reranking stage searches use by default.
     overfetch : int
@@ -92,3 +94,35 @@ class IndexState:
     def calibration(self) -> Calibration:
         """The model's calibration (raw score → probability of relevance), applied to every hit."""
         return self.model.calibration
+
+    def info(self) -> dict[str, Any]:
+        """What ``qaindex info`` and :meth:`qaindex.Ranker.info` show: model, counts, index
+        kind, devices actually used, hybrid and key indexes, calibration.
+
+        Example
+        -------
+        >>> ranker.state().info()["answers"] == len(ranker)
+        True
+        """
+        m = self.model.manifest
+        coarse = self.coarse
+        return {
+            "path": str(self.path) if self.path else None,
+            "answers": len(self),
+            "dimension": self.model.dimension,
+            "geometry": self.model.geometry,
+            "index": {**coarse.describe(), "overfetch": self.overfetch},
+            "model": {
+                "name": self.model.name,
+                "kind": m["kind"],
+                "parameters": m.get("parameters", {}),
+                "metrics": m.get("metrics", {}),
+            },
+            "devices": devices_info(self.model, coarse.device, coarse.kind),
+            "reranker": None if self.reranker is None else {"name": self.reranker.name, **self.reranker.providers},
+            "hybrid": None if self.lexical is None else self.lexical.describe(),
+            "keys": None if self.keys is None else self.keys.entry(),
+            "calibration": self.calibration.describe(),
+            "created": self.created,
+            "near_centre": self.model.space.near_centre(self.vectors),
+        }

@@ -23,7 +23,9 @@ Example
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +37,7 @@ import numpy as np
 __all__ = [
     "CALIBRATION",
     "CALIBRATION_METHODS",
+    "CALIBRATION_REMEDY",
     "DENSE_RATIO",
     "FUSED_SCORE",
     "FUSED_SCORE_FIELDS",
@@ -49,6 +52,7 @@ __all__ = [
     "RATIO_REMEASURE",
     "SCORE_FIELDS",
     "Range",
+    "calibration_entry_error",
     "check_term_counts",
     "field_error",
     "fusion_entry_error",
@@ -203,7 +207,7 @@ FUSION_RULES = ("rrf", "convex", "adaptive")
 FUSION_FIELDS = ("rule", "c", "weight", "a", "b", "terms", "d", "e", "score", "fused_score")
 SCORE_FIELDS = ("bias", "dense", "bm25", "fused")
 FUSED_SCORE_FIELDS = ("bias", "fused", "top", "match")
-MATCH_FIELD = "match"  # the optional fifth weight of fusion.score (models fitted before it have four)
+MATCH_FIELD = "match"  # the optional fifth weight of fusion.score (a stored score of four weights has none)
 _COEFFICIENT = (
     "the adaptive rule clips its parts to [0, 1], and their inputs (the dense/BM25 ratio, a coverage in [0, 1]) "
     "are of order 1: a constant beyond 1000 is a fit that diverged"
@@ -307,7 +311,7 @@ def fusion_entry_error(entry: Any) -> str | None:
     return None
 
 
-# -- the model manifest's "calibration" (qaindex.search.calibration) -----------------------------
+# -- the model manifest's "calibration" (qaindex.search.calibration reads it) --------------------------
 CALIBRATION_METHODS = ("platt", "isotonic")
 _F32_MAX = float(np.finfo(np.float32).max)
 CALIBRATION = {
@@ -323,6 +327,76 @@ CALIBRATION = {
     "x": Range(-_F32_MAX, _F32_MAX, "isotonic points on the raw score, a float32"),
     "y": Range(0, 1, "isotonic probabilities"),
 }
+
+CALIBRATION_REMEDY = "recalibrate the model with `qaindex calibrate`, or remove the field"
+
+
+def calibration_entry_error(entry: Any, source: Path | str = "manifest.json") -> str | None:
+    """Why a model manifest's ``calibration`` is invalid (the message names ``source`` and the
+    field), or None (None is valid: the uncalibrated fallback).
+
+    Platt needs finite ``a`` and ``c`` >= 0, not both 0, and a finite ``b``; isotonic needs
+    ``x`` increasing and ``y`` non-decreasing in [0, 1], of one length; each value in its
+    :data:`CALIBRATION` range.
+
+    Example
+    -------
+    >>> calibration_entry_error({"method": "platt", "a": 2.0, "b": -1.0}) is None
+    True
+    >>> calibration_entry_error({"method": "platt", "a": 1e9, "b": 0.0}).split(";")[0]
+    'manifest.json: field "calibration.a" is 1000000000.0, outside [0, 10000]'
+    """
+    if entry is None:
+        return None
+    remedy = CALIBRATION_REMEDY
+
+    def bad(what: str) -> str:
+        return f'{source}: field "calibration" {what}; {remedy}'
+
+    def out_of_range(name: str, values: list[Any]) -> str | None:
+        for value in values:
+            if not CALIBRATION[name].holds(value):
+                return field_error(source, f"calibration.{name}", value, CALIBRATION[name], remedy)
+        return None
+
+    if not isinstance(entry, dict):
+        return bad(f"must be an object, got {entry!r}")
+    method = entry.get("method")
+    if method == "platt":
+        a, b, c = entry.get("a"), entry.get("b"), entry.get("c", 0.0)
+        if (
+            not (_finite(a) and _finite(b) and _finite(c))
+            or float(a) < 0  # type: ignore[arg-type]
+            or float(c) < 0
+            or float(a) + float(c) <= 0  # type: ignore[arg-type]
+        ):
+            return bad(f'needs finite "a", "c" >= 0 (not both 0) and "b" for platt, got a={a!r}, b={b!r}, c={c!r}')
+        for name, value in (("a", a), ("b", b), ("c", c)):
+            why = out_of_range(name, [value])
+            if why is not None:
+                return why
+        return None
+    if method == "isotonic":
+        x, y = entry.get("x"), entry.get("y")
+        if (
+            not isinstance(x, list)
+            or not isinstance(y, list)
+            or not x
+            or len(x) != len(y)
+            or not all(_finite(v) for v in [*x, *y])
+            or any(b <= a for a, b in itertools.pairwise(x))
+            or any(b < a for a, b in itertools.pairwise(y))
+            or min(y) < 0
+            or max(y) > 1
+        ):
+            return bad('needs "x" (increasing) and "y" (non-decreasing, in [0, 1]) lists of one length')
+        return out_of_range("x", x)
+    return bad(f'"method" must be one of {", ".join(CALIBRATION_METHODS)}, got {method!r}')
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
 
 # -- records.jsonl (qaindex.store.index_checks) ------------------------------------------------
 ID_RANGE = Range(

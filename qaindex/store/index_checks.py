@@ -346,7 +346,7 @@ def check_content(
     :func:`check_vectors`), with ``scan`` every record unless ``records.checked`` (a store of
     validated records, or one scanned before: :func:`check_records`, the ids found kept by
     ``records``), the lexical index (:func:`check_lexical`) and the stored-question keys'
-    vectors as the answers' (``keys``, a :class:`~qaindex.store.keys.KeyIndex`). ``where``: the
+    vectors as the answers' (``keys``, a :class:`~qaindex.key_index.KeyIndex`). ``where``: the
     index directory or snapshot the messages name; a broken scorer is blamed on ``blame``, the
     model directory of a build or save, or on ``mpath``, the manifest of the index loaded.
     """

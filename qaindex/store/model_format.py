@@ -18,7 +18,6 @@ from typing import Any
 
 from ..errors import ModelFormatError
 from ..geometry import NAMES, bilinear, hyperbolic
-from ..search.calibration import Calibration
 from ..text.chunking import read_chunking
 from ..text.tokenizer import Tokenizer
 from ..version import __version__
@@ -35,7 +34,7 @@ from .atomic_files import (
     write_json_atomic,
 )
 from .diskspace import estimate_bytes, writing
-from .field_ranges import fusion_entry_error
+from .field_ranges import calibration_entry_error, fusion_entry_error
 
 __all__ = [
     "GEOMETRIES",
@@ -191,13 +190,14 @@ def read_model_manifest(
             raise ModelFormatError(
                 f'{mpath}: field "{key}" must be an object, got {manifest[key]!r}; re-export the model'
             )
-    if "calibration" in manifest:
-        Calibration.from_manifest(manifest["calibration"], mpath)
+    why = calibration_entry_error(manifest.get("calibration"), mpath)
+    if why is not None:
+        raise ModelFormatError(why)
     if manifest.get("fusion") is not None:  # read at search time; checked here, so a load refuses it
         why = fusion_entry_error(manifest["fusion"])
         if why is not None:
             raise ModelFormatError(
-                f"{mpath}: {why}; refit it with `python -m benchmarks.quality.hybrid --fit` or remove the field"
+                f"{mpath}: {why}; refit it with `python -m tools.fit_default_fusion` or remove the field"
             )
     if verify:
         verify_files(directory, files, error=ModelFormatError, what="model directory")

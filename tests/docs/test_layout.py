@@ -95,6 +95,7 @@ def test_the_import_reader_resolves_relative_and_package_imports() -> None:
     )
     assert "qaindex.cli.app" in graph["qaindex.cli"]
     assert "qaindex.store.index_format" in graph["qaindex.ranker"]
+    assert "qaindex.store.index_format" in graph["qaindex.snapshot"]
     assert "qaindex.search.state" in graph["qaindex.search.pipeline"]  # under TYPE_CHECKING: counted
     assert "qaindex.ranker" not in graph["qaindex.search.pipeline"]  # the pipeline reads a state, not the Ranker
 
@@ -103,6 +104,38 @@ def test_no_import_circles() -> None:
     """Not even through a type-only import (``if TYPE_CHECKING:``)."""
     found = circles(import_graph())
     assert found == [], f"import circles in qaindex/: {found}"
+
+
+def _reaches(graph: dict[str, set[str]], start: str) -> set[str]:
+    """The modules ``start`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for name in graph.get(todo.pop(), ()):
+            if name not in seen:
+                seen.add(name)
+                todo.append(name)
+    return seen
+
+
+def test_store_is_one_level_of_files_below_the_snapshot() -> None:
+    """``store/`` holds the files (formats, atomic writes, locks, records); assembling a snapshot
+    from the runtime's pieces (model, indexes, reranker) is ``qaindex.snapshot``'s, beside the
+    Ranker. So no ``store/`` module imports the Ranker, the snapshot, the search, the indexing,
+    the model or the reranker, nor any module that imports ``store/`` back (through any number
+    of others): the store is one level, below whatever uses it."""
+    graph = import_graph()
+    store = {name for name in graph if name == "qaindex.store" or name.startswith("qaindex.store.")}
+    above = ("qaindex.ranker", "qaindex.snapshot", "qaindex.model", "qaindex.reranker", "qaindex.key_index")
+    wings = ("qaindex.search", "qaindex.indexing", "qaindex.cli", "qaindex.eval", "qaindex.integrations")
+    found = {}
+    for name in sorted(store):
+        outside = graph[name] - store - {"qaindex"}
+        wrong = {m for m in outside if m in above or m.startswith(wings) or _reaches(graph, m) & store}
+        if wrong:
+            found[name] = sorted(wrong)
+    assert found == {}, f"store/ modules importing what is above the store: {found}"
+    assert {"qaindex.store.records", "qaindex.store.index_format"} <= _reaches(graph, "qaindex.snapshot")
 
 
 def test_the_code_line_counter_skips_docstrings_comments_and_blank_lines() -> None:

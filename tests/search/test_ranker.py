@@ -189,19 +189,19 @@ def test_interrupted_save_keeps_previous_index(
 
     bigger = Ranker.build(faq_file, model=faq_model)
     bigger.add([{"id": "extra", "answer": "More text here."}])
-    import qaindex.store.index_format as index_format
+    import qaindex.snapshot as snapshot
 
     def crash(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
     # crash while writing the snapshot's files
-    monkeypatch.setattr(index_format.CoarseIndex, "save", crash)
+    monkeypatch.setattr(snapshot.CoarseIndex, "save", crash)
     with pytest.raises(KeyboardInterrupt):
         bigger.save(target, overwrite=True)
     monkeypatch.undo()
     assert Ranker.load(target).search("refund", k=5) == expected
     # crash after the snapshot is complete, before the manifest is replaced
-    monkeypatch.setattr(index_format, "write_json_atomic", crash)
+    monkeypatch.setattr(snapshot, "write_json_atomic", crash)
     with pytest.raises(KeyboardInterrupt):
         bigger.save(target, overwrite=True)
     monkeypatch.undo()

@@ -9,7 +9,10 @@ nearest ``qaindex`` frame up the stack is the caller). Two facts are asserted:
 - at most :data:`MAX_FILES` files on any path from the CLI's command to the deepest call;
 - the Ranker hands its state and a checked plan down: nothing the pipeline calls reaches
   ``ranker.py`` (the Ranker) or ``search/plan.py`` (the argument checks, made once, at the
-  Ranker).
+  Ranker);
+- a filtered dense search, whichever plan ``search/filters.py`` chooses (exact among the
+  matches, the whole small index, a predicate's widening coarse stage), is run by the
+  pipeline: the filters decide and call no search.
 
 The CLI run traces only what happens inside ``Ranker.search_batch``, which the command calls
 (opening the index is not part of the search), and counts ``cli/app.py`` as the first file.
@@ -140,3 +143,23 @@ def test_the_cli_search_crosses_at_most_eight_files(index: Path) -> None:
     assert circles(graph) == [], circles(graph)
     path = ["cli/app.py", *longest_path(graph, "ranker.py")]
     assert "search/hits.py" in graph and len(path) <= MAX_FILES, path
+
+
+def _billing(record: qaindex.Record) -> bool:
+    return record.metadata.get("category") == "billing"
+
+
+def test_the_filters_choose_a_plan_and_the_pipeline_runs_it(index: Path) -> None:
+    ranker = Ranker.load(index)
+    plans = {
+        "exact": lambda: ranker.search("refund", k=3, where={"category": "billing"}, hybrid=False),
+        "whole": lambda: ranker.search("refund", k=40, where={"category": "billing"}, hybrid=False),
+        "predicate": lambda: ranker.search("refund", k=3, where=_billing, hybrid=False),
+    }
+    for name, run in plans.items():
+        run()
+        graph = trace(run)
+        assert circles(graph) == [], (name, circles(graph))
+        assert "search/filters.py" in graph["search/pipeline.py"], name
+        below = reachable(graph, "search/filters.py")
+        assert not below & {"search/pipeline.py", "search/exact.py", "model.py", "vector_index.py"}, (name, below)

@@ -38,7 +38,7 @@ RECORDS = [{"id": i, "answer": a} for i, a in enumerate(ANSWERS * 5)]
 for i, r in enumerate(RECORDS):
     r["id"] = f"a{i}"
 REBUILD = "the index is corrupted, rebuild it"
-REFIT = "refit it with `python -m benchmarks.quality.hybrid --fit` or remove the field"
+REFIT = "refit it with `python -m tools.fit_default_fusion` or remove the field"
 RECALIBRATE = "recalibrate the model with `qaindex calibrate`, or remove the field"
 
 

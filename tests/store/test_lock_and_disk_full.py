@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from qaindex import IndexFormatError, QAIndexError, Ranker
 from qaindex.cli import main
 from qaindex.errors import DiskFullError
-from qaindex.store.index_format import write_snapshot
+from qaindex.snapshot import write_snapshot
 from qaindex.store.ownership import collect_garbage
 
 THESIS = "Chapter 1. Hyperbolic retrieval\n" + "A paragraph that must survive.\n" * 200
@@ -207,12 +207,12 @@ def test_a_lexical_index_over_the_file_size_limit_is_a_disk_full_error(faq_model
 def test_a_failed_write_without_an_errno_on_a_full_disk_is_a_disk_full_error(
     index: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import qaindex.store.index_format
+    import qaindex.snapshot
 
     def tofile_like(path: Any, array: Any) -> None:
         raise OSError("4096 requested and 0 written")  # numpy's tofile: no errno
 
-    monkeypatch.setattr(qaindex.store.index_format, "save_array", tofile_like)
+    monkeypatch.setattr(qaindex.snapshot, "save_array", tofile_like)
     monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(100, 100, 0))  # type: ignore[attr-defined]
     with pytest.raises(DiskFullError, match=rf"^{index}: no space left on the device while writing records\.offsets"):
         Ranker.load(index).save(index)
@@ -254,12 +254,12 @@ def test_out_of_inodes_is_not_reported_as_missing_bytes(
 
 
 def test_with_free_inodes_a_full_disk_still_reports_bytes(index: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import qaindex.store.index_format
+    import qaindex.snapshot
 
     def full(path: Any, array: Any) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(qaindex.store.index_format, "save_array", full)
+    monkeypatch.setattr(qaindex.snapshot, "save_array", full)
     monkeypatch.setattr(os, "statvfs", _statvfs(free_bytes=8192, free_inodes=1000))
     with pytest.raises(
         DiskFullError, match=rf"^{index}: no space left on the device while writing .*, 8\.0 KiB free\)"

@@ -30,7 +30,7 @@ from helpers.onnx_models import make_model
 from qaindex import IndexChangedError, IndexFormatError, ModelFormatError, QAIndexError, Ranker
 from qaindex.cli import main
 from qaindex.errors import DiskFullError
-from qaindex.store.index_format import write_snapshot
+from qaindex.snapshot import write_snapshot
 from qaindex.store.locking import index_lock
 from qaindex.store.ownership import collect_garbage, orphan_snapshots
 

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import IndexFormatError
-from ..text.lexical import LexicalBuilder, LexicalIndex
+from .errors import IndexFormatError
+from .text.lexical import LexicalBuilder, LexicalIndex
 
 __all__ = ["DIRECTORY", "KEY_SIDE", "KeyIndex", "build_keys", "check_entry", "load_keys"]
 
