@@ -667,16 +667,19 @@ def adapt_supervised(
             if dev_data is None:  # what calibration may use: the questions training never saw
                 result.dev_groups = [everything.groups[i] for i in dev_idx.tolist()]
         else:
-            curves = []
-            for f, part in enumerate(parts):
-                say(f"[adapt/supervised] fold {f + 1} of {folds}: {len(part)} held-out questions")
-                fold_start = replace(adapted, model=copy.deepcopy(adapted.model))
-                curves.append(_fold_curve(fold_start, task(np.setdiff1d(every, part), part), config, settings, device))
-            selection = _pooled_selection(curves, config, settings, folds)
+            jobs = []
+            for part in parts:
+                fold_model = copy.deepcopy(adapted.model).to(device)
+                fold_task = task(np.setdiff1d(every, part), part)
+                jobs.append(_AdaptJob(fold_model, fold_task, config, settings, device))
+            say(f"[adapt/supervised] {folds} folds of {', '.join(str(len(p)) for p in parts)} held-out questions")
+            selection = _select_by_folds(_FoldsJob(jobs, config, settings), config, settings, say)
             say(f"[adapt/supervised] {selection['why']}")
             final = replace(config, epochs=selection["epochs"])
             result = _fit(adapted, task(train_idx, dev_idx), final, settings, device, say, chosen=selection)
-            result.dev_groups = []  # every labelled question was trained on
+            # what calibration may use: nothing when every labelled question was trained on, all
+            # of them when the start model was kept (no step was taken)
+            result.dev_groups = [] if selection["epochs"] else list(everything.groups)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -755,48 +758,86 @@ class _Labelled:
         return task
 
 
-def _fold_curve(
-    start: StartPoint, task: _Task, config: TrainConfig, settings: AdaptConfig, device: torch.device
-) -> dict[int, np.ndarray]:
-    """Every epoch's reciprocal ranks of one fold's held-out questions (epoch 0: the start), until
-    ``adapt_patience`` epochs without a better mean on the fold."""
-    job = _AdaptJob(start.model.to(device), task, config, settings, device)
-    loop = LoopConfig(
-        epochs=config.epochs, tag="adapt/fold", evaluate_start=True, keep_best=False, patience=settings.adapt_patience
-    )
-    run(loop, job, log=lambda _m: None)
-    return job.per_question
+class _FoldsJob:
+    """k-fold selection as one job of the training loop: at every step each fold's model takes a
+    step on its own training questions (the models share no weight, so one summed loss trains
+    each on its own); after every epoch each fold ranks its held-out questions, and the
+    reciprocal ranks of all the labelled questions, pooled, are tested against the start
+    model's (epoch 0), so that the loop's patience counts pooled progress."""
 
+    def __init__(self, jobs: list[_AdaptJob], config: TrainConfig, settings: AdaptConfig) -> None:
+        self.jobs, self.config, self.settings = jobs, config, settings
+        self.model = torch.nn.ModuleList([job.model for job in jobs])
+        self.optimizers = [opt for job in jobs for opt in job.optimizers]
+        self.steps = [0] * len(jobs)
+        self.start = np.zeros(0)
+        self.tests: dict[int, dict[str, Any]] = {}
+        self.kept_score = self.top_score = -math.inf
 
-def _pooled_selection(
-    curves: list[dict[int, np.ndarray]], config: TrainConfig, settings: AdaptConfig, folds: int
-) -> dict[str, Any]:
-    """The number of epochs to train on all the labels: the epoch whose out-of-fold MRR@10, over
-    every labelled question, beats the start model's beyond noise by the most (0: none), among
-    the epochs every fold reached."""
-    start = np.concatenate([c[0] for c in curves])
-    tests: dict[int, dict[str, Any]] = {}
-    best, best_mrr = 0, float(start.mean())
-    for epoch in range(1, min(max(c) for c in curves) + 1):
-        rr = np.concatenate([c[epoch] for c in curves])
-        test = paired_gain_test(start, rr, seed=config.seed + epoch)
-        alpha = settings.significance
+    def begin_epoch(self, epoch: int) -> tuple[range, dict[str, Any]]:
+        self.steps = [len(job.begin_epoch(epoch)[0]) for job in self.jobs]
+        return range(max(self.steps)), {}
+
+    def loss(self, step: int) -> Tensor | None:
+        losses = [
+            loss
+            for job, n in zip(self.jobs, self.steps, strict=True)
+            if step < n and (loss := job.loss(step)) is not None
+        ]
+        return cast(Tensor, sum(losses)) if losses else None
+
+    def evaluate(self, epoch: int) -> Verdict:
+        for job in self.jobs:
+            job.evaluate(epoch)
+        rr = np.concatenate([job.per_question[epoch] for job in self.jobs])
+        score = float(rr.mean())
+        row: dict[str, Any] = {"held_out": {"mrr@10": score, "questions": len(rr)}}
+        if epoch == 0:
+            self.start, self.kept_score, self.top_score = rr, score, score
+            return Verdict(score, row, f"out-of-fold MRR@10 {score:.4f} ({len(rr)} questions)")
+        test = paired_gain_test(self.start, rr, seed=self.config.seed + epoch)
+        alpha = self.settings.significance
         test["questions"] = len(rr)
         test["significant"] = bool(test["gain"] > 0 and test["sign_p"] <= alpha and test["bootstrap_p"] <= alpha)
-        tests[epoch] = test
-        if test["significant"] and float(rr.mean()) > best_mrr:
-            best, best_mrr = epoch, float(rr.mean())
-    why = selection_why(best, tests, float(start.mean()), best_mrr, settings.significance)
+        self.tests[epoch] = row["versus_start"] = test
+        keep, progress = test["significant"] and score > self.kept_score, score > self.top_score
+        self.kept_score = score if keep else self.kept_score
+        self.top_score = score if progress else self.top_score
+        summary = (
+            f"out-of-fold MRR@10 {score:.4f} ({test['better']} better, {test['worse']} worse, sign p "
+            f"{test['sign_p']:.3g}, bootstrap p {test['bootstrap_p']:.3g})"
+        )
+        return Verdict(score, row, summary, keep=keep, progress=progress)
+
+
+def _select_by_folds(job: _FoldsJob, config: TrainConfig, settings: AdaptConfig, say: Log) -> dict[str, Any]:
+    """The number of epochs to train on all the labels: the epoch whose out-of-fold MRR@10, over
+    every labelled question, beats the start model's beyond noise by the most (0: none); the
+    folds stop together after ``adapt_patience`` epochs without a better pooled mean."""
+    loop = LoopConfig(
+        epochs=config.epochs,
+        tag="adapt/folds",
+        evaluate_start=True,
+        start_label="the start model",
+        keep_best=False,
+        patience=settings.adapt_patience,
+        measure="out-of-fold MRR@10",
+    )
+    outcome = run(loop, job, log=say)
+    best, start_mrr = outcome.best_epoch, float(job.start.mean())
+    best_mrr = start_mrr + (job.tests[best]["gain"] if best else 0.0)
+    why = selection_why(best, job.tests, start_mrr, best_mrr, settings.significance)
+    folds = len(job.jobs)
     return {
         "epochs": best,
-        "why": f"{why} (out-of-fold, {folds} folds of the labelled questions; then trained on all of them)",
+        "why": f"{why} (out-of-fold, {folds} folds of the labelled questions"
+        + ("; then trained on all of them)" if best else ")"),
         "selection": {
             "rule": f"{folds}-fold: every labelled question held out once; keep the number of epochs whose "
             "out-of-fold gain over the start model passes a one-sided sign test and a paired bootstrap at "
             f"p <= {settings.significance:g}, then train that many epochs on all the labelled questions",
-            "start_mrr": round(float(start.mean()), 6),
-            "epochs": [
-                {"epoch": e, "mrr@10": round(float(start.mean()) + t["gain"], 6), **t} for e, t in tests.items()
-            ],
+            "start_mrr": round(start_mrr, 6),
+            "stopping": outcome.stopped,
+            "epochs": [{"epoch": e, "mrr@10": round(start_mrr + t["gain"], 6), **t} for e, t in job.tests.items()],
         },
     }

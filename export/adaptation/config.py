@@ -48,12 +48,12 @@ class AdaptConfig:
         "held-out split) kept out of training to choose the epoch; epoch 0 is the start model.",
     )
     folds: int = _setting(
-        3,
+        5,
         "Without --dev: choose the number of epochs by k-fold over all labelled questions (each fold trains on "
         "the others and is judged on itself; every question is judged once per epoch), then train that many "
         "epochs on all of them. 1: a single held-out split of --holdout instead. Fewer folds are used when "
-        "there are fewer than 4 questions per fold. Each fold stops after --adapt-patience epochs without a better "
-        "mean on its held-out part.",
+        "there are fewer than 4 questions per fold. The folds stop together after --adapt-patience epochs "
+        "without a better pooled mean.",
     )
     anchor: float | None = _setting(
         None,

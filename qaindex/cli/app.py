@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import click
 
 from ..devices import devices_line
-from ..errors import QAIndexError
+from ..errors import MissingDependencyError, QAIndexError
 from ..indexing.cuts import cut_line
 from ..model import DEFAULT_MODEL_DIR
 from ..ranker import DEFAULT_OVERFETCH, Hit, Ranker
@@ -204,6 +205,13 @@ def main(verbose: bool) -> None:
     help="Also index each record's stored question/questions as search keys mapping to it, so that a "
     "search matches answers and stored questions (each record returned once).",
 )
+@click.option(
+    "--adapt",
+    is_flag=True,
+    help="Adapt the model to this corpus first and index with the adapted model (pip install 'qaindex[train]'): "
+    "on the records' stored questions when there are some, else without labels against all-MiniLM-L6-v2; "
+    "the model is kept unchanged when adapting does not beat it on questions it held out.",
+)
 def build(
     corpus: Path,
     model: str | None,
@@ -219,17 +227,18 @@ def build(
     force: bool,
     hybrid: bool | None,
     question_keys: bool,
+    adapt: bool,
 ) -> None:
     """Encode the answers of CORPUS (JSONL) and save an index.
 
     The corpus is read a chunk at a time (memory grows with the vectors and the index, not
     with the text). An index already at --index is replaced only with --force, and only once
-    the new one is complete.
+    the new one is complete. With --adapt the model is first adapted to the corpus (as
+    ``qaindex train`` does) and the adapted model is stored in the index.
     """
     check_writable(index)  # before the build: a folder qaindex did not write is refused at once
     if not force:
         refuse_existing_index(index)
-    start = time.perf_counter()
     options: dict[str, Any] = {
         "model": model,
         "device": device,
@@ -240,10 +249,45 @@ def build(
         "hybrid": hybrid,
         "question_keys": question_keys,
     }
-    if ray_address is not None:
+    if not adapt:
+        _build(corpus, index, options, batch_size=batch_size, lock_timeout=lock_timeout, ray=ray_address, force=force)
+        return
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="qaindex-adapt-") as tmp:  # the index keeps its own copy
+        options["model"] = _adapted_model(corpus, model, Path(tmp) / "model", device)
+        _build(corpus, index, options, batch_size=batch_size, lock_timeout=lock_timeout, ray=ray_address, force=force)
+    click.echo(f"adapted and indexed in {time.perf_counter() - start:.2f} s")
+
+
+def _adapted_model(corpus: Path, model: str | None, out: Path, device: str) -> str:
+    """``model`` adapted to ``corpus`` and written to ``out`` (:func:`qaindex.cli.train.adapt_to_corpus`)."""
+    try:
+        from .train import adapt_to_corpus
+    except ImportError:
+        raise MissingDependencyError(
+            "build --adapt trains: pip install 'qaindex[train]' (and torch==2.13.0 for the CPU build)"
+        ) from None
+    report = adapt_to_corpus(corpus, out, start=model, device=device, log=lambda m: click.echo(m, err=True))
+    click.echo(f"adapted:    {report['mode']}; kept epoch {report['kept_epoch']}: {report['why']}")
+    return str(out)
+
+
+def _build(
+    corpus: Path,
+    index: Path,
+    options: dict[str, Any],
+    *,
+    batch_size: int,
+    lock_timeout: float,
+    ray: str | None,
+    force: bool,
+) -> None:
+    """Build, save and report the index (the ``build`` command's work, given its options)."""
+    start = time.perf_counter()
+    if ray is not None:
         from ..indexing.distributed import build_on_ray
 
-        ranker = build_on_ray(corpus, address=ray_address, batch_size=batch_size, **options)
+        ranker = build_on_ray(corpus, address=ray, batch_size=batch_size, **options)
     else:
         ranker = Ranker.build(corpus, batch_size=batch_size, progress=True, **options)
     ranker.save(index, overwrite=force, lock_timeout=lock_timeout)

@@ -20,7 +20,7 @@ from qaindex_export.config import TrainConfig, read_config_file
 
 from ..errors import MissingDependencyError, QAIndexError
 
-__all__ = ["train"]
+__all__ = ["adapt_to_corpus", "train"]
 
 # Training without labels (--teacher on a corpus without questions) starts from these settings
 # (a bag-of-words table fitted to a teacher's sentence vectors); options and --config override them.
@@ -120,6 +120,34 @@ def _adapt(
         assert sentence_teacher is not None
         return adapt_unlabelled(config, settings, answers, sentence_teacher, log=log)
     return adapt_supervised(config, settings, train_file, dev_file, teacher=sentence_teacher, log=log)
+
+
+def adapt_to_corpus(corpus: Path, out: Path, *, start: str | None, device: str, log: Any) -> dict[str, Any]:
+    """What ``qaindex build --adapt`` runs before it builds: the start model adapted to ``corpus``
+    and written, calibrated, to ``out``, as ``qaindex train`` does with its defaults.
+
+    With the corpus's stored questions (``question``/``questions``) as labels, epochs chosen by
+    k-fold over them; without any, label-free against the all-MiniLM-L6-v2 teacher. Either way
+    the start model is written unchanged when no epoch beats it beyond noise.
+
+    Returns
+    -------
+    dict
+        ``{"mode", "kept_epoch", "why", "calibration"}``.
+    """
+    from qaindex_export.exporting.onnx_export import export_model
+
+    answers = _answers_without_questions(corpus)
+    defaults = LABEL_FREE_DEFAULTS if answers is not None else ADAPT_DEFAULTS
+    config = TrainConfig(**{**defaults, "device": device}).validate()
+    adapt = {"start": None if start in (None, "default") else start}
+    teacher = "minilm" if answers is not None else None
+    result = _adapt(corpus, None, teacher, config, answers, adapt, log)
+    path = export_model(result, out, dev_data=None)
+    calibration = _calibrate(path, corpus, None, answers, config, config.device, result.dev_groups)
+    report = result.diagnostics["adaptation"]
+    mode = "without labels, against all-MiniLM-L6-v2" if answers is not None else "on the corpus's stored questions"
+    return {"mode": mode, "kept_epoch": report["kept_epoch"], "why": report["why"], "calibration": calibration}
 
 
 def _sentence_teacher(device: str) -> Any:

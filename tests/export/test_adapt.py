@@ -568,3 +568,46 @@ def test_k_fold_judges_every_labelled_question_once_then_trains_on_all(tmp_path:
 def test_adapt_config_refuses_zero_folds() -> None:
     with pytest.raises(ValueError, match=r"folds must be at least 1, got 0"):
         AdaptConfig(folds=0).validate()
+
+
+@pytest.mark.slow  # adaptation's default epochs, k-fold, calibration: minutes on two cores (CI: QAINDEX_SLOW=1)
+def test_cli_build_adapt_adapts_on_the_stored_questions_then_indexes_with_that_model(
+    start_dir: Path, tmp_path: Path
+) -> None:
+    rng = np.random.default_rng(2)
+    answers, questions = answers_and_questions(rng)
+    corpus = tmp_path / "faq.jsonl"
+    rows = [
+        {"id": f"a{i}", "answer": a, "questions": [q for q, j in questions if j == i]} for i, a in enumerate(answers)
+    ]
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    index = tmp_path / "index"
+    args = ["build", str(corpus), "--model", str(start_dir), "--index", str(index), "--device", "cpu", "--adapt"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.stdout.splitlines() if x.startswith("adapted:    "))
+    kept = int(line.split("kept epoch ")[1].split(":")[0])
+    assert line.startswith("adapted:    on the corpus's stored questions; kept epoch ")
+    assert "(out-of-fold, 5 folds of the labelled questions" in line
+    assert f"indexed {len(answers)} answers into {index}" in res.stdout
+    from qaindex import Ranker
+
+    ranker = Ranker.load(index)
+    served = ranker.state().model
+    assert served.calibration.calibrated  # written like every model qaindex writes
+    same = np.allclose(served.encode(answers, role="answer"), Model.load(start_dir).encode(answers, role="answer"))
+    assert same == (kept == 0)  # the start model unchanged exactly when no epoch was kept
+
+
+def test_cli_build_adapt_without_the_train_extra_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "qaindex.cli.train", None)  # as if torch were missing
+    corpus = tmp_path / "faq.jsonl"
+    corpus.write_text(json.dumps({"id": "a", "answer": "Yes.", "questions": ["Really?"]}) + "\n")
+    res = CliRunner().invoke(main, ["build", str(corpus), "--index", str(tmp_path / "i"), "--adapt"])
+    assert res.exit_code == 1
+    assert "build --adapt trains: pip install 'qaindex[train]' (and torch==2.13.0 for the CPU build)" in res.output
+    assert not (tmp_path / "i").exists()
