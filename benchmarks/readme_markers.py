@@ -31,6 +31,7 @@ GENERATORS: dict[str, str] = {
     "offtopic-table": "benchmarks.quality.offtopic",
     "filters-table": "benchmarks.quality.filters",
     "search-keys": "benchmarks.quality.search_keys",
+    "ranking-rules": "benchmarks.quality.ranking_rules",
 }
 
 _MARKER = re.compile(r"<!-- ([a-z0-9-]+):start -->")
