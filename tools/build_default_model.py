@@ -176,13 +176,15 @@ def build_candidate(args: argparse.Namespace, out: Path, log: Any = print) -> di
     """Train the distilled table, fit the ball, export to ``out``; returns the recipe."""
     from qaindex_export.embeddings.distill import minilm_token_outputs, token_weights
     from qaindex_export.embeddings.spec import load_minilm
-    from qaindex_export.exporting.table_export import export_tokenlearn_model
+    from qaindex_export.exporting.table_export import export_tokenlearn_model, read_tokenlearn_model
     from qaindex_export.training.tokenlearn import (
+        StaticStudent,
         TokenlearnConfig,
         encode_sums,
         evidence_weights,
         fit_ball,
         init_from_token_outputs,
+        teacher_readout,
         teacher_space,
         train_tokenlearn,
     )
@@ -197,19 +199,32 @@ def build_candidate(args: argparse.Namespace, out: Path, log: Any = print) -> di
     tokenizer = Tokenizer(vocab, kind="wordpiece")
     tokens = load_tokens(args.corpus, texts, tokenizer)
     config = TokenlearnConfig(
-        epochs=args.epochs, dim=args.dim, lr=args.lr, pair_weight=args.pair_weight, seed=args.seed
+        epochs=args.epochs,
+        dim=args.dim,
+        lr=args.lr,
+        pair_weight=args.pair_weight,
+        seed=args.seed,
+        dev_pairs=args.dev_pairs,
+        train_mix=args.start is None,
     )
     _, components = teacher_space(teacher, config.dim)
     run = config
+    start_ball, space = None, None
     if args.table is not None:  # the table of an earlier run with these settings (--save-table): no more epochs
         init, run = np.load(args.table), replace(config, epochs=0)
+    elif args.start is not None:  # a shipped table and its ball; the teacher read out in the table's space
+        init, _, start_ball = read_tokenlearn_model(args.start)
+        teacher = teacher_readout(encode_sums(StaticStudent(init), tokens, rows), teacher)
+        space = (np.zeros(config.dim, np.float32), np.eye(config.dim, dtype=np.float32))
     else:
         init = init_from_token_outputs(minilm_token_outputs(), token_weights(len(vocab), "sif"), components)
     log(f"corpus {len(texts)} texts, {len(pairs)} pairs, teacher vectors for {len(rows)}")
-    result = train_tokenlearn(run, tokens, teacher, init_table=init, teacher_rows=rows, pairs=pairs, log=log)
+    result = train_tokenlearn(
+        run, tokens, teacher, init_table=init, teacher_rows=rows, pairs=pairs, space=space, log=log
+    )
     evidence = evidence_weights(vocab)
     dev = result.dev_rows[:1000]
-    ball = fit_ball(
+    ball = start_ball or fit_ball(
         encode_sums(result.model, tokens, dev[:, 0]), text_evidence(tokens, dev[:, 0], evidence),
         encode_sums(result.model, tokens, dev[:, 1]), text_evidence(tokens, dev[:, 1], evidence),
         min_norm_std=MIN_NORM_STD,
@@ -233,6 +248,7 @@ def build_candidate(args: argparse.Namespace, out: Path, log: Any = print) -> di
                    "sources": {k: {"what": v[0], "licence": v[1]} for k, v in SOURCES.items()}},
         "history": result.history,
         "table": "trained in this run" if args.table is None else "saved by an earlier run with these settings",
+        "start": None if args.start is None else str(args.start),
         "train_seconds": result.seconds,
         "ball_grid": ball.grid,
         "ball": {"a": ball.a, "b": ball.b, "max_norm": ball.max_norm, "dev_mrr@10": ball.dev_mrr,
@@ -399,6 +415,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed")
     parser.add_argument("--save-table", type=Path, default=None, help="also save the trained table (.npy)")
     parser.add_argument("--table", type=Path, default=None, help="skip training: use this saved table (.npy)")
+    parser.add_argument(
+        "--start",
+        type=Path,
+        default=None,
+        help="continue from this model directory's table (the teacher read out in its space, "
+        "its ball kept, the mix frozen) instead of the Model2Vec start",
+    )
+    parser.add_argument("--dev-pairs", type=int, default=2000, help="held-out pairs (at most a fifth of the pairs)")
     parser.add_argument("--model", type=Path, default=None, help="evaluate this model directory instead of building")
     parser.add_argument("--no-install", action="store_true", help="never replace qaindex/models/default")
     parser.add_argument("--no-speed", action="store_true", help="skip the encoding-speed measurement")
