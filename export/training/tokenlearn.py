@@ -171,27 +171,33 @@ def init_from_token_outputs(token_outputs: np.ndarray, weights: np.ndarray, comp
 
 
 def teacher_readout(sums: np.ndarray, teacher: np.ndarray, ridge: float = 1e-2) -> np.ndarray:
-    """The teacher's vectors mapped into a start table's space: ``[teacher, 1] W``, with ``W`` the
-    ridge least-squares fit of the table's unit sums of the same texts.
+    """The teacher's vectors mapped into a start table's space: ``(teacher - mean) W``, with ``W``
+    the ridge least-squares fit of the table's centred unit sums of the same texts.
 
     Continuing from a table trained on another corpus, the targets must live in *its* space
-    (an affine image of the teacher that it already matches as far as a linear map can), not
-    in this corpus's principal directions: then training moves rows only where the table
-    disagrees with the teacher, and the rest of the vocabulary keeps its meaning.
+    (the image of the teacher that it already matches as far as a linear map can), not in this
+    corpus's principal directions: then training moves rows only where the table disagrees
+    with the teacher, and the rest of the vocabulary keeps its meaning. Both sides are centred
+    (no intercept), as the teacher is in :func:`teacher_space`: a fitted intercept would be
+    the corpus's common direction, larger in the targets than in the sums (a regression's
+    predictions shrink towards their mean), and the cosine term would pull every text
+    towards it.
 
     Example
     -------
     >>> rng = np.random.default_rng(0)
     >>> teacher = rng.normal(size=(200, 6))
-    >>> sums = teacher @ rng.normal(size=(6, 3)) + 0.5
+    >>> sums = teacher @ rng.normal(size=(6, 3))
     >>> out = teacher_readout(sums, teacher, ridge=1e-6)
     >>> cos = (out * sums).sum(axis=1) / np.linalg.norm(out, axis=1) / np.linalg.norm(sums, axis=1)
-    >>> bool(np.median(cos) > 0.99), out.shape
-    (True, (200, 3))
+    >>> bool(np.median(cos) > 0.95), out.shape, bool(np.abs(out.mean(axis=0)).max() < 1e-6)
+    (True, (200, 3), True)
     """
-    x = np.concatenate([np.asarray(teacher, np.float64), np.ones((len(teacher), 1))], axis=1)
+    x = np.asarray(teacher, np.float64)
+    x = x - x.mean(axis=0)
     y = np.asarray(sums, np.float64)
     y = y / np.maximum(np.linalg.norm(y, axis=1, keepdims=True), 1e-12)
+    y = y - y.mean(axis=0)
     w = np.linalg.solve(x.T @ x + ridge * len(x) * np.eye(x.shape[1]), x.T @ y)
     return (x @ w).astype(np.float32)
 
