@@ -248,7 +248,7 @@ def build_candidate(args: argparse.Namespace, out: Path, log: Any = print) -> di
                    "sources": {k: {"what": v[0], "licence": v[1]} for k, v in SOURCES.items()}},
         "history": result.history,
         "table": "trained in this run" if args.table is None else "saved by an earlier run with these settings",
-        "start": None if args.start is None else str(args.start),
+        "start": None if args.start is None else start_record(args.start),
         "train_seconds": result.seconds,
         "ball_grid": ball.grid,
         "ball": {"a": ball.a, "b": ball.b, "max_norm": ball.max_norm, "dev_mrr@10": ball.dev_mrr,
@@ -264,6 +264,38 @@ def build_candidate(args: argparse.Namespace, out: Path, log: Any = print) -> di
     )  # fmt: skip
     recipe["seconds"] = time.perf_counter() - started
     return recipe
+
+
+def start_record(start: Path) -> dict[str, Any]:
+    """The start model of a ``--start`` run: its name and its own training corpus (the card credits both)."""
+    manifest = Model.read_manifest(start)
+    corpus = manifest.get("training", {}).get("recipe", {}).get("corpus", {})
+    keep = ("teacher_vectors_by_source", "pairs_by_source", "sources")
+    return {"model": str(start), "name": manifest["name"], "corpus": {k: corpus.get(k, {}) for k in keep}}
+
+
+def start_of(recipe: dict[str, Any]) -> dict[str, Any]:
+    """The recipe's start record (empty without ``--start``; a bare path from an older run gets a name only)."""
+    start = recipe.get("start") or {}
+    return {"model": start, "name": start, "corpus": {}} if isinstance(start, str) else start
+
+
+def card_sources(recipe: dict[str, Any]) -> str:
+    """One line per training source with its licence and counts (a ``--start`` run adds its start's corpus)."""
+    corpora = [recipe.get("corpus", {}), start_of(recipe).get("corpus") or {}]
+    counts: dict[str, dict[str, int]] = {"teacher_vectors_by_source": {}, "pairs_by_source": {}}
+    sources: dict[str, dict[str, str]] = {}
+    for corpus in corpora:
+        for field, total in counts.items():
+            for k, n in corpus.get(field, {}).items():
+                total[k] = total.get(k, 0) + n
+        sources.update(corpus.get("sources", {}))
+    return "\n".join(
+        f"- **{k}**: {v['what']} — licence: {v['licence']}; {counts['teacher_vectors_by_source'].get(k, 0):,} "
+        f"texts with a teacher vector, {counts['pairs_by_source'].get(k, 0):,} question → answer pairs"
+        for k, v in sources.items()
+        if counts["teacher_vectors_by_source"].get(k) or counts["pairs_by_source"].get(k)
+    )
 
 
 def cap_pairs(pairs: np.ndarray, sources: list[str], caps: list[str], *, seed: int = 0) -> np.ndarray:
@@ -611,11 +643,13 @@ def write_card(out: Path, report: dict[str, Any]) -> None:
     manifest = Model.read_manifest(out)
     geometry = manifest["geometry"]
     corpus = recipe.get("corpus", {})
-    sources = "\n".join(
-        f"- **{k}**: {v['what']} — licence: {v['licence']}; {corpus.get('teacher_vectors_by_source', {}).get(k, 0):,} "
-        f"texts with a teacher vector, {corpus.get('pairs_by_source', {}).get(k, 0):,} question → answer pairs"
-        for k, v in corpus.get("sources", {}).items()
-    )
+    sources = card_sources(recipe)
+    start = start_of(recipe)
+    if start:
+        sources += (
+            f"\n\nThe table continues from `{start['name']}` (its table and ball; the counts above add its own "
+            "corpus's), trained on with this run's corpus."
+        )
     speed = report.get("speed_answers_per_second") or {}
     speed_line = ""
     if speed:
