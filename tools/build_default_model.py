@@ -205,6 +205,7 @@ def build_candidate(args: argparse.Namespace, out: Path, log: Any = print) -> di
         pair_weight=args.pair_weight,
         seed=args.seed,
         dev_pairs=args.dev_pairs,
+        teacher_weight=args.teacher_weight,
         train_mix=args.start is None,
     )
     _, components = teacher_space(teacher, config.dim)
@@ -442,6 +443,7 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=256, help="table width")
     parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
     parser.add_argument("--pair-weight", type=float, default=0.0, help="weight of the pairs' InfoNCE term")
+    parser.add_argument("--teacher-weight", type=float, default=1.0, help="weight of the teacher's cosine term")
     parser.add_argument("--max-pairs", action="append", default=[], metavar="SOURCE=N",
                         help="use at most N question → answer pairs of SOURCE (repeatable)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="seed")
