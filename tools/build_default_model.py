@@ -26,6 +26,10 @@ Usage::
 
     python -m tools.build_default_model --corpus /path/to/traindata [--data DATASETS]
         [--evaldata DIR] [--epochs 3] [--no-install] [--card-only]
+        [--start MODEL_DIR] [--pair-weight W] [--teacher-weight W] [--dev-pairs N]
+
+``--start`` continues from a model directory's table (see ``docs/default-model.md``) instead of
+the Model2Vec start.
 """
 
 from __future__ import annotations
