@@ -26,6 +26,10 @@ Usage::
 
     python -m tools.build_default_model --corpus /path/to/traindata [--data DATASETS]
         [--evaldata DIR] [--epochs 3] [--no-install] [--card-only]
+        [--start MODEL_DIR] [--pair-weight W] [--teacher-weight W] [--dev-pairs N]
+
+``--start`` continues from a model directory's table (see ``docs/default-model.md``) instead of
+the Model2Vec start.
 """
 
 from __future__ import annotations
@@ -176,13 +180,15 @@ def build_candidate(args: argparse.Namespace, out: Path, log: Any = print) -> di
     """Train the distilled table, fit the ball, export to ``out``; returns the recipe."""
     from qaindex_export.embeddings.distill import minilm_token_outputs, token_weights
     from qaindex_export.embeddings.spec import load_minilm
-    from qaindex_export.exporting.table_export import export_tokenlearn_model
+    from qaindex_export.exporting.table_export import export_tokenlearn_model, read_tokenlearn_model
     from qaindex_export.training.tokenlearn import (
+        StaticStudent,
         TokenlearnConfig,
         encode_sums,
         evidence_weights,
         fit_ball,
         init_from_token_outputs,
+        teacher_readout,
         teacher_space,
         train_tokenlearn,
     )
@@ -197,19 +203,33 @@ def build_candidate(args: argparse.Namespace, out: Path, log: Any = print) -> di
     tokenizer = Tokenizer(vocab, kind="wordpiece")
     tokens = load_tokens(args.corpus, texts, tokenizer)
     config = TokenlearnConfig(
-        epochs=args.epochs, dim=args.dim, lr=args.lr, pair_weight=args.pair_weight, seed=args.seed
+        epochs=args.epochs,
+        dim=args.dim,
+        lr=args.lr,
+        pair_weight=args.pair_weight,
+        seed=args.seed,
+        dev_pairs=args.dev_pairs,
+        teacher_weight=args.teacher_weight,
+        train_mix=args.start is None,
     )
     _, components = teacher_space(teacher, config.dim)
     run = config
+    start_ball, space = None, None
     if args.table is not None:  # the table of an earlier run with these settings (--save-table): no more epochs
         init, run = np.load(args.table), replace(config, epochs=0)
+    elif args.start is not None:  # a shipped table and its ball; the teacher read out in the table's space
+        init, _, start_ball = read_tokenlearn_model(args.start)
+        teacher = teacher_readout(encode_sums(StaticStudent(init), tokens, rows), teacher)
+        space = (np.zeros(config.dim, np.float32), np.eye(config.dim, dtype=np.float32))
     else:
         init = init_from_token_outputs(minilm_token_outputs(), token_weights(len(vocab), "sif"), components)
     log(f"corpus {len(texts)} texts, {len(pairs)} pairs, teacher vectors for {len(rows)}")
-    result = train_tokenlearn(run, tokens, teacher, init_table=init, teacher_rows=rows, pairs=pairs, log=log)
+    result = train_tokenlearn(
+        run, tokens, teacher, init_table=init, teacher_rows=rows, pairs=pairs, space=space, log=log
+    )
     evidence = evidence_weights(vocab)
     dev = result.dev_rows[:1000]
-    ball = fit_ball(
+    ball = start_ball or fit_ball(
         encode_sums(result.model, tokens, dev[:, 0]), text_evidence(tokens, dev[:, 0], evidence),
         encode_sums(result.model, tokens, dev[:, 1]), text_evidence(tokens, dev[:, 1], evidence),
         min_norm_std=MIN_NORM_STD,
@@ -233,6 +253,7 @@ def build_candidate(args: argparse.Namespace, out: Path, log: Any = print) -> di
                    "sources": {k: {"what": v[0], "licence": v[1]} for k, v in SOURCES.items()}},
         "history": result.history,
         "table": "trained in this run" if args.table is None else "saved by an earlier run with these settings",
+        "start": None if args.start is None else start_record(args.start),
         "train_seconds": result.seconds,
         "ball_grid": ball.grid,
         "ball": {"a": ball.a, "b": ball.b, "max_norm": ball.max_norm, "dev_mrr@10": ball.dev_mrr,
@@ -248,6 +269,38 @@ def build_candidate(args: argparse.Namespace, out: Path, log: Any = print) -> di
     )  # fmt: skip
     recipe["seconds"] = time.perf_counter() - started
     return recipe
+
+
+def start_record(start: Path) -> dict[str, Any]:
+    """The start model of a ``--start`` run: its name and its own training corpus (the card credits both)."""
+    manifest = Model.read_manifest(start)
+    corpus = manifest.get("training", {}).get("recipe", {}).get("corpus", {})
+    keep = ("teacher_vectors_by_source", "pairs_by_source", "sources")
+    return {"model": str(start), "name": manifest["name"], "corpus": {k: corpus.get(k, {}) for k in keep}}
+
+
+def start_of(recipe: dict[str, Any]) -> dict[str, Any]:
+    """The recipe's start record (empty without ``--start``; a bare path from an older run gets a name only)."""
+    start = recipe.get("start") or {}
+    return {"model": start, "name": start, "corpus": {}} if isinstance(start, str) else start
+
+
+def card_sources(recipe: dict[str, Any]) -> str:
+    """One line per training source with its licence and counts (a ``--start`` run adds its start's corpus)."""
+    corpora = [recipe.get("corpus", {}), start_of(recipe).get("corpus") or {}]
+    counts: dict[str, dict[str, int]] = {"teacher_vectors_by_source": {}, "pairs_by_source": {}}
+    sources: dict[str, dict[str, str]] = {}
+    for corpus in corpora:
+        for field, total in counts.items():
+            for k, n in corpus.get(field, {}).items():
+                total[k] = total.get(k, 0) + n
+        sources.update(corpus.get("sources", {}))
+    return "\n".join(
+        f"- **{k}**: {v['what']} — licence: {v['licence']}; {counts['teacher_vectors_by_source'].get(k, 0):,} "
+        f"texts with a teacher vector, {counts['pairs_by_source'].get(k, 0):,} question → answer pairs"
+        for k, v in sources.items()
+        if counts["teacher_vectors_by_source"].get(k) or counts["pairs_by_source"].get(k)
+    )
 
 
 def cap_pairs(pairs: np.ndarray, sources: list[str], caps: list[str], *, seed: int = 0) -> np.ndarray:
@@ -394,11 +447,20 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=256, help="table width")
     parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
     parser.add_argument("--pair-weight", type=float, default=0.0, help="weight of the pairs' InfoNCE term")
+    parser.add_argument("--teacher-weight", type=float, default=1.0, help="weight of the teacher's cosine term")
     parser.add_argument("--max-pairs", action="append", default=[], metavar="SOURCE=N",
                         help="use at most N question → answer pairs of SOURCE (repeatable)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="seed")
     parser.add_argument("--save-table", type=Path, default=None, help="also save the trained table (.npy)")
     parser.add_argument("--table", type=Path, default=None, help="skip training: use this saved table (.npy)")
+    parser.add_argument(
+        "--start",
+        type=Path,
+        default=None,
+        help="continue from this model directory's table (the teacher read out in its space, "
+        "its ball kept, the mix frozen) instead of the Model2Vec start",
+    )
+    parser.add_argument("--dev-pairs", type=int, default=2000, help="held-out pairs (at most a fifth of the pairs)")
     parser.add_argument("--model", type=Path, default=None, help="evaluate this model directory instead of building")
     parser.add_argument("--no-install", action="store_true", help="never replace qaindex/models/default")
     parser.add_argument("--no-speed", action="store_true", help="skip the encoding-speed measurement")
@@ -587,11 +649,13 @@ def write_card(out: Path, report: dict[str, Any]) -> None:
     manifest = Model.read_manifest(out)
     geometry = manifest["geometry"]
     corpus = recipe.get("corpus", {})
-    sources = "\n".join(
-        f"- **{k}**: {v['what']} — licence: {v['licence']}; {corpus.get('teacher_vectors_by_source', {}).get(k, 0):,} "
-        f"texts with a teacher vector, {corpus.get('pairs_by_source', {}).get(k, 0):,} question → answer pairs"
-        for k, v in corpus.get("sources", {}).items()
-    )
+    sources = card_sources(recipe)
+    start = start_of(recipe)
+    if start:
+        sources += (
+            f"\n\nThe table continues from `{start['name']}` (its table and ball; the counts above add its own "
+            "corpus's), trained on with this run's corpus."
+        )
     speed = report.get("speed_answers_per_second") or {}
     speed_line = ""
     if speed:

@@ -469,11 +469,15 @@ def doc_file_records(path: str, text: str) -> Iterator[tuple[str, str | None]]:
 
 
 def git_files(
-    git_dir: Path, under: str = "", suffixes: tuple[str, ...] = (".md", ".mdx", ".yml")
+    git_dir: Path,
+    under: str = "",
+    suffixes: tuple[str, ...] = (".md", ".mdx", ".yml"),
+    max_bytes: int = 2_000_000,
 ) -> Iterator[tuple[str, str]]:
     """(path, text) of the files of ``git_dir``'s HEAD whose names end with ``suffixes``, in path order.
 
-    Reads a bare repository (``git cat-file --batch``); files absent from a partial snapshot are skipped.
+    Reads a bare repository (``git cat-file --batch``); files absent from a partial snapshot, and
+    files over ``max_bytes``, are skipped.
     """
     listing = subprocess.run(
         ["git", "--git-dir", str(git_dir), "ls-tree", "-r", "-z", "HEAD"], capture_output=True, check=True
@@ -500,7 +504,7 @@ def git_files(
                 continue
             data = proc.stdout.read(int(header[2]))
             proc.stdout.read(1)
-            if len(data) > 2_000_000:
+            if len(data) > max_bytes:
                 continue
             yield path, data.decode("utf-8", "replace")
     finally:

@@ -20,6 +20,10 @@ Usage::
 
     python -m tools.training_corpus --out /path/to/traindata \\
         [--wordnet /usr/share/wordnet] [--medquad DIR] [--pydoc /usr/share/doc/python3.11/html]
+        [--docs KEY=GIT_DIR ...] [--questions KEY=GIT_DIR ...] [--exclude EVAL.jsonl ...]
+
+Without ``--medquad`` and ``--extend``, the repositories named by ``--docs`` and ``--questions``
+(real user questions, :mod:`tools.question_sources`) alone form the corpus.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from tools.doc_sources import (  # noqa: F401 (re-exported: the tests and the bu
     strip_markdown,
     user_question,
 )
+from tools.question_sources import QUESTION_REPOS, question_records
 
 SOURCES = {
     "wordnet": ("WordNet 3.0 glosses, examples and template questions", "WordNet 3.0 licence (Princeton)"),
@@ -58,6 +63,12 @@ SOURCES.update(
     {
         key: (f"{what}: FAQ and heading-question pairs (github.com/{repo})", licence)
         for key, (repo, _, what, licence, _) in DOC_REPOS.items()
+    }
+)
+SOURCES.update(
+    {
+        key: (f"{what}: question title → answer pairs (github.com/{repo})", licence)
+        for key, (repo, _, what, licence, _) in QUESTION_REPOS.items()
     }
 )
 # ---------------------------------------------------------------- WordNet
@@ -367,6 +378,15 @@ def _doc_arg(value: str) -> tuple[str, Path]:
     return key, Path(path)
 
 
+def _question_arg(value: str) -> tuple[str, Path]:
+    key, sep, path = value.partition("=")
+    if not sep or key not in QUESTION_REPOS:
+        raise argparse.ArgumentTypeError(
+            f"--questions wants KEY=GIT_DIR with KEY one of {', '.join(QUESTION_REPOS)}; got {value!r}"
+        )
+    return key, Path(path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="output folder (texts.jsonl, pairs.npy)")
@@ -389,6 +409,14 @@ def main() -> None:
         help=f"a documentation repository (bare git dir or clone) to read; KEY one of: {', '.join(DOC_REPOS)}",
     )
     parser.add_argument(
+        "--questions",
+        type=_question_arg,
+        action="append",
+        default=[],
+        metavar="KEY=GIT_DIR",
+        help=f"a repository of real user questions to read; KEY one of: {', '.join(QUESTION_REPOS)}",
+    )
+    parser.add_argument(
         "--exclude",
         type=Path,
         action="append",
@@ -398,13 +426,14 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the templates and the order")
     args = parser.parse_args()
-    if args.extend is None and args.medquad is None:
-        parser.error("--medquad is required unless --extend names an existing corpus")
-    if args.extend is None and not args.docs:
+    listed = bool(args.docs or args.questions)
+    if args.extend is None and args.medquad is None and not listed:
+        parser.error("--medquad is required unless --extend names an existing corpus or --docs/--questions")
+    if args.extend is None and not listed:
         print(json.dumps(build(args.out, args.wordnet, args.medquad, args.pydoc, args.seed)))
         return
     feeds: list[tuple[str, Iterable[tuple[str, str | None]]]] = []
-    if args.extend is None:
+    if args.extend is None and args.medquad is not None:  # without --medquad: the listed repositories alone
         rng = random.Random(args.seed)
         feeds += [
             ("wordnet", wordnet_records(args.wordnet, rng)),
@@ -413,6 +442,8 @@ def main() -> None:
         ]
     for key, git_dir in args.docs:
         feeds.append((key, docs_records(git_dir, DOC_REPOS[key][1])))
+    for key, git_dir in args.questions:
+        feeds.append((key, question_records(git_dir, QUESTION_REPOS[key][1])))
     exclude = eval_texts(args.exclude)
     counts = assemble(args.out, feeds, args.seed, args.extend, exclude)
     print(json.dumps(counts))

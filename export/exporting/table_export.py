@@ -26,7 +26,7 @@ from ..training.tokenlearn import BallFit
 from .export_forms import CosineScorer, FoldedEncoder, PoincareScorer
 from .onnx_graph import export_encoder, export_scorer
 
-__all__ = ["StaticBag", "export_table_model", "export_tokenlearn_model"]
+__all__ = ["StaticBag", "export_table_model", "export_tokenlearn_model", "read_tokenlearn_model"]
 
 
 def export_table_model(
@@ -211,3 +211,46 @@ def export_tokenlearn_model(
             "exported_table": {"rows": int(vocab), "dim": int(dim) + 1, "dtype": "float16"},
         },
     )
+
+
+def read_tokenlearn_model(directory: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray, BallFit]:
+    """The inverse of :func:`export_tokenlearn_model`: ``(table (V, dim) float32, evidence (V,), ball)``
+    of a model directory it wrote (the float16 table as stored, its last column the evidence).
+
+    The ball's ``dev_mrr`` and norm statistics are not stored in the graph and come back as NaN
+    unless the manifest's training record has them.
+
+    Example
+    -------
+    >>> table, evidence, ball = read_tokenlearn_model("qaindex/models/default")  # doctest: +SKIP
+    >>> table.shape, ball.a  # doctest: +SKIP
+    ((30522, 256), 1.0)
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    from qaindex.model import Model
+
+    root = Path(directory)
+    manifest = Model.read_manifest(root)
+    geometry = manifest["geometry"]
+    if geometry.get("ball_map") != "lognorm":
+        raise ValueError(
+            f"{root}: not a token-learned table with the lognorm ball (ball map {geometry.get('ball_map')!r})"
+        )
+    graph = onnx.load(os.fspath(root / manifest["graphs"]["answer_encoder"])).graph
+    stored = {init.name: init for init in graph.initializer}
+    if "table" not in stored:
+        raise ValueError(f"{root}: its encoder graph has no 'table' weight")
+    full = numpy_helper.to_array(stored["table"]).astype(np.float32)
+    fit = manifest.get("training", {}).get("ball_fit", {})
+    nan = float("nan")
+    ball = BallFit(
+        a=float(geometry["a"]),
+        b=float(geometry["b"]),
+        max_norm=float(geometry.get("max_norm", 0.999)),
+        dev_mrr=float(fit.get("dev_mrr", nan)),
+        answer_norm_std=float(fit.get("answer_norm_std", nan)),
+        answer_norm_median=float(fit.get("answer_norm_median", nan)),
+    )
+    return full[:, :-1].copy(), full[:, -1].copy(), ball

@@ -64,6 +64,7 @@ __all__ = [
     "fit_ball",
     "info_nce",
     "init_from_token_outputs",
+    "teacher_readout",
     "teacher_space",
     "train_tokenlearn",
 ]
@@ -86,6 +87,7 @@ class TokenlearnConfig:
     max_tokens: int = 128
     seed: int = 0
     threads: int = 2
+    train_mix: bool = True  # False: only the table's rows move (continuing from a shipped table)
 
 
 @dataclass
@@ -166,6 +168,38 @@ def init_from_token_outputs(token_outputs: np.ndarray, weights: np.ndarray, comp
     table /= max(float(np.median(norms[norms > 0])) if (norms > 0).any() else 1.0, 1e-12)
     table[0] = 0.0
     return table.astype(np.float32)
+
+
+def teacher_readout(sums: np.ndarray, teacher: np.ndarray, ridge: float = 1e-2) -> np.ndarray:
+    """The teacher's vectors mapped into a start table's space: ``(teacher - mean) W``, with ``W``
+    the ridge least-squares fit of the table's centred unit sums of the same texts.
+
+    Continuing from a table trained on another corpus, the targets must live in *its* space
+    (the image of the teacher that it already matches as far as a linear map can), not in this
+    corpus's principal directions: then training moves rows only where the table disagrees
+    with the teacher, and the rest of the vocabulary keeps its meaning. Both sides are centred
+    (no intercept), as the teacher is in :func:`teacher_space`: a fitted intercept would be
+    the corpus's common direction, larger in the targets than in the sums (a regression's
+    predictions shrink towards their mean), and the cosine term would pull every text
+    towards it.
+
+    Example
+    -------
+    >>> rng = np.random.default_rng(0)
+    >>> teacher = rng.normal(size=(200, 6))
+    >>> sums = teacher @ rng.normal(size=(6, 3))
+    >>> out = teacher_readout(sums, teacher, ridge=1e-6)
+    >>> cos = (out * sums).sum(axis=1) / np.linalg.norm(out, axis=1) / np.linalg.norm(sums, axis=1)
+    >>> bool(np.median(cos) > 0.95), out.shape, bool(np.abs(out.mean(axis=0)).max() < 1e-6)
+    (True, (200, 3), True)
+    """
+    x = np.asarray(teacher, np.float64)
+    x = x - x.mean(axis=0)
+    y = np.asarray(sums, np.float64)
+    y = y / np.maximum(np.linalg.norm(y, axis=1, keepdims=True), 1e-12)
+    y = y - y.mean(axis=0)
+    w = np.linalg.solve(x.T @ x + ridge * len(x) * np.eye(x.shape[1]), x.T @ y)
+    return (x @ w).astype(np.float32)
 
 
 class StaticStudent(nn.Module):
@@ -278,6 +312,7 @@ def train_tokenlearn(
     init_table: np.ndarray,
     teacher_rows: np.ndarray | None = None,
     pairs: np.ndarray | None = None,
+    space: tuple[np.ndarray, np.ndarray] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> TokenlearnResult:
     """Fit the table so that pooled token rows reproduce the teacher (and rank pairs).
@@ -295,6 +330,10 @@ def train_tokenlearn(
         Text indices the teacher rows belong to (default: ``0 .. len(teacher)-1``).
     pairs : numpy.ndarray (m, 2), optional
         ``(question, answer)`` text indices.
+    space : (mean, components), optional
+        The target space: ``(teacher - mean) components^T``; default :func:`teacher_space` of
+        ``teacher`` (``(zeros, identity)`` for targets already in the table's space, e.g. from
+        :func:`teacher_readout`).
     log : callable, optional
 
     Returns
@@ -306,7 +345,7 @@ def train_tokenlearn(
         rng = seeded(config.seed)
         rows = np.arange(len(teacher)) if teacher_rows is None else np.asarray(teacher_rows, dtype=np.int64)
         pairs = np.zeros((0, 2), np.int64) if pairs is None else np.asarray(pairs, dtype=np.int64)
-        mean, components = teacher_space(teacher, config.dim)
+        mean, components = teacher_space(teacher, config.dim) if space is None else space
         target_all = (np.asarray(teacher, np.float32) - mean) @ components.T
         # held-out pairs: neither their pair nor their texts' teacher vectors are trained on
         order = rng.permutation(len(pairs))
@@ -357,10 +396,11 @@ class _TableJob:
     ) -> None:
         self.config, self.model, self.texts, self.rows, self.targets = config, model, texts, rows, targets
         self.train_pairs, self.dev, self.rng = train_pairs, dev, rng
-        self.optimizers = [
-            torch.optim.SparseAdam([model.table], lr=config.lr),
-            torch.optim.Adam([model.mix], lr=config.lr / 10),
-        ]
+        self.optimizers: list[torch.optim.Optimizer] = [torch.optim.SparseAdam([model.table], lr=config.lr)]
+        if config.train_mix:
+            self.optimizers.append(torch.optim.Adam([model.mix], lr=config.lr / 10))
+        else:  # the mix stays the identity: tokens absent from this corpus keep their rows exactly
+            model.mix.requires_grad_(False)
         self.pairing = bool(len(train_pairs)) and config.pair_weight > 0
         self.labels = np.zeros(0, dtype=np.int64)
         if self.pairing and config.epochs > 0:  # clusters of the initial student's answer vectors

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from qaindex_export.exporting.table_export import export_tokenlearn_model  # noqa: E402
+from qaindex_export.exporting.table_export import export_tokenlearn_model, read_tokenlearn_model  # noqa: E402
 from qaindex_export.networks.models import BallMap  # noqa: E402
 from qaindex_export.training.tokenlearn import (  # noqa: E402
     StaticStudent,
@@ -21,6 +21,7 @@ from qaindex_export.training.tokenlearn import (  # noqa: E402
     evidence_weights,
     fit_ball,
     info_nce,
+    teacher_readout,
     train_tokenlearn,
 )
 
@@ -195,3 +196,44 @@ def test_teacher_weight_zero_trains_on_the_pairs_alone() -> None:
     other = train_tokenlearn(replace(config, teacher_weight=0.0), tokens, -teacher, init_table=init, pairs=pairs).table
     np.testing.assert_array_equal(pairs_only, other)
     assert not np.array_equal(pairs_only, with_teacher)
+
+
+def test_a_written_model_reads_back_as_its_table_evidence_and_ball(tmp_path: Path) -> None:
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", ".", "the", "reset", "password", "refund"]
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=(len(vocab), 6)).astype(np.float32)
+    evidence = evidence_weights(vocab)
+    fit = fit_ball(
+        rng.normal(size=(20, 6)), rng.uniform(1, 5, (20, 1)), rng.normal(size=(20, 6)), rng.uniform(1, 5, (20, 1))
+    )
+    path = export_tokenlearn_model(table, evidence, fit, Tokenizer(vocab, kind="wordpiece"), tmp_path / "m")
+    got_table, got_evidence, ball = read_tokenlearn_model(path)
+    np.testing.assert_array_equal(got_table, table.astype(np.float16).astype(np.float32))
+    np.testing.assert_array_equal(got_evidence, evidence.astype(np.float16).astype(np.float32))
+    assert (ball.a, ball.b, ball.max_norm) == pytest.approx((fit.a, fit.b, fit.max_norm))
+    assert ball.dev_mrr == pytest.approx(fit.dev_mrr)
+
+
+def test_continuing_from_a_table_keeps_unseen_rows_and_starts_at_the_readout() -> None:
+    # a start table that already matches a planted teacher up to a linear map: the readout targets
+    # are its own centred directions, and training on texts of tokens 1..29 leaves 30.. untouched
+    tokens, teacher, vectors = planted(texts=600)
+    ids = [tokens.flat[tokens.offsets[i] : tokens.offsets[i + 1]] for i in range(len(tokens))]
+    rows = np.array([i for i, x in enumerate(ids) if x.max() < 30])
+    rng = np.random.default_rng(3)
+    start = (vectors @ rng.normal(size=(WIDTH, WIDTH))).astype(np.float32)
+    start[30:] = rng.normal(size=(VOCAB - 30, WIDTH))
+    targets = teacher_readout(encode_sums(StaticStudent(start), tokens, rows), teacher[rows])
+    space = (np.zeros(WIDTH, np.float32), np.eye(WIDTH, dtype=np.float32))
+    config = TokenlearnConfig(dim=WIDTH, epochs=2, batch_size=50, dev_pairs=0, threads=1, train_mix=False, lr=1e-2)
+    result = train_tokenlearn(config, tokens, targets, init_table=start, teacher_rows=rows, space=space)
+    np.testing.assert_array_equal(result.table[30:], start[30:])
+    np.testing.assert_array_equal(result.model.mix.detach().numpy(), np.eye(WIDTH, dtype=np.float32))
+    sums = encode_sums(StaticStudent(start), tokens, rows)
+    unit = sums / np.linalg.norm(sums, axis=1, keepdims=True)
+    assert mean_cosine(unit - unit.mean(axis=0), targets) > 0.99  # the start's own (centred) directions
+    # a planted teacher the start does not match: training moves the seen rows towards it
+    other = teacher_readout(rng.normal(size=(len(rows), WIDTH)) + sums, teacher[rows])
+    moved = train_tokenlearn(config, tokens, other, init_table=start, teacher_rows=rows, space=space).table
+    assert mean_cosine(encode_sums(StaticStudent(moved), tokens, rows), other) > mean_cosine(sums, other)
+    np.testing.assert_array_equal(moved[30:], start[30:])
