@@ -76,7 +76,7 @@ from ..training.loop import Log, LoopConfig, Verdict, resolve_device, run, seede
 from ..training.result import TrainResult
 from ..training.unlabelled import pseudo_questions
 from .config import AdaptConfig
-from .selection import paired_gain_test, reciprocal_ranks, selection_why
+from .selection import Selection, gain_summary, paired_gain_test, reciprocal_ranks, selection_why, versus_start
 from .start import AdaptedTable, StartError, StartPoint, load_start
 from .teachers import Teacher, self_teacher, sentence_teacher, teacher_alignment
 
@@ -243,7 +243,7 @@ class _AdaptJob:
         # the selection: each epoch's per-question reciprocal ranks, tested against epoch 0's
         self.per_question: dict[int, np.ndarray] = {}
         self.tests: dict[int, dict[str, Any]] = {}
-        self.kept_score = self.top_score = -math.inf
+        self.selection = Selection()
 
     def begin_epoch(self, epoch: int) -> tuple[range, dict[str, Any]]:
         start_epoch(self.optimizer, self.config, epoch)
@@ -310,24 +310,20 @@ class _AdaptJob:
         score = metrics["mrr@10"]
         norm_note = f"  answer-norm std {row['answer_norm_std']:.3f}" if "answer_norm_std" in row else ""
         if epoch == 0:
-            self.kept_score = self.top_score = score
+            self.selection.start(score)
             summary = f"held-out MRR@10 {score:.4f}  P@1 {metrics['p@1']:.4f}  ({metrics['questions']} queries)"
             return Verdict(score, row, summary)
         if self.keep_last:
             return Verdict(score, row, f"MRR@10 on the training questions {score:.4f}", keep=True, progress=True)
-        test = paired_gain_test(self.per_question[0], self.per_question[epoch], seed=self.config.seed + epoch)
-        test["questions"] = len(self.per_question[epoch])
-        alpha = self.settings.significance
-        test["significant"] = bool(test["gain"] > 0 and test["sign_p"] <= alpha and test["bootstrap_p"] <= alpha)
-        self.tests[epoch] = row["versus_start"] = test
-        keep = test["significant"] and score > self.kept_score
-        progress = score > self.top_score
-        self.kept_score = score if keep else self.kept_score
-        self.top_score = score if progress else self.top_score
-        summary = (
-            f"held-out MRR@10 {score:.4f} ({test['better']} better, {test['worse']} worse, sign p "
-            f"{test['sign_p']:.3g}, bootstrap p {test['bootstrap_p']:.3g}){norm_note}"
+        test = versus_start(
+            self.per_question[0],
+            self.per_question[epoch],
+            seed=self.config.seed + epoch,
+            alpha=self.settings.significance,
         )
+        self.tests[epoch] = row["versus_start"] = test
+        keep, progress = self.selection.judge(score, test)
+        summary = gain_summary("held-out MRR@10", score, test) + norm_note
         return Verdict(score, row, summary, keep=keep, progress=progress)
 
 
@@ -772,7 +768,7 @@ class _FoldsJob:
         self.steps = [0] * len(jobs)
         self.start = np.zeros(0)
         self.tests: dict[int, dict[str, Any]] = {}
-        self.kept_score = self.top_score = -math.inf
+        self.selection = Selection()
 
     def begin_epoch(self, epoch: int) -> tuple[range, dict[str, Any]]:
         self.steps = [len(job.begin_epoch(epoch)[0]) for job in self.jobs]
@@ -793,21 +789,13 @@ class _FoldsJob:
         score = float(rr.mean())
         row: dict[str, Any] = {"held_out": {"mrr@10": score, "questions": len(rr)}}
         if epoch == 0:
-            self.start, self.kept_score, self.top_score = rr, score, score
+            self.start = rr
+            self.selection.start(score)
             return Verdict(score, row, f"out-of-fold MRR@10 {score:.4f} ({len(rr)} questions)")
-        test = paired_gain_test(self.start, rr, seed=self.config.seed + epoch)
-        alpha = self.settings.significance
-        test["questions"] = len(rr)
-        test["significant"] = bool(test["gain"] > 0 and test["sign_p"] <= alpha and test["bootstrap_p"] <= alpha)
+        test = versus_start(self.start, rr, seed=self.config.seed + epoch, alpha=self.settings.significance)
         self.tests[epoch] = row["versus_start"] = test
-        keep, progress = test["significant"] and score > self.kept_score, score > self.top_score
-        self.kept_score = score if keep else self.kept_score
-        self.top_score = score if progress else self.top_score
-        summary = (
-            f"out-of-fold MRR@10 {score:.4f} ({test['better']} better, {test['worse']} worse, sign p "
-            f"{test['sign_p']:.3g}, bootstrap p {test['bootstrap_p']:.3g})"
-        )
-        return Verdict(score, row, summary, keep=keep, progress=progress)
+        keep, progress = self.selection.judge(score, test)
+        return Verdict(score, row, gain_summary("out-of-fold MRR@10", score, test), keep=keep, progress=progress)
 
 
 def _select_by_folds(job: _FoldsJob, config: TrainConfig, settings: AdaptConfig, say: Log) -> dict[str, Any]:

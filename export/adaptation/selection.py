@@ -48,6 +48,48 @@ def paired_gain_test(start: np.ndarray, epoch: np.ndarray, *, resamples: int = 2
     }
 
 
+def versus_start(start: np.ndarray, epoch: np.ndarray, *, seed: int, alpha: float) -> dict[str, Any]:
+    """:func:`paired_gain_test` of an epoch's per-question scores against the start's, with the
+    number of questions and ``significant``: a positive gain passing both tests at ``alpha``.
+
+    Example
+    -------
+    >>> t = versus_start(np.zeros(8), np.ones(8), seed=0, alpha=0.05)
+    >>> t["questions"], t["significant"]
+    (8, True)
+    """
+    test = paired_gain_test(start, epoch, seed=seed)
+    test["questions"] = len(epoch)
+    test["significant"] = bool(test["gain"] > 0 and test["sign_p"] <= alpha and test["bootstrap_p"] <= alpha)
+    return test
+
+
+class Selection:
+    """The running choice of an epoch: kept when its gain is beyond noise and its score the best
+    kept so far; progress (for the loop's patience) whenever its score is the best seen."""
+
+    def __init__(self) -> None:
+        self.kept_score = self.top_score = -math.inf
+
+    def start(self, score: float) -> None:
+        self.kept_score = self.top_score = score
+
+    def judge(self, score: float, test: dict[str, Any]) -> tuple[bool, bool]:
+        """``(keep, progress)`` of an epoch with ``score`` and its :func:`versus_start`."""
+        keep, progress = bool(test["significant"] and score > self.kept_score), score > self.top_score
+        self.kept_score = score if keep else self.kept_score
+        self.top_score = score if progress else self.top_score
+        return keep, progress
+
+
+def gain_summary(measure: str, score: float, test: dict[str, Any]) -> str:
+    """The progress line's figures: ``"held-out MRR@10 0.7100 (5 better, 1 worse, sign p ..., bootstrap p ...)"``."""
+    return (
+        f"{measure} {score:.4f} ({test['better']} better, {test['worse']} worse, sign p "
+        f"{test['sign_p']:.3g}, bootstrap p {test['bootstrap_p']:.3g})"
+    )
+
+
 def selection_why(
     best_epoch: int, tests: dict[int, dict[str, Any]], start_mrr: float, final_mrr: float, alpha: float
 ) -> str:

@@ -75,6 +75,15 @@ def groups(answers: list[str], questions: list[tuple[str, int]], tag: str) -> li
     return out
 
 
+def write_faq(path: Path, answers: list[str], questions: list[tuple[str, int]]) -> Path:
+    """A corpus-format FAQ: each answer with its questions stored on it."""
+    rows = [
+        {"id": f"a{i}", "answer": a, "questions": [q for q, j in questions if j == i]} for i, a in enumerate(answers)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
 @pytest.fixture(scope="module")
 def start_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_start(tmp_path_factory.mktemp("start") / "model", topic_table())
@@ -279,13 +288,8 @@ def test_label_free_adaptation_improves_a_weak_start_and_spreads_norms(tmp_path:
 
 
 def test_cli_train_starts_from_an_exported_model_directory(start_dir: Path, tmp_path: Path) -> None:
-    rng = np.random.default_rng(2)
-    answers, questions = answers_and_questions(rng)
-    corpus = tmp_path / "faq.jsonl"
-    rows = [
-        {"id": f"a{i}", "answer": a, "questions": [q for q, j in questions if j == i]} for i, a in enumerate(answers)
-    ]
-    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    answers, questions = answers_and_questions(np.random.default_rng(2))
+    corpus = write_faq(tmp_path / "faq.jsonl", answers, questions)
     out = tmp_path / "adapted"
     runner = CliRunner()
     res = runner.invoke(
@@ -574,13 +578,8 @@ def test_adapt_config_refuses_zero_folds() -> None:
 def test_cli_build_adapt_adapts_on_the_stored_questions_then_indexes_with_that_model(
     start_dir: Path, tmp_path: Path
 ) -> None:
-    rng = np.random.default_rng(2)
-    answers, questions = answers_and_questions(rng)
-    corpus = tmp_path / "faq.jsonl"
-    rows = [
-        {"id": f"a{i}", "answer": a, "questions": [q for q, j in questions if j == i]} for i, a in enumerate(answers)
-    ]
-    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    answers, questions = answers_and_questions(np.random.default_rng(2))
+    corpus = write_faq(tmp_path / "faq.jsonl", answers, questions)
     index = tmp_path / "index"
     args = ["build", str(corpus), "--model", str(start_dir), "--index", str(index), "--device", "cpu", "--adapt"]
     res = CliRunner().invoke(main, args)
