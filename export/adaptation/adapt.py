@@ -436,17 +436,12 @@ def _with_rows(start: StartPoint, table: TextTable) -> StartPoint:
     return replace(start, model=model)
 
 
-def _run(
-    config: TrainConfig,
-    settings: AdaptConfig,
-    build: Callable[[torch.device], tuple[StartPoint, _Task]],
-    say: Log,
-) -> TrainResult:
+def _run(config: TrainConfig, work: Callable[[torch.device], TrainResult]) -> TrainResult:
+    """``work`` on the configured device under the configured threads, its wall seconds recorded."""
     started = time.perf_counter()
     device = resolve_device(config.device)
     with torch_settings(config.threads):
-        start, task = build(device)
-        result = _fit(start, task, config, settings, device, say)
+        result = work(device)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -565,7 +560,7 @@ def adapt_unlabelled(
             task = _with_targets(task, adapted.model, np.unique(np.concatenate([pool, task.query])), device)
         return adapted, task
 
-    return _run(config, settings, build, say)
+    return _run(config, lambda device: _fit(*build(device), config, settings, device, say))
 
 
 def adapt_supervised(
@@ -628,78 +623,64 @@ def adapt_supervised(
         if folds >= 2:
             order = np.random.default_rng(config.seed).permutation(len(groups))
             parts = [np.sort(order[f::folds]) for f in range(folds)]
-            every = np.arange(len(groups))
-            everything = _Labelled.of(groups)
-            train_idx, dev_idx = every, every
+            ordered = groups
+            train_idx = dev_idx = np.arange(len(groups))
             dev_info: dict[str, Any] = {"k_fold": folds, "questions": len(groups)}
         else:
             rng = np.random.default_rng(config.seed)
             n_dev = min(len(groups) - 2, max(2, round(len(groups) * settings.holdout)))
             held = set(rng.choice(len(groups), size=n_dev, replace=False).tolist())
             kept_in = [g for i, g in enumerate(groups) if i not in held]
-            held_out = [g for i, g in enumerate(groups) if i in held]
-            everything = _Labelled.of([*kept_in, *held_out])
+            ordered = [*kept_in, *(g for i, g in enumerate(groups) if i in held)]
             train_idx, dev_idx = np.arange(len(kept_in)), np.arange(len(kept_in), len(groups))
-            dev_info = {"held_out_from_train": True, "questions": len(held_out)}
+            dev_info = {"held_out_from_train": True, "questions": len(dev_idx)}
     else:
         dev_groups, dev_info = _load(dev_data)
         dev_groups = [g for g in dev_groups if g.has_positive]
         if not groups or not dev_groups:
             raise ValueError("adaptation needs labelled questions to train on and to hold out")
-        everything = _Labelled.of([*groups, *dev_groups])
-        train_idx, dev_idx = np.arange(len(groups)), np.arange(len(groups), len(groups) + len(dev_groups))
+        ordered = [*groups, *dev_groups]
+        train_idx, dev_idx = np.arange(len(groups)), np.arange(len(groups), len(ordered))
     config, settings, start_point = _prepare(config, settings, start)
     data = {"train": {**info, "questions": len(train_idx)}, "dev": dev_info, "held_out": dev_info}
-    started = time.perf_counter()
-    device = resolve_device(config.device)
-    with torch_settings(config.threads):
-        adapted, teach = everything.start(start_point, teacher, device, say)
+
+    def work(device: torch.device) -> TrainResult:
+        labelled = _Labelled(ordered, start_point)
+        adapted = _with_rows(start_point, labelled.table)
+        teach = labelled.teacher(start_point, teacher, device, say)
 
         def task(train: np.ndarray, dev: np.ndarray) -> _Task:
-            return everything.task(train, dev, adapted, teach, settings, data, device, sentence=teacher is not None)
+            return labelled.task(train, dev, adapted, teach, settings, data, device, sentence=teacher is not None)
 
         if folds < 2:
             result = _fit(adapted, task(train_idx, dev_idx), config, settings, device, say)
             if dev_data is None:  # what calibration may use: the questions training never saw
-                result.dev_groups = [everything.groups[i] for i in dev_idx.tolist()]
-        else:
-            jobs = []
-            for part in parts:
-                fold_model = copy.deepcopy(adapted.model).to(device)
-                fold_task = task(np.setdiff1d(every, part), part)
-                jobs.append(_AdaptJob(fold_model, fold_task, config, settings, device))
-            say(f"[adapt/supervised] {folds} folds of {', '.join(str(len(p)) for p in parts)} held-out questions")
-            selection = _select_by_folds(_FoldsJob(jobs, config, settings), config, settings, say)
-            say(f"[adapt/supervised] {selection['why']}")
-            final = replace(config, epochs=selection["epochs"])
-            result = _fit(adapted, task(train_idx, dev_idx), final, settings, device, say, chosen=selection)
-            # what calibration may use: nothing when every labelled question was trained on, all
-            # of them when the start model was kept (no step was taken)
-            result.dev_groups = [] if selection["epochs"] else list(everything.groups)
-    result.seconds = time.perf_counter() - started
-    return result
+                result.dev_groups = [labelled.groups[i] for i in dev_idx.tolist()]
+            return result
+        jobs = []
+        for part in parts:
+            fold_task = task(np.setdiff1d(train_idx, part), part)
+            jobs.append(_AdaptJob(copy.deepcopy(adapted.model).to(device), fold_task, config, settings, device))
+        say(f"[adapt/supervised] {folds} folds of {', '.join(str(len(p)) for p in parts)} held-out questions")
+        selection = _select_by_folds(_FoldsJob(jobs, config, settings), config, settings, say)
+        say(f"[adapt/supervised] {selection['why']}")
+        final = replace(config, epochs=selection["epochs"])
+        result = _fit(adapted, task(train_idx, dev_idx), final, settings, device, say, chosen=selection)
+        # what calibration may use: nothing when every labelled question was trained on, all
+        # of them when the start model was kept (no step was taken)
+        result.dev_groups = [] if selection["epochs"] else list(labelled.groups)
+        return result
+
+    return _run(config, work)
 
 
-@dataclass
 class _Labelled:
-    """Labelled questions and their answers as rows of one text table, so that any split of
-    the questions (a dev file, a held-out share, the folds) is a choice of row indices."""
+    """Labelled questions and their answers as rows of one text table (answers first, then the
+    questions in order), so that any split of the questions (a dev file, a held-out share, the
+    folds) is a choice of row indices."""
 
-    groups: list[QuestionGroup]
-
-    @classmethod
-    def of(cls, groups: Sequence[QuestionGroup]) -> _Labelled:
-        return cls(list(groups))
-
-    def start(
-        self,
-        start_point: StartPoint,
-        teacher: Callable[[Sequence[str]], np.ndarray] | None,
-        device: torch.device,
-        say: Log,
-    ) -> tuple[StartPoint, Teacher]:
-        """The table (answers first, then the questions in order), the start model with a row
-        change for each of its tokens, and the teacher over every text."""
+    def __init__(self, groups: Sequence[QuestionGroup], start_point: StartPoint) -> None:
+        self.groups = list(groups)
         self.table = TextTable(start_point.tokenizer, start_point.max_tokens)
         self.answers: dict[tuple[str, str], int] = {}
         for g in self.groups:
@@ -707,11 +688,19 @@ class _Labelled:
                 self.answers.setdefault((c.aid, c.answer), self.table.add(c.answer, "answer"))
         self.pool = np.array(sorted(set(self.answers.values())), dtype=np.int64)
         self.query = np.array([self.table.add(g.question, "question") for g in self.groups], dtype=np.int64)
+
+    def teacher(
+        self,
+        start_point: StartPoint,
+        teacher: Callable[[Sequence[str]], np.ndarray] | None,
+        device: torch.device,
+        say: Log,
+    ) -> Teacher:
+        """The teacher over every text: the sentence ``teacher``, else the start model itself."""
         rows = np.unique(np.concatenate([self.pool, self.query]))
-        adapted = _with_rows(start_point, self.table)
         if teacher is not None:
-            return adapted, sentence_teacher(teacher, self.table, rows, say)
-        return adapted, self_teacher(copy.deepcopy(start_point.model).to(device), self.table, rows, device)
+            return sentence_teacher(teacher, self.table, rows, say)
+        return self_teacher(copy.deepcopy(start_point.model).to(device), self.table, rows, device)
 
     def task(
         self,
