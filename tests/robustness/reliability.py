@@ -90,9 +90,8 @@ def _verifier_main() -> None:
         sys.stdout.flush()
 
 
-def _run_killed(op: Callable[[], None], delay: float | None) -> bool:
-    """Run ``op`` in a forked child, SIGKILL it after ``delay`` s (None: let it finish);
-    True if it was killed."""
+def _forked(op: Callable[[], None]) -> int:
+    """Run ``op`` in a forked child, which exits 3 if it raised (0 otherwise); the child's pid."""
     pid = os.fork()
     if pid == 0:  # child
         code = 0
@@ -101,6 +100,13 @@ def _run_killed(op: Callable[[], None], delay: float | None) -> bool:
         except BaseException:  # noqa: BLE001 - the exit code reports it
             code = 3
         os._exit(code)
+    return pid
+
+
+def _run_killed(op: Callable[[], None], delay: float | None) -> bool:
+    """Run ``op`` in a forked child, SIGKILL it after ``delay`` s (None: let it finish);
+    True if it was killed."""
+    pid = _forked(op)
     if delay is None:
         done, status = os.waitpid(pid, 0)
     else:
@@ -117,15 +123,7 @@ def _run_killed(op: Callable[[], None], delay: float | None) -> bool:
 
 def _in_child(op: Callable[[], None]) -> None:
     """Run ``op`` in a forked child to completion."""
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            op()
-        except BaseException:  # noqa: BLE001 - the exit code reports it
-            code = 3
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
+    _, status = os.waitpid(_forked(op), 0)
     if os.WEXITSTATUS(status) != 0:
         raise RuntimeError("a setup step failed")
 
