@@ -35,7 +35,14 @@ from .calibrate import calibrate_command, calibration_line, hybrid_line
 from .eval import eval_command, inspect_command
 from .export import export_model_command
 from .maintenance import gc_command, orphans_line
-from .options import Timeout, batch_size_option, device_option, index_option, refuse_existing_index
+from .options import (
+    Timeout,
+    batch_size_option,
+    device_option,
+    index_option,
+    refuse_existing_index,
+    torch_extra_hint,
+)
 
 lock_timeout_option = click.option(
     "--lock-timeout",
@@ -264,9 +271,7 @@ def _adapted_model(corpus: Path, model: str | None, out: Path, device: str) -> s
     try:
         from .train import adapt_to_corpus
     except ImportError:
-        raise MissingDependencyError(
-            "build --adapt trains: pip install 'qaindex[train]' (and torch==2.13.0 for the CPU build)"
-        ) from None
+        raise MissingDependencyError(f"build --adapt trains: {torch_extra_hint('train')}") from None
     report = adapt_to_corpus(corpus, out, start=model, device=device, log=lambda m: click.echo(m, err=True))
     click.echo(f"adapted:    {report['mode']}; kept epoch {report['kept_epoch']}: {report['why']}")
     return str(out)

@@ -13,13 +13,11 @@ from pathlib import Path
 import click
 
 from ..errors import MissingDependencyError
+from .options import torch_extra_hint
 
 __all__ = ["export_model_command"]
 
-HINT = (
-    "export-model needs the train and bench extras: pip install 'qaindex[train,bench]' "
-    "(and torch==2.13.0 for the CPU build)"
-)
+HINT = f"export-model needs the train and bench extras: {torch_extra_hint('train,bench')}"
 
 
 @click.command("export-model")

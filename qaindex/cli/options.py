@@ -28,6 +28,17 @@ def index_option(f: F) -> F:
     )(f)
 
 
+def torch_extra_hint(extras: str) -> str:
+    """How to install the extras a torch command needs (torch pinned to the CPU build the tests use).
+
+    Example
+    -------
+    >>> torch_extra_hint("train")
+    "pip install 'qaindex[train]' (and torch==2.13.0 for the CPU build)"
+    """
+    return f"pip install 'qaindex[{extras}]' (and torch==2.13.0 for the CPU build)"
+
+
 def device_option(
     help: str = "Where to run: auto uses CUDA (onnxruntime and FAISS) only when it really works.",
 ) -> Callable[[F], F]:

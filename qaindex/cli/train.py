@@ -19,6 +19,7 @@ from qaindex_export.adaptation.config import ADAPT_DEFAULTS, LABEL_FREE_DEFAULTS
 from qaindex_export.config import TrainConfig, read_config_file
 
 from ..errors import MissingDependencyError, QAIndexError
+from .options import torch_extra_hint
 
 __all__ = ["adapt_to_corpus", "train"]
 
@@ -26,7 +27,7 @@ __all__ = ["adapt_to_corpus", "train"]
 # (a bag-of-words table fitted to a teacher's sentence vectors); options and --config override them.
 UNLABELLED_DEFAULTS = {"lr": 0.02, "optimizer": "adam", "batch_size": 64, "epochs": 20}
 
-TORCH_HINT = "training needs the train extra: pip install 'qaindex[train]' (and torch==2.13.0 for the CPU build)"
+TORCH_HINT = f"training needs the train extra: {torch_extra_hint('train')}"
 
 
 def _require_torch() -> None:
