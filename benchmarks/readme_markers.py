@@ -32,6 +32,8 @@ GENERATORS: dict[str, str] = {
     "filters-table": "benchmarks.quality.filters",
     "search-keys": "benchmarks.quality.search_keys",
     "ranking-rules": "benchmarks.quality.ranking_rules",
+    "fusion-pseudo": "benchmarks.quality.fusion_pseudo",
+    "adapt-build": "benchmarks.speed.adapt_build",
 }
 
 _MARKER = re.compile(r"<!-- ([a-z0-9-]+):start -->")

@@ -16,8 +16,9 @@ Systems, in the same run:
   against all-MiniLM-L6-v2 (no question seen) — ``qaindex train ANSWERS.jsonl --teacher minilm``;
 - ``train``: :func:`qaindex_export.adaptation.adapt.adapt_supervised` on the labelled share, the start
   model as its own teacher — ``qaindex train LABELLED.jsonl``;
-- ``train + teacher``: the same with MiniLM's soft targets mixed in — ``qaindex train
-  LABELLED.jsonl --teacher minilm``.
+- ``train + teacher``: :func:`qaindex_export.adaptation.stages.adapt_labelled` — first
+  ``train --teacher`` on the pool's answers, then the labelled share from that model with MiniLM's
+  soft targets mixed in — ``qaindex train LABELLED.jsonl --teacher minilm``.
 
 Corpora: every ``/work/evaldata``-style folder given with ``--evaldata`` (``NAME/answers.jsonl``
 with ``id``/``answer`` and ``NAME/questions.jsonl`` with ``question`` and the id(s) of its
@@ -157,8 +158,9 @@ def run_corpus(
     teacher: Any,
     tmp: Path,
 ) -> dict[str, Any]:
-    from qaindex_export.adaptation.adapt import adapt_supervised, adapt_unlabelled
+    from qaindex_export.adaptation.adapt import adapt_unlabelled
     from qaindex_export.adaptation.config import ADAPT_DEFAULTS, LABEL_FREE_DEFAULTS, AdaptConfig
+    from qaindex_export.adaptation.stages import adapt_labelled
     from qaindex_export.config import TrainConfig
     from qaindex_export.exporting.onnx_export import export_model
 
@@ -216,7 +218,7 @@ def run_corpus(
         train_groups = groups_of(answers, labelled, "train")
         for system, mix in (("train", None), ("train + teacher", teacher)):
             t0 = time.perf_counter()
-            result = adapt_supervised(config, settings, train_groups, teacher=mix, log=say)
+            result = adapt_labelled(config, settings, train_groups, teacher=mix, log=say, label_free=label_free)
             export_model(result, tmp / f"{name}-{system}", name="adapted-supervised")
             calibrate(tmp / f"{name}-{system}", None, None, train_groups)  # as `qaindex train` does
             measure(system, tmp / f"{name}-{system}", result, time.perf_counter() - t0)
@@ -247,7 +249,8 @@ def table_markdown(results: dict[str, dict[str, Any]], start_name: str) -> str:
     lines.append("")
     lines.append(
         f"Start model: `{start_name}`. MRR@10 of the test questions against every answer of the corpus; in brackets "
-        "the change against the start model and the epoch that adaptation kept (0: the start model itself)."
+        "the change against the start model and the epoch that adaptation kept (0: the start model itself; for "
+        "`train + teacher`, the epoch of its labelled stage, 0 being the model its label-free stage handed it)."
     )
     norms = [
         f"{corpus}: {r['train --teacher']['start_answer_norm_std']:.3f} → {r['train --teacher']['answer_norm_std']:.3f}"
@@ -326,9 +329,10 @@ def main() -> None:
     if args.render:
         replace_section("adaptation", doc_body(json.loads(Path(args.out).read_text())), DOC)
         return
+    from qaindex_export.adaptation.config import TEACHER_TOKENS
     from qaindex_export.embeddings.distill import minilm_sentence_teacher
 
-    teacher = cached(minilm_sentence_teacher())
+    teacher = cached(minilm_sentence_teacher(max_tokens=TEACHER_TOKENS))
     started = time.perf_counter()
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmpdir:

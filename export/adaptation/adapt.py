@@ -74,7 +74,7 @@ from ..training.data import load_groups as _load
 from ..training.evaluation import encode_texts
 from ..training.loop import Log, LoopConfig, Verdict, resolve_device, run, seeded, torch_settings
 from ..training.result import TrainResult
-from ..training.unlabelled import pseudo_questions
+from ..training.unlabelled import answer_sample, pseudo_questions
 from .config import AdaptConfig
 from .selection import Selection, gain_summary, paired_gain_test, reciprocal_ranks, selection_why, versus_start
 from .start import AdaptedTable, StartError, StartPoint, load_start
@@ -460,8 +460,10 @@ def adapt_unlabelled(
 ) -> TrainResult:
     """Adapt a start model to a corpus's answers against a sentence teacher (no labels).
 
-    The answers are split: the pseudo-questions of ``settings.holdout`` of them (``dev_per_answer``
-    each, at most ``max_dev``) are the held-out split, each one's correct answer being the
+    The answers (a fixed-seed sample of at most ``settings.max_answers`` of them: the token
+    table they teach is shared by every answer) are split: the pseudo-questions of
+    ``settings.holdout`` of them (``dev_per_answer`` each, at most ``max_dev``) are the
+    held-out split, each one's correct answer being the
     teacher's top answer among the *other* answers (``neighbours``; the answer it was cut from
     is left out of its pool, so a lexical copy cannot score and the split measures whether the
     model ranks like the teacher), else over the whole corpus. With ``settings.cosine_weight > 0``
@@ -500,6 +502,10 @@ def adapt_unlabelled(
     if len(texts) < 4:
         raise ValueError("adapting without labels needs at least four distinct non-empty answers")
     config, settings, start_point = _prepare(config, settings, start)
+    corpus_answers = len(texts)
+    texts = answer_sample(texts, settings.max_answers, config.seed)
+    if len(texts) < corpus_answers:
+        say(f"[adapt] adapting on a sample of {len(texts)} of the corpus's {corpus_answers} answers")
 
     def build(device: torch.device) -> tuple[StartPoint, _Task]:
         rng = np.random.default_rng(config.seed)
@@ -544,7 +550,12 @@ def adapt_unlabelled(
             teacher_weight=1.0,
             mode="teacher",
             data={
-                "train": {"answers": n, "pseudo_questions": len(query), "labels": None},
+                "train": {
+                    "answers": n,
+                    "corpus_answers": corpus_answers,
+                    "pseudo_questions": len(query),
+                    "labels": None,
+                },
                 "held_out": {
                     "answers": int(n_dev),
                     "pseudo_questions": len(dev_query),

@@ -31,11 +31,12 @@ from qaindex.eval.fusion_fit import faq_pool_groups, fit_written_model
 from qaindex.eval.offtopic import BUILTIN_OFFTOPIC, read_offtopic
 
 from ..training.data import hold_out_dev
-from ..training.unlabelled import pseudo_questions
+from ..training.unlabelled import answer_sample, pseudo_questions
 
 __all__ = ["CALIBRATION_SEED", "calibrate_trained", "held_out_groups", "teacher_calibration_data", "teacher_groups"]
 
 CALIBRATION_SEED = 20_251_125  # not the training seeds: held-out pseudo-questions
+CALIBRATION_ANSWERS = 1000  # label-free: the teacher labels pseudo-questions of a sample of this many answers
 
 
 def teacher_groups(
@@ -125,7 +126,8 @@ def calibrate_trained(
     """Calibrate a model ``qaindex train`` just exported, on data it was not trained on.
 
     - label-free training (``answers`` and ``teacher``): the teacher's judgements of
-      pseudo-questions cut with :data:`CALIBRATION_SEED` (not the training draw);
+      pseudo-questions cut with :data:`CALIBRATION_SEED` (not the training draw) from a sample
+      of at most :data:`CALIBRATION_ANSWERS` answers, every one a candidate of each;
     - with a dev file: its questions;
     - with ``held_out`` (what the trainer says it held out, ``TrainResult.dev_groups``): those
       questions; when it is empty (k-fold selection, then training on every labelled
@@ -141,7 +143,7 @@ def calibrate_trained(
     offtopic = read_offtopic(BUILTIN_OFFTOPIC, split="fit")
     off_source = "built-in off-topic questions (fit split)"
     if answers is not None and teacher is not None:
-        groups, kept = teacher_calibration_data(answers, teacher, offtopic)
+        groups, kept = teacher_calibration_data(answer_sample(answers, CALIBRATION_ANSWERS, seed), teacher, offtopic)
         if len(kept) < len(offtopic):
             left_out = len(offtopic) - len(kept)
             off_source += f"; {left_out} of {len(offtopic)} left out, close to an answer for the teacher"

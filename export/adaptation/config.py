@@ -9,13 +9,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["ADAPT_DEFAULTS", "LABEL_FREE_DEFAULTS", "AdaptConfig"]
+__all__ = ["ADAPT_DEFAULTS", "LABEL_FREE_DEFAULTS", "QUICK_ANSWERS", "TEACHER_TOKENS", "AdaptConfig"]
 
 # TrainConfig values adaptation uses unless the user gives them (optimizer, step size, batch, epochs).
 ADAPT_DEFAULTS: dict[str, Any] = {"optimizer": "adam", "lr": 0.005, "batch_size": 64, "epochs": 12, "negatives": 32}
 # ... and what label-free adaptation (``train --teacher`` on answers alone) changes in them: smaller
 # steps for more epochs (on the measured corpora the held-out curve rises more smoothly and ends higher)
 LABEL_FREE_DEFAULTS: dict[str, Any] = {**ADAPT_DEFAULTS, "lr": 0.002, "epochs": 20}
+# word pieces the adaptation teacher (all-MiniLM-L6-v2) reads of a text: the length it was trained on;
+# its default 256 doubles the teacher's time on long answers
+TEACHER_TOKENS = 128
+# the label-free sample of `qaindex build --adapt`: ten thousand answers adapted and indexed within two
+# minutes on two cores (benchmarks/speed/adapt_build.py)
+QUICK_ANSWERS = 2000
 
 
 def _setting(default: Any, help: str) -> Any:
@@ -87,6 +93,13 @@ class AdaptConfig:
         "with the answers by the cosine term (and the ranking term). 0: the answers alone (on every corpus "
         "measured, fitting the cut spans lowered real questions' MRR@10).",
     )
+    max_answers: int = _setting(
+        10_000,
+        "Without labels: adapt on a fixed-seed sample of at most this many of the corpus's answers (the teacher "
+        "embeds only these; `build --adapt` takes 2,000). The token table is shared by every answer, so a sample "
+        "teaches the tokens the corpus uses, but a larger one gains more; its teacher time grows in proportion. "
+        "0: every answer.",
+    )
     pair_weight: float = _setting(
         0.0,
         "Without labels: weight of the pseudo-question -> answer ranking term (cross-entropy to the teacher's "
@@ -129,6 +142,8 @@ class AdaptConfig:
         for name in ("norm_spread", "norm_weight", "cosine_weight", "pair_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
+        if self.max_answers < 0 or 0 < self.max_answers < 4:
+            raise ValueError(f"max_answers must be 0 (every answer) or at least 4, got {self.max_answers}")
         if self.pseudo_questions < 0:
             raise ValueError(f"pseudo_questions must be non-negative, got {self.pseudo_questions}")
         if self.pair_weight > 0 and self.pseudo_questions < 1:

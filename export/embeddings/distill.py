@@ -329,8 +329,13 @@ def minilm_token_teacher(*, device: str = "cpu", threads: int | None = None) -> 
     return run
 
 
-def minilm_sentence_teacher(*, device: str | None = None, batch_size: int = 64) -> SentenceTeacher:
+def minilm_sentence_teacher(
+    *, device: str | None = None, batch_size: int = 64, max_tokens: int | None = None
+) -> SentenceTeacher:
     """all-MiniLM-L6-v2 sentence embeddings (sentence-transformers, offline), L2-normalised.
+
+    ``max_tokens`` cuts texts at that many word pieces (default: the model's own 256; it was
+    trained on 128, and its cost grows with the length it reads).
 
     Example
     -------
@@ -346,6 +351,8 @@ def minilm_sentence_teacher(*, device: str | None = None, batch_size: int = 64) 
             "the MiniLM teacher needs sentence-transformers: pip install 'qaindex[train,bench]'"
         ) from None
     model = SentenceTransformer(os.fspath(minilm_dir()), device=device or "cpu", local_files_only=True)
+    if max_tokens is not None:
+        model.max_seq_length = max_tokens
 
     def run(texts: Sequence[str]) -> np.ndarray:
         vectors = model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True)

@@ -27,10 +27,26 @@ from .evaluation import best_result, evaluate
 from .loop import Log, LoopConfig, Verdict, resolve_device, run, seeded, stderr_log, torch_settings
 from .result import TrainResult
 
-__all__ = ["pseudo_questions", "train_unlabelled", "unit_rows"]
+__all__ = ["answer_sample", "pseudo_questions", "train_unlabelled", "unit_rows"]
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def answer_sample(texts: Sequence[str], limit: int, seed: int) -> list[str]:
+    """At most ``limit`` of ``texts`` (0: all), drawn with ``seed``, in their corpus order.
+
+    Example
+    -------
+    >>> answer_sample(["a", "b", "c", "d", "e"], 3, 0) == answer_sample(["a", "b", "c", "d", "e"], 3, 0)
+    True
+    >>> len(answer_sample(["a", "b", "c"], 0, 0))
+    3
+    """
+    if limit <= 0 or len(texts) <= limit:
+        return list(texts)
+    keep = np.sort(np.random.default_rng(seed).choice(len(texts), size=limit, replace=False))
+    return [texts[i] for i in keep.tolist()]
 
 
 def pseudo_questions(answer: str, rng: np.random.Generator, count: int) -> list[str]:

@@ -216,8 +216,8 @@ def main(verbose: bool) -> None:
     "--adapt",
     is_flag=True,
     help="Adapt the model to this corpus first and index with the adapted model (pip install 'qaindex[train]'): "
-    "on the records' stored questions when there are some, else without labels against all-MiniLM-L6-v2; "
-    "the model is kept unchanged when adapting does not beat it on questions it held out.",
+    "without labels against all-MiniLM-L6-v2, then on the records' stored questions when there are some; "
+    "each stage keeps the model it started from when it does not beat it on questions it held out.",
 )
 def build(
     corpus: Path,

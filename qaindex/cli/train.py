@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from qaindex_export.adaptation.config import ADAPT_DEFAULTS, LABEL_FREE_DEFAULTS, AdaptConfig
+from qaindex_export.adaptation.config import (
+    ADAPT_DEFAULTS,
+    LABEL_FREE_DEFAULTS,
+    QUICK_ANSWERS,
+    TEACHER_TOKENS,
+    AdaptConfig,
+)
 from qaindex_export.config import TrainConfig, read_config_file
 
 from ..errors import MissingDependencyError, QAIndexError
@@ -69,15 +75,9 @@ def _answers_without_questions(train_file: Path, *, strict: bool = True) -> list
 
 def _train_with_teacher(config: Any, answers: list[str], device: str, log: Any) -> Any:
     """Unlabelled training against all-MiniLM-L6-v2 (see qaindex_export.training.unlabelled.train_unlabelled)."""
-    from qaindex_export.embeddings.distill import minilm_sentence_teacher
     from qaindex_export.training.unlabelled import train_unlabelled
 
-    teacher_device = "cuda" if device == "cuda" else None
-    if device == "auto":
-        import torch
-
-        teacher_device = "cuda" if torch.cuda.is_available() else None
-    return train_unlabelled(config, answers, minilm_sentence_teacher(device=teacher_device), log=log)
+    return train_unlabelled(config, answers, _sentence_teacher(device, max_tokens=None), log=log)
 
 
 # TrainConfig fields adaptation uses; any other one shapes a new model (so it implies --from-scratch).
@@ -113,45 +113,66 @@ def _adapt(
 ) -> Any:
     """Adaptation of the start model (qaindex_export.adaptation.adapt): label-free on ``answers`` (a corpus
     without questions, with a teacher), else supervised on the corpus's questions."""
-    from qaindex_export.adaptation.adapt import adapt_supervised, adapt_unlabelled
+    from qaindex_export.adaptation.adapt import adapt_unlabelled
+    from qaindex_export.adaptation.stages import adapt_labelled
 
     settings = AdaptConfig(**adapt).validate()
     sentence_teacher = _sentence_teacher(config.device) if teacher is not None else None
     if answers is not None:
         assert sentence_teacher is not None
         return adapt_unlabelled(config, settings, answers, sentence_teacher, log=log)
-    return adapt_supervised(config, settings, train_file, dev_file, teacher=sentence_teacher, log=log)
+    return adapt_labelled(config, settings, train_file, dev_file, teacher=sentence_teacher, log=log)
 
 
 def adapt_to_corpus(corpus: Path, out: Path, *, start: str | None, device: str, log: Any) -> dict[str, Any]:
     """What ``qaindex build --adapt`` runs before it builds: the start model adapted to ``corpus``
-    and written, calibrated, to ``out``, as ``qaindex train`` does with its defaults.
+    and written, calibrated, to ``out``, as ``qaindex train --teacher minilm`` does with its
+    defaults, on a smaller sample of the answers.
 
-    With the corpus's stored questions (``question``/``questions``) as labels, epochs chosen by
-    k-fold over them; without any, label-free against the all-MiniLM-L6-v2 teacher. Either way
-    the start model is written unchanged when no epoch beats it beyond noise.
+    Label-free against the all-MiniLM-L6-v2 teacher on a sample of at most :data:`QUICK_ANSWERS`
+    of the corpus's answers; then, when records
+    have stored questions (``question``/``questions``), on those as labels from the label-free
+    model, epochs chosen by k-fold over them
+    (:func:`qaindex_export.adaptation.stages.adapt_labelled`). Each stage keeps its start when
+    no epoch beats it beyond noise.
 
     Returns
     -------
     dict
-        ``{"mode", "kept_epoch", "why", "calibration"}``.
+        ``{"mode", "kept_epoch", "why", "label_free_used", "calibration"}``.
     """
     from qaindex_export.exporting.onnx_export import export_model
 
     answers = _answers_without_questions(corpus)
     defaults = LABEL_FREE_DEFAULTS if answers is not None else ADAPT_DEFAULTS
     config = TrainConfig(**{**defaults, "device": device}).validate()
-    adapt = {"start": None if start in (None, "default") else start}
-    teacher = "minilm" if answers is not None else None
-    result = _adapt(corpus, None, teacher, config, answers, adapt, log)
+    adapt = {"start": None if start in (None, "default") else start, "max_answers": QUICK_ANSWERS}
+    result = _adapt(corpus, None, "minilm", config, answers, adapt, log)
     path = export_model(result, out, dev_data=None)
     calibration = _calibrate(path, corpus, None, answers, config, config.device, result.dev_groups)
     report = result.diagnostics["adaptation"]
-    mode = "without labels, against all-MiniLM-L6-v2" if answers is not None else "on the corpus's stored questions"
-    return {"mode": mode, "kept_epoch": report["kept_epoch"], "why": report["why"], "calibration": calibration}
+    stage = report.get("label_free")
+    mode = "without labels, against all-MiniLM-L6-v2"
+    if stage is not None:
+        if stage["used"]:
+            first = f"its epoch {stage['kept_epoch']} used"
+        elif stage["kept_epoch"] == 0:
+            first = "it kept the start model"
+        else:
+            first = "not used: below the start model on the stored questions"
+        mode = f"against all-MiniLM-L6-v2 without labels ({first}), then on the corpus's stored questions"
+    return {
+        "mode": mode,
+        "kept_epoch": report["kept_epoch"],
+        "why": report["why"],
+        "label_free_used": bool(stage is not None and stage["used"]),
+        "calibration": calibration,
+    }
 
 
-def _sentence_teacher(device: str) -> Any:
+def _sentence_teacher(device: str, *, max_tokens: int | None = TEACHER_TOKENS) -> Any:
+    """all-MiniLM-L6-v2 on the training device (``auto``: CUDA when present), reading at most
+    ``max_tokens`` word pieces of a text (adaptation's :data:`TEACHER_TOKENS`; None: its own 256)."""
     from qaindex_export.embeddings.distill import minilm_sentence_teacher
 
     teacher_device = "cuda" if device == "cuda" else None
@@ -159,7 +180,7 @@ def _sentence_teacher(device: str) -> Any:
         import torch
 
         teacher_device = "cuda" if torch.cuda.is_available() else None
-    return minilm_sentence_teacher(device=teacher_device)
+    return minilm_sentence_teacher(device=teacher_device, max_tokens=max_tokens)
 
 
 def _adaptation_summary(result: Any) -> dict[str, Any] | None:
@@ -175,7 +196,13 @@ def _adaptation_summary(result: Any) -> dict[str, Any] | None:
         "why": report["why"],
         "stopping": report["stopping"],
         "answer_norm_std": {"start": report["answer_norms"]["start_std"], "final": report["answer_norms"]["final_std"]},
+        **({"label_free": _stage_summary(report["label_free"])} if "label_free" in report else {}),
     }
+
+
+def _stage_summary(stage: dict[str, Any]) -> dict[str, Any]:
+    """The label-free first stage of labelled adaptation with a teacher, as the summary shows it."""
+    return {"kept_epoch": stage["kept_epoch"], "used": stage["used"], "labelled_mrr@10": stage["labelled_mrr@10"]}
 
 
 def _calibrate(
@@ -191,11 +218,7 @@ def _calibrate(
     a model that cannot be calibrated (e.g. no irrelevant hit) stays uncalibrated, said in the summary."""
     from qaindex_export.adaptation.calibrate import calibrate_trained
 
-    teacher = None
-    if answers is not None:
-        from qaindex_export.embeddings.distill import minilm_sentence_teacher
-
-        teacher = minilm_sentence_teacher(device="cuda" if device == "cuda" else None)
+    teacher = _sentence_teacher(device) if answers is not None else None
     try:
         stored = calibrate_trained(
             path,
@@ -318,8 +341,9 @@ def _adapt_options(f: F) -> F:
     default=None,
     help="Train against a sentence-transformer teacher (all-MiniLM-L6-v2, offline). A corpus without any "
     "question trains without labels: pseudo-questions are cut from the answers and the teacher decides which "
-    "answers they match. With questions, adaptation mixes the teacher's soft targets into the labels' loss "
-    "(--teacher-weight); from scratch, the usual hinge training runs on the distilled table.",
+    "answers they match. With questions, adaptation runs without labels on the answers first, then on the "
+    "labels from there, the teacher's soft targets mixed into their loss (--teacher-weight); from scratch, the "
+    "usual hinge training runs on the distilled table.",
 )
 @_adapt_options
 @_config_options

@@ -411,6 +411,80 @@ def test_label_free_adaptation_moves_a_static_start_towards_the_teacher(tmp_path
     assert brute_force_mrr10(out, answers, questions) > brute_force_mrr10(start, answers, questions) + 0.1
 
 
+def test_label_free_adaptation_on_a_sample_of_the_answers_teaches_the_whole_corpus(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    answers, questions = varied_corpus(rng, n=160)
+    start = write_static_start(tmp_path / "start")
+    taught: list[str] = []
+    topics = topic_teacher()
+
+    def teacher(texts: list[str]) -> np.ndarray:
+        taught.extend(texts)
+        return topics(texts)
+
+    config = TrainConfig(**{**FAST, "epochs": 12, "lr": 0.1, "batch_size": 32})
+    result = adapt_unlabelled(config, AdaptConfig(max_answers=80), answers, teacher, start=start)
+    assert result.data["train"]["answers"] == 80 and result.data["train"]["corpus_answers"] == len(set(answers))
+    sample = set(taught) & set(answers)
+    assert len(sample) == 80  # the teacher embedded the sampled answers only (and pseudo-questions cut from them)
+    report = result.diagnostics["adaptation"]
+    assert report["kept_epoch"] > 0, report["why"]
+    # the token table is shared: questions whose answer was never sampled gain too, over the whole corpus
+    out = export_model(result, tmp_path / "adapted")
+    unseen = [(q, i) for q, i in questions if answers[i] not in sample]
+    assert len(unseen) >= 60
+    assert brute_force_mrr10(out, answers, unseen) > brute_force_mrr10(start, answers, unseen) + 0.1
+
+
+def test_adapt_config_refuses_a_sample_too_small_to_split() -> None:
+    with pytest.raises(ValueError, match="max_answers must be 0 \\(every answer\\) or at least 4, got 3"):
+        AdaptConfig(max_answers=3).validate()
+    assert AdaptConfig(max_answers=0).validate().max_answers == 0
+
+
+def test_labelled_adaptation_with_a_teacher_starts_from_the_label_free_model_and_never_ends_below_it(
+    tmp_path: Path,
+) -> None:
+    from qaindex_export.adaptation.stages import adapt_labelled
+
+    rng = np.random.default_rng(7)
+    answers, questions = varied_corpus(rng)
+    labelled, test = questions[::2], questions[1::2]
+    start = write_static_start(tmp_path / "start")
+    config = TrainConfig(**{**FAST, "epochs": 6, "lr": 0.05, "batch_size": 32})
+    label_free = TrainConfig(**{**FAST, "epochs": 12, "lr": 0.1, "batch_size": 32})
+    result = adapt_labelled(config, AdaptConfig(folds=3), groups(answers, labelled, "l"), teacher=topic_teacher(),
+                            start=start, label_free=label_free)  # fmt: skip
+    report = result.diagnostics["adaptation"]
+    stage = report["label_free"]
+    assert report["start"]["directory"] == str(start) and stage["kept_epoch"] > 0, stage["why"]
+    # stage 1 read the answers only: it is exactly label-free adaptation of the start on them
+    alone = export_model(adapt_unlabelled(label_free, AdaptConfig(folds=3), list(dict.fromkeys(answers)),
+                                          topic_teacher(), start=start), tmp_path / "label-free")  # fmt: skip
+    assert stage["labelled_mrr@10"]["label_free"] == pytest.approx(
+        brute_force_mrr10(alone, answers, labelled), abs=0.02
+    )
+    assert stage["used"] == (stage["labelled_mrr@10"]["label_free"] >= stage["labelled_mrr@10"]["start"]) is True
+    # labelled >= label-free >= start on questions no stage saw
+    final = export_model(result, tmp_path / "final")
+    ranks = [brute_force_mrr10(d, answers, test) for d in (start, alone, final)]
+    assert ranks[0] + 0.1 < ranks[1] <= ranks[2] + 0.02, ranks
+
+
+def test_labelled_adaptation_skips_a_label_free_stage_that_kept_its_start(tmp_path: Path) -> None:
+    from qaindex_export.adaptation.stages import adapt_labelled
+
+    rng = np.random.default_rng(7)
+    answers, questions = varied_corpus(rng, n=60)
+    start = write_static_start(tmp_path / "start")
+    config = TrainConfig(**{**FAST, "epochs": 3, "lr": 0.05, "batch_size": 32})
+    result = adapt_labelled(config, AdaptConfig(folds=3, adapt_patience=2), groups(answers, questions, "l"),
+                            teacher=noise_teacher(), start=start, label_free=config)  # fmt: skip
+    stage = result.diagnostics["adaptation"]["label_free"]
+    assert stage["kept_epoch"] == 0 and stage["used"] is False
+    assert stage["labelled_mrr@10"]["label_free"] == pytest.approx(stage["labelled_mrr@10"]["start"], abs=1e-6)
+
+
 def noise_teacher(seed: int = 5) -> Callable[[list[str]], np.ndarray]:
     """A fake sentence teacher that knows nothing: each text's vector is random (fixed per text)."""
     memory: dict[str, np.ndarray] = {}
@@ -497,9 +571,20 @@ def test_a_noisy_gain_on_a_tiny_held_out_split_keeps_the_start(tmp_path: Path) -
 
 @pytest.mark.slow  # a minute of training on two cores: CI runs it (QAINDEX_SLOW=1)
 def test_cli_train_without_labels_uses_the_label_free_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import qaindex_export.adaptation.calibrate as calibrate
     import qaindex_export.embeddings.distill as distill
+    from qaindex_export.adaptation.config import TEACHER_TOKENS
 
-    monkeypatch.setattr(distill, "minilm_sentence_teacher", lambda **_kw: topic_teacher())
+    made: list[tuple[dict[str, object], list[list[str]]]] = []  # per teacher made: its options, the texts of each call
+
+    def recording_teacher(**options: object) -> Callable[[list[str]], np.ndarray]:
+        calls: list[list[str]] = []
+        made.append((options, calls))
+        topics = topic_teacher()
+        return lambda texts: calls.append(list(texts)) or topics(texts)
+
+    monkeypatch.setattr(distill, "minilm_sentence_teacher", recording_teacher)
+    monkeypatch.setattr(calibrate, "CALIBRATION_ANSWERS", 10)
     answers, _ = varied_corpus(np.random.default_rng(7), n=40)
     corpus = tmp_path / "answers.jsonl"
     corpus.write_text("".join(json.dumps({"id": f"a{i}", "answer": a}) + "\n" for i, a in enumerate(answers)))
@@ -514,6 +599,11 @@ def test_cli_train_without_labels_uses_the_label_free_defaults(tmp_path: Path, m
     assert (config["lr"], config["epochs"]) == (0.002, 2)  # label-free step size; --epochs given wins
     settings = manifest["metrics"]["adaptation"]["settings"]
     assert (settings["anchor"], settings["pseudo_questions"]) == (0.0, 0)
+    # one teacher adapts, one labels the calibration; both read at most TEACHER_TOKENS word pieces, and the
+    # calibration's teacher judges a sample of CALIBRATION_ANSWERS answers
+    assert [options["max_tokens"] for options, _ in made] == [TEACHER_TOKENS, TEACHER_TOKENS]
+    sample = made[1][1][0]
+    assert len(sample) == 10 and set(sample) <= set(answers)
     res = CliRunner().invoke(main, [*common, "--pair-weight", "1"])
     assert res.exit_code == 1
     assert "pair_weight 1.0 ranks pseudo-questions: set pseudo_questions to 1 or more" in res.output
@@ -574,10 +664,43 @@ def test_adapt_config_refuses_zero_folds() -> None:
         AdaptConfig(folds=0).validate()
 
 
+def topic_axes(texts: list[str]) -> np.ndarray:
+    """A fake sentence teacher that knows the topics of :data:`TOPICS`: each text's vector is its topic's axis."""
+    none = len(TOPICS)
+    return np.stack([np.eye(none + 1)[next((TOPICS.index(w) for w in t.split() if w in TOPICS), none)] for t in texts])
+
+
+@pytest.mark.slow  # two stages of adaptation and calibration on two cores (CI: QAINDEX_SLOW=1)
+def test_cli_train_with_labels_and_a_teacher_reports_both_stages(
+    start_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import qaindex_export.embeddings.distill as distill
+
+    monkeypatch.setattr(distill, "minilm_sentence_teacher", lambda **_kw: topic_axes)
+    answers, questions = answers_and_questions(np.random.default_rng(2))
+    corpus = write_faq(tmp_path / "faq.jsonl", answers, questions)
+    out = tmp_path / "adapted"
+    args = ["train", str(corpus), "--teacher", "minilm", "--start", str(start_dir), "--out", str(out), "--epochs", "2",
+            "--threads", "1", "--device", "cpu", "--quiet"]  # fmt: skip
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)["adaptation"]
+    stage = summary["label_free"]
+    assert set(stage) == {"kept_epoch", "used", "labelled_mrr@10"}
+    mrr = stage["labelled_mrr@10"]
+    assert stage["used"] == (stage["kept_epoch"] > 0 and mrr["label_free"] >= mrr["start"])
+    assert mrr["start"] == pytest.approx(brute_force_mrr10(start_dir, answers, questions), abs=1e-6)
+    report = json.loads((out / "manifest.json").read_text())["metrics"]["adaptation"]
+    assert report["start"]["directory"] == str(start_dir) and report["label_free"]["used"] == stage["used"]
+
+
 @pytest.mark.slow  # adaptation's default epochs, k-fold, calibration: minutes on two cores (CI: QAINDEX_SLOW=1)
 def test_cli_build_adapt_adapts_on_the_stored_questions_then_indexes_with_that_model(
-    start_dir: Path, tmp_path: Path
+    start_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import qaindex_export.embeddings.distill as distill
+
+    monkeypatch.setattr(distill, "minilm_sentence_teacher", lambda **_kw: topic_axes)
     answers, questions = answers_and_questions(np.random.default_rng(2))
     corpus = write_faq(tmp_path / "faq.jsonl", answers, questions)
     index = tmp_path / "index"
@@ -585,8 +708,10 @@ def test_cli_build_adapt_adapts_on_the_stored_questions_then_indexes_with_that_m
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     line = next(x for x in res.stdout.splitlines() if x.startswith("adapted:    "))
-    kept = int(line.split("kept epoch ")[1].split(":")[0])
-    assert line.startswith("adapted:    on the corpus's stored questions; kept epoch ")
+    kept = int(line.split("; kept epoch ")[1].split(":")[0])
+    assert line.startswith("adapted:    against all-MiniLM-L6-v2 without labels (")
+    first_used = "(its epoch " in line
+    assert ", then on the corpus's stored questions; kept epoch " in line
     assert "(out-of-fold, 5 folds of the labelled questions" in line
     assert f"indexed {len(answers)} answers into {index}" in res.stdout
     from qaindex import Ranker
@@ -595,7 +720,11 @@ def test_cli_build_adapt_adapts_on_the_stored_questions_then_indexes_with_that_m
     served = ranker.state().model
     assert served.calibration.calibrated  # written like every model qaindex writes
     same = np.allclose(served.encode(answers, role="answer"), Model.load(start_dir).encode(answers, role="answer"))
-    assert same == (kept == 0)  # the start model unchanged exactly when no epoch was kept
+    assert same == (kept == 0 and not first_used)  # the start model unchanged exactly when neither stage changed it
+    from qaindex_export.adaptation.config import QUICK_ANSWERS
+
+    settings = served.manifest["metrics"]["adaptation"]["settings"]
+    assert settings["max_answers"] == QUICK_ANSWERS < AdaptConfig().max_answers  # build's quicker label-free sample
 
 
 def test_cli_build_adapt_without_the_train_extra_says_what_to_install(
