@@ -45,6 +45,7 @@ from .start import StartPoint, load_start
 __all__ = ["adapt_labelled"]
 
 Data = str | os.PathLike[str] | Sequence[QuestionGroup]
+MIN_ANSWERS = 4  # what label-free adaptation needs to split its answers
 
 
 def adapt_labelled(
@@ -84,6 +85,13 @@ def adapt_labelled(
     origin = start if isinstance(start, StartPoint) else load_start(start if start is not None else settings.start)
     groups = [g for g in load_groups(train_data)[0] if g.has_positive]
     answers = list(dict.fromkeys(c.answer for g in groups for c in g.candidates if c.answer.strip()))
+    if len(answers) < MIN_ANSWERS:
+        why = f"no label-free stage: {len(answers)} distinct answers, fewer than {MIN_ANSWERS}"
+        say(f"[adapt] {why}")
+        result = adapt_supervised(config, settings, train_data, dev_data, teacher=teacher, start=origin, log=log)
+        stage = {"kept_epoch": 0, "why": why, "held_out": None, "labelled_mrr@10": None, "used": False}
+        result.diagnostics["adaptation"]["label_free"] = stage
+        return result
     say(f"[adapt] stage 1: label-free on the {len(answers)} answers of the labelled data")
     if label_free is None:
         label_free = replace(config, lr=LABEL_FREE_DEFAULTS["lr"], epochs=LABEL_FREE_DEFAULTS["epochs"])

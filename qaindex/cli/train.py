@@ -156,6 +156,8 @@ def adapt_to_corpus(corpus: Path, out: Path, *, start: str | None, device: str, 
     if stage is not None:
         if stage["used"]:
             first = f"its epoch {stage['kept_epoch']} used"
+        elif stage["labelled_mrr@10"] is None:
+            first = "none: too few answers"
         elif stage["kept_epoch"] == 0:
             first = "it kept the start model"
         else:

@@ -485,6 +485,21 @@ def test_labelled_adaptation_skips_a_label_free_stage_that_kept_its_start(tmp_pa
     assert stage["labelled_mrr@10"]["label_free"] == pytest.approx(stage["labelled_mrr@10"]["start"], abs=1e-6)
 
 
+def test_labelled_adaptation_with_too_few_answers_for_a_label_free_stage_runs_the_labels_alone(
+    start_dir: Path,
+) -> None:
+    from qaindex_export.adaptation.stages import adapt_labelled
+
+    answers, questions = answers_and_questions(np.random.default_rng(2))
+    few = [(q, i) for q, i in questions if i < 3]
+    config = TrainConfig(**{**FAST, "epochs": 2})
+    result = adapt_labelled(config, AdaptConfig(folds=1), groups(answers[:3], few, "l"), teacher=topic_axes,
+                            start=start_dir)  # fmt: skip
+    stage = result.diagnostics["adaptation"]["label_free"]
+    assert stage == {"kept_epoch": 0, "why": "no label-free stage: 3 distinct answers, fewer than 4", "held_out": None,
+                     "labelled_mrr@10": None, "used": False}  # fmt: skip
+
+
 def noise_teacher(seed: int = 5) -> Callable[[list[str]], np.ndarray]:
     """A fake sentence teacher that knows nothing: each text's vector is random (fixed per text)."""
     memory: dict[str, np.ndarray] = {}
