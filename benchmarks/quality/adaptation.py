@@ -15,10 +15,10 @@ Systems, in the same run:
 - ``train --teacher``: :func:`qaindex_export.adaptation.adapt.adapt_unlabelled` on the pool's answers
   against all-MiniLM-L6-v2 (no question seen) — ``qaindex train ANSWERS.jsonl --teacher minilm``;
 - ``train``: :func:`qaindex_export.adaptation.adapt.adapt_supervised` on the labelled share, the start
-  model as its own teacher — ``qaindex train LABELLED.jsonl``;
+  model as its own teacher — ``qaindex train LABELLED.jsonl --teacher none``;
 - ``train + teacher``: :func:`qaindex_export.adaptation.stages.adapt_labelled` — first
   ``train --teacher`` on the pool's answers, then the labelled share from that model with MiniLM's
-  soft targets mixed in — ``qaindex train LABELLED.jsonl --teacher minilm``.
+  soft targets mixed in — ``qaindex train LABELLED.jsonl`` (the default).
 
 Corpora: every ``/work/evaldata``-style folder given with ``--evaldata`` (``NAME/answers.jsonl``
 with ``id``/``answer`` and ``NAME/questions.jsonl`` with ``question`` and the id(s) of its

@@ -89,8 +89,8 @@ def adapt_labelled(
         why = f"no label-free stage: {len(answers)} distinct answers, fewer than {MIN_ANSWERS}"
         say(f"[adapt] {why}")
         result = adapt_supervised(config, settings, train_data, dev_data, teacher=teacher, start=origin, log=log)
-        stage = {"kept_epoch": 0, "why": why, "held_out": None, "labelled_mrr@10": None, "used": False}
-        result.diagnostics["adaptation"]["label_free"] = stage
+        skipped = {"kept_epoch": 0, "why": why, "held_out": None, "labelled_mrr@10": None, "used": False}
+        result.diagnostics["adaptation"]["label_free"] = skipped
         return result
     say(f"[adapt] stage 1: label-free on the {len(answers)} answers of the labelled data")
     if label_free is None:
@@ -111,6 +111,10 @@ def adapt_labelled(
         second_start = load_start(stage) if used else origin
         result = adapt_supervised(config, settings, train_data, dev_data, teacher=teacher, start=second_start, log=log)
     report = result.diagnostics["adaptation"]
+    if used:  # the labelled stage's "start model" is the label-free one
+        report["why"] = (
+            f"the label-free stage's epoch {first_report['kept_epoch']} started the labelled stage; " + report["why"]
+        )
     report["start"] = {"directory": str(origin.directory), "name": origin.manifest.get("name")}
     report["label_free"] = {
         "kept_epoch": first_report["kept_epoch"],

@@ -339,13 +339,13 @@ def _adapt_options(f: F) -> F:
 )
 @click.option(
     "--teacher",
-    type=click.Choice(["minilm"]),
+    type=click.Choice(["minilm", "none"]),
     default=None,
-    help="Train against a sentence-transformer teacher (all-MiniLM-L6-v2, offline). A corpus without any "
-    "question trains without labels: pseudo-questions are cut from the answers and the teacher decides which "
-    "answers they match. With questions, adaptation runs without labels on the answers first, then on the "
-    "labels from there, the teacher's soft targets mixed into their loss (--teacher-weight); from scratch, the "
-    "usual hinge training runs on the distilled table.",
+    help="The sentence-transformer teacher (all-MiniLM-L6-v2, offline). Adapting with questions, it is the "
+    "default: adaptation runs without labels on the answers first, then on the labels from there, the teacher's "
+    "soft targets mixed into their loss (--teacher-weight); none: the labels alone, the start model as its own "
+    "teacher. A corpus without any question needs minilm: pseudo-questions are cut from the answers and the "
+    "teacher decides which answers they match. From scratch, the usual hinge training runs on the distilled table.",
 )
 @_adapt_options
 @_config_options
@@ -423,12 +423,16 @@ def train(
         values.update({key: value for key, value in settings.items() if value is not None})
         adapting, mode = _adapting(values, adapt)
         log = None if quiet else (lambda message: click.echo(message, err=True))
+        labels_alone = teacher == "none"
+        teacher = None if labels_alone else teacher
         if adapting:
             # the corpus is read once: label-free answers with a teacher; without one, only to say
             # that a corpus without questions needs --teacher
             answers = _answers_without_questions(train_file, strict=teacher is not None)
             if teacher is None and answers is not None:
                 raise _no_labels(train_file, out)
+            if teacher is None and not labels_alone:  # labels: answers first, then the labels (stages.py)
+                teacher = "minilm"
             if checkpoint is not None:
                 raise click.UsageError("--checkpoint saves models trained from scratch; add --from-scratch")
             try:

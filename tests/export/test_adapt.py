@@ -625,24 +625,29 @@ def test_cli_train_without_labels_uses_the_label_free_defaults(tmp_path: Path, m
 
 
 @pytest.mark.slow
-def test_the_readme_training_example_keeps_the_built_in_model_as_it_says(tmp_path: Path) -> None:
-    """The README says what `qaindex train examples/faq.jsonl` does on the small FAQ: no epoch beats
-    the built-in model on the held-out split, so it is kept and ranks as the built-in model does."""
+def test_the_readme_training_example_does_what_it_says(tmp_path: Path) -> None:
+    """The README says what `qaindex train examples/faq.jsonl` does on the small FAQ: the label-free first
+    stage ranks the FAQ's questions better than the built-in model and no labelled epoch beats it, so the
+    result is that stage's model, within 0.01 MRR of the built-in model on examples/faq-test.jsonl."""
     root = Path(__file__).resolve().parents[2]
     readme = " ".join((root / "README.md").read_text(encoding="utf-8").split())
     assert (
-        'no epoch beats the built-in model on the held-out split: `train` says "the start model is kept unchanged"'
-        in readme
-    )
+        "On the small example FAQ the first stage ranks the FAQ's own questions better than the built-in model "
+        "and no labelled epoch beats it beyond noise, so `my-model` is the first stage's model; on "
+        "`examples/faq-test.jsonl` it scores within 0.01 MRR of the built-in model"
+    ) in readme
     faq, held_out = root / "examples" / "faq.jsonl", root / "examples" / "faq-test.jsonl"
     res = CliRunner().invoke(main, ["train", str(faq), "--out", str(tmp_path / "my-model")])
     assert res.exit_code == 0, res.output
-    assert "the start model is kept unchanged" in res.output
+    summary = json.loads(res.stdout)["adaptation"]
+    first = summary["label_free"]
+    assert first["used"] and first["labelled_mrr@10"]["label_free"] > first["labelled_mrr@10"]["start"]
+    assert summary["kept_epoch"] == 0 and "the start model is kept unchanged" in summary["why"]
     scores = [
         json.loads(CliRunner().invoke(main, ["eval", model, str(held_out), "--json"]).stdout)
         for model in (str(tmp_path / "my-model"), "default")
     ]
-    assert scores[0]["mrr"] == pytest.approx(scores[1]["mrr"], abs=1e-9)
+    assert scores[0]["mrr"] == pytest.approx(scores[1]["mrr"], abs=0.01)
 
 
 def test_k_fold_judges_every_labelled_question_once_then_trains_on_all(tmp_path: Path) -> None:
@@ -707,6 +712,14 @@ def test_cli_train_with_labels_and_a_teacher_reports_both_stages(
     assert mrr["start"] == pytest.approx(brute_force_mrr10(start_dir, answers, questions), abs=1e-6)
     report = json.loads((out / "manifest.json").read_text())["metrics"]["adaptation"]
     assert report["start"]["directory"] == str(start_dir) and report["label_free"]["used"] == stage["used"]
+    # the teacher is the default with labels; --teacher none trains on the labels alone
+    args[args.index("--teacher") + 1] = "none"
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert "label_free" not in json.loads(res.stdout)["adaptation"]
+    default = CliRunner().invoke(main, [a for a in args if a not in ("--teacher", "none")])
+    assert default.exit_code == 0, default.output
+    assert json.loads(default.stdout)["adaptation"]["label_free"] == stage
 
 
 @pytest.mark.slow  # adaptation's default epochs, k-fold, calibration: minutes on two cores (CI: QAINDEX_SLOW=1)
