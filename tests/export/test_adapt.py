@@ -690,15 +690,21 @@ def topic_axes(texts: list[str]) -> np.ndarray:
     return np.stack([np.eye(none + 1)[next((TOPICS.index(w) for w in t.split() if w in TOPICS), none)] for t in texts])
 
 
-@pytest.mark.slow  # two stages of adaptation and calibration on two cores (CI: QAINDEX_SLOW=1)
-def test_cli_train_with_labels_and_a_teacher_reports_both_stages(
-    start_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def topic_faq(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[tuple[str, int]], Path]:
+    """A topic FAQ with its questions stored (answers, questions, corpus file), MiniLM replaced by :func:`topic_axes`."""
     import qaindex_export.embeddings.distill as distill
 
     monkeypatch.setattr(distill, "minilm_sentence_teacher", lambda **_kw: topic_axes)
     answers, questions = answers_and_questions(np.random.default_rng(2))
-    corpus = write_faq(tmp_path / "faq.jsonl", answers, questions)
+    return answers, questions, write_faq(tmp_path / "faq.jsonl", answers, questions)
+
+
+@pytest.mark.slow  # two stages of adaptation and calibration on two cores (CI: QAINDEX_SLOW=1)
+def test_cli_train_with_labels_and_a_teacher_reports_both_stages(
+    start_dir: Path, tmp_path: Path, topic_faq: tuple[list[str], list[tuple[str, int]], Path]
+) -> None:
+    answers, questions, corpus = topic_faq
     out = tmp_path / "adapted"
     args = ["train", str(corpus), "--teacher", "minilm", "--start", str(start_dir), "--out", str(out), "--epochs", "2",
             "--threads", "1", "--device", "cpu", "--quiet"]  # fmt: skip
@@ -724,13 +730,9 @@ def test_cli_train_with_labels_and_a_teacher_reports_both_stages(
 
 @pytest.mark.slow  # adaptation's default epochs, k-fold, calibration: minutes on two cores (CI: QAINDEX_SLOW=1)
 def test_cli_build_adapt_adapts_on_the_stored_questions_then_indexes_with_that_model(
-    start_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    start_dir: Path, tmp_path: Path, topic_faq: tuple[list[str], list[tuple[str, int]], Path]
 ) -> None:
-    import qaindex_export.embeddings.distill as distill
-
-    monkeypatch.setattr(distill, "minilm_sentence_teacher", lambda **_kw: topic_axes)
-    answers, questions = answers_and_questions(np.random.default_rng(2))
-    corpus = write_faq(tmp_path / "faq.jsonl", answers, questions)
+    answers, _, corpus = topic_faq
     index = tmp_path / "index"
     args = ["build", str(corpus), "--model", str(start_dir), "--index", str(index), "--device", "cpu", "--adapt"]
     res = CliRunner().invoke(main, args)
