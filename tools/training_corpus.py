@@ -33,7 +33,7 @@ import json
 import random
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from html.parser import HTMLParser
 from pathlib import Path
 from xml.etree import ElementTree
@@ -369,22 +369,18 @@ def build(out: Path, wordnet: Path, medquad: Path, pydoc: Path, seed: int = 0) -
     return counts
 
 
-def _doc_arg(value: str) -> tuple[str, Path]:
-    key, sep, path = value.partition("=")
-    if not sep or key not in DOC_REPOS:
-        raise argparse.ArgumentTypeError(
-            f"--docs wants KEY=GIT_DIR with KEY one of {', '.join(DOC_REPOS)}; got {value!r}"
-        )
-    return key, Path(path)
+def _repo_arg(option: str, repos: Mapping[str, object]) -> Callable[[str], tuple[str, Path]]:
+    """The argparse type of ``option``: ``KEY=GIT_DIR`` with ``KEY`` one of ``repos``."""
 
+    def parse(value: str) -> tuple[str, Path]:
+        key, sep, path = value.partition("=")
+        if not sep or key not in repos:
+            raise argparse.ArgumentTypeError(
+                f"{option} wants KEY=GIT_DIR with KEY one of {', '.join(repos)}; got {value!r}"
+            )
+        return key, Path(path)
 
-def _question_arg(value: str) -> tuple[str, Path]:
-    key, sep, path = value.partition("=")
-    if not sep or key not in QUESTION_REPOS:
-        raise argparse.ArgumentTypeError(
-            f"--questions wants KEY=GIT_DIR with KEY one of {', '.join(QUESTION_REPOS)}; got {value!r}"
-        )
-    return key, Path(path)
+    return parse
 
 
 def main() -> None:
@@ -402,7 +398,7 @@ def main() -> None:
     parser.add_argument("--pydoc", type=Path, default=Path("/usr/share/doc/python3.11/html"), help="Python HTML docs")
     parser.add_argument(
         "--docs",
-        type=_doc_arg,
+        type=_repo_arg("--docs", DOC_REPOS),
         action="append",
         default=[],
         metavar="KEY=GIT_DIR",
@@ -410,7 +406,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--questions",
-        type=_question_arg,
+        type=_repo_arg("--questions", QUESTION_REPOS),
         action="append",
         default=[],
         metavar="KEY=GIT_DIR",

@@ -295,19 +295,6 @@ def doc_body(out: dict[str, Any]) -> str:
     )
 
 
-def cached(teacher: Any) -> Any:
-    """``teacher`` remembering every text's vector (each system of a corpus embeds the same answers)."""
-    memory: dict[str, np.ndarray] = {}
-
-    def run(texts: Any) -> np.ndarray:
-        new = [t for t in dict.fromkeys(texts) if t not in memory]
-        if new:
-            memory.update(zip(new, teacher(new), strict=True))
-        return np.stack([memory[t] for t in texts])
-
-    return run
-
-
 def main() -> None:
     parser = argument_parser(__doc__, data=True, out=RESULTS)
     parser.add_argument("--evaldata", default="/work/evaldata", help="folder of NAME/{answers,questions}.jsonl")
@@ -330,9 +317,10 @@ def main() -> None:
         replace_section("adaptation", doc_body(json.loads(Path(args.out).read_text())), DOC)
         return
     from qaindex_export.adaptation.config import TEACHER_TOKENS
+    from qaindex_export.adaptation.teachers import remembering
     from qaindex_export.embeddings.distill import minilm_sentence_teacher
 
-    teacher = cached(minilm_sentence_teacher(max_tokens=TEACHER_TOKENS))
+    teacher = remembering(minilm_sentence_teacher(max_tokens=TEACHER_TOKENS))  # each system embeds the same answers
     started = time.perf_counter()
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmpdir:

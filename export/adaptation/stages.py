@@ -41,6 +41,7 @@ from ..training.result import TrainResult
 from .adapt import adapt_supervised, adapt_unlabelled
 from .config import LABEL_FREE_DEFAULTS, AdaptConfig
 from .start import StartPoint, load_start
+from .teachers import remembering
 
 __all__ = ["adapt_labelled"]
 
@@ -82,6 +83,7 @@ def adapt_labelled(
     if teacher is None:
         return adapt_supervised(config, settings, train_data, dev_data, start=start, log=log)
     say: Log = log if log is not None else (lambda _m: None)
+    teacher = remembering(teacher)  # both stages embed the answers: once
     origin = start if isinstance(start, StartPoint) else load_start(start if start is not None else settings.start)
     groups = [g for g in load_groups(train_data)[0] if g.has_positive]
     answers = list(dict.fromkeys(c.answer for g in groups for c in g.candidates if c.answer.strip()))

@@ -40,6 +40,28 @@ class Teacher:
         return (s - s.mean()) / max(float(s.std()), 1e-12)
 
 
+def remembering(teacher: Callable[[Sequence[str]], np.ndarray]) -> Callable[[Sequence[str]], np.ndarray]:
+    """``teacher`` remembering every text's vector, so a text is embedded once however many
+    stages or systems ask for it.
+
+    Example
+    -------
+    >>> calls = []
+    >>> t = remembering(lambda texts: calls.append(list(texts)) or np.eye(3)[: len(texts)])
+    >>> t(["a", "b"]).shape, t(["b", "c"]).shape, calls
+    ((2, 3), (2, 3), [['a', 'b'], ['c']])
+    """
+    memory: dict[str, np.ndarray] = {}
+
+    def run(texts: Sequence[str]) -> np.ndarray:
+        new = [t for t in dict.fromkeys(texts) if t not in memory]
+        if new:
+            memory.update(zip(new, teacher(new), strict=True))
+        return np.stack([memory[t] for t in texts])
+
+    return run
+
+
 def sentence_teacher(
     teacher: Callable[[Sequence[str]], np.ndarray], table: TextTable, rows: np.ndarray, say: Log
 ) -> Teacher:
