@@ -172,6 +172,24 @@ def read_index_manifest(root: Path) -> dict[str, Any]:
     >>> read_index_manifest(Path("qaindex-index"))["count"] == len(ranker)
     True
     """
+    # A writer commits a new manifest, then removes the snapshot the old one named: a reader
+    # that read the old manifest just before finds its snapshot gone. That is a newer index,
+    # not a corrupted one: read the manifest again (a few times, for back-to-back saves).
+    for attempt in range(_REREADS):
+        manifest = _read_once(root)
+        snap = root / manifest["snapshot"]
+        if snap.is_dir():
+            return manifest
+        if attempt == _REREADS - 1 or _read_once(root)["snapshot"] == manifest["snapshot"]:
+            raise IndexFormatError(f"{snap}: missing; the index is corrupted, rebuild it")
+    raise AssertionError("unreachable")
+
+
+_REREADS = 5
+
+
+def _read_once(root: Path) -> dict[str, Any]:
+    """One read of ``root/manifest.json``, every field checked, the snapshot not looked at."""
     if not root.exists():
         raise IndexFormatError(f"{root}: no index here; build one with `qaindex build CORPUS.jsonl --index {root}`")
     if not root.is_dir():
@@ -195,8 +213,6 @@ def read_index_manifest(root: Path) -> dict[str, Any]:
     )
     _validate_fields(root, mpath, manifest)
     snap = confined_path(root, manifest["snapshot"], field='"snapshot"', source=mpath, error=IndexFormatError)
-    if not snap.is_dir():
-        raise IndexFormatError(f"{snap}: missing; the index is corrupted, rebuild it")
     for name in manifest["files"]:
         confined_path(snap, name, field='"files" entry', source=mpath, error=IndexFormatError)
     return manifest

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from conftest import FAQ
 
 import qaindex.store.atomic_files
+import qaindex.store.index_format
 from qaindex import IndexChangedError, IndexFormatError, IndexLockedError, ModelFormatError, QAIndexError, Ranker
 from qaindex.cli import main
 from qaindex.model import Model, write_model
@@ -156,6 +157,35 @@ def test_a_stale_lock_file_of_a_killed_writer_does_not_block(index: Path) -> Non
     (index / ".lock").write_text("999999999\n")  # left by a SIGKILLed writer: no flock held
     Ranker.load(index).save(index, lock_timeout=0)
     assert not (index / ".lock").exists()
+
+
+# -- a reader between a commit and its clean-up ------------------------------------------------
+def test_a_manifest_read_just_before_a_save_is_read_again_not_called_corrupted(
+    index: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save commits its manifest, then removes the snapshot the old one named: a reader (or
+    ``qaindex add`` checking the index before it waits for the lock) that read the old manifest
+    just before finds that snapshot gone, and must read the new manifest, not report corruption."""
+    stale = _manifest(index)
+    Ranker.load(index).save(index)  # commits a new snapshot and removes the stale one
+    assert not (index / stale["snapshot"]).exists()
+    real = qaindex.store.index_format._read_once
+    reads: list[str] = []
+
+    def racing(root: Path) -> dict[str, Any]:  # the first read lands before the commit
+        got = dict(stale) if not reads else real(root)
+        reads.append(got["snapshot"])
+        return got
+
+    monkeypatch.setattr(qaindex.store.index_format, "_read_once", racing)
+    assert len(Ranker.load(index)) == 5
+    assert reads[0] == stale["snapshot"] and reads[-1] == _manifest(index)["snapshot"]
+    # a snapshot missing while the manifest still names it is corruption, said at once
+    (index / _manifest(index)["snapshot"]).rename(index / "moved-away")
+    monkeypatch.setattr(qaindex.store.index_format, "_read_once", real)
+    with pytest.raises(IndexFormatError) as err:
+        Ranker.load(index)
+    assert str(err.value) == f"{index / _manifest(index)['snapshot']}: missing; the index is corrupted, rebuild it"
 
 
 # -- lost updates --------------------------------------------------------------------------------
