@@ -26,7 +26,7 @@ Example
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,8 +158,12 @@ def check_entry(entry: Any, files: Mapping[str, Any], mpath: Path) -> int:
     return int(count)  # type: ignore[arg-type]
 
 
-def load_keys(directory: Path, entry: dict[str, Any], count: int, records: int, dimension: int) -> KeyIndex:
-    """Read and check a snapshot's ``keys/`` (memory-mapped vectors; raises :class:`IndexFormatError`)."""
+def load_keys(
+    directory: Path, entry: dict[str, Any], count: int, records: int, dimension: int, *, listed: Collection[str]
+) -> KeyIndex:
+    """Read and check a snapshot's ``keys/`` (memory-mapped vectors; raises :class:`IndexFormatError`).
+
+    ``listed``: the names in ``keys/lexical/`` the index manifest lists (:meth:`LexicalIndex.load`)."""
     try:
         vectors = np.load(directory / "vectors.npy", mmap_mode="r", allow_pickle=False)
         owners = np.load(directory / "owners.npy", allow_pickle=False)
@@ -176,5 +180,5 @@ def load_keys(directory: Path, entry: dict[str, Any], count: int, records: int, 
             f"{directory}: the stored keys do not match the manifest ({count} float32 vectors of dimension "
             f"{dimension}, owners non-decreasing rows below {records}); the index is corrupted, rebuild it"
         )
-    lexical = LexicalIndex.load(directory / "lexical", count) if entry["lexical"] else None
+    lexical = LexicalIndex.load(directory / "lexical", count, listed=listed) if entry["lexical"] else None
     return KeyIndex(vectors, owners.astype(np.int64), lexical)

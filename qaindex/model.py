@@ -157,6 +157,8 @@ class Model:
         self.manifest = manifest
         self.tokenizer = tokenizer
         self._graphs = graphs
+        # each graph role's file (named in errors): the sessions were opened from them at load
+        self._files = {role: directory / str(name) for role, name in manifest["graphs"].items()}
         self.name: str = manifest["name"]
         self.dimension: int = manifest["dimension"]
         self.geometry: str = manifest["geometry"]["name"]
@@ -474,7 +476,7 @@ class Model:
 
     def _graph_file(self, role: str) -> Path:
         """The file of a graph role (``question_encoder``, ``answer_encoder``, ``scorer``)."""
-        return self.directory / str(self.manifest["graphs"][role])
+        return self._files[role]
 
     def copy_to(self, destination: Path) -> None:
         """Copy the model's files (manifest and every listed file) into ``destination``."""

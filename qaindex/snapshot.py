@@ -362,11 +362,18 @@ def open_snapshot(root: Path, manifest: dict[str, Any], *, device: str, threads:
     lexical = None
     if manifest.get("lexical") is not None:
         check_lexical_entry(manifest["lexical"], manifest["files"], mpath)
-        lexical = LexicalIndex.load(snap / LEXICAL_DIRECTORY, count)
+        lexical = LexicalIndex.load(snap / LEXICAL_DIRECTORY, count, listed=_listed(manifest, LEXICAL_DIRECTORY))
     keys = None
     if manifest.get("keys") is not None:  # absent in indexes saved without keys: they load unchanged
         key_count = check_keys_entry(manifest["keys"], manifest["files"], mpath)
-        keys = load_keys(snap / KEYS_DIRECTORY, manifest["keys"], key_count, count, model.dimension)
+        keys = load_keys(
+            snap / KEYS_DIRECTORY,
+            manifest["keys"],
+            key_count,
+            count,
+            model.dimension,
+            listed=_listed(manifest, f"{KEYS_DIRECTORY}/{LEXICAL_DIRECTORY}"),
+        )
     # what the checksums cannot vouch for, as a build and a save check it (qaindex.store.index_checks);
     # verify scans the content too
     check_content(
@@ -374,6 +381,12 @@ def open_snapshot(root: Path, manifest: dict[str, Any], *, device: str, threads:
     )
     reranker = stored_reranker(snap, manifest, device=device, threads=threads)
     return Snapshot(model, records, vectors, coarse, reranker, lexical, keys)
+
+
+def _listed(manifest: dict[str, Any], directory: str) -> set[str]:
+    """The names the manifest's ``files`` lists in ``directory`` of the snapshot."""
+    prefix = f"{directory}/"
+    return {name[len(prefix) :] for name in manifest["files"] if name.startswith(prefix)}
 
 
 # ------------------------------------------------------------------- what a Ranker remembers of disk

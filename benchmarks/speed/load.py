@@ -7,6 +7,9 @@ both. This measures what that costs, and the content scan on its own: for each c
 size it builds a ``flat`` index with the built-in default model (synthetic answers of words
 from ``examples/faq.jsonl``), then times ``Ranker.load`` (median of several loads, page cache
 warm) with ``verify=True`` and ``verify=False``, and the streamed SHA-256 rate of this machine.
+It also times the first hybrid search after a load, reading the stored BM25 postings, against
+the same index without them (as a qaindex that did not store them saved it: derived on that
+first search).
 
 Usage::
 
@@ -21,6 +24,7 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +34,8 @@ import numpy as np
 from benchmarks.common import ROOT, argument_parser, index_bytes, median_seconds, write_results
 from qaindex import Ranker
 from qaindex.corpus import read_corpus
+from qaindex.store.index_format import manifest_checksum
+from qaindex.text.lexical import POSTING_FILES
 
 
 def sha256_rate(megabytes: int = 256) -> float:
@@ -64,6 +70,32 @@ def content_checks(index: Path, reps: int) -> float:
     return float(np.median(times))
 
 
+def without_postings(index: Path, target: Path) -> Path:
+    """A copy of ``index`` as a qaindex that did not store the BM25 postings saved it: the
+    postings files gone from the snapshot and from the manifest (checksum recomputed)."""
+    shutil.copytree(index, target)
+    manifest = json.loads((target / "manifest.json").read_text())
+    snap = target / manifest["snapshot"]
+    for name in list(manifest["files"]):
+        if name.rsplit("/", 1)[-1] in POSTING_FILES:
+            (snap / name).unlink()
+            del manifest["files"][name]
+    manifest["checksum"] = manifest_checksum(manifest)
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    return target
+
+
+def first_search(index: Path, question: str, reps: int) -> float:
+    """Median seconds of the first hybrid search after a load (``verify=False``), the load not counted."""
+    times = []
+    for _ in range(reps):
+        ranker = Ranker.load(index, verify=False)
+        start = time.perf_counter()
+        ranker.search(question, k=10)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
 def main() -> None:
     parser = argument_parser(__doc__, out=ROOT / "benchmarks" / "results" / "load.json")
     parser.add_argument("--sizes", default="10000,100000")
@@ -86,6 +118,9 @@ def main() -> None:
             unverified = median_load(index, False, args.reps)
             size = index_bytes(index)
             content = content_checks(index, args.reps)
+            question = " ".join(rng.choice(words, size=6))
+            first = first_search(index, question, args.reps)
+            derived = first_search(without_postings(index, Path(tmp) / f"older-{n}"), question, args.reps)
             row = {
                 "answers": n,
                 "index_bytes": size,
@@ -95,12 +130,15 @@ def main() -> None:
                 "verify_gb_per_s": round(size / max(1e-9, verified - unverified) / 1e9, 2),
                 "content_checks_s": round(content, 4),
                 "content_share_of_verify": round(content / max(1e-9, verified - unverified), 3),
+                "first_search_s": round(first, 4),
+                "first_search_derived_s": round(derived, 4),
             }
             rows.append(row)
             print(
                 f"{n:>7} answers, {size / 1e6:7.1f} MB: load {verified * 1e3:8.1f} ms verified, "
                 f"{unverified * 1e3:8.1f} ms with verify=False (verification {row['verify_cost_s'] * 1e3:.1f} ms, "
-                f"of which content scan {content * 1e3:.1f} ms)"
+                f"of which content scan {content * 1e3:.1f} ms); first hybrid search {first * 1e3:.1f} ms "
+                f"(postings stored) against {derived * 1e3:.1f} ms (derived, as indexes saved without them)"
             )
     result = {
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},

@@ -196,7 +196,12 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "The default search fuses BM25 wherever the index has a lexical index (PyStemmer installed): "
         "*p50* is that search, *dense p50* the same index searched with `hybrid=False`. *First search* "
-        "is the first question after loading, which derives the BM25 postings.",
+        "is the first question after loading, which "
+        + (
+            "reads the BM25 postings the save stored."
+            if all(r.get("postings_stored") for r in results["sizes"])
+            else "derives the BM25 postings (the index was saved without them)."
+        ),
         "",
         "| answers | index (tuned) | recall@10 | p50 ms 1 thr | dense p50 ms | p99 ms 1 thr | p50 ms 2 thr | "
         "batch q/s | build answers/s | disk MB (× raw) | load ms verified / not | first search s | load avg |",

@@ -87,15 +87,16 @@ class Calibration:
         r = np.asarray(raw, dtype=np.float64)
         if self.method == "isotonic":
             return np.interp(r, self.x, self.y)
-        if self.method == "platt":
-            gap = 0.0 if best is None or self.c == 0 else np.minimum(r - np.asarray(best, dtype=np.float64), 0.0)
-            with np.errstate(invalid="ignore"):
-                z = self.a * r + self.c * np.nan_to_num(gap, nan=0.0, neginf=0.0) + self.b
-        else:
-            z = r
+        # one errstate for all of it: every search calls this, and each errstate costs
         with np.errstate(over="ignore", invalid="ignore"):
+            z = r
+            if self.method == "platt":
+                z = self.a * r + self.b
+                if best is not None and self.c != 0:
+                    gap = np.minimum(r - np.asarray(best, dtype=np.float64), 0.0)  # -inf - -inf: NaN
+                    z = z + self.c * np.where(np.isfinite(gap), gap, 0.0)
             out = 1.0 / (1.0 + np.exp(-z))
-        return np.nan_to_num(out, nan=0.0)
+        return np.where(np.isnan(out), 0.0, out)
 
     def to_json(self) -> dict[str, Any]:
         """The manifest's ``calibration`` object."""

@@ -46,6 +46,7 @@ __all__ = [
     "check_geometry",
     "check_lexical",
     "check_offsets",
+    "check_postings",
     "check_records",
     "check_vectors",
     "parse_record",
@@ -309,9 +310,19 @@ def check_geometry(mpath: Path, model: Any, *, blame: Path | None = None) -> Non
         )
 
 
-def check_lexical(where: Path, lexical: Any, offsets: np.ndarray) -> None:
+def check_postings(directory: Path, lexical: Any, what: str, remedy: str = _REBUILD) -> None:
+    """A BM25 index's stored postings equal those its terms and counts give
+    (:meth:`~qaindex.text.lexical.LexicalIndex.postings_differ`; ``what``: whose texts they index)."""
+    stale = lexical.postings_differ()
+    if stale is not None:
+        raise IndexFormatError(f"{directory / stale}: does not match the BM25 terms and counts of the {what}; {remedy}")
+
+
+def check_lexical(where: Path, lexical: Any, offsets: np.ndarray, *, scan: bool = False) -> None:
     """The BM25 index's parameters in their ranges (:func:`~qaindex.store.field_ranges.lexical_error`)
-    and each answer's term counts within its record line (:func:`~qaindex.store.field_ranges.check_term_counts`)."""
+    and each answer's term counts within its record line (:func:`~qaindex.store.field_ranges.check_term_counts`);
+    with ``scan``, its stored postings equal those its terms give
+    (:meth:`~qaindex.text.lexical.LexicalIndex.postings_differ`)."""
     count = len(offsets) - 1
     meta = {"k1": lexical.k1, "b": lexical.b, "dense_ratio": lexical.ratio_info}
     why = lexical_error(meta, count)
@@ -326,6 +337,8 @@ def check_lexical(where: Path, lexical: Any, offsets: np.ndarray) -> None:
             f"terms, more than its line's {int(offsets[row + 1]) - int(offsets[row])} bytes can hold; {_REBUILD} "
             "with --hybrid"
         )
+    if scan:
+        check_postings(where / "lexical", lexical, "answers", f"{_REBUILD} with --hybrid")
 
 
 def check_content(
@@ -357,9 +370,11 @@ def check_content(
         records._ids = check_records(source, records.data, records.offsets)
         records.checked = True
     if lexical is not None:
-        check_lexical(where, lexical, records.offsets)
+        check_lexical(where, lexical, records.offsets, scan=scan)
     if keys is not None:
         check_vectors(where / "keys" / "vectors.npy", np.asarray(keys.vectors), ball=model.space.ball, scan=scan)
+        if scan and keys.lexical is not None:
+            check_postings(where / "keys" / "lexical", keys.lexical, "stored questions")
 
 
 def stored_vectors_error(source: Path | str, rows: np.ndarray) -> IndexFormatError:

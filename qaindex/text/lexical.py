@@ -4,8 +4,10 @@ Answers are tokenized the way bm25s does by default (lower case, words of two or
 characters, Lucene's 33 English stopwords removed: bm25s's ``STOPWORDS_EN``) and stemmed with
 PyStemmer's English (Snowball) stemmer: the scores equal bm25s's with that stemmer. The
 index keeps, per answer, its distinct terms and their counts (a CSR matrix); the BM25
-postings are derived from it when first needed, so ``add`` and ``remove`` are cheap and
-always give the same scores as a fresh build of the same answers.
+postings (each term's answers, ascending, with their weights) are derived from it, so
+``add`` and ``remove`` always give the same scores as a fresh build of the same answers. A
+save stores the postings too, and a load memory-maps them: the first search after a load
+reads them rather than deriving them (an index saved without them derives them then).
 
 Scoring is BM25 in the Lucene variant (bm25s's default, ``k1`` = 1.5, ``b`` = 0.75)::
 
@@ -27,6 +29,9 @@ On disk (``SNAPSHOT/lexical/``), no pickle anywhere::
     offsets.npy    int64 (n + 1,) where each answer's terms start in terms.npy/counts.npy
     vocab.json     {"format", "format_version", "tokenizer", "k1", "b", "vocab": [stem, ...],
                     "dense_ratio": {...} (optional: the corpus's dense/BM25 ratio, qaindex.fusion)}
+    postings-indptr.npy   int64 (vocab + 1,)  where each term's postings start
+    postings-rows.npy     int32 (nnz,)        their answers (int64 from 2**31 answers)
+    postings-weights.npy  float32 (nnz,)      their BM25 weights idf(t) * tf / (tf + norm(d))
 
 Tokenizing needs PyStemmer (in the ``cpu`` and ``gpu`` extras, or ``pip install
 'qaindex[hybrid]'``); loading and validating a stored index does not.
@@ -45,7 +50,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -73,6 +78,9 @@ LEXICAL_FORMAT = "qaindex-lexical"
 LEXICAL_FORMAT_VERSION = 1
 DIRECTORY = "lexical"  # inside the snapshot
 FILES = ("terms.npy", "counts.npy", "offsets.npy", "vocab.json")
+# the postings, stored so that a first search need not derive them (absent in older indexes:
+# derived on the first search, as before)
+POSTING_FILES = ("postings-indptr.npy", "postings-rows.npy", "postings-weights.npy")
 K1 = 1.5
 B = 0.75
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"  # bm25s's default
@@ -256,6 +264,7 @@ class LexicalIndex:
         self._postings: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._impact: dict[tuple[int, int], np.ndarray] = {}  # (term, count) -> its best postings' rows
         self._idf: np.ndarray | None = None  # idf of each vocabulary term
+        self._stored = False  # whether the postings were read from disk (a verifying load compares them)
         # the corpus's label-free dense/BM25 ratio (qaindex.fusion.dense_ratio); None: not measured
         self.ratio_info: dict[str, Any] | None = None
 
@@ -268,7 +277,7 @@ class LexicalIndex:
         """This index (same arrays, shared) with a measured dense/BM25 ratio attached."""
         out = LexicalIndex(self._terms, self._counts, self._offsets, self.vocab, k1=self.k1, b=self.b)
         out._ids, out._postings, out._impact = self._ids, self._postings, self._impact
-        out._idf = self._idf
+        out._idf, out._stored = self._idf, self._stored
         out.ratio_info = None if info is None else dict(info)
         return out
 
@@ -321,8 +330,55 @@ class LexicalIndex:
             indptr = np.zeros(len(self.vocab) + 1, np.int64)
             np.cumsum(df.astype(np.int64), out=indptr[1:])
             self._idf = idf
+            rows = rows.astype(_row_dtype(n), copy=False)
             self._postings = (indptr, rows[order], weight.astype(np.float32)[order])
         return self._postings
+
+    def _use_postings(self, indptr: np.ndarray, rows: np.ndarray, weights: np.ndarray) -> None:
+        """Serve stored postings (:meth:`load`): the ``idf`` comes from their lengths."""
+        n = len(self)
+        df = np.diff(indptr).astype(np.float64)
+        self._idf = np.log1p((n - df + 0.5) / (df + 0.5))
+        self._postings = (indptr, rows, weights)
+        self._stored = True
+
+    def postings_differ(self) -> str | None:
+        """Which postings file read from disk disagrees with the terms and counts (None: they
+        agree, or none was read); run by a verifying load, in O(entries) without a sort.
+
+        Per term: its number of postings is its document frequency, its rows ascend and add
+        up to the rows that hold it, and its weights add up (to float32 rounding) to the
+        BM25 weights of its entries in the terms and counts.
+        """
+        if not self._stored or self._postings is None:
+            return None
+        indptr, rows, weights = self._postings
+        n, vocab = len(self), len(self.vocab)
+        terms = np.asarray(self._terms, dtype=np.int64)
+        lengths = np.diff(self._offsets)
+        if not np.array_equal(np.diff(indptr), np.bincount(terms, minlength=vocab)):
+            return POSTING_FILES[0]
+        if not len(terms):
+            return None
+        held = np.repeat(np.arange(n, dtype=np.int64), lengths)  # the row of each entry
+        firsts = indptr[:-1][np.diff(indptr) > 0]  # where each present term's postings start
+        ascending = np.diff(np.asarray(rows, dtype=np.int64)) > 0
+        ascending[firsts[1:] - 1] = True  # a new term may start lower
+        # a row sum is exact in float64 below 2**53 (at most entries * rows)
+        sums = np.bincount(terms, weights=held, minlength=vocab)[np.diff(indptr) > 0]
+        if not ascending.all() or not np.array_equal(np.add.reduceat(np.asarray(rows, dtype=np.int64), firsts), sums):
+            return POSTING_FILES[1]
+        doc_len = np.bincount(held, weights=self._counts, minlength=n)
+        avgdl = float(doc_len.mean()) if doc_len.sum() > 0 else 1.0
+        df = np.diff(indptr).astype(np.float64)
+        idf = np.log1p((n - df + 0.5) / (df + 0.5))
+        tf = np.asarray(self._counts, dtype=np.float64)
+        expected = idf[terms] * tf / (tf + self.k1 * (1.0 - self.b + self.b * doc_len[held] / avgdl))
+        want = np.bincount(terms, weights=expected, minlength=vocab)[np.diff(indptr) > 0]
+        got = np.add.reduceat(np.asarray(weights, dtype=np.float64), firsts)
+        if not np.allclose(got, want, rtol=1e-5, atol=1e-6):
+            return POSTING_FILES[2]
+        return None
 
     def query_terms(self, question: str) -> np.ndarray:
         """Term ids of a question's terms that occur in the index (repeats kept)."""
@@ -473,8 +529,13 @@ class LexicalIndex:
             return 0.0
         assert self._idf is not None
         terms = np.asarray(terms, dtype=np.int64)
-        own = self._terms[self._offsets[row] : self._offsets[row + 1]]
-        return float(self._idf[terms][np.isin(terms, own)].sum()) / total
+        return float(self._idf[terms][self._held(terms, row)].sum()) / total
+
+    def _held(self, terms: np.ndarray, row: int) -> np.ndarray:
+        """Which of ``terms`` answer ``row`` holds: ``numpy.isin`` through a set, a tenth of its
+        cost for a question's few terms against an answer's (every hybrid search calls it)."""
+        own = set(self._terms[self._offsets[row] : self._offsets[row + 1]].tolist())
+        return np.array([t in own for t in np.asarray(terms).tolist()], dtype=bool)
 
     def same_terms(self, terms: np.ndarray, length: int, rows: np.ndarray) -> np.ndarray:
         """Which of ``rows`` hold exactly the distinct terms of a question (:meth:`query`'s
@@ -507,8 +568,7 @@ class LexicalIndex:
         >>> lex.matched_terms(lex.query("dogs and cats")[0], 2)
         ('dog', 'cat')
         """
-        own = self._terms[self._offsets[row] : self._offsets[row + 1]]
-        held = np.isin(np.asarray(terms, dtype=np.int64), own)
+        held = self._held(terms, row)
         return tuple(dict.fromkeys(self.vocab[int(t)] for t, h in zip(terms, held, strict=True) if h))
 
     def scores(self, question: str) -> np.ndarray:
@@ -533,10 +593,13 @@ class LexicalIndex:
     @property
     def stored_bytes(self) -> int:
         """About how many bytes :meth:`save` writes (for disk-full messages)."""
-        return 4 * (len(self._terms) + len(self._counts)) + 8 * len(self._offsets) + 16 * len(self.vocab) + 4096
+        arrays = 4 * (len(self._terms) + len(self._counts)) + 8 * len(self._offsets)
+        postings = 8 * (len(self.vocab) + 1) + (np.dtype(_row_dtype(len(self))).itemsize + 4) * len(self._terms)
+        return arrays + postings + 16 * len(self.vocab) + 4096
 
     def save(self, directory: Path) -> None:
-        """Write the four files into ``directory`` (a new snapshot's; published by its rename).
+        """Write :data:`FILES` and :data:`POSTING_FILES` into ``directory`` (a new snapshot's;
+        published by its rename).
 
         Each is a new file (:func:`qaindex.store.atomic_files.create_file`: never through a link),
         and a failed write keeps its errno, so a full disk is a ``DiskFullError`` for the caller.
@@ -545,6 +608,8 @@ class LexicalIndex:
         save_array(directory / "terms.npy", self._terms.astype(np.int32))
         save_array(directory / "counts.npy", self._counts.astype(np.int32))
         save_array(directory / "offsets.npy", self._offsets.astype(np.int64))
+        for name, array in zip(POSTING_FILES, self._build_postings(), strict=True):
+            save_array(directory / name, array)
         meta = {
             "format": LEXICAL_FORMAT,
             "format_version": LEXICAL_FORMAT_VERSION,
@@ -560,8 +625,13 @@ class LexicalIndex:
             handle.write(json.dumps(meta, ensure_ascii=False).encode("utf-8"))
 
     @classmethod
-    def load(cls, directory: Path, count: int) -> LexicalIndex:
-        """Read and validate a stored lexical index of ``count`` answers (raises :class:`IndexFormatError`)."""
+    def load(cls, directory: Path, count: int, *, listed: Collection[str]) -> LexicalIndex:
+        """Read and validate a stored lexical index of ``count`` answers (raises :class:`IndexFormatError`).
+
+        ``listed``: the names in ``directory`` that the index manifest lists (so verifies); the
+        stored postings are read when they are listed (memory-mapped, their ranges checked),
+        else derived on the first search.
+        """
 
         def bad(name: str, why: str) -> IndexFormatError:
             return IndexFormatError(f"{directory / name}: {why}; the index is corrupted, rebuild it with --hybrid")
@@ -603,6 +673,8 @@ class LexicalIndex:
         out = cls(terms, counts, offsets, vocab, k1=float(meta["k1"]), b=float(meta["b"]))
         if meta.get("dense_ratio") is not None:
             out.ratio_info = dict(meta["dense_ratio"])
+        if all(name in listed for name in POSTING_FILES):
+            out._use_postings(*_read_postings(directory, count, len(vocab), len(terms), bad))
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -615,6 +687,39 @@ class LexicalIndex:
             "tokenizer": TOKENIZER,
             "dense_ratio": self.ratio,
         }
+
+
+def _row_dtype(count: int) -> type[np.signedinteger[Any]]:
+    """The dtype of the postings' rows: int32 below 2**31 answers (half the bytes), else int64."""
+    return np.int32 if count < 1 << 31 else np.int64
+
+
+def _read_postings(
+    directory: Path, count: int, vocab: int, entries: int, bad: Callable[[str, str], IndexFormatError]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stored postings, each array's shape, dtype and ranges checked (what a checksum
+    cannot vouch for; a verifying load also compares them with the terms: :meth:`LexicalIndex.postings_differ`)."""
+    indptr_name, rows_name, weights_name = POSTING_FILES
+    arrays = {}
+    for name, mmap in ((indptr_name, False), (rows_name, True), (weights_name, True)):
+        try:
+            arrays[name] = read_array(directory / name, mmap=mmap)
+        except (OSError, ValueError) as exc:
+            raise bad(name, f"cannot be read ({exc})") from None
+    indptr, rows, weights = arrays[indptr_name], arrays[rows_name], arrays[weights_name]
+    if indptr.dtype != np.int64 or indptr.shape != (vocab + 1,):
+        raise bad(indptr_name, f"must be a 1-D int64 array of {vocab + 1} offsets")
+    if indptr[0] != 0 or indptr[-1] != entries or np.any(np.diff(indptr) < 0):
+        raise bad(indptr_name, f"must hold non-decreasing offsets from 0 to {entries}")
+    if rows.dtype != _row_dtype(count) or rows.shape != (entries,):
+        raise bad(rows_name, f"must be a 1-D {np.dtype(_row_dtype(count)).name} array of {entries} rows")
+    if entries and (int(rows.min()) < 0 or int(rows.max()) >= count):
+        raise bad(rows_name, f"rows must be in [0, {count - 1}]")
+    if weights.dtype != np.float32 or weights.shape != (entries,):
+        raise bad(weights_name, f"must be a 1-D float32 array of {entries} weights")
+    if not np.isfinite(weights).all():
+        raise bad(weights_name, "holds NaN or infinite weights")
+    return indptr, rows, weights
 
 
 def _bounded(question: str) -> str:

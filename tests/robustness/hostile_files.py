@@ -66,6 +66,11 @@ def _vectors(snap: Path, change: Callable[[np.ndarray], np.ndarray]) -> None:
     np.save(snap / "vectors.npy", change(vectors.copy()), allow_pickle=False)
 
 
+def _postings(snap: Path, name: str, change: Callable[[np.ndarray], np.ndarray]) -> None:
+    path = snap / "lexical" / f"postings-{name}.npy"
+    np.save(path, change(np.load(path)))
+
+
 def _set(arr: np.ndarray, index: Any, value: Any) -> np.ndarray:
     arr[index] = value
     return arr
@@ -131,6 +136,10 @@ HOSTILE: dict[str, tuple[Callable[[Path, Path], None], bool]] = {
     "vectors int8": (lambda i, s: _vectors(s, lambda v: v.astype(np.int8)), True),
     "vectors complex64": (lambda i, s: _vectors(s, lambda v: v.astype(np.complex64)), True),
     "vectors big-endian": (lambda i, s: _vectors(s, lambda v: v.astype(">f4")), True),
+    "postings rows past the end": (lambda i, s: _postings(s, "rows", lambda r: _set(r, 2, 10**6)), True),
+    "postings rows int64": (lambda i, s: _postings(s, "rows", lambda r: r.astype(np.int64)), True),
+    "postings weights changed": (lambda i, s: _postings(s, "weights", lambda w: w * 2), True),
+    "postings weights NaN": (lambda i, s: _postings(s, "weights", lambda w: _set(w, 0, np.nan)), True),
     "ef_search 2**62": (lambda i, s: _manifest_edit(i, lambda m: m["coarse"]["params"].update(ef_search=2**62)), True),
     "M 2**40": (lambda i, s: _manifest_edit(i, lambda m: m["coarse"]["params"].update(M=2**40)), True),
     "overfetch 2**62": (lambda i, s: _manifest_edit(i, lambda m: m.update(overfetch=2**62)), True),

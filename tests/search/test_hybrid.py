@@ -157,6 +157,54 @@ def test_add_and_remove_give_the_index_of_a_fresh_build() -> None:
         np.testing.assert_allclose(updated.scores(q), fresh.scores(q), rtol=1e-6, atol=1e-7)
 
 
+def test_postings_are_stored_and_an_index_saved_without_them_searches_the_same(tmp_path: Path) -> None:
+    """A save stores the BM25 postings (answers' and stored questions'), so a first search reads
+    them instead of deriving them; an index saved before they were stored derives them as before."""
+    from qaindex.store.index_format import manifest_checksum
+    from qaindex.text.lexical import POSTING_FILES
+
+    built = Ranker.build(FAQ_PATH)
+    built.save(tmp_path / "idx")
+    loaded = Ranker.load(tmp_path / "idx")
+    state, fresh = loaded.state(), built.state()
+    assert state.lexical is not None and state.keys is not None and state.keys.lexical is not None
+    for lex, derived in ((state.lexical, fresh.lexical), (state.keys.lexical, fresh.keys.lexical)):
+        assert lex._stored and lex.postings_differ() is None
+        assert isinstance(lex._postings[1], np.memmap)  # memory-mapped, not read whole
+        for stored, again in zip(lex._postings, derived._build_postings(), strict=True):
+            assert stored.dtype == again.dtype and np.array_equal(stored, again)
+    questions = [*QUESTIONS, "share a notebook"]
+    expected = built.search_batch(questions, k=10, explain=True)
+    assert loaded.search_batch(questions, k=10, explain=True) == expected
+    # the same index as an older qaindex saved it: no postings files, none listed
+    manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
+    snap = tmp_path / "idx" / manifest["snapshot"]
+    for folder in ("lexical", "keys/lexical"):
+        for name in POSTING_FILES:
+            (snap / folder / name).unlink()
+            del manifest["files"][f"{folder}/{name}"]
+    manifest["checksum"] = manifest_checksum(manifest)
+    (tmp_path / "idx" / "manifest.json").write_text(json.dumps(manifest))
+    old = Ranker.load(tmp_path / "idx")
+    assert not old.state().lexical._stored and old.state().lexical._postings is None
+    assert old.search_batch(questions, k=10, explain=True) == expected
+
+
+def test_sorted_union_and_held_terms_equal_numpys_set_routines() -> None:
+    from qaindex.search.fusion import sorted_union
+
+    rng = np.random.default_rng(0)
+    lex = LexicalIndex.from_texts(ANSWERS)
+    for size_a, size_b in [(0, 0), (0, 3), (1, 0), (1, 1), (50, 200), (300, 7)]:
+        a, b = rng.integers(-1, 40, size_a), rng.integers(0, 40, size_b)
+        assert sorted_union(a, b).tolist() == np.union1d(a, b).tolist()
+    for question in QUESTIONS:
+        terms, _ = lex.query(question)
+        for row in range(0, len(lex), 7):
+            own = lex._terms[lex._offsets[row] : lex._offsets[row + 1]]
+            assert lex._held(terms, row).tolist() == np.isin(terms, own).tolist()
+
+
 def test_top_rows_breaks_ties_by_row() -> None:
     scores = np.array([1.0, 3.0, 1.0, 0.0, 3.0, 1.0, 2.0])
     assert top_rows(scores, 4).tolist() == [0, 1, 4, 6]
@@ -571,6 +619,23 @@ def test_the_model_manifest_fusion_is_the_default(tmp_path: Path) -> None:
     (target / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ModelFormatError, match=r'manifest.json: field "fusion.terms" is -1, outside \(0, 1e\+06\]'):
         Model.load(target)  # refused at load, not at the first hybrid search
+
+
+def test_the_stored_fusion_is_parsed_once_and_again_when_the_manifest_changes_in_memory(tmp_path: Path) -> None:
+    from qaindex import Model
+    from qaindex.model import DEFAULT_MODEL_DIR
+
+    model = Model.load(DEFAULT_MODEL_DIR)
+    first = fusion_from(None, model)
+    assert fusion_from(None, model) is first  # every search asks: parsed once
+    changed = Model.load(DEFAULT_MODEL_DIR)
+    changed.manifest["fusion"] = {**changed.manifest["fusion"], "a": 0.25}
+    assert fusion_from(None, changed).a == 0.25 and fusion_from(None, model) is first
+    changed.manifest["fusion"]["a"] = first.a  # back to the stored value: the parsed one again
+    assert fusion_from(None, changed) is first
+    changed.manifest["fusion"]["e"] = True  # equal to 1 in Python, yet not a number: checked, refused
+    with pytest.raises(ModelFormatError, match='field "fusion.e"'):
+        fusion_from(None, changed)
 
 
 def test_scores_of_rows_equal_bm25s_restricted_to_the_rows() -> None:

@@ -199,7 +199,7 @@ def test_a_lexical_index_over_the_file_size_limit_is_a_disk_full_error(faq_model
     assert out.returncode == 0, out.stderr
     assert out.stdout == (
         f"DiskFullError {target}: lexical of a new snapshot is larger than this process's file-size limit "
-        "(253.9 KiB, `ulimit -f`); it needs about 633.1 KiB: raise the limit and retry\n"
+        "(253.9 KiB, `ulimit -f`); it needs about 1.2 MiB: raise the limit and retry\n"
     )  # the example in docs/reliability-guarantees.md
     assert not target.exists()
 

@@ -391,6 +391,10 @@ HOSTILE_EXPECTED = {
     "vectors int8": ("vectors.npy", "dtype int8, expected float32"),
     "vectors complex64": ("vectors.npy", "dtype complex64, expected float32"),
     "vectors big-endian": ("vectors.npy", "dtype >f4, expected float32"),
+    "postings rows past the end": ("lexical/postings-rows.npy", "rows must be in [0, 59]"),
+    "postings rows int64": ("lexical/postings-rows.npy", "must be a 1-D int32 array of"),
+    "postings weights changed": ("lexical/postings-weights.npy", "does not match the BM25 terms and counts"),
+    "postings weights NaN": ("lexical/postings-weights.npy", "holds NaN or infinite weights"),
     "ef_search 2**62": ("manifest.json", 'field "coarse.params.ef_search" must be at most 1048576'),
     "M 2**40": ("manifest.json", 'field "coarse.params.M" must be at most 1048576'),
     "overfetch 2**62": ("manifest.json", 'field "overfetch" must be at most 1048576'),
@@ -424,7 +428,7 @@ def test_the_default_load_refuses_hostile_content(hostile_base: Path, tmp_path: 
         Ranker.load(index)
     assert str(err.value).startswith(f"{path}: ")
     assert fragment in str(err.value)
-    assert str(err.value).endswith(("rebuild it", "rebuild the index"))
+    assert str(err.value).endswith(("rebuild it", "rebuild the index", "rebuild it with --hybrid"))
 
 
 def test_verify_false_still_refuses_damaged_content_when_it_is_read(hostile_base: Path, tmp_path: Path) -> None:

@@ -3,6 +3,9 @@ impact-ordered postings (ties, cache) and the postings order against their defin
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -160,3 +163,47 @@ def test_postings_are_grouped_by_term_with_rows_ascending() -> None:
     forward = idf[lex._terms] * tf / (tf + lex.k1 * (1 - lex.b + lex.b * doc_len[rows] / doc_len.mean()))
     np.testing.assert_array_equal(weights, forward.astype(np.float32)[order])
     assert indptr.tolist() == [0, *np.cumsum(np.bincount(lex._terms, minlength=len(lex.vocab))).tolist()]
+
+
+def test_stored_postings_load_as_derived_and_a_verifying_check_finds_each_kind_of_damage(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    words = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa"]
+    texts = [" ".join(rng.choice(words, size=rng.integers(1, 9))) for _ in range(200)]
+    built = LexicalIndex.from_texts(texts)
+    built.save(tmp_path)
+    names = set(lexical.FILES) | set(lexical.POSTING_FILES)
+    loaded = LexicalIndex.load(tmp_path, len(texts), listed=names)
+    assert loaded._stored and loaded.postings_differ() is None
+    for stored, derived in zip(loaded._postings, built._build_postings(), strict=True):
+        np.testing.assert_array_equal(stored, derived)
+    np.testing.assert_array_equal(loaded._idf, built._idf)
+    assert not LexicalIndex.load(tmp_path, len(texts), listed=lexical.FILES)._stored  # not listed: derived
+
+    def damaged(change: Callable[[np.ndarray, np.ndarray, np.ndarray], None]) -> str | None:
+        copy = LexicalIndex.load(tmp_path, len(texts), listed=names)
+        indptr, rows, weights = (np.array(a) for a in copy._postings)
+        change(indptr, rows, weights)
+        copy._postings = (indptr, rows, weights)
+        return copy.postings_differ()
+
+    first, second = int(built._postings[0][1]), int(built._postings[0][2])  # the second term's postings
+
+    def moved_row(indptr: np.ndarray, rows: np.ndarray, weights: np.ndarray) -> None:
+        # the first term's last row swapped for one it does not hold: count and order kept
+        missing = sorted(set(range(len(texts))) - set(rows[:first].tolist()))
+        rows[first - 1] = next(r for r in missing if r > rows[first - 2])
+
+    def shifted(indptr: np.ndarray, rows: np.ndarray, weights: np.ndarray) -> None:
+        indptr[1] += 1
+
+    def unsorted(indptr: np.ndarray, rows: np.ndarray, weights: np.ndarray) -> None:
+        rows[second - 2], rows[second - 1] = rows[second - 1], rows[second - 2]
+
+    def scaled(indptr: np.ndarray, rows: np.ndarray, weights: np.ndarray) -> None:
+        weights[first:second] *= 1.01
+
+    assert damaged(moved_row) == "postings-rows.npy"
+    assert damaged(shifted) == "postings-indptr.npy"
+    assert damaged(unsorted) == "postings-rows.npy"
+    assert damaged(scaled) == "postings-weights.npy"
+    assert damaged(lambda *a: None) is None
