@@ -634,7 +634,7 @@ def test_the_stored_fusion_is_parsed_once_and_again_when_the_manifest_changes_in
     changed.manifest["fusion"]["a"] = first.a  # back to the stored value: the parsed one again
     assert fusion_from(None, changed) is first
     changed.manifest["fusion"]["e"] = True  # equal to 1 in Python, yet not a number: checked, refused
-    with pytest.raises(ModelFormatError, match='field "fusion.e"'):
+    with pytest.raises(ModelFormatError, match=r'field "fusion\.e"'):
         fusion_from(None, changed)
 
 
