@@ -34,6 +34,7 @@ GENERATORS: dict[str, str] = {
     "ranking-rules": "benchmarks.quality.ranking_rules",
     "fusion-pseudo": "benchmarks.quality.fusion_pseudo",
     "adapt-build": "benchmarks.speed.adapt_build",
+    "minilm-tier": "benchmarks.speed.minilm_tier",
 }
 
 _MARKER = re.compile(r"<!-- ([a-z0-9-]+):start -->")

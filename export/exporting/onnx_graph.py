@@ -291,6 +291,37 @@ def session(graph: bytes) -> Any:
     return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
 
 
+def quantize_int8(graph: bytes) -> bytes:
+    """The graph with its weights stored as int8, one scale per output channel, and its
+    activations quantized at run time (onnxruntime's dynamic quantization).
+
+    A transformer's matrix products then run in 8-bit integers: about 4x smaller and 2x faster
+    on a CPU, at the cost of a small drift of the vectors, which the caller measures.
+
+    Example
+    -------
+    >>> from qaindex_export.exporting.export_forms import CosineScorer
+    >>> graph = quantize_int8(export_scorer(CosineScorer(1.0, 0.0), 4))  # no weights: unchanged maths
+    >>> s, d = session(graph).run(None, {"query": [[1.0, 0, 0, 0]], "candidates": [[[1.0, 0, 0, 0]]]})
+    >>> round(float(s[0, 0]), 4)
+    1.0
+    """
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    root = logging.getLogger()  # onnxruntime logs a pre-processing advice through the root logger
+    with tempfile.TemporaryDirectory(prefix="qaindex-quantize-") as tmp:
+        source, target = Path(tmp) / "float.onnx", Path(tmp) / "int8.onnx"
+        source.write_bytes(graph)
+        was, root.disabled = root.disabled, True
+        try:
+            with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                quantize_dynamic(source, target, per_channel=True, weight_type=QuantType.QInt8)
+        finally:
+            root.disabled = was
+        return target.read_bytes()
+
+
 def export_in_subprocess(
     module: torch.nn.Module, spec: dict[str, Any], entry: str, *, what: str, threads: int = 1
 ) -> bytes:

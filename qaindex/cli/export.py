@@ -37,7 +37,15 @@ HINT = f"export-model needs the train and bench extras: {torch_extra_hint('train
     show_default=True,
     help="Largest allowed difference between the exported model and sentence-transformers.",
 )
-def export_model_command(source: str, out: Path, name: str | None, tolerance: float) -> None:
+@click.option(
+    "--quantize",
+    type=click.Choice(["none", "int8"]),
+    default="none",
+    show_default=True,
+    help="int8: store the encoder's weights as 8-bit integers (about 4x smaller, 2x faster per question on a "
+    "CPU, vectors within a cosine of 0.98 of the original).",
+)
+def export_model_command(source: str, out: Path, name: str | None, tolerance: float, quantize: str) -> None:
     """Turn the sentence-transformers model directory SOURCE into a qaindex model directory.
 
     SOURCE is a local directory (Transformer + Pooling [+ Normalize], BERT-style uncased
@@ -67,16 +75,21 @@ def export_model_command(source: str, out: Path, name: str | None, tolerance: fl
     else:
         src = Path(source)
         label = name
-    path = export_sentence_transformer(src, out, name=label, tolerance=tolerance, progress=say)
+    path = export_sentence_transformer(
+        src, out, name=label, tolerance=tolerance, progress=say, quantize=None if quantize == "none" else quantize
+    )
     from ..model import Model
 
     manifest = Model.read_manifest(path)
     parity = manifest["metrics"]["parity"]
+    if quantize == "none":
+        check = f"encoder max diff {parity['encoder_max_abs_diff']:.2g}"
+    else:
+        check = f"{quantize} weights (float encoder max diff {parity['encoder_max_abs_diff_before_quantization']:.2g})"
     click.echo(
         f"exported {manifest['name']} to {path}: dimension {manifest['dimension']}, cosine, "
         f"{manifest['max_tokens']['answer']} tokens; parity with sentence-transformers: smallest cosine "
-        f"{parity['sentence_transformers_min_cosine']:.7f}, encoder max diff {parity['encoder_max_abs_diff']:.2g} "
-        f"({time.perf_counter() - started:.1f} s)"
+        f"{parity['sentence_transformers_min_cosine']:.7f}, {check} ({time.perf_counter() - started:.1f} s)"
     )
     calibration = manifest.get("calibration") or {}
     fusion = manifest.get("fusion") or {}

@@ -168,6 +168,40 @@ def test_tiny_sentence_transformer_exports_with_parity(tiny_st: Path, tmp_path: 
         np.testing.assert_allclose([h.raw_score for h in hits], sims[i, [h.id for h in hits]], atol=1e-4)
 
 
+@pytest.mark.torch
+def test_an_int8_export_stores_int8_weights_and_keeps_its_vectors_close(tiny_st: Path, tmp_path: Path) -> None:
+    import onnx
+
+    import qaindex.cli
+    from qaindex import Model
+    from qaindex_export.exporting.onnx_graph import ExportError
+    from qaindex_export.exporting.sentence_transformer import QUANTIZED_MIN_COSINE, export_sentence_transformer
+
+    result = CliRunner().invoke(
+        qaindex.cli.main, ["export-model", str(tiny_st), "--out", str(tmp_path / "q"), "--quantize", "int8"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "export-model: quantizing the encoder's weights to int8" in result.stderr
+    assert "int8 weights (float encoder max diff" in result.stdout
+    plain = export_sentence_transformer(tiny_st, tmp_path / "f", calibrate=False)
+    quantized, floats = Model.load(tmp_path / "q", device="cpu"), Model.load(plain, device="cpu")
+    graph = onnx.load(str(tmp_path / "q" / quantized.manifest["graphs"]["answer_encoder"]))
+    kinds = {onnx.helper.tensor_dtype_to_np_dtype(t.data_type) for t in graph.graph.initializer}
+    assert np.dtype(np.int8) in kinds and any(n.op_type == "DynamicQuantizeLinear" for n in graph.graph.node)
+    metrics = quantized.manifest["metrics"]
+    assert metrics["quantization"]["weights"] == "int8, one scale per output channel"
+    worst = metrics["parity"]["sentence_transformers_min_cosine"]
+    assert QUANTIZED_MIN_COSINE <= worst < 1 - 1e-5  # quantized: close, not equal
+    assert quantized.manifest["training"]["quantized"] == "int8"
+    rng = np.random.default_rng(1)
+    texts = [" ".join(rng.choice(WORDS, size=rng.integers(1, 20))) for _ in range(50)]
+    a, b = quantized.encode(texts, role="answer"), floats.encode(texts, role="answer")
+    assert float(np.min(np.sum(a * b, axis=1))) > QUANTIZED_MIN_COSINE - 0.01
+    with pytest.raises(ExportError, match='quantize must be None or "int8", got \'int4\''):
+        export_sentence_transformer(tiny_st, tmp_path / "x", calibrate=False, quantize="int4")
+    assert not (tmp_path / "x").exists()
+
+
 @pytest.fixture(scope="module")
 def tiny_mpnet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A randomly initialised 2-layer MPNet (MPNet's tokenizer: ``<s> … </s>``, ``<pad>`` = 1, no
