@@ -91,7 +91,8 @@ def readme_body(results: dict[str, Any]) -> str:
         + (f" (content scan {s['content_checks_s'] * 1e3:.0f} ms of it)" if "content_checks_s" in s else "")
         + f", {s['load_no_verify_s'] * 1e3:.0f} ms with `verify=False`"
         + (
-            f", then a first hybrid search of {s['first_search_s'] * 1e3:.0f} ms reading the stored BM25 postings "
+            f", then a first hybrid search of {s['first_search_s'] * 1e3:.0f} ms ({load['index_kind']} index) "
+            "reading the stored BM25 postings "
             f"({s['first_search_derived_s'] * 1e3:.0f} ms where an index saved without them derives them)"
             if "first_search_s" in s
             else ""
