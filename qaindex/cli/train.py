@@ -105,19 +105,19 @@ def _adapting(values: dict[str, Any], adapt: dict[str, Any]) -> tuple[bool, str]
 def _adapt(
     train_file: Path,
     dev_file: Path | None,
-    teacher: str | None,
+    sentence_teacher: Any,
     config: Any,
     answers: list[str] | None,
     adapt: dict[str, Any],
     log: Any,
 ) -> Any:
     """Adaptation of the start model (qaindex_export.adaptation.adapt): label-free on ``answers`` (a corpus
-    without questions, with a teacher), else supervised on the corpus's questions."""
+    without questions, with a teacher), else supervised on the corpus's questions. ``sentence_teacher``:
+    :func:`_sentence_teacher`'s, or None (labels alone)."""
     from qaindex_export.adaptation.adapt import adapt_unlabelled
     from qaindex_export.adaptation.stages import adapt_labelled
 
     settings = AdaptConfig(**adapt).validate()
-    sentence_teacher = _sentence_teacher(config.device) if teacher is not None else None
     if answers is not None:
         assert sentence_teacher is not None
         return adapt_unlabelled(config, settings, answers, sentence_teacher, log=log)
@@ -147,9 +147,10 @@ def adapt_to_corpus(corpus: Path, out: Path, *, start: str | None, device: str, 
     defaults = LABEL_FREE_DEFAULTS if answers is not None else ADAPT_DEFAULTS
     config = TrainConfig(**{**defaults, "device": device}).validate()
     adapt = {"start": None if start in (None, "default") else start, "max_answers": QUICK_ANSWERS}
-    result = _adapt(corpus, None, "minilm", config, answers, adapt, log)
+    teacher = _sentence_teacher(config.device)  # one MiniLM for the adaptation and the calibration
+    result = _adapt(corpus, None, teacher, config, answers, adapt, log)
     path = export_model(result, out, dev_data=None)
-    calibration = _calibrate(path, corpus, None, answers, config, config.device, result.dev_groups)
+    calibration = _calibrate(path, corpus, None, answers, config, config.device, result.dev_groups, teacher=teacher)
     report = result.diagnostics["adaptation"]
     stage = report.get("label_free")
     mode = "without labels, against all-MiniLM-L6-v2"
@@ -215,12 +216,19 @@ def _calibrate(
     config: Any,
     device: str,
     held_out: Any = None,
+    *,
+    teacher: Any = None,
 ) -> dict[str, Any]:
     """Calibrate the exported model's scores on held-out data (:mod:`qaindex.search.calibration`);
-    a model that cannot be calibrated (e.g. no irrelevant hit) stays uncalibrated, said in the summary."""
+    a model that cannot be calibrated (e.g. no irrelevant hit) stays uncalibrated, said in the summary.
+    Without labels (``answers``) the teacher judges the pseudo-questions: ``teacher``, the one the
+    adaptation used, or a new one."""
     from qaindex_export.adaptation.calibrate import calibrate_trained
 
-    teacher = _sentence_teacher(device) if answers is not None else None
+    if answers is None:
+        teacher = None
+    elif teacher is None:
+        teacher = _sentence_teacher(device)
     try:
         stored = calibrate_trained(
             path,
@@ -438,11 +446,15 @@ def train(
             try:
                 defaults = LABEL_FREE_DEFAULTS if answers is not None else ADAPT_DEFAULTS
                 config = TrainConfig(**{**defaults, **values}).validate()
-                result = _adapt(train_file, dev_file, teacher, config, answers, adapt, log)
+                AdaptConfig(**adapt).validate()  # bad settings fail before the teacher loads
+                sentence_teacher = _sentence_teacher(config.device) if teacher is not None else None
+                result = _adapt(train_file, dev_file, sentence_teacher, config, answers, adapt, log)
             except TypeError as exc:  # a wrongly typed value from a config file
                 raise QAIndexError(f"{config_file}: invalid settings ({exc})") from None
             path = export_model(result, out, name=name, table_dtype=table_dtype, dev_data=None)
-            calibration = _calibrate(path, train_file, dev_file, answers, config, config.device, result.dev_groups)
+            calibration = _calibrate(
+                path, train_file, dev_file, answers, config, config.device, result.dev_groups, teacher=sentence_teacher
+            )
             _echo_summary(path, result, mode, calibration)
             return
         if "embeddings" not in values:

@@ -600,6 +600,14 @@ def test_cli_train_without_labels_uses_the_label_free_defaults(tmp_path: Path, m
 
     monkeypatch.setattr(distill, "minilm_sentence_teacher", recording_teacher)
     monkeypatch.setattr(calibrate, "CALIBRATION_ANSWERS", 10)
+    calls_before_calibration: list[int] = []
+    calibrate_trained = calibrate.calibrate_trained
+
+    def counting_calibration(*args: object, **kwargs: object) -> object:
+        calls_before_calibration.append(len(made[0][1]))
+        return calibrate_trained(*args, **kwargs)
+
+    monkeypatch.setattr(calibrate, "calibrate_trained", counting_calibration)
     answers, _ = varied_corpus(np.random.default_rng(7), n=40)
     corpus = tmp_path / "answers.jsonl"
     corpus.write_text("".join(json.dumps({"id": f"a{i}", "answer": a}) + "\n" for i, a in enumerate(answers)))
@@ -614,10 +622,10 @@ def test_cli_train_without_labels_uses_the_label_free_defaults(tmp_path: Path, m
     assert (config["lr"], config["epochs"]) == (0.002, 2)  # label-free step size; --epochs given wins
     settings = manifest["metrics"]["adaptation"]["settings"]
     assert (settings["anchor"], settings["pseudo_questions"]) == (0.0, 0)
-    # one teacher adapts, one labels the calibration; both read at most TEACHER_TOKENS word pieces, and the
-    # calibration's teacher judges a sample of CALIBRATION_ANSWERS answers
-    assert [options["max_tokens"] for options, _ in made] == [TEACHER_TOKENS, TEACHER_TOKENS]
-    sample = made[1][1][0]
+    # one teacher (MiniLM loaded once) adapts, then labels the calibration; it reads at most TEACHER_TOKENS
+    # word pieces, and the calibration judges a sample of CALIBRATION_ANSWERS answers
+    assert [options["max_tokens"] for options, _ in made] == [TEACHER_TOKENS]
+    sample = made[0][1][calls_before_calibration[0]]
     assert len(sample) == 10 and set(sample) <= set(answers)
     res = CliRunner().invoke(main, [*common, "--pair-weight", "1"])
     assert res.exit_code == 1
