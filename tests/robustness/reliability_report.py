@@ -59,7 +59,7 @@ def readme_body(results: dict[str, Any]) -> str:
         ),
         *(
             [
-                f"| hostile files, checksums recomputed ({hostile['cases']} kinds: bad offsets, records, vectors, "
+                f"| hostile files, checksums recomputed ({hostile['cases']} kinds: bad offsets, records, vectors, BM25 postings, "
                 f"manifest numbers, a relabelled geometry) × default load, `verify=False` search, CLI `search`, "
                 f"`info`, `add` | {hostile['runs']} | {hostile['refused_by_default_load']}/{hostile['cases']} refused "
                 f"by the default load; {hostile['defects']} errors other than `QAIndexError`, tracebacks or "
