@@ -171,11 +171,11 @@ def test_tiny_sentence_transformer_exports_with_parity(tiny_st: Path, tmp_path: 
 @pytest.mark.torch
 def test_an_int8_export_stores_int8_weights_and_keeps_its_vectors_close(tiny_st: Path, tmp_path: Path) -> None:
     import onnx
+    from qaindex_export.exporting.onnx_graph import ExportError
+    from qaindex_export.exporting.sentence_transformer import QUANTIZED_MIN_COSINE, export_sentence_transformer
 
     import qaindex.cli
     from qaindex import Model
-    from qaindex_export.exporting.onnx_graph import ExportError
-    from qaindex_export.exporting.sentence_transformer import QUANTIZED_MIN_COSINE, export_sentence_transformer
 
     result = CliRunner().invoke(
         qaindex.cli.main, ["export-model", str(tiny_st), "--out", str(tmp_path / "q"), "--quantize", "int8"]
