@@ -108,16 +108,15 @@ def _adapt(
     sentence_teacher: Any,
     config: Any,
     answers: list[str] | None,
-    adapt: dict[str, Any],
+    settings: AdaptConfig,
     log: Any,
 ) -> Any:
     """Adaptation of the start model (qaindex_export.adaptation.adapt): label-free on ``answers`` (a corpus
     without questions, with a teacher), else supervised on the corpus's questions. ``sentence_teacher``:
-    :func:`_sentence_teacher`'s, or None (labels alone)."""
+    :func:`_sentence_teacher`'s, or None (labels alone); ``settings``: validated."""
     from qaindex_export.adaptation.adapt import adapt_unlabelled
     from qaindex_export.adaptation.stages import adapt_labelled
 
-    settings = AdaptConfig(**adapt).validate()
     if answers is not None:
         assert sentence_teacher is not None
         return adapt_unlabelled(config, settings, answers, sentence_teacher, log=log)
@@ -146,9 +145,9 @@ def adapt_to_corpus(corpus: Path, out: Path, *, start: str | None, device: str, 
     answers = _answers_without_questions(corpus)
     defaults = LABEL_FREE_DEFAULTS if answers is not None else ADAPT_DEFAULTS
     config = TrainConfig(**{**defaults, "device": device}).validate()
-    adapt = {"start": None if start in (None, "default") else start, "max_answers": QUICK_ANSWERS}
+    settings = AdaptConfig(start=None if start in (None, "default") else start, max_answers=QUICK_ANSWERS).validate()
     teacher = _sentence_teacher(config.device)  # one MiniLM for the adaptation and the calibration
-    result = _adapt(corpus, None, teacher, config, answers, adapt, log)
+    result = _adapt(corpus, None, teacher, config, answers, settings, log)
     path = export_model(result, out, dev_data=None)
     calibration = _calibrate(path, corpus, None, answers, config, config.device, result.dev_groups, teacher=teacher)
     report = result.diagnostics["adaptation"]
@@ -446,9 +445,9 @@ def train(
             try:
                 defaults = LABEL_FREE_DEFAULTS if answers is not None else ADAPT_DEFAULTS
                 config = TrainConfig(**{**defaults, **values}).validate()
-                AdaptConfig(**adapt).validate()  # bad settings fail before the teacher loads
+                adapt_settings = AdaptConfig(**adapt).validate()  # bad settings fail before the teacher loads
                 sentence_teacher = _sentence_teacher(config.device) if teacher is not None else None
-                result = _adapt(train_file, dev_file, sentence_teacher, config, answers, adapt, log)
+                result = _adapt(train_file, dev_file, sentence_teacher, config, answers, adapt_settings, log)
             except TypeError as exc:  # a wrongly typed value from a config file
                 raise QAIndexError(f"{config_file}: invalid settings ({exc})") from None
             path = export_model(result, out, name=name, table_dtype=table_dtype, dev_data=None)

@@ -175,14 +175,16 @@ def read_index_manifest(root: Path) -> dict[str, Any]:
     # A writer commits a new manifest, then removes the snapshot the old one named: a reader
     # that read the old manifest just before finds its snapshot gone. That is a newer index,
     # not a corrupted one: read the manifest again (a few times, for back-to-back saves).
-    for attempt in range(_REREADS):
-        manifest = _read_once(root)
+    manifest = _read_once(root)
+    for _ in range(_REREADS):
         snap = root / manifest["snapshot"]
         if snap.is_dir():
             return manifest
-        if attempt == _REREADS - 1 or _read_once(root)["snapshot"] == manifest["snapshot"]:
-            raise IndexFormatError(f"{snap}: missing; the index is corrupted, rebuild it")
-    raise AssertionError("unreachable")
+        again = _read_once(root)
+        if again["snapshot"] == manifest["snapshot"]:
+            break
+        manifest = again
+    raise IndexFormatError(f"{root / manifest['snapshot']}: missing; the index is corrupted, rebuild it")
 
 
 _REREADS = 5

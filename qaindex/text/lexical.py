@@ -308,17 +308,21 @@ class LexicalIndex:
         return LexicalIndex(self._terms[take], self._counts[take], offsets, self.vocab, k1=self.k1, b=self.b)
 
     # -- scoring -----------------------------------------------------------------------------
+    def _entry_weights(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """From the terms and counts: each entry's row and BM25 weight (the module docstring's
+        formula, float64), and each vocabulary term's document frequency."""
+        n = len(self)
+        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(self._offsets))
+        doc_len = np.bincount(rows, weights=self._counts, minlength=n) if n else np.zeros(0)
+        avgdl = float(doc_len.mean()) if n and doc_len.sum() > 0 else 1.0
+        df = np.bincount(self._terms, minlength=len(self.vocab))
+        tf = self._counts.astype(np.float64)
+        norm = self.k1 * (1.0 - self.b + self.b * doc_len[rows] / avgdl)
+        return rows, _idf(n, df)[self._terms] * tf / (tf + norm), df
+
     def _build_postings(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._postings is None:
-            n = len(self)
-            rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(self._offsets))
-            doc_len = np.bincount(rows, weights=self._counts, minlength=n) if n else np.zeros(0)
-            avgdl = float(doc_len.mean()) if n and doc_len.sum() > 0 else 1.0
-            df = np.bincount(self._terms, minlength=len(self.vocab)).astype(np.float64)
-            idf = np.log1p((n - df + 0.5) / (df + 0.5))
-            tf = self._counts.astype(np.float64)
-            norm = self.k1 * (1.0 - self.b + self.b * doc_len[rows] / avgdl)
-            weight = idf[self._terms] * tf / (tf + norm)
+            rows, weight, df = self._entry_weights()
             # the entries grouped by term, rows ascending in each: a stable argsort of the terms,
             # done as a plain sort of (term << 32 | entry): one array of integers sorted in place,
             # no index array carried through a stable sort
@@ -328,17 +332,15 @@ class LexicalIndex:
             else:
                 order = np.argsort(self._terms, kind="stable")
             indptr = np.zeros(len(self.vocab) + 1, np.int64)
-            np.cumsum(df.astype(np.int64), out=indptr[1:])
-            self._idf = idf
-            rows = rows.astype(_row_dtype(n), copy=False)
+            np.cumsum(df, out=indptr[1:])
+            self._idf = _idf(len(self), df)
+            rows = rows.astype(_row_dtype(len(self)), copy=False)
             self._postings = (indptr, rows[order], weight.astype(np.float32)[order])
         return self._postings
 
     def _use_postings(self, indptr: np.ndarray, rows: np.ndarray, weights: np.ndarray) -> None:
         """Serve stored postings (:meth:`load`): the ``idf`` comes from their lengths."""
-        n = len(self)
-        df = np.diff(indptr).astype(np.float64)
-        self._idf = np.log1p((n - df + 0.5) / (df + 0.5))
+        self._idf = _idf(len(self), np.diff(indptr))
         self._postings = (indptr, rows, weights)
         self._stored = True
 
@@ -353,28 +355,21 @@ class LexicalIndex:
         if not self._stored or self._postings is None:
             return None
         indptr, rows, weights = self._postings
-        n, vocab = len(self), len(self.vocab)
-        terms = np.asarray(self._terms, dtype=np.int64)
-        lengths = np.diff(self._offsets)
-        if not np.array_equal(np.diff(indptr), np.bincount(terms, minlength=vocab)):
+        vocab = len(self.vocab)
+        held, expected, df = self._entry_weights()  # each entry's row and weight
+        if not np.array_equal(np.diff(indptr), df):
             return POSTING_FILES[0]
-        if not len(terms):
+        if not len(self._terms):
             return None
-        held = np.repeat(np.arange(n, dtype=np.int64), lengths)  # the row of each entry
-        firsts = indptr[:-1][np.diff(indptr) > 0]  # where each present term's postings start
+        present = df > 0
+        firsts = indptr[:-1][present]  # where each present term's postings start
         ascending = np.diff(np.asarray(rows, dtype=np.int64)) > 0
         ascending[firsts[1:] - 1] = True  # a new term may start lower
         # a row sum is exact in float64 below 2**53 (at most entries * rows)
-        sums = np.bincount(terms, weights=held, minlength=vocab)[np.diff(indptr) > 0]
+        sums = np.bincount(self._terms, weights=held, minlength=vocab)[present]
         if not ascending.all() or not np.array_equal(np.add.reduceat(np.asarray(rows, dtype=np.int64), firsts), sums):
             return POSTING_FILES[1]
-        doc_len = np.bincount(held, weights=self._counts, minlength=n)
-        avgdl = float(doc_len.mean()) if doc_len.sum() > 0 else 1.0
-        df = np.diff(indptr).astype(np.float64)
-        idf = np.log1p((n - df + 0.5) / (df + 0.5))
-        tf = np.asarray(self._counts, dtype=np.float64)
-        expected = idf[terms] * tf / (tf + self.k1 * (1.0 - self.b + self.b * doc_len[held] / avgdl))
-        want = np.bincount(terms, weights=expected, minlength=vocab)[np.diff(indptr) > 0]
+        want = np.bincount(self._terms, weights=expected, minlength=vocab)[present]
         got = np.add.reduceat(np.asarray(weights, dtype=np.float64), firsts)
         if not np.allclose(got, want, rtol=1e-5, atol=1e-6):
             return POSTING_FILES[2]
@@ -687,6 +682,12 @@ class LexicalIndex:
             "tokenizer": TOKENIZER,
             "dense_ratio": self.ratio,
         }
+
+
+def _idf(count: int, df: np.ndarray) -> np.ndarray:
+    """``ln(1 + (N - df + 0.5) / (df + 0.5))`` of each term, for ``N = count`` answers (float64)."""
+    df = np.asarray(df, dtype=np.float64)
+    return np.log1p((count - df + 0.5) / (df + 0.5))
 
 
 def _row_dtype(count: int) -> type[np.signedinteger[Any]]:
