@@ -197,7 +197,7 @@ def test_an_int8_export_stores_int8_weights_and_keeps_its_vectors_close(tiny_st:
     texts = [" ".join(rng.choice(WORDS, size=rng.integers(1, 20))) for _ in range(50)]
     a, b = quantized.encode(texts, role="answer"), floats.encode(texts, role="answer")
     assert float(np.min(np.sum(a * b, axis=1))) > QUANTIZED_MIN_COSINE - 0.01
-    with pytest.raises(ExportError, match='quantize must be None or "int8", got \'int4\''):
+    with pytest.raises(ExportError, match="quantize must be None or \"int8\", got 'int4'"):
         export_sentence_transformer(tiny_st, tmp_path / "x", calibrate=False, quantize="int4")
     assert not (tmp_path / "x").exists()
 
