@@ -13,6 +13,7 @@ For each model (the built-in default and every ``--model``) and each corpus buil
   list (target: 1.0), and the same for dense search;
 - **top hit vs k**: the share of questions whose first hybrid hit is the same with ``k=1``
   and ``k=10`` (target: 1.0);
+- **first hit right**: the share of questions whose first hybrid hit is relevant (P@1);
 - **threshold**: at :data:`THRESHOLD` (the README's and the example support bot's), the
   share of correct top hits kept (``score >= THRESHOLD``; target >= 0.75) and the share of
   off-topic questions refused (top hit below it; target >= 0.90). The off-topic questions of
@@ -25,6 +26,16 @@ For each model (the built-in default and every ``--model``) and each corpus buil
   that share is below :data:`KEPT_TARGET`, no calibration can meet both targets on the
   corpus: the model's scores do not tell its answers from off-topic ones (a model miss, not a
   calibration miss).
+- **calibrated on this corpus**: what ``qaindex calibrate MODEL_DIR QUESTIONS --hybrid-score``
+  on a half of the corpus's own questions would give. The hybrid score is refitted
+  (:func:`qaindex.eval.calibration_fit.fit_fused_score`, as that command does) on the top-10
+  hybrid hits of half A of the questions (:func:`benchmarks.quality.hybrid.half_a`) and of the
+  built-in off-topic questions' ``fit`` split (the command's default negatives, weighted as a
+  quarter of the questions); at :data:`THRESHOLD`, the share of half B's correct top hits it
+  keeps and the share of the corpus's off-topic questions (all of them; never fitted on) it
+  refuses. A score is a probability of relevance: where the model's right and wrong top hits
+  score alike (its first hit right about half the time or less), a calibrated score keeps
+  right top hits below the threshold too, and only a better model raises this column.
 
 Usage::
 
@@ -44,9 +55,12 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import ROOT, argument_parser, result_path, write_atomic, write_results
+from benchmarks.quality.hybrid import half_a
 from benchmarks.quality.pooled import BM25_STEMMED, load_corpora, model_label
 from benchmarks.quality.pooled_eval import K, eval_bm25, pool_answers, questions_and_relevant
 from qaindex import Ranker
+from qaindex.eval.calibration_fit import fit_fused_score, hybrid_features, offtopic_weight
+from qaindex.eval.offtopic import BUILTIN_OFFTOPIC, read_offtopic
 from qaindex.model import DEFAULT_MODEL_DIR, Model
 from qaindex.ranker import Record
 
@@ -112,12 +126,45 @@ def separation(correct: Sequence[float], offtopic: Sequence[float]) -> tuple[flo
     return auc, float(np.mean(c > o[must_refuse - 1]))
 
 
+def recalibrated(
+    ranker: Ranker, questions: list[str], relevant: list[np.ndarray], offtopic: list[str]
+) -> tuple[float, float]:
+    """``(kept, refused)`` at :data:`THRESHOLD` after refitting the hybrid score on half A of
+    the questions and the built-in off-topic questions' ``fit`` split (as ``qaindex calibrate
+    --hybrid-score`` does): the share of half B's correct top hits kept and of ``offtopic``
+    (never fitted on) refused."""
+    calibration = ranker.model.calibration
+    negatives = read_offtopic(BUILTIN_OFFTOPIC, split="fit")
+    asked = [*questions, *negatives, *offtopic]
+    good = [set(r.tolist()) for r in relevant] + [set()] * (len(negatives) + len(offtopic))
+    per_question = hybrid_features(ranker, asked, good, calibration, depth=K)
+    n = len(questions)
+    fit_a = half_a(n)
+    fit_rows = [i for i in range(n) if fit_a[i]] + list(range(n, n + len(negatives)))
+    w_off = offtopic_weight(int(fit_a.sum()), len(negatives))
+    x = np.concatenate([per_question[i][0] for i in fit_rows]).reshape(-1, 3)
+    y = np.concatenate([per_question[i][1] for i in fit_rows])
+    w = np.concatenate([np.full(len(per_question[i][1]), 1.0 if i < n else w_off) for i in fit_rows])
+    bias, *weights = fit_fused_score(x, y, w)
+
+    def top_score(i: int) -> float:
+        feats = per_question[i][0]
+        return float(1 / (1 + np.exp(-(bias + feats[0] @ np.asarray(weights))))) if len(feats) else 0.0
+
+    correct = [i for i in range(n) if not fit_a[i] and len(per_question[i][1]) and per_question[i][1][0]]
+    kept = float(np.mean([top_score(i) >= THRESHOLD for i in correct])) if correct else float("nan")
+    off = range(n + len(negatives), len(asked))
+    refused = float(np.mean([top_score(i) < THRESHOLD for i in off])) if offtopic else float("nan")
+    return kept, refused
+
+
 def measure(
     model: Model, answers: list[str], questions: list[str], relevant: list[np.ndarray], offtopic: list[str]
 ) -> dict[str, Any]:
     """Every trust figure of one model on one corpus (``answers`` in pool order)."""
     records = [Record(str(i), text) for i, text in enumerate(answers)]
     ranker = Ranker.build(records, model=model, index_kind="auto", batch_size=256, hybrid=True)
+    kept_own, refused_own = recalibrated(ranker, questions, relevant, offtopic)
     dense = _batched(ranker, questions, K, hybrid=False)
     hybrid = _batched(ranker, questions, K, hybrid=True)
     first = _batched(ranker, questions, 1, hybrid=True)
@@ -142,11 +189,14 @@ def measure(
             )
         ),
         "correct_top_hits": len(correct_top),
+        "first_hit_right": len(correct_top) / max(1, len(questions)),
         "kept": float(np.mean([h.score >= THRESHOLD for h in correct_top])) if correct_top else float("nan"),
         "offtopic_questions": len(offtopic),
         "refused": float(np.mean([not hits or hits[0].score < THRESHOLD for hits in off])) if off else float("nan"),
         "auc": auc,
         "best_kept": best_kept,
+        "kept_calibrated_here": kept_own,
+        "refused_calibrated_here": refused_own,
     }
 
 
@@ -174,7 +224,8 @@ def run(corpora: Path, model_specs: Sequence[str], only: Sequence[str]) -> dict[
             print(
                 f"{system[:30]:30} {label:14} hybrid {row['mrr_hybrid']:.3f} dense {row['mrr_dense']:.3f} "
                 f"bm25 {row['mrr_bm25']:.3f} loss {row['fusion_loss']:+.3f} order {row['order_hybrid']:.2f} "
-                f"k1=k10 {row['top_hit_same_k1_k10']:.2f} kept {row['kept']:.2f} refused {row['refused']:.2f}",
+                f"k1=k10 {row['top_hit_same_k1_k10']:.2f} kept {row['kept']:.2f} refused {row['refused']:.2f} "
+                f"here {row['kept_calibrated_here']:.2f}/{row['refused_calibrated_here']:.2f}",
                 flush=True,
             )
     command = "python -m benchmarks.quality.trust --corpora DIR" + "".join(f" --model {s}" for s in model_specs)
@@ -202,14 +253,23 @@ def _cell(value: float, ok: bool) -> str:
     return f"{value:.3f}" + ("" if ok else " ✗")
 
 
+def _own(row: dict[str, Any], targets: dict[str, float]) -> str:
+    """The kept / refused pair after calibrating on the corpus's own questions ("–" when not measured)."""
+    if "kept_calibrated_here" not in row:
+        return "–"
+    kept, refused = row["kept_calibrated_here"], row["refused_calibrated_here"]
+    return f"{_cell(kept, kept >= targets['kept'])} / {_cell(refused, refused >= targets['refused'])}"
+
+
 def table_markdown(out: dict[str, Any]) -> str:
     """One row per (model, corpus); a ✗ marks a figure that misses its target."""
     t = out["targets"]
     lines = [
         f"| model | corpus | hybrid | dense | bm25s | fusion loss (≤ {t['fusion_loss']}) | order = score | "
-        f"top hit k=1 = k=10 | kept at {out['threshold']} (≥ {t['kept']}) | off-topic refused (≥ {t['refused']}) | "
-        f"AUC | best kept at {t['refused']} refused |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"top hit k=1 = k=10 | first hit right | kept at {out['threshold']} (≥ {t['kept']}) | "
+        f"off-topic refused (≥ {t['refused']}) | "
+        f"AUC | best kept at {t['refused']} refused | calibrated on this corpus: kept / refused |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for system, rows in out["results"].items():
         for label, r in rows.items():
@@ -218,9 +278,11 @@ def table_markdown(out: dict[str, Any]) -> str:
                 f"{_cell(r['fusion_loss'], r['fusion_loss'] <= t['fusion_loss'])} | "
                 f"{_cell(r['order_hybrid'], r['order_hybrid'] >= 1.0)} | "
                 f"{_cell(r['top_hit_same_k1_k10'], r['top_hit_same_k1_k10'] >= 1.0)} | "
+                f"{_cell(r.get('first_hit_right', float('nan')), True)} | "
                 f"{_cell(r['kept'], r['kept'] >= t['kept'])} | {_cell(r['refused'], r['refused'] >= t['refused'])} | "
                 f"{_cell(r.get('auc', float('nan')), True)} | "
-                f"{_cell(r.get('best_kept', float('nan')), r.get('best_kept', 1.0) >= t['kept'])} |"
+                f"{_cell(r.get('best_kept', float('nan')), r.get('best_kept', 1.0) >= t['kept'])} | "
+                f"{_own(r, t)} |"
             )
     return "\n".join(lines) + "\n"
 

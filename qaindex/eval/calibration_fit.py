@@ -52,6 +52,7 @@ __all__ = [
     "expected_calibration_error",
     "fit",
     "fit_fused_score",
+    "hybrid_features",
     "hybrid_pairs",
     "labelled_pool",
     "measure",
@@ -419,6 +420,50 @@ def _measure_weighted(
     return np.concatenate([raw, o_raw]), np.concatenate([best, o_best]), np.concatenate([y, o_y]), weights
 
 
+def hybrid_features(
+    ranker: Any,
+    questions: Sequence[str],
+    relevant: Sequence[set[int]],
+    calibration: Calibration,
+    *,
+    depth: int = DEFAULT_DEPTH,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per question, the features and labels of its top ``depth`` hybrid hits in ``ranker``
+    (best first; empty arrays when it has no hit): what
+    :func:`qaindex.search.scoring.fused_probability` reads and :func:`fit_fused_score` fits.
+
+    The features of a hit are its fused value, the logit of ``calibration``'s probability of
+    its question's best model score (the top of a dense search of the same index) and the
+    question's BM25 match (the best BM25 score over the question's bound).
+
+    Returns
+    -------
+    list of (numpy.ndarray (n, 3), numpy.ndarray (n,))
+        One ``(features, labels)`` per question; a label is 1 when the hit's row is in the
+        question's ``relevant`` set.
+    """
+    lexical = ranker.state().lexical
+    if lexical is None:
+        raise QueryError("hybrid features need an index with a BM25 index (build it with hybrid=True)")
+    hits = ranker.search_batch(list(questions), depth, rerank=False, hybrid=True, explain=True)
+    tops = ranker.search_batch(list(questions), 1, rerank=False, hybrid=False)
+    out: list[tuple[np.ndarray, np.ndarray]] = []
+    for question, found, top, rows in zip(questions, hits, tops, relevant, strict=True):
+        if not found:
+            out.append((np.zeros((0, 3)), np.zeros(0, np.int64)))
+            continue
+        p = float(np.clip(calibration(top[0].raw_score), 1e-6, 1 - 1e-6))
+        terms, length = lexical.query(question)
+        bound = lexical.score_bound(terms, length)
+        match = float(lexical.scores_of_terms(terms).max()) / bound if bound > 0 else 0.0
+        feats = []
+        for h in found:
+            assert h.explanation is not None and h.explanation.fused is not None
+            feats.append([h.explanation.fused, float(np.log(p / (1 - p))), match])
+        out.append((np.asarray(feats, np.float64), np.asarray([int(h.row in rows) for h in found], np.int64)))
+    return out
+
+
 def hybrid_pairs(
     model: Any,
     groups: Sequence[Any],
@@ -430,12 +475,7 @@ def hybrid_pairs(
     """Features, labels and fit weights of the top ``depth`` hybrid hits of labelled question
     groups (each question searched against every distinct answer of the groups, as
     :func:`measure`), then of the ``offtopic`` questions (all 0, weighted by
-    :func:`offtopic_weight`), for :func:`fit_fused_score`.
-
-    The features of a hit are its fused value, the logit of ``calibration``'s probability of
-    its question's best model score (the top of a dense search of the same index) and the
-    question's BM25 match (the best BM25 score over the question's bound): what
-    :func:`qaindex.search.scoring.fused_probability` reads.
+    :func:`offtopic_weight`), for :func:`fit_fused_score` (:func:`hybrid_features`).
 
     Returns
     -------
@@ -445,29 +485,16 @@ def hybrid_pairs(
     """
     records, questions, relevant = labelled_pool(groups)
     ranker = Ranker.build(records, model=model, index_kind="flat", hybrid=True)
-    lexical = ranker.state().lexical
-    assert lexical is not None
-    asked = [*questions, *offtopic]
-    good = [*relevant, *([set()] * len(offtopic))]
-    hits = ranker.search_batch(asked, depth, rerank=False, hybrid=True, explain=True)
-    tops = ranker.search_batch(asked, 1, rerank=False, hybrid=False)
-    feats: list[list[float]] = []
-    labels: list[int] = []
-    weights: list[float] = []
+    per_question = hybrid_features(
+        ranker, [*questions, *offtopic], [*relevant, *([set()] * len(offtopic))], calibration, depth=depth
+    )
     w_off = offtopic_weight(len(questions), len(offtopic))
-    for i, (question, found, top, rows) in enumerate(zip(asked, hits, tops, good, strict=True)):
-        if not found:
-            continue
-        p = float(np.clip(calibration(top[0].raw_score), 1e-6, 1 - 1e-6))
-        terms, length = lexical.query(question)
-        bound = lexical.score_bound(terms, length)
-        match = float(lexical.scores_of_terms(terms).max()) / bound if bound > 0 else 0.0
-        for h in found:
-            assert h.explanation is not None and h.explanation.fused is not None
-            feats.append([h.explanation.fused, float(np.log(p / (1 - p))), match])
-            labels.append(int(h.row in rows))
-            weights.append(1.0 if i < len(questions) else w_off)
-    return np.asarray(feats, np.float64).reshape(-1, 3), np.asarray(labels, np.int64), np.asarray(weights)
+    weights = [np.full(len(y), 1.0 if i < len(questions) else w_off) for i, (_, y) in enumerate(per_question)]
+    return (
+        np.concatenate([x for x, _ in per_question]).reshape(-1, 3),
+        np.concatenate([y for _, y in per_question]),
+        np.concatenate(weights),
+    )
 
 
 def _fused_score_fit(

@@ -68,7 +68,10 @@ def test_run_and_table_mark_the_missed_targets(faq_model: Path, tmp_path: Path) 
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[5].endswith("✗") == (row["fusion_loss"] > trust.FUSION_LOSS_TARGET)
     kept = "–" if np.isnan(row["kept"]) else f"{row['kept']:.3f}" + (" ✗" if row["kept"] < trust.KEPT_TARGET else "")
-    assert cells[8] == kept
+    assert cells[8] == f"{row['first_hit_right']:.3f}" and row["first_hit_right"] == row["correct_top_hits"] / 2
+    assert cells[9] == kept
+    own = [row["kept_calibrated_here"], row["refused_calibrated_here"]]  # half B's right first hits; off-topic
+    assert all(np.isnan(v) or 0 <= v <= 1 for v in own) and cells[-1].count(" / ") == 1
 
 
 def test_separation_against_brute_force() -> None:

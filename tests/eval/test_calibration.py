@@ -13,7 +13,14 @@ from helpers.onnx_models import make_model
 
 from qaindex import ModelFormatError, QueryError, Ranker
 from qaindex.cli import main
-from qaindex.eval.calibration_fit import calibrate_model, expected_calibration_error, fit, measure, reliability_bins
+from qaindex.eval.calibration_fit import (
+    calibrate_model,
+    expected_calibration_error,
+    fit,
+    hybrid_features,
+    measure,
+    reliability_bins,
+)
 from qaindex.eval.datasets import Candidate, QuestionGroup
 from qaindex.model import Model
 from qaindex.search.calibration import Calibration
@@ -215,6 +222,18 @@ def test_calibrate_model_fits_the_hybrid_score_on_the_fused_value(planted_model:
             z += fitted["top"] * np.log(p_top / (1 - p_top))
             assert h.score == pytest.approx(1 / (1 + np.exp(-z)), rel=1e-6)
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    # hybrid_features gives, per question, exactly what the served score reads, and the labels
+    asked = [g for g in _planted(80, seed=5) if any(a.split()[0] == g.question.split()[0] for a in answers)][:8]
+    relevant = [{i for i, a in enumerate(answers) if a.split()[0] == g.question.split()[0]} for g in asked]  # its topic
+    weights = np.array([fitted["fused"], fitted["top"], fitted["match"]])
+    per_question = hybrid_features(ranker, [g.question for g in asked], relevant, model.calibration, depth=10)
+    for g, rows, (x, y) in zip(asked, relevant, per_question, strict=True):
+        hits = ranker.search(g.question, k=10)
+        assert x.shape == (len(hits), 3) and y.tolist() == [int(h.row in rows) for h in hits]
+        np.testing.assert_allclose(
+            1 / (1 + np.exp(-(fitted["bias"] + x @ weights))), [h.score for h in hits], rtol=1e-6
+        )
+    assert sum(int(y[0]) for _, y in per_question) >= 4  # labels of both kinds: most first hits share the topic
 
 
 def test_cli_calibrate_writes_the_manifest_and_reports_ece(planted_model: Path, tmp_path: Path) -> None:
