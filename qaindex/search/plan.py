@@ -156,9 +156,11 @@ def fusion_setting(state: IndexState, hybrid: Any, fusion: Any) -> Fusion | None
     """The fusion a search uses, or None for a dense search."""
     if hybrid is not None:
         flag(hybrid, "hybrid")
-    chosen = fusion_from(fusion, state.model)
     if hybrid is False or (hybrid is None and state.lexical is None):
+        if fusion is not None:
+            fusion_from(fusion, state.model)  # the caller's argument is checked all the same
         return None
+    chosen = fusion_from(fusion, state.model)
     if state.lexical is None:
         raise QueryError(
             "this index has no lexical index, so it cannot search with hybrid=True; build it with "

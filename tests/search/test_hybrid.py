@@ -638,6 +638,17 @@ def test_the_stored_fusion_is_parsed_once_and_again_when_the_manifest_changes_in
         fusion_from(None, changed)
 
 
+def test_a_dense_search_checks_a_fusion_argument_and_never_reads_the_stored_fusion(tmp_path: Path) -> None:
+    ranker = Ranker.build(FAQ_PATH, hybrid=True, index_kind="flat", question_keys=False)
+    with pytest.raises(QueryError, match="fusion must be a Fusion, a mapping or None, got int"):
+        ranker.search("refund", k=3, hybrid=False, fusion=3)  # type: ignore[arg-type]
+    dense = [h.id for h in ranker.search("refund", k=3, hybrid=False)]
+    ranker.model.manifest["fusion"] = {**ranker.model.manifest["fusion"], "e": True}  # changed in memory: invalid
+    assert [h.id for h in ranker.search("refund", k=3, hybrid=False)] == dense  # a dense search does not use it
+    with pytest.raises(ModelFormatError, match=r'field "fusion\.e"'):
+        ranker.search("refund", k=3)  # a hybrid search does, and checks it
+
+
 def test_scores_of_rows_equal_bm25s_restricted_to_the_rows() -> None:
     lex = LexicalIndex.from_texts(ANSWERS)
     expected = _bm25s_scores(ANSWERS, QUESTIONS)
