@@ -108,8 +108,11 @@ class KeyIndex:
 
 
 def key_texts(records: Any, rows: Sequence[int] | None = None) -> Iterator[tuple[int, str]]:
-    """``(row, question)`` for every stored question of ``records`` (a RecordStore or list), in row order."""
-    for row in range(len(records)) if rows is None else rows:
+    """``(row, question)`` for every stored question of ``records`` (a RecordStore or list), in row order
+    (of a store, only the rows that may hold questions are decoded: ``RecordStore.question_rows``)."""
+    if rows is None:
+        rows = records.question_rows().tolist() if hasattr(records, "question_rows") else range(len(records))
+    for row in rows:
         for question in records.get(row).questions if hasattr(records, "get") else records[row].questions:
             yield row, question
 

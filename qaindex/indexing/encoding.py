@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +30,7 @@ from ..store.records import RecordStore
 from ..text.lexical import LexicalBuilder, LexicalIndex, build_hybrid
 from ..vector_index import INDEX_KINDS, CoarseIndex, choose_kind
 from .cuts import AnswerCuts, TextSink, cut_line
+from .streaming import DEFAULT_CHUNK, EncodePipeline
 from .tuning import check_target, tune_for_corpus
 
 __all__ = ["Built", "appended_keys", "check_hnsw", "encode_answers", "encode_corpus", "encode_keys", "rebuilt_coarse"]
@@ -61,14 +62,33 @@ def check_hnsw(hnsw: Any) -> dict[str, int] | None:
     return out
 
 
-def encode_answers(model: Model, texts: list[str], batch_size: int, progress: bool) -> np.ndarray:
-    """The answers' vectors, with a progress bar on stderr when asked."""
-    if not progress:
-        return model.encode(texts, role="answer", batch_size=batch_size)
-    from tqdm import tqdm
+def encode_answers(
+    model: Model, texts: list[str], batch_size: int, progress: bool, lexical: TextSink | None = None
+) -> np.ndarray:
+    """The answers' vectors, with a progress bar on stderr when asked.
 
-    with tqdm(total=len(texts), desc="encoding answers", unit="answer", disable=None) as bar:
-        return model.encode(texts, role="answer", batch_size=batch_size, progress=bar.update)
+    Encoded :data:`~.streaming.DEFAULT_CHUNK` texts at a time through the build's pipeline
+    (:class:`~.streaming.EncodePipeline`: the next chunk is tokenized, and ``lexical`` given its
+    texts, while onnxruntime encodes this one), so the vectors are exactly those of a file
+    build of the same answers.
+    """
+    parts: list[np.ndarray] = []
+
+    def run(update: Callable[[int], Any] | None) -> None:
+        with EncodePipeline(model, parts, batch_size, update, lexical) as pipeline:
+            for start in range(0, len(texts), DEFAULT_CHUNK):
+                pipeline.submit_texts(texts[start : start + DEFAULT_CHUNK])
+
+    if not progress:
+        run(None)
+    else:
+        from tqdm import tqdm
+
+        with tqdm(total=len(texts), desc="encoding answers", unit="answer", disable=None) as bar:
+            run(bar.update)
+    if not parts:
+        return np.zeros((0, model.dimension), dtype=np.float32)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 @dataclass
@@ -217,16 +237,11 @@ def _encode(
         records = records_from_dicts(corpus)  # type: ignore[arg-type]
         texts = [r.answer for r in records]
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qaindex-records") as pool:
-            # The stored lines and the BM25 rows are made while onnxruntime (which releases the GIL) runs.
-            threaded = fast_path_switch.enabled()
-            stored = pool.submit(RecordStore.from_records, records) if threaded else None
-            analysed = pool.submit(lexical.add, texts) if threaded and lexical is not None else None
-            vectors = encode_answers(model, texts, batch_size, progress)
+            # The stored lines are made, and the BM25 rows (in the encoding pipeline), while
+            # onnxruntime (which releases the GIL) runs.
+            stored = pool.submit(RecordStore.from_records, records) if fast_path_switch.enabled() else None
+            vectors = encode_answers(model, texts, batch_size, progress, lexical)
             store = RecordStore.from_records(records) if stored is None else stored.result()
-            if analysed is not None:
-                analysed.result()
-            elif lexical is not None:
-                lexical.add(texts)
         coarse = CoarseIndex(
             model.space, model.dimension, choose_kind(index_kind, len(records)), hnsw, device=device, count=len(records)
         )

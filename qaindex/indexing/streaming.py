@@ -9,7 +9,7 @@ state: the vectors (memory-mapped from their temporary file), the FAISS index, 8
 record offset and the id table (for duplicate ids) per answer. The FAISS index is built
 once the count is known (``auto`` picks its kind from it), from the vectors in chunks.
 
-Encoding is pipelined (:class:`_EncodePipeline`): while one worker thread runs the ONNX
+Encoding is pipelined (:class:`EncodePipeline`): while one worker thread runs the ONNX
 encoder over chunk i (onnxruntime releases the GIL), the calling thread reads, validates
 and tokenizes chunk i+1. Each chunk gets exactly the batches ``Model.encode`` would give
 it and vectors are appended in chunk order, so the result is the same as encoding the
@@ -45,7 +45,15 @@ from ..store.records import RecordStore, encode_record, encode_records
 from ..vector_index import CoarseIndex, choose_kind
 from .cuts import TextSink
 
-__all__ = ["DEFAULT_CHUNK", "RecordSpool", "VectorSpool", "assemble_index", "build_from_file", "validate_corpus"]
+__all__ = [
+    "DEFAULT_CHUNK",
+    "EncodePipeline",
+    "RecordSpool",
+    "VectorSpool",
+    "assemble_index",
+    "build_from_file",
+    "validate_corpus",
+]
 
 DEFAULT_CHUNK = 8192  # answers encoded (and texts held in memory) at a time
 _COPY_BLOCK = 1 << 22
@@ -175,7 +183,7 @@ class RecordSpool:
         size = int(offsets[-1])
         data: bytes | mmap.mmap = mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         source.close()  # the mapping stays valid; the unlinked file goes when it is unmapped
-        return RecordStore(data, offsets, checked=True)  # lines of validated records
+        return RecordStore(data, offsets, checked=True, canonical=True)  # lines of validated records, encoded here
 
     def _rewrite(self, offsets: np.ndarray) -> tuple[BinaryIO, np.ndarray]:
         out = _spool_file(self._directory, "qaindex-records-")
@@ -356,7 +364,7 @@ def assemble_index(
     return coarse
 
 
-class _EncodePipeline:
+class EncodePipeline:
     """Encodes chunks of answers in order, overlapping the encoder with the next chunk's Python work.
 
     :meth:`submit` tokenizes and pads a chunk in the calling thread, then hands the ONNX
@@ -371,7 +379,7 @@ class _EncodePipeline:
     def __init__(
         self,
         model: Model,
-        vectors: VectorSpool,
+        vectors: VectorSpool | list[np.ndarray],
         batch_size: int,
         progress: Callable[[int], None] | None,
         lexical: TextSink | None = None,
@@ -386,8 +394,11 @@ class _EncodePipeline:
         self._pending: tuple[Future[np.ndarray], int] | None = None
 
     def submit(self, chunk: list[Record]) -> None:
-        """Encode one chunk (in the worker thread when threaded)."""
-        texts = [r.answer for r in chunk]
+        """Encode one chunk of records' answers (in the worker thread when threaded)."""
+        self.submit_texts([r.answer for r in chunk])
+
+    def submit_texts(self, texts: list[str]) -> None:
+        """Encode one chunk of answer texts (in the worker thread when threaded)."""
         if self._pool is None:
             self._vectors.append(
                 self._model.encode(texts, role="answer", batch_size=self._batch_size, progress=self._progress)
@@ -408,7 +419,7 @@ class _EncodePipeline:
             if self._progress is not None:
                 self._progress(count)
 
-    def __enter__(self) -> _EncodePipeline:
+    def __enter__(self) -> EncodePipeline:
         return self
 
     def __exit__(self, kind: object, error: object, trace: object) -> None:
@@ -480,7 +491,7 @@ def build_from_file(
     """
     spool = RecordSpool(spool_dir)
     vectors = VectorSpool(model.dimension, spool_dir)
-    with _EncodePipeline(model, vectors, batch_size, progress, lexical) as pipeline:
+    with EncodePipeline(model, vectors, batch_size, progress, lexical) as pipeline:
         validate_corpus(path, spool, chunk_size=chunk_size, on_chunk=pipeline.submit)
     store = spool.store()
     matrix = vectors.finish()

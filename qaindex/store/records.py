@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
@@ -23,6 +24,9 @@ from .index_checks import parse_record
 __all__ = ["RecordStore", "encode_record", "encode_records"]
 
 _RECORD_CACHE = 4096  # decoded records kept per index (cleared when full)
+# in a line qaindex encoded, a non-empty "questions" list starts so; inside a JSON string a quote
+# is escaped, so these bytes are a key: the record's own, or one in its metadata
+_NON_EMPTY_QUESTIONS = re.compile(rb'"questions": \["')
 
 
 # What ``json.dumps(..., ensure_ascii=False)`` uses for a str, and an encoder with its settings.
@@ -107,7 +111,13 @@ class RecordStore:
     """
 
     def __init__(
-        self, data: bytes | mmap.mmap, offsets: np.ndarray, *, source: Path | None = None, checked: bool = False
+        self,
+        data: bytes | mmap.mmap,
+        offsets: np.ndarray,
+        *,
+        source: Path | None = None,
+        checked: bool = False,
+        canonical: bool = False,
     ) -> None:
         self.data = data
         self.offsets = offsets
@@ -115,6 +125,9 @@ class RecordStore:
         # every line is known good: encoded from validated records, or scanned by a load
         # (qaindex.store.index_checks); a save scans only a store that is not
         self.checked = checked
+        # every line is exactly what encode_record wrote (not a file read back, whose spacing
+        # may differ): question_rows may search its bytes
+        self.canonical = canonical
         self._ids: dict[str, int] | None = None
         self._cache: dict[int, Record] = {}
 
@@ -129,7 +142,7 @@ class RecordStore:
     def from_records(cls, records: Sequence[Record]) -> RecordStore:
         """A store of these records, in order; ``checked``: records are validated when made."""
         store = cls.from_lines(encode_records(records))
-        store.checked = True
+        store.checked = store.canonical = True
         return store
 
     def __len__(self) -> int:
@@ -165,6 +178,24 @@ class RecordStore:
             self._cache[row] = cached
         return cached
 
+    def question_rows(self) -> np.ndarray:
+        """The rows whose record may hold stored questions, ascending: every row, or, in a
+        store of lines qaindex encoded (``canonical``), the rows whose line holds a non-empty
+        ``"questions"`` list, found by one search of the bytes (a metadata key of that name
+        counts too; decoding the row tells). A corpus without questions costs no decoding.
+
+        Example
+        -------
+        >>> store = RecordStore.from_records([Record(id=1, answer="A."), Record(id=2, answer="B.", questions=("Q?",))])
+        >>> store.question_rows().tolist()
+        [1]
+        """
+        if not self.canonical or not fast_path_switch.enabled():
+            return np.arange(len(self), dtype=np.int64)
+        view = memoryview(self.data)[: int(self.offsets[-1])]
+        starts = np.fromiter((m.start() for m in _NON_EMPTY_QUESTIONS.finditer(view)), dtype=np.int64)
+        return np.unique(np.searchsorted(self.offsets, starts, side="right") - 1)
+
     def ids(self) -> dict[str, int]:
         """``{str(id): row}`` for every record."""
         if self._ids is None:
@@ -184,10 +215,12 @@ class RecordStore:
         """A new store: these rows followed by ``records``."""
         extra = RecordStore.from_records(records)
         offsets = np.concatenate([self.offsets, extra.offsets[1:] + self.offsets[-1]])
-        return RecordStore(self.content() + bytes(extra.data), offsets, checked=self.checked)
+        return RecordStore(
+            self.content() + bytes(extra.data), offsets, checked=self.checked, canonical=self.canonical
+        )
 
     def keep(self, rows: np.ndarray) -> RecordStore:
         """A new store of the given rows, in that order."""
         store = RecordStore.from_lines([self.raw(int(r)) for r in rows])
-        store.checked = self.checked
+        store.checked, store.canonical = self.checked, self.canonical
         return store

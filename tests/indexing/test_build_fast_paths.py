@@ -322,6 +322,51 @@ def test_stored_lines_are_the_same_bytes(records: list[Record]) -> None:
         assert encode_records(records) == expected
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return True
+
+
+_TRICKY = st.sampled_from(['"questions": ["x"]', '\\"questions\\": [\\"', "questions", '"questions": []', ""])
+_KEYED_RECORDS = st.builds(
+    Record,
+    id=st.one_of(st.integers(0, 9), _TRICKY.filter(bool)),
+    answer=st.one_of(_TRICKY, st.text(_CHARS, max_size=8).filter(_utf8)),
+    questions=st.lists(st.one_of(_TRICKY, st.text(_CHARS, max_size=4).filter(_utf8)), max_size=2).map(tuple),
+    metadata=st.dictionaries(
+        st.sampled_from(["questions", "tag"]), st.one_of(st.lists(_TRICKY, max_size=2), _TRICKY), max_size=2
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_KEYED_RECORDS, max_size=6), st.lists(_KEYED_RECORDS, max_size=3))
+def test_stored_questions_are_found_without_decoding_every_record(records: list[Record], more: list[Record]) -> None:
+    """``key_texts`` of a store qaindex encoded decodes only the rows whose bytes hold a non-empty
+    questions list, and finds exactly what decoding every row finds: answers, ids and metadata
+    that spell the key in their text change nothing."""
+    from qaindex.key_index import key_texts
+
+    def expected(rs: list[Record]) -> list[tuple[int, str]]:
+        return [(row, q) for row, r in enumerate(rs) for q in r.questions]
+
+    store = RecordStore.from_records(records)
+    assert list(key_texts(store)) == expected(records)
+    assert set(store.question_rows().tolist()) >= {row for row, r in enumerate(records) if r.questions}
+    with fast_path_switch.generic_only():
+        assert store.question_rows().tolist() == list(range(len(records)))  # the reference: every row
+        assert list(key_texts(store)) == expected(records)
+    both = store.append(more)
+    assert both.canonical and list(key_texts(both)) == expected(records + more)
+    rows = np.arange(len(records))[::-1]
+    assert list(key_texts(store.keep(rows))) == expected([records[r] for r in rows])
+    read_back = RecordStore(store.content(), store.offsets)  # lines from a file: spacing not ours
+    assert not read_back.canonical and read_back.question_rows().tolist() == list(range(len(records)))
+
+
 def test_unusual_records_fall_back_to_json_dumps() -> None:
     odd = [
         Record(id=True, answer="a"),  # not validated input: stored as json.dumps would
@@ -370,6 +415,30 @@ def test_builds_are_identical_with_and_without_fast_paths(tmp_path: Path) -> Non
     texts = [r["answer"] for r in items]
     chunks = [_MODEL.encode(texts[i : i + 128], role="answer", batch_size=32) for i in range(0, len(texts), 128)]
     assert np.array_equal(np.asarray(fast_vectors), np.concatenate(chunks))
+
+
+def test_an_in_memory_build_encodes_in_the_chunks_of_a_file_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A list of records is encoded chunk by chunk through the same pipeline as a file (the
+    next chunk tokenized while the encoder runs): the same vectors as the file build, with or
+    without the fast paths, and the BM25 rows of every chunk in order."""
+    import qaindex.indexing.encoding
+
+    monkeypatch.setattr(qaindex.indexing.encoding, "DEFAULT_CHUNK", 128)
+    items = _corpus(700)
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in items), encoding="utf-8")
+    _, from_file, _ = build_from_file(path, _MODEL, index_kind="flat", chunk_size=128, batch_size=32)
+    in_memory = qaindex.Ranker.build(items, model=_MODEL, index_kind="flat", batch_size=32, hybrid=False)
+    assert np.array_equal(in_memory._vectors, np.asarray(from_file))
+    with fast_path_switch.generic_only():
+        generic = qaindex.Ranker.build(items, model=_MODEL, index_kind="flat", batch_size=32, hybrid=False)
+    assert np.array_equal(generic._vectors, in_memory._vectors)
+    if tokenizer_available():
+        hybrid = qaindex.Ranker.build(items, model=_MODEL, index_kind="flat", batch_size=32, hybrid=True)
+        assert hybrid._lexical is not None
+        _same_lexical(hybrid._lexical, LexicalIndex.from_texts([r["answer"] for r in items]))
 
 
 def _same_lexical(a: Any, b: Any) -> None:
