@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import fast_path_switch
 from ..errors import IndexFormatError, MissingDependencyError, QueryError
 from ..store.atomic_files import create_file, read_array, save_array
 from ..store.field_ranges import lexical_error
@@ -96,6 +97,9 @@ _IMPACT_CACHE = 65_536  # (term, count) entries of impact_rows's cache
 _ANALYSE_CHUNK = 65_536  # texts analysed at once by LexicalBuilder.add
 _LONG_TEXT = 1 << 20  # characters: a longer text is analysed slice by slice (bounded memory)
 _NON_WORD = re.compile(r"\W")
+# In ASCII text ``\w`` is ``[A-Za-z0-9_]``: every other ASCII character mapped to a space, a
+# split gives the token pattern's words (runs of two or more kept) with no regular expression
+_ASCII_NON_WORD = str.maketrans({chr(c): " " for c in range(128) if not (chr(c).isalnum() or chr(c) == "_")})
 INSTALL_HINT = "install PyStemmer: pip install 'qaindex[hybrid]' (the cpu and gpu extras include it)"
 
 
@@ -114,8 +118,23 @@ class _Tokenizer:
         self._pattern = re.compile(TOKEN_PATTERN)
 
     def __call__(self, text: str) -> list[str]:
-        words = [w for w in self._pattern.findall(text.lower()) if w not in self._stop]
+        words = [w for w in self.words(text) if w not in self._stop]
         return list(self._stem(words)) if words else []
+
+    def words(self, text: str) -> list[str]:
+        """The token pattern's words of ``text`` lower-cased, in order, stopwords included:
+        ``re.findall(TOKEN_PATTERN, text.lower())``; lower-cased ASCII text by a translation and
+        a split instead (the same words, faster).
+
+        Example
+        -------
+        >>> _tokenizer().words("Reset the e-mail_2 PIN, a b.")
+        ['reset', 'the', 'mail_2', 'pin']
+        """
+        low = text.lower()
+        if low.isascii() and fast_path_switch.enabled():
+            return [w for w in low.translate(_ASCII_NON_WORD).split() if len(w) > 1]
+        return self._pattern.findall(low)
 
     def bags(
         self, texts: Sequence[str], words: dict[str, int], ids: dict[str, int], vocab: list[str]
@@ -129,7 +148,7 @@ class _Tokenizer:
         # a long text is counted word by word in slices (its distinct words, each with its
         # count: memory in its vocabulary, not its length); the others are listed whole
         long = [i for i, t in enumerate(texts) if len(t) > _LONG_TEXT]
-        per_text: list[list[str]] = [[] if len(t) > _LONG_TEXT else self._pattern.findall(t.lower()) for t in texts]
+        per_text: list[list[str]] = [[] if len(t) > _LONG_TEXT else self.words(t) for t in texts]
         repeats: list[np.ndarray] = []
         for i in long:
             counted = self._word_counts(texts[i])
@@ -178,7 +197,7 @@ class _Tokenizer:
             end = start + _LONG_TEXT
             cut = _NON_WORD.search(text, end) if end < len(text) else None
             stop = len(text) if end >= len(text) or cut is None else cut.start()
-            counted.update(self._pattern.findall(text[start:stop].lower()))
+            counted.update(self.words(text[start:stop]))
             start = stop
         return counted
 
