@@ -275,6 +275,15 @@ def median_seconds(fn: Callable[[], Any], reps: int) -> float:
     return float(np.median(times))
 
 
+def rss_mb() -> float:
+    """This process's resident memory now, in MiB (``VmRSS``; NaN where ``/proc`` has none)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def index_bytes(path: Path) -> int:
     """Bytes of every file under ``path``."""
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

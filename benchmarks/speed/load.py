@@ -9,7 +9,8 @@ from ``examples/faq.jsonl``), then times ``Ranker.load`` (median of several load
 warm) with ``verify=True`` and ``verify=False``, and the streamed SHA-256 rate of this machine.
 It also times the first hybrid search after a load, reading the stored BM25 postings, against
 the same index without them (as a qaindex that did not store them saved it: derived on that
-first search).
+first search), and measures the resident memory of a fresh process after it imports qaindex
+and after it loads the index (both ways; memory-mapped files count once their pages are read).
 
 Usage::
 
@@ -25,6 +26,8 @@ import json
 import os
 import platform
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -68,6 +71,30 @@ def content_checks(index: Path, reps: int) -> float:
         check_records(snap / "records.jsonl", records.data, records.offsets)
         times.append(time.perf_counter() - start)
     return float(np.median(times))
+
+
+_RSS_AFTER_LOAD = """
+import sys
+from benchmarks.common import rss_mb
+from qaindex import Ranker
+before = rss_mb()
+ranker = Ranker.load(sys.argv[1], verify=sys.argv[2] == "verify")
+print(before, rss_mb())
+"""
+
+
+def rss_after_load(index: Path, verify: bool) -> tuple[float, float]:
+    """``(MiB after importing qaindex, MiB after loading the index)`` of a fresh process."""
+    done = subprocess.run(
+        [sys.executable, "-c", _RSS_AFTER_LOAD, str(index), "verify" if verify else "trust"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    before, after = (float(v) for v in done.stdout.split())
+    return before, after
 
 
 def without_postings(index: Path, target: Path) -> Path:
@@ -121,6 +148,8 @@ def main() -> None:
             question = " ".join(rng.choice(words, size=6))
             first = first_search(index, question, args.reps)
             derived = first_search(without_postings(index, Path(tmp) / f"older-{n}"), question, args.reps)
+            imported, after_load = rss_after_load(index, verify=False)
+            _, after_verified = rss_after_load(index, verify=True)
             row = {
                 "answers": n,
                 "index_bytes": size,
@@ -132,13 +161,18 @@ def main() -> None:
                 "content_share_of_verify": round(content / max(1e-9, verified - unverified), 3),
                 "first_search_s": round(first, 4),
                 "first_search_derived_s": round(derived, 4),
+                "rss_after_import_mib": round(imported, 1),
+                "rss_after_load_mib": round(after_load, 1),
+                "rss_after_verified_load_mib": round(after_verified, 1),
             }
             rows.append(row)
             print(
                 f"{n:>7} answers, {size / 1e6:7.1f} MB: load {verified * 1e3:8.1f} ms verified, "
                 f"{unverified * 1e3:8.1f} ms with verify=False (verification {row['verify_cost_s'] * 1e3:.1f} ms, "
                 f"of which content scan {content * 1e3:.1f} ms); first hybrid search {first * 1e3:.1f} ms "
-                f"(postings stored) against {derived * 1e3:.1f} ms (derived, as indexes saved without them)"
+                f"(postings stored) against {derived * 1e3:.1f} ms (derived, as indexes saved without them); "
+                f"resident memory {after_load:.0f} MiB after a load ({after_verified:.0f} MiB verified; "
+                f"{imported:.0f} MiB after importing qaindex)"
             )
     result = {
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},

@@ -81,6 +81,7 @@ from benchmarks.common import (
     percentiles,
     pick_questions,
     read_texts,
+    rss_mb,
     set_faiss_threads,
     write_atomic,
     write_results,
@@ -96,14 +97,6 @@ RESULTS = ROOT / "benchmarks" / "results" / "scale.json"
 
 
 # ----------------------------------------------------------------------------- measuring
-def rss_mb() -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 

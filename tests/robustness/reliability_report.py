@@ -97,6 +97,13 @@ def readme_body(results: dict[str, Any]) -> str:
             if "first_search_s" in s
             else ""
         )
+        + (
+            f"; resident memory after a load {s['rss_after_load_mib']:,.0f} MiB with `verify=False`, "
+            f"{s['rss_after_verified_load_mib']:,.0f} MiB verified ({s['rss_after_import_mib']:,.0f} MiB after "
+            "importing qaindex)"
+            if "rss_after_load_mib" in s
+            else ""
+        )
         for s in load["sizes"]
     )
     return (
