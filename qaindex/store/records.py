@@ -215,9 +215,7 @@ class RecordStore:
         """A new store: these rows followed by ``records``."""
         extra = RecordStore.from_records(records)
         offsets = np.concatenate([self.offsets, extra.offsets[1:] + self.offsets[-1]])
-        return RecordStore(
-            self.content() + bytes(extra.data), offsets, checked=self.checked, canonical=self.canonical
-        )
+        return RecordStore(self.content() + bytes(extra.data), offsets, checked=self.checked, canonical=self.canonical)
 
     def keep(self, rows: np.ndarray) -> RecordStore:
         """A new store of the given rows, in that order."""
