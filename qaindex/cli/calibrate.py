@@ -136,11 +136,11 @@ def _model_to_calibrate(model_dir: str, out: Path | None, dry_run: bool) -> Iter
 )
 @click.option("--no-offtopic", is_flag=True, help="Fit on DATA's questions only, without off-topic questions.")
 @click.option(
-    "--hybrid-score",
-    is_flag=True,
-    help="Also calibrate hybrid hits on their fused value (fusion.fused_score in the manifest; needs the "
-    "hybrid extra). Fit it on labelled questions like your users', not on --teacher pseudo-questions "
-    "(docs/scores.md).",
+    "--hybrid-score/--no-hybrid-score",
+    default=None,
+    help="Also calibrate hybrid hits (the default search) on their fused value (fusion.fused_score in the "
+    "manifest; needs the hybrid extra). Default: on for labelled DATA where the hybrid extra is installed, "
+    "off with --teacher: fit it on questions like your users', not on pseudo-questions (docs/scores.md).",
 )
 @click.option("--dry-run", is_flag=True, help="Fit and report, but leave the model directory unchanged.")
 @click.option(
@@ -160,7 +160,7 @@ def calibrate_command(
     checks: tuple[Path, ...],
     offtopic: Path | None,
     no_offtopic: bool,
-    hybrid_score: bool,
+    hybrid_score: bool | None,
     dry_run: bool,
     out: Path | None,
 ) -> None:
@@ -174,6 +174,10 @@ def calibrate_command(
     if offtopic is not None and no_offtopic:
         raise click.UsageError("--offtopic and --no-offtopic exclude each other; give one")
     off_questions, off_source = offtopic_questions(offtopic, no_offtopic)
+    if hybrid_score is None:  # the default search is hybrid: its score is refitted with the model's
+        from ..text.lexical import tokenizer_available
+
+        hybrid_score = teacher is None and tokenizer_available()
     with _model_to_calibrate(model_dir, out, dry_run) as target:
         report = _calibrate(
             target, data, method, depth, teacher, per_answer, checks, off_questions, off_source, hybrid_score, dry_run
