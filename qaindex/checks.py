@@ -46,6 +46,7 @@ __all__ = [
     "positive_int",
     "text_list",
     "threads_arg",
+    "verify_arg",
 ]
 
 MAX_INT64 = (1 << 63) - 1
@@ -216,6 +217,25 @@ def path_or_records(value: Any, name: str) -> bool:
             f"got {type(value).__name__}"
         )
     return False
+
+
+def verify_arg(value: Any) -> bool | str:
+    """``verify`` of a load: True, False (numpy bools too) or ``"full"``.
+
+    Example
+    -------
+    >>> verify_arg("full"), verify_arg(np.bool_(False))
+    ('full', False)
+    >>> verify_arg("yes")
+    Traceback (most recent call last):
+    ...
+    qaindex.errors.QueryError: verify must be True, False or "full", got str 'yes'
+    """
+    if isinstance(value, str) and value == "full":
+        return value
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    raise QueryError(f'verify must be True, False or "full", got {type(value).__name__} {shown(value)}')
 
 
 def flag(value: Any, name: str) -> bool:

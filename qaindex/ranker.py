@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .checks import flag, path_arg, positive_int, threads_arg
+from .checks import flag, path_arg, positive_int, threads_arg, verify_arg
 from .corpus import Record
 from .devices import check_device
 from .indexing import updates
@@ -47,6 +47,7 @@ from .search.plan import (
 from .search.recall import measure_recall
 from .search.state import IndexState
 from .snapshot import SavedState, now, open_snapshot, read_consistently
+from .store.chunk_checks import ChunkedFile
 from .store.concurrency import ReadWriteLock, reading, writing
 from .store.index_format import INDEX_FORMAT, INDEX_FORMAT_VERSION, read_index_manifest
 from .store.locking import DEFAULT_LOCK_TIMEOUT, check_timeout, index_lock
@@ -91,6 +92,7 @@ class Ranker:
         reranker: Reranker | None = None,
         lexical: LexicalIndex | None = None,
         keys: KeyIndex | None = None,
+        vector_checks: ChunkedFile | None = None,
     ) -> None:
         self.model = model
         # the stored questions as search keys (qaindex.key_index), saved with the index; None: answers only
@@ -103,6 +105,8 @@ class Ranker:
         self.reranker = reranker
         self._records = records
         self._vectors = vectors
+        # vectors.npy of a loaded index, verified chunk by chunk as its rows are read (qaindex.store.chunk_checks)
+        self._vector_checks = vector_checks
         self._coarse = coarse
         self._coarse_stale = False
         self.overfetch = int(overfetch)
@@ -213,7 +217,7 @@ class Ranker:
         *,
         device: str = "auto",
         threads: int | None = 1,
-        verify: bool = True,
+        verify: bool | str = True,
     ) -> Ranker:
         """Open a saved index (cheap: vectors, records and FAISS index are memory-mapped).
 
@@ -224,11 +228,16 @@ class Ranker:
         device : {"auto", "cpu", "cuda"}, keyword-only
         threads : int or None, keyword-only
             onnxruntime threads (1 is fastest for single questions; None: all cores).
-        verify : bool, keyword-only
-            Check the size and SHA-256 of every file of the index and of its model copy,
-            whatever its size (each file is read once, streamed). ``False`` skips the
-            checksums, for a faster start of a trusted index; the manifests are still
-            validated and every path they name must stay inside the index directory.
+        verify : {True, "full", False}, keyword-only
+            True: no byte of the index is used before it is proved to be the one its writer
+            saved. Every file is checked against the size and SHA-256 the manifest lists, the
+            answers' vectors chunk by chunk as their rows are first read (a load costs what
+            it reads: :mod:`qaindex.store.chunk_checks`), the others whole now; vectors are
+            checked finite (inside the ball) and records strict JSON as they are read.
+            ``"full"``: every file hashed and all content scanned now (as indexes saved
+            before chunk digests always are). ``False`` skips the checksums and scans, for a
+            faster start of a trusted index; the manifests are still validated and every
+            path they name must stay inside the index directory.
 
         Raises
         ------
@@ -239,14 +248,14 @@ class Ranker:
         root = path_arg(path, "path", what="an index directory")
         check_device(device)
         threads = threads_arg(threads)
-        verify = flag(verify, "verify")
+        verify = verify_arg(verify)
         return read_consistently(
             root, lambda manifest: cls._open_snapshot(root, manifest, device=device, threads=threads, verify=verify)
         )
 
     @classmethod
     def _open_snapshot(
-        cls, root: Path, manifest: dict[str, Any], *, device: str, threads: int | None, verify: bool
+        cls, root: Path, manifest: dict[str, Any], *, device: str, threads: int | None, verify: bool | str
     ) -> Ranker:
         opened = open_snapshot(root, manifest, device=device, threads=threads, verify=verify)
         ranker = cls(*opened.pieces(), **opened.options(root, manifest))
@@ -261,7 +270,7 @@ class Ranker:
         *,
         device: str = "auto",
         threads: int | None = None,
-        verify: bool = True,
+        verify: bool | str = True,
         lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
     ) -> Iterator[Ranker]:
         """Read-modify-write an index under its writer lock: load, yield, save on success.
@@ -293,7 +302,7 @@ class Ranker:
         root = path_arg(path, "path", what="an index directory")
         check_device(device)
         threads = threads_arg(threads)
-        verify = flag(verify, "verify")
+        verify = verify_arg(verify)
         read_index_manifest(root)  # a clear error for a missing index, before any lock file
         with index_lock(root, timeout=lock_timeout):
             ranker = cls.load(root, device=device, threads=threads, verify=verify)
@@ -389,7 +398,9 @@ class Ranker:
         return self
 
     def _measured(self, lexical: LexicalIndex, previous: Any = None) -> LexicalIndex:  # adaptive fusion's ratio
-        return with_dense_ratio(self.model, self._vectors, lexical, lambda row: self._records.get(row).answer, previous)
+        return with_dense_ratio(
+            self.model, self._checked_vectors(), lexical, lambda row: self._records.get(row).answer, previous
+        )
 
     @property
     def has_hybrid(self) -> bool:
@@ -407,10 +418,14 @@ class Ranker:
         for row in range(len(self)):
             yield self._records.get(row)
 
-    def _state(self, *, refresh: bool = True) -> IndexState:
-        # what a call reads, built under the caller's lock; searches bring the coarse index up to date first
+    def _state(self, *, refresh: bool = True, rows_checked: bool = False) -> IndexState:
+        # what a call reads, built under the caller's lock; searches bring the coarse index up to date first.
+        # A search verifies the rows of vectors.npy it reads (rows_checked); any other call, all of them.
         if refresh:
             self._refresh_coarse()
+        checks = self._checks()
+        if checks is not None and not rows_checked:
+            checks.check_all()
         return IndexState(
             self.model,
             self._records,
@@ -424,7 +439,22 @@ class Ranker:
             path=self.path,
             created=self.created,
             vectors_source=self._disk.vectors_source(self.path),
+            vector_checks=checks if rows_checked else None,
         )
+
+    def _checks(self) -> ChunkedFile | None:
+        # the lazy verification of the served vectors, while they are the loaded file's and unverified
+        checks = self._vector_checks
+        if checks is None or checks.complete or checks.array is not self._vectors:
+            return None
+        return checks
+
+    def _checked_vectors(self) -> np.ndarray:
+        # every vector, verified (a save, a coarse rebuild)
+        checks = self._checks()
+        if checks is not None:
+            checks.check_all()
+        return self._vectors
 
     @reading
     def state(self) -> IndexState:
@@ -466,7 +496,7 @@ class Ranker:
         (True, 3, True)
         """
         options: dict[str, Any] = {"where": where, "min_score": min_score, "rerank": rerank, "depth": depth}
-        return search_plan(self._state(), k, **options, hybrid=hybrid, fusion=fusion, explain=explain)
+        return search_plan(self._state(rows_checked=True), k, **options, hybrid=hybrid, fusion=fusion, explain=explain)
 
     @reading
     def search(
@@ -532,7 +562,7 @@ class Ranker:
         """
         qs = check_question(question)
         options: dict[str, Any] = {"where": where, "min_score": min_score, "rerank": rerank, "depth": depth}
-        state = self._state()
+        state = self._state(rows_checked=True)
         plan = search_plan(state, k, **options, hybrid=hybrid, fusion=fusion, explain=explain)
         return pipeline.search_batch(state, qs, plan)[0]
 
@@ -563,7 +593,7 @@ class Ranker:
         """
         qs = check_questions(questions)
         options: dict[str, Any] = {"where": where, "min_score": min_score, "rerank": rerank, "depth": depth}
-        state = self._state()
+        state = self._state(rows_checked=True)
         plan = search_plan(state, k, **options, hybrid=hybrid, fusion=fusion, explain=explain)
         return pipeline.search_batch(state, qs, plan)
 
@@ -600,7 +630,7 @@ class Ranker:
         k = check_k(k)
         use_coarse = flag(use_coarse, "use_coarse")
         q = check_queries(self.model, queries)
-        return pipeline.search_vectors(self._state(), q, k, use_coarse=use_coarse)
+        return pipeline.search_vectors(self._state(rows_checked=True), q, k, use_coarse=use_coarse)
 
     @reading
     def candidates(self, queries: np.ndarray, m: int, *, use_coarse: bool = False) -> np.ndarray:
@@ -615,7 +645,7 @@ class Ranker:
         m = positive_int(m, "m")
         use_coarse = flag(use_coarse, "use_coarse")
         q = check_queries(self.model, queries)
-        return pipeline.candidates(self._state(), q, m, use_coarse=use_coarse)
+        return pipeline.candidates(self._state(rows_checked=True), q, m, use_coarse=use_coarse)
 
     @reading
     def recall(
@@ -705,7 +735,7 @@ class Ranker:
         with self._refresh_mutex:
             if not self._coarse_stale:
                 return
-            self._coarse = rebuilt_coarse(self._coarse, self.kind_requested, self.model, self._vectors)
+            self._coarse = rebuilt_coarse(self._coarse, self.kind_requested, self.model, self._checked_vectors())
             self._coarse_stale = False
 
     # -- persistence ---------------------------------------------------------------------
@@ -769,7 +799,7 @@ class Ranker:
             lock_timeout=lock_timeout,
             model=self.model,
             records=self._records,
-            vectors=self._vectors,
+            vectors=self._checked_vectors(),
             coarse=self._coarse,
             reranker=self.reranker,
             lexical=self._lexical,

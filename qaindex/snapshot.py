@@ -40,6 +40,7 @@ from .key_index import check_entry as check_keys_entry
 from .model import Model
 from .reranker import Reranker, index_entry, stored_reranker
 from .store.atomic_files import create_file, file_entry, fsync_tree, save_array, verify_files, write_json_atomic
+from .store.chunk_checks import CHUNK_BYTES, ChunkedFile, lazy_digests_name, lazy_files, write_chunk_digests
 from .store.diskspace import writing
 from .store.index_checks import check_content
 from .store.index_format import (
@@ -155,6 +156,7 @@ def write_snapshot(
             save_array(snap / "records.offsets.npy", np.asarray(records.offsets, dtype=np.int64))
         with step("vectors.npy"):
             save_array(snap / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
+            write_chunk_digests(snap / "vectors.npy")  # a load verifies the rows it reads (qaindex.store.chunk_checks)
         with step("coarse.faiss"):
             coarse.save(snap / "coarse.faiss")
         with step("model"):
@@ -173,6 +175,7 @@ def write_snapshot(
             for p in sorted(snap.rglob("*"))
             if p.is_file() and p.name != MARKER_NAME
         }
+        files["vectors.npy"]["chunk_bytes"] = CHUNK_BYTES
         with writing(root, "a new snapshot", needed=needed):
             fsync_tree(snap)
             os.replace(snap, root / snap_name)
@@ -292,6 +295,7 @@ class Snapshot:
     reranker: Reranker | None
     lexical: LexicalIndex | None
     keys: KeyIndex | None = None
+    vector_checks: ChunkedFile | None = None  # vectors.npy verified as its rows are read
 
     def pieces(self) -> tuple[Model, RecordStore, np.ndarray, CoarseIndex]:
         """The Ranker's positional arguments."""
@@ -309,6 +313,7 @@ class Snapshot:
             "reranker": self.reranker,
             "lexical": self.lexical,
             "keys": self.keys,
+            "vector_checks": self.vector_checks,
         }
 
 
@@ -325,16 +330,24 @@ def read_consistently(root: Path, open_: Callable[[dict[str, Any]], _T]) -> _T:
     raise AssertionError("unreachable")
 
 
-def open_snapshot(root: Path, manifest: dict[str, Any], *, device: str, threads: int | None, verify: bool) -> Snapshot:
+def open_snapshot(
+    root: Path, manifest: dict[str, Any], *, device: str, threads: int | None, verify: bool | str
+) -> Snapshot:
     """Open the snapshot ``manifest`` names: verify its files, load the model copy, memory-map
     the vectors and records, read the FAISS, reranker and lexical indexes.
+
+    ``verify``: True hashes every file but ``vectors.npy`` when the snapshot stores its chunk
+    digests (:mod:`qaindex.store.chunk_checks`: its rows are verified as they are read), and
+    scans the content a checksum cannot vouch for as it is read; ``"full"`` hashes every file
+    and scans all content now; False checks neither.
 
     Raises :class:`IndexFormatError` (or :class:`ModelFormatError`) naming the file and
     field when anything disagrees with the manifest.
     """
     snap = root / manifest["snapshot"]
+    lazy = lazy_files(snap, manifest["files"], root / "manifest.json") if verify is True else set()
     if verify:
-        verify_files(snap, manifest["files"], error=IndexFormatError, what="index")
+        verify_files(snap, manifest["files"], error=IndexFormatError, what="index", unhashed=lazy)
     # the model copy's files were verified with the index's: do not hash them twice
     model = Model.load(snap / "model", device=device, threads=threads, verify=False)
     mpath = root / "manifest.json"
@@ -376,11 +389,19 @@ def open_snapshot(root: Path, manifest: dict[str, Any], *, device: str, threads:
         )
     # what the checksums cannot vouch for, as a build and a save check it (qaindex.store.index_checks);
     # verify scans the content too
+    # verify scans the content too; a lazy verification scans each chunk of vectors as it verifies it
+    # and each record as it decodes it (the ids when they are first needed: RecordStore.ids)
+    scan = verify == "full" or (verify is True and not lazy)
     check_content(
-        snap, mpath=mpath, model=model, vectors=vectors, records=records, lexical=lexical, scan=verify, keys=keys
+        snap, mpath=mpath, model=model, vectors=vectors, records=records, lexical=lexical, scan=scan, keys=keys
     )
     reranker = stored_reranker(snap, manifest, device=device, threads=threads)
-    return Snapshot(model, records, vectors, coarse, reranker, lexical, keys)
+    vector_checks = None
+    if lazy:
+        digests = (snap / lazy_digests_name("vectors.npy")).read_bytes()
+        chunk = manifest["files"]["vectors.npy"]["chunk_bytes"]
+        vector_checks = ChunkedFile(snap / "vectors.npy", vectors, digests, chunk, ball=model.space.ball)
+    return Snapshot(model, records, vectors, coarse, reranker, lexical, keys, vector_checks)
 
 
 def _listed(manifest: dict[str, Any], directory: str) -> set[str]:

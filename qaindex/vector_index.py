@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -58,6 +58,13 @@ from . import geometry as geometries
 from .devices import faiss_gpu_count, import_faiss
 from .errors import IndexFormatError, QAIndexError
 from .geometry import Geometry, bilinear
+
+
+class RowSource(Protocol):
+    """Rows gathered by fancy indexing (``vectors[rows]``): a plain array, or one that verifies the
+    rows it reads first (:class:`qaindex.store.chunk_checks.CheckedRows`)."""
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray: ...
 
 __all__ = [
     "AUTO_FLAT_MAX",
@@ -394,7 +401,7 @@ class CoarseIndex:
         self.params[name] = value
 
     # -- search -----------------------------------------------------------------------------
-    def search(self, queries: np.ndarray, m: int, *, vectors: np.ndarray | None = None) -> np.ndarray:
+    def search(self, queries: np.ndarray, m: int, *, vectors: np.ndarray | RowSource | None = None) -> np.ndarray:
         """Candidate rows for each query.
 
         Parameters
@@ -426,7 +433,7 @@ class CoarseIndex:
         _, rows = self._index.search(self._query(queries), m)
         return np.asarray(rows, dtype=np.int64)
 
-    def _search_refined(self, queries: np.ndarray, m: int, vectors: np.ndarray | None) -> np.ndarray:
+    def _search_refined(self, queries: np.ndarray, m: int, vectors: np.ndarray | RowSource | None) -> np.ndarray:
         """``pq``: the ``m × refine`` best codes, re-scored exactly (float32 inner product)."""
         wide = min(self.ntotal, m * self.params["refine"]) if vectors is not None else m
         q = self._query(queries)

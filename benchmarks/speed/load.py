@@ -1,20 +1,23 @@
-"""Load time of an index with and without checksum verification, and SHA-256 throughput.
+"""Load time of an index, verified three ways, its first search, and SHA-256 throughput.
 
-``Ranker.load`` verifies the size and SHA-256 of every file of the index and of its model
-copy by default, and scans the content (finite vectors inside the ball, every record strict
-JSON with its fields, unique ids: :mod:`qaindex.store.index_checks`); ``verify=False`` opts out of
-both. This measures what that costs, and the content scan on its own: for each corpus
-size it builds a ``flat`` index with the built-in default model (synthetic answers of words
-from ``examples/faq.jsonl``), then times ``Ranker.load`` (median of several loads, page cache
-warm) with ``verify=True`` and ``verify=False``, and the streamed SHA-256 rate of this machine.
-It also times the first hybrid search after a load, reading the stored BM25 postings, against
-the same index without them (as a qaindex that did not store them saved it: derived on that
-first search), and measures the resident memory of a fresh process after it imports qaindex
-and after it loads the index (both ways; memory-mapped files count once their pages are read).
+``Ranker.load`` verifies by default that no byte is used before it is proved to be the one
+the index's writer saved: every file's size and SHA-256 now, but ``vectors.npy``'s chunk by
+chunk as a search first reads its rows (:mod:`qaindex.store.chunk_checks`); records are
+checked strict JSON as they are decoded. ``verify="full"`` hashes every file and scans all
+content now (finite vectors inside the ball, every record strict JSON with its fields, unique
+ids, BM25 postings: :mod:`qaindex.store.index_checks`); ``verify=False`` checks neither. For
+each corpus size this builds an index (``--kind``, default ``flat``) with the built-in default
+model (synthetic answers of words from ``examples/faq.jsonl``), then times the three loads
+(median of several, page cache warm), the content scan on its own, and the streamed SHA-256
+rate of this machine. It times the first hybrid search after a default load (which verifies
+the chunks of the vectors it reads) and after a ``verify=False`` one, and the latter against
+the same index without its BM25 postings (as a qaindex that did not store them saved it:
+derived on that first search), and measures the resident memory of a fresh process after it
+imports qaindex and after each load (memory-mapped files count once their pages are read).
 
 Usage::
 
-    python -m benchmarks.speed.load [--sizes 10000,100000] [--reps 5] [--out FILE]
+    python -m benchmarks.speed.load [--sizes 10000,100000] [--kind flat] [--reps 5] [--out FILE]
 
 Prints a table and writes JSON (default ``benchmarks/results/load.json``).
 """
@@ -52,7 +55,7 @@ def sha256_rate(megabytes: int = 256) -> float:
     return len(data) / (time.perf_counter() - start) / 1e9
 
 
-def median_load(index: Path, verify: bool, reps: int) -> float:
+def median_load(index: Path, verify: bool | str, reps: int) -> float:
     return median_seconds(lambda: Ranker.load(index, verify=verify), reps)
 
 
@@ -78,15 +81,16 @@ import sys
 from benchmarks.common import rss_mb
 from qaindex import Ranker
 before = rss_mb()
-ranker = Ranker.load(sys.argv[1], verify=sys.argv[2] == "verify")
+ranker = Ranker.load(sys.argv[1], verify={"full": "full", "default": True, "trust": False}[sys.argv[2]])
 print(before, rss_mb())
 """
 
 
-def rss_after_load(index: Path, verify: bool) -> tuple[float, float]:
+def rss_after_load(index: Path, verify: bool | str) -> tuple[float, float]:
     """``(MiB after importing qaindex, MiB after loading the index)`` of a fresh process."""
+    how = "full" if verify == "full" else ("default" if verify else "trust")
     done = subprocess.run(
-        [sys.executable, "-c", _RSS_AFTER_LOAD, str(index), "verify" if verify else "trust"],
+        [sys.executable, "-c", _RSS_AFTER_LOAD, str(index), how],
         capture_output=True,
         text=True,
         check=True,
@@ -112,11 +116,11 @@ def without_postings(index: Path, target: Path) -> Path:
     return target
 
 
-def first_search(index: Path, question: str, reps: int) -> float:
-    """Median seconds of the first hybrid search after a load (``verify=False``), the load not counted."""
+def first_search(index: Path, question: str, reps: int, verify: bool = False) -> float:
+    """Median seconds of the first hybrid search after a load, the load not counted."""
     times = []
     for _ in range(reps):
-        ranker = Ranker.load(index, verify=False)
+        ranker = Ranker.load(index, verify=verify)
         start = time.perf_counter()
         ranker.search(question, k=10)
         times.append(time.perf_counter() - start)
@@ -126,6 +130,7 @@ def first_search(index: Path, question: str, reps: int) -> float:
 def main() -> None:
     parser = argument_parser(__doc__, out=ROOT / "benchmarks" / "results" / "load.json")
     parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--kind", default="flat", help="index kind to build (flat, auto, pq, hnsw, ...)")
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
     words = sorted({w for r in read_corpus(ROOT / "examples" / "faq.jsonl") for w in r.answer.lower().split()})
@@ -139,45 +144,54 @@ def main() -> None:
                 {"id": i, "answer": " ".join(rng.choice(words, size=int(rng.integers(8, 30))))} for i in range(n)
             ]
             index = Path(tmp) / f"index-{n}"
-            Ranker.build(answers, model=None, device="cpu", index_kind="flat").save(index)
-            median_load(index, True, 1)  # warm the page cache
-            verified = median_load(index, True, args.reps)
+            ranker = Ranker.build(answers, model=None, device="cpu", index_kind=args.kind)
+            kind = ranker.info()["index"]["kind"]
+            ranker.save(index)
+            del ranker
+            median_load(index, "full", 1)  # warm the page cache
+            lazy = median_load(index, True, args.reps)
+            full = median_load(index, "full", args.reps)
             unverified = median_load(index, False, args.reps)
             size = index_bytes(index)
             content = content_checks(index, args.reps)
             question = " ".join(rng.choice(words, size=6))
-            first = first_search(index, question, args.reps)
+            first = first_search(index, question, args.reps, verify=True)
+            trusted = first_search(index, question, args.reps)
             derived = first_search(without_postings(index, Path(tmp) / f"older-{n}"), question, args.reps)
             imported, after_load = rss_after_load(index, verify=False)
-            _, after_verified = rss_after_load(index, verify=True)
+            _, after_lazy = rss_after_load(index, verify=True)
+            _, after_full = rss_after_load(index, verify="full")
             row = {
                 "answers": n,
+                "index_kind": kind,
                 "index_bytes": size,
-                "load_verify_s": round(verified, 4),
+                "load_s": round(lazy, 4),
+                "load_full_s": round(full, 4),
                 "load_no_verify_s": round(unverified, 4),
-                "verify_cost_s": round(verified - unverified, 4),
-                "verify_gb_per_s": round(size / max(1e-9, verified - unverified) / 1e9, 2),
+                "full_verify_gb_per_s": round(size / max(1e-9, full - unverified) / 1e9, 2),
                 "content_checks_s": round(content, 4),
-                "content_share_of_verify": round(content / max(1e-9, verified - unverified), 3),
                 "first_search_s": round(first, 4),
+                "first_search_no_verify_s": round(trusted, 4),
                 "first_search_derived_s": round(derived, 4),
                 "rss_after_import_mib": round(imported, 1),
-                "rss_after_load_mib": round(after_load, 1),
-                "rss_after_verified_load_mib": round(after_verified, 1),
+                "rss_after_load_mib": round(after_lazy, 1),
+                "rss_after_full_load_mib": round(after_full, 1),
+                "rss_after_no_verify_load_mib": round(after_load, 1),
             }
             rows.append(row)
             print(
-                f"{n:>7} answers, {size / 1e6:7.1f} MB: load {verified * 1e3:8.1f} ms verified, "
-                f"{unverified * 1e3:8.1f} ms with verify=False (verification {row['verify_cost_s'] * 1e3:.1f} ms, "
-                f"of which content scan {content * 1e3:.1f} ms); first hybrid search {first * 1e3:.1f} ms "
-                f"(postings stored) against {derived * 1e3:.1f} ms (derived, as indexes saved without them); "
-                f"resident memory {after_load:.0f} MiB after a load ({after_verified:.0f} MiB verified; "
-                f"{imported:.0f} MiB after importing qaindex)"
+                f"{n:>7} answers ({kind}), {size / 1e6:7.1f} MB: load {lazy * 1e3:8.1f} ms (default: vectors verified "
+                f"as read), {full * 1e3:8.1f} ms full (content scan {content * 1e3:.1f} ms of it), "
+                f"{unverified * 1e3:8.1f} ms with verify=False; first hybrid search {first * 1e3:.1f} ms after the "
+                f"default load, {trusted * 1e3:.1f} ms after verify=False, "
+                f"{derived * 1e3:.1f} ms with postings derived (as indexes saved without them); resident memory "
+                f"{after_lazy:.0f} MiB after the default load ({after_full:.0f} MiB full, {after_load:.0f} MiB with "
+                f"verify=False; {imported:.0f} MiB after importing qaindex)"
             )
     result = {
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
         "model": "built-in default",
-        "index_kind": "flat",
+        "index_kind": args.kind,
         "reps": args.reps,
         "sha256_gb_per_s": round(rate, 2),
         "sizes": rows,

@@ -419,10 +419,10 @@ def _print_hits(questions: list[str], results: list[list[Hit]], as_json: bool, t
 _log = logging.getLogger("qaindex.cli")
 
 
-def _load_logged(index: Path, device: str) -> Ranker:
+def _load_logged(index: Path, device: str, verify: bool | str = True) -> Ranker:
     """:meth:`Ranker.load`, logging what was loaded and how long it took (shown by ``qaindex -v``)."""
     started = time.perf_counter()
-    ranker = Ranker.load(index, device=device)
+    ranker = Ranker.load(index, device=device, verify=verify)
     _log.info(
         "loaded %s (%d answers, model %s) in %.1f ms",
         index,
@@ -518,13 +518,16 @@ def _devices_line(info: dict[str, Any]) -> str:
 @click.option(
     "--sample", type=click.IntRange(min=1), default=200, show_default=True, help="Questions sampled for --recall."
 )
-@click.option("--verify", is_flag=True, help="Check the SHA-256 of every file of the index.")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Read the whole index now: the SHA-256 of every file and every record and vector checked "
+    "(a plain load checks each part as it is read).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the information as one JSON object.")
 def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bool, as_json: bool) -> None:
     """Describe an index: model, counts, index kind, devices actually used."""
-    ranker = _load_logged(index, device)
-    if verify:
-        ranker.verify()
+    ranker = _load_logged(index, device, verify="full" if verify else True)
     data = ranker.info()
     data["orphans"] = orphan_summary(index)
     if verify:

@@ -11,10 +11,14 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..geometry.spaces import Geometry
+
+if TYPE_CHECKING:
+    from ..store.chunk_checks import CheckedRows
 
 __all__ = [
     "GATHER_COST",
@@ -69,7 +73,9 @@ def squared_norms(vectors: np.ndarray) -> np.ndarray:
     return norms
 
 
-def gathered_blocks(vectors: np.ndarray, rows: np.ndarray, block_bytes: int) -> Iterator[tuple[int, np.ndarray]]:
+def gathered_blocks(
+    vectors: np.ndarray | CheckedRows, rows: np.ndarray, block_bytes: int
+) -> Iterator[tuple[int, np.ndarray]]:
     """The vectors of candidate ``rows`` ``(n, m)`` (valid row numbers) in column blocks of
     at most ``block_bytes`` (at least one column): ``(first column, (n, width, dimension)
     float32)``, so that scoring a huge candidate list gathers a block at a time, not

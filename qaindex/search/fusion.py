@@ -68,7 +68,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -90,6 +90,9 @@ from . import budget
 from .exact import gathered_blocks
 from .hits import Explanation
 from .scoring import fused_probability, hybrid_probability, hybrid_scores
+
+if TYPE_CHECKING:
+    from ..store.chunk_checks import CheckedRows
 
 __all__ = [
     "CANDIDATE_FLOOR",
@@ -559,7 +562,7 @@ def with_dense_ratio(
 
 def hybrid_arrays(
     model: Any,
-    vectors: np.ndarray,
+    vectors: np.ndarray | CheckedRows,
     lexical: Any,
     questions: list[str],
     qv: np.ndarray,
@@ -657,7 +660,7 @@ def hybrid_arrays(
     q = np.ascontiguousarray(qv, dtype=np.float32)  # candidates scored in column blocks within the budget
     score, dist = np.empty(cand.shape, np.float32), np.empty(cand.shape, np.float32)
     block = budget.request_budget(memory_budget) // (4 * budget.SCORER_COPIES)
-    for c, gathered in gathered_blocks(np.asarray(vectors), safe, block):
+    for c, gathered in gathered_blocks(vectors, safe, block):
         score[:, c : c + gathered.shape[1]], dist[:, c : c + gathered.shape[1]] = model.score_checked(q, gathered)
     top_s = np.full((n, k), -np.inf, np.float32)
     top_d = np.full((n, k), np.inf, np.float32)

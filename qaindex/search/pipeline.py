@@ -175,6 +175,7 @@ def filtered_vectors(state: IndexState, queries: np.ndarray, k: int, flt: Filter
         return [empty for _ in range(len(queries))]
     if how.kind == "exact":
         assert how.rows is not None
+        state.check_rows(how.rows)
         es, ed, er = exact.screened_among(
             queries, state.vectors, how.rows, k, state.model.score_checked, state.model.space
         )
@@ -187,6 +188,7 @@ def filtered_vectors(state: IndexState, queries: np.ndarray, k: int, flt: Filter
     short = [i for i, f in enumerate(found) if f is None]
     if short:  # the matching answers are not among the question's neighbours: score them all
         rows = filters.matching_rows(store, flt) if how.rows is None else how.rows
+        state.check_rows(rows)
         es, ed, er = exact.screened_among(
             queries[short], state.vectors, rows, k, state.model.score_checked, state.model.space
         )
@@ -205,6 +207,7 @@ def _predicate_search(state: IndexState, query: np.ndarray, k: int, flt: Filter,
         recalled = recalled[recalled >= 0]
         keep = recalled[filters.passes(store, flt, recalled)]
         if len(keep) >= want or m >= total:
+            state.check_rows(keep)
             es, ed, er = exact.exact_among(query, state.vectors, keep, k, state.model.score_checked)
             return es[0], ed[0], er[0]
         wider = filters.widen(m, len(keep), want, total)
@@ -231,6 +234,7 @@ def _post_filter(
         if len(keep) < k and m < len(store):
             out.append(None)
             continue
+        state.check_rows(keep)
         es, ed, er = exact.exact_among(queries[i : i + 1], state.vectors, keep, k, state.model.score_checked)
         out.append((es[0], ed[0], er[0]))
     return out
@@ -291,7 +295,7 @@ def _fused_arrays(
     matched = np.zeros((len(qs), k), np.int8)
     arrays = hybrid_arrays(
         state.model,
-        state.vectors,
+        state.row_reader(),  # the rows it gathers are verified first
         state.lexical,
         qs,
         qv,
@@ -394,8 +398,7 @@ def candidate_rows(state: IndexState, queries: np.ndarray, m: int, *, use_coarse
     total = len(state.records)
     if m >= total and not use_coarse:
         return np.broadcast_to(np.arange(total, dtype=np.int64), (len(queries), total)).copy()
-    # a plain ndarray view of the memory map: fancy indexing skips np.memmap's overhead
-    return state.coarse.search(queries, m, vectors=np.asarray(state.vectors))
+    return state.coarse.search(queries, m, vectors=state.row_reader())
 
 
 def _search_chunk(
@@ -409,6 +412,7 @@ def _search_chunk(
     # the candidates' vectors are gathered and scored in column blocks within the budget
     width = rows.shape[1]
     block = budget.chunk(n * dim * 4 * budget.SCORER_COPIES, limit, max(1, width))
+    state.check_rows(safe_rows)
     vectors = np.asarray(state.vectors)
     score_checked = state.model.score_checked
     if block >= width:

@@ -29,11 +29,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..devices import devices_info
+from ..store.chunk_checks import CheckedRows
 
 if TYPE_CHECKING:
     from ..key_index import KeyIndex
     from ..model import Model
     from ..reranker import Reranker
+    from ..store.chunk_checks import ChunkedFile
     from ..store.records import RecordStore
     from ..text.lexical import LexicalIndex
     from ..vector_index import CoarseIndex
@@ -72,6 +74,10 @@ class IndexState:
         When the index was built.
     vectors_source : Path or str
         The served ``vectors.npy`` (or a description), named by errors about damaged vectors.
+    vector_checks : ChunkedFile or None
+        For a search of a loaded index whose ``vectors.npy`` is not verified whole yet: its
+        chunk checks (:mod:`qaindex.store.chunk_checks`), which :meth:`check_rows` applies to
+        every row the search reads. None: every vector is verified (or was never on disk).
     """
 
     model: Model
@@ -86,9 +92,22 @@ class IndexState:
     path: Path | None = None
     created: str = ""
     vectors_source: Path | str = "the stored vectors"
+    vector_checks: ChunkedFile | None = None
 
     def __len__(self) -> int:
         return len(self.records)
+
+    def check_rows(self, rows: np.ndarray) -> None:
+        """Verify the rows of ``vectors`` a search is about to read (valid row numbers, any shape)."""
+        if self.vector_checks is not None:
+            self.vector_checks.check_rows(rows)
+
+    def row_reader(self) -> np.ndarray | CheckedRows:
+        """``vectors`` for a reader that gathers rows by fancy indexing (the ``pq`` refine): a plain
+        array when they are verified, else one that verifies the rows each gather reads."""
+        if self.vector_checks is None:
+            return np.asarray(self.vectors)  # a plain view of the memory map: fancy indexing skips its overhead
+        return CheckedRows(self.vector_checks)
 
     @property
     def calibration(self) -> Calibration:

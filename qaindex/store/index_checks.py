@@ -136,29 +136,38 @@ def check_offsets(path: Path, offsets: np.ndarray, data: Any) -> None:
             )
 
 
-def check_vectors(path: Path, vectors: np.ndarray, *, ball: bool, scan: bool) -> None:
-    """``vectors.npy``: exactly float32; with ``scan``, finite and (``ball``) of norm below 1."""
+def check_vectors(path: Path, vectors: np.ndarray, *, ball: bool, scan: bool, rows: np.ndarray | None = None) -> None:
+    """``vectors.npy``: exactly float32; with ``scan``, finite and (``ball``) of norm below 1
+    (``rows``: the file's row number of each of ``vectors``, for the messages; default
+    ``0 .. len - 1``)."""
     if vectors.dtype != np.dtype(np.float32):
         raise IndexFormatError(f"{path}: dtype {vectors.dtype}, expected float32; {_REBUILD}")
     if not scan:
         return
+
+    def row_of(i: int) -> int:
+        return i if rows is None else int(rows[i])
+
     for start in range(0, len(vectors), _BLOCK_ROWS):
         block = np.asarray(vectors[start : start + _BLOCK_ROWS])
         with np.errstate(over="ignore", invalid="ignore"):
             sq = np.einsum("ij,ij->i", block, block)
         suspect = ~np.isfinite(sq)
         if suspect.any():  # overflow of a finite but huge row, or a NaN / Infinity
-            rows = np.flatnonzero(suspect)
-            bad = rows[~np.isfinite(block[rows]).all(axis=1)]
+            found = np.flatnonzero(suspect)
+            bad = found[~np.isfinite(block[found]).all(axis=1)]
             if len(bad):
-                raise IndexFormatError(f"{path}: row {start + int(bad[0])} holds NaN or infinite values; {_REBUILD}")
+                raise IndexFormatError(
+                    f"{path}: row {row_of(start + int(bad[0]))} holds NaN or infinite values; {_REBUILD}"
+                )
         if ball:
             outside = ~(sq < 1.0)
             if outside.any():
                 row = int(np.argmax(outside))
+                norm = float(np.sqrt(np.float64(sq[row])))
                 raise IndexFormatError(
-                    f"{path}: row {start + row} has norm {float(np.sqrt(np.float64(sq[row]))):.6g}, outside the "
-                    f"unit ball of a Poincaré model; {_REBUILD}"
+                    f"{path}: row {row_of(start + row)} has norm {norm:.6g}, outside the unit ball of a "
+                    f"Poincaré model; {_REBUILD}"
                 )
 
 

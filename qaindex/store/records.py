@@ -19,7 +19,7 @@ import numpy as np
 from .. import fast_path_switch
 from ..corpus import Record
 from ..errors import IndexFormatError
-from .index_checks import parse_record
+from .index_checks import check_records, parse_record
 
 __all__ = ["RecordStore", "encode_record", "encode_records"]
 
@@ -197,7 +197,11 @@ class RecordStore:
         return np.unique(np.searchsorted(self.offsets, starts, side="right") - 1)
 
     def ids(self) -> dict[str, int]:
-        """``{str(id): row}`` for every record."""
+        """``{str(id): row}`` for every record (for a loaded store, found by the load's scan of
+        every line: :func:`~qaindex.store.index_checks.check_records`)."""
+        if self._ids is None and self.source is not None and not self.checked:
+            self._ids = check_records(self.source, self.data, self.offsets)
+            self.checked = True
         if self._ids is None:
             ids: dict[str, int] = {}
             for row in range(len(self)):

@@ -24,14 +24,21 @@ __all__ = ["HOSTILE", "hostile_files", "make_hostile", "reseal"]
 
 
 def reseal(index: Path) -> None:
-    """Recompute every checksum of the index's manifest (as someone editing its files could),
-    so that only the content checks of a load can catch what was changed."""
+    """Recompute every checksum of the index's manifest and the chunk digests of its vectors
+    (as someone editing its files could), so that only the content checks of a load, or of
+    the first read of the rows changed, can catch what was changed."""
     from qaindex.store.atomic_files import file_entry
+    from qaindex.store.chunk_checks import chunk_digests
     from qaindex.store.index_format import manifest_checksum
 
     manifest = json.loads((index / "manifest.json").read_text())
     snap = index / manifest["snapshot"]
+    chunked = {name: e["chunk_bytes"] for name, e in manifest["files"].items() if "chunk_bytes" in e}
+    for name, size in chunked.items():
+        (snap / f"{name}.chunks").write_bytes(chunk_digests(snap / name, size))
     manifest["files"] = {name: file_entry(snap / name) for name in manifest["files"]}
+    for name, size in chunked.items():
+        manifest["files"][name]["chunk_bytes"] = size
     manifest["model"]["manifest_sha256"] = manifest["files"]["model/manifest.json"]["sha256"]
     manifest["checksum"] = manifest_checksum(manifest)
     (index / "manifest.json").write_text(json.dumps(manifest))
@@ -194,7 +201,7 @@ def hostile_files(workdir: Path, model: Path) -> dict[str, Any]:
     base = workdir / "hostile-base"
     Ranker.build(records("h", 60), model=model, index_kind="hnsw").save(base)
     corpus = write_jsonl(workdir / "hostile-add.jsonl", records("hadd", 2))
-    runs = defects = refused = 0
+    runs = defects = refused = refused_on_read = 0
     failures: list[str] = []
 
     def defect(what: str) -> None:
@@ -206,13 +213,23 @@ def hostile_files(workdir: Path, model: Path) -> dict[str, Any]:
         index = make_hostile(base, workdir / f"hostile-{n}", case)
         runs += 1
         try:
-            Ranker.load(index)
+            Ranker.load(index, verify="full")
         except QAIndexError:
             refused += 1
         except Exception as exc:  # noqa: BLE001 - any other exception is a defect
             defect(f"{case}: load: {type(exc).__name__}: {exc}")
         else:
-            defect(f"{case}: the default load accepted it")
+            defect(f"{case}: the full load accepted it")
+        runs += 1
+        try:  # the default load checks content as it is read: all of it read here
+            ranker = Ranker.load(index)
+            ranker.state()
+            list(ranker.records())
+            ranker.state().records.ids()
+        except QAIndexError:
+            refused_on_read += 1
+        except Exception as exc:  # noqa: BLE001 - any other exception is a defect
+            defect(f"{case}: default load: {type(exc).__name__}: {exc}")
         runs += 1
         try:
             ranker = Ranker.load(index, verify=False)
@@ -271,7 +288,8 @@ def hostile_files(workdir: Path, model: Path) -> dict[str, Any]:
     stats = {
         "cases": len(HOSTILE),
         "runs": runs,
-        "refused_by_default_load": refused,
+        "refused_by_full_load": refused,
+        "refused_by_default_load_or_first_read": refused_on_read,
         "defects": defects,
         "foreign_folder_runs": foreign_runs,
         "foreign_folder_modified": modified,

@@ -54,10 +54,10 @@ def test_corruption_matrix_is_fully_detected(tmp_path: Path) -> None:
     index = tmp_path / "index"
     Ranker.build(reliability.records("s", 50), model=model).save(index)
     result = reliability.corruption_matrix(index, tmp_path / "outside", "test")
-    # manifest.json + records.jsonl, offsets, vectors, coarse.faiss + 4 model files + 7 lexical (BM25) files
-    # + the stored questions' keys: vectors, owners and 7 BM25 files
-    assert result["files"] == 25
-    assert result["cases"] == 25 * len(reliability.CORRUPTIONS)
+    # manifest.json + records.jsonl, offsets, vectors and their chunk digests, coarse.faiss + 4 model files
+    # + 7 lexical (BM25) files + the stored questions' keys: vectors, owners and 7 BM25 files
+    assert result["files"] == 26
+    assert result["cases"] == 26 * len(reliability.CORRUPTIONS)
     assert (result["detected"], result["missed"], result["non_qaindex_errors"]) == (result["cases"], [], [])
     assert len(Ranker.load(index)) == 50  # every file restored
 
@@ -84,13 +84,18 @@ def test_readme_body_renders_the_hostile_file_figures() -> None:
     results["hostile_files"] = {
         "cases": 35,
         "runs": 182,
-        "refused_by_default_load": 35,
+        "refused_by_full_load": 35,
+        "refused_by_default_load_or_first_read": 34,
         "defects": 0,
         "foreign_folder_runs": 7,
         "foreign_folder_modified": False,
     }
     body = reliability_report.readme_body(results)
-    assert "| 182 | 35/35 refused by the default load; 0 errors other than `QAIndexError`" in body
+    assert (
+        '| 182 | 35/35 refused by a full load (`verify="full"`), 34/35 by the default load or the first read of the '
+        "damaged content (not: BM25 postings that disagree with their terms under valid checksums); 0 errors "
+        "other than `QAIndexError`"
+    ) in body
     assert "a folder named like a snapshot | 7 | all refused; the folder untouched |" in body
     del results["hostile_files"]  # results from before the hostile cases still render
     assert "hostile files" not in reliability_report.readme_body(results)

@@ -230,8 +230,14 @@ def test_load_errors(faq_model: Path, faq_file: Path, tmp_path: Path) -> None:
     data[-1] ^= 0xFF
     vec.write_bytes(bytes(data))
     with pytest.raises(IndexFormatError) as e2:
-        Ranker.load(target)
+        Ranker.load(target, verify="full")
     assert str(e2.value) == f"{vec}: checksum does not match the manifest; the index is corrupted, rebuild it"
+    lazy = Ranker.load(target)  # the vectors are verified as they are read: the last chunk on a search
+    with pytest.raises(IndexFormatError) as e2:
+        lazy.search("password", k=len(lazy))
+    assert str(e2.value).startswith(f"{vec}: bytes ") and str(e2.value).endswith(
+        "do not match their checksum in vectors.npy.chunks; the index is corrupted, rebuild it"
+    )
     vec.write_bytes(bytes(data[:-4]))
     with pytest.raises(
         IndexFormatError,

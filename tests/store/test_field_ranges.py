@@ -77,7 +77,7 @@ def _edit_json(index: Path, name: str, change: Callable[[dict[str, Any]], None])
     return path
 
 
-def _load_error(index: Path, error: type[Exception], verify: bool = True) -> str:
+def _load_error(index: Path, error: type[Exception], verify: bool | str = True) -> str:
     with pytest.raises(error) as info:
         Ranker.load(index, device="cpu", verify=verify)
     return str(info.value)
@@ -235,12 +235,13 @@ def _replace_line(index: Path, row: int, line: bytes) -> Path:
 def test_a_record_value_out_of_range_is_refused(index: Path, line: bytes, message: str) -> None:
     path = _replace_line(index, 3, line)
     expected = f"{path}: line 4: {message}; {REBUILD}"
-    assert _load_error(index, IndexFormatError).startswith(expected)
+    assert _load_error(index, IndexFormatError, verify="full").startswith(expected)
     assert message in _cli_info_verify(index)
-    ranker = Ranker.load(index, device="cpu", verify=False)  # no scan: refused when the record is read
-    with pytest.raises(IndexFormatError) as info:
-        list(ranker.records())
-    assert str(info.value).startswith(expected)
+    for verify in (True, False):  # no scan: refused when the record is read
+        ranker = Ranker.load(index, device="cpu", verify=verify)
+        with pytest.raises(IndexFormatError) as info:
+            list(ranker.records())
+        assert str(info.value).startswith(expected)
     # a save applies the load's checks: the damaged record is not written into a new index
     with pytest.raises(IndexFormatError) as info:
         ranker.save(index.parent / "copy")
@@ -316,14 +317,21 @@ def test_the_docs_show_the_table() -> None:
 
 def test_a_save_scans_only_records_not_known_good(index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from qaindex.store import index_checks
+    from qaindex.store import records as records_module
 
     scanned: list[Path] = []
     real = index_checks.check_records
-    monkeypatch.setattr(index_checks, "check_records", lambda path, *a: scanned.append(path) or real(path, *a))
+
+    def counting(path: Path, *a: Any) -> Any:
+        scanned.append(path)
+        return real(path, *a)
+
+    monkeypatch.setattr(index_checks, "check_records", counting)
+    monkeypatch.setattr(records_module, "check_records", counting)  # the ids of a store loaded unscanned
     ranker = Ranker.load(index, device="cpu")
     ranker.add([{"id": "new", "answer": "A new answer."}])
     ranker.save(tmp_path / "a")
-    assert len(scanned) == 1  # the load's scan; the add and the save trust it
+    assert len(scanned) == 1  # the scan of the add's ids; the save trusts it
     Ranker.build(RECORDS[:3], device="cpu", hybrid=False).save(tmp_path / "b")
     assert len(scanned) == 1  # records read from a corpus are validated there
     Ranker.load(index, device="cpu", verify=False).save(tmp_path / "c")

@@ -418,17 +418,40 @@ def test_every_hostile_case_has_an_expected_message() -> None:
     assert set(HOSTILE_EXPECTED) == set(hostile_files.HOSTILE)
 
 
+# what a default load leaves to the first read of the content (records decoded, ids mapped, vectors
+# verified chunk by chunk), and what only a full verification scans (the BM25 postings against the terms)
+READ_TIME = {case for case in HOSTILE_EXPECTED if case.startswith(("record", "vectors "))}
+FULL_ONLY = {"postings weights changed"}
+
+
+def _read_everything(index: Path) -> None:
+    """A default load, then every read that checks content: all records, their ids, all vectors."""
+    ranker = Ranker.load(index)
+    state = ranker.state()  # not a search: every chunk of vectors.npy is verified first
+    list(ranker.records())
+    state.records.ids()
+
+
 @pytest.mark.parametrize("case", list(HOSTILE_EXPECTED))
 def test_the_default_load_refuses_hostile_content(hostile_base: Path, tmp_path: Path, case: str) -> None:
     index = hostile_files.make_hostile(hostile_base, tmp_path / "ix", case)
     where, fragment = HOSTILE_EXPECTED[case]
     snap = index / json.loads((index / "manifest.json").read_text())["snapshot"]
     path = index / where if where == "manifest.json" else (snap / where if where else snap)
-    with pytest.raises(IndexFormatError) as err:
-        Ranker.load(index)
-    assert str(err.value).startswith(f"{path}: ")
-    assert fragment in str(err.value)
-    assert str(err.value).endswith(("rebuild it", "rebuild the index", "rebuild it with --hybrid"))
+    if case in FULL_ONLY:  # the bytes are the writer's (their checksums hold): a full load compares them
+        _read_everything(index)
+    for how in ("full", "default") if case not in FULL_ONLY else ("full",):
+        with pytest.raises(IndexFormatError) as err:
+            if how == "full":
+                Ranker.load(index, verify="full")
+            elif case in READ_TIME:
+                Ranker.load(index)  # the content is checked as it is read, not now
+                _read_everything(index)
+            else:
+                Ranker.load(index)
+        assert str(err.value).startswith(f"{path}: ")
+        assert fragment in str(err.value)
+        assert str(err.value).endswith(("rebuild it", "rebuild the index", "rebuild it with --hybrid"))
 
 
 def test_verify_false_still_refuses_damaged_content_when_it_is_read(hostile_base: Path, tmp_path: Path) -> None:
@@ -448,8 +471,9 @@ def test_verify_false_still_refuses_damaged_content_when_it_is_read(hostile_base
 
 
 def test_a_valid_index_passes_every_check(hostile_base: Path) -> None:
-    ranker = Ranker.load(hostile_base)
+    ranker = Ranker.load(hostile_base, verify="full")
     assert len(ranker) == 60 and ranker._records._ids is not None  # the ids map comes from the scan
+    _read_everything(hostile_base)
     assert [h.id for h in ranker.search("w1 w2 w3", k=3)] == [
         h.id for h in Ranker.load(hostile_base, verify=False).search("w1 w2 w3", k=3)
     ]

@@ -1,0 +1,250 @@
+"""Per-chunk checksums: a large memory-mapped file verified where it is read, on first touch.
+
+A load that hashed every byte of a million-answer index would read a gigabyte of vectors
+before answering its first question, though a search reads a few hundred rows of them. So a
+snapshot stores, beside ``vectors.npy``, the SHA-256 of each ``CHUNK_BYTES`` slice of it
+(``vectors.npy.chunks``: the 32-byte digests back to back; the slice ``i`` is bytes
+``[i * CHUNK_BYTES, min((i + 1) * CHUNK_BYTES, size))``). That file is listed in the
+manifest and hashed whole with the other files; ``vectors.npy`` itself is then verified
+lazily (:class:`ChunkedFile`): the first read of a row hashes the chunks that hold it,
+compares them with their digests, and checks the rows those chunks hold as a full load
+would (finite, inside the ball of a Poincaré model: :func:`~.index_checks.check_vectors`).
+A chunk is hashed once per load; one that differs raises
+:class:`~qaindex.errors.IndexFormatError` naming the bytes and rows, on every read that
+touches it. So no row is used before its bytes were proved to be those the index's writer
+saved, and a load costs what it reads.
+
+``Ranker.verify`` and ``Ranker.load(verify="full")`` still hash every byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import IndexFormatError
+from .atomic_files import create_file
+from .index_checks import check_vectors
+
+__all__ = [
+    "CHUNK_BYTES",
+    "DIGEST_SUFFIX",
+    "CheckedRows",
+    "ChunkedFile",
+    "chunk_digests",
+    "lazy_digests_name",
+    "lazy_files",
+    "write_chunk_digests",
+]
+
+CHUNK_BYTES = 1 << 12  # a page: the first search of a large index hashes about 4 KiB a row it reads
+DIGEST_SUFFIX = ".chunks"
+_DIGEST = 32  # bytes of one SHA-256 digest
+_REBUILD = "the index is corrupted, rebuild it"
+_LAZY = ("vectors.npy",)  # the files a snapshot stores chunk digests of
+_CHUNK_RANGE = (1 << 12, 1 << 26)
+
+
+def chunk_digests(path: str | os.PathLike[str], chunk_bytes: int = CHUNK_BYTES) -> bytes:
+    """The SHA-256 digests of each ``chunk_bytes`` slice of a file, back to back.
+
+    Example
+    -------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "x"; _ = p.write_bytes(b"ab" * 5)
+    >>> d = chunk_digests(p, chunk_bytes=4)
+    >>> len(d) // 32, d[:32] == hashlib.sha256(b"abab").digest()
+    (3, True)
+    """
+    out = bytearray()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(chunk_bytes):
+            out += hashlib.sha256(chunk).digest()
+    return bytes(out)
+
+
+def write_chunk_digests(path: Path) -> Path:
+    """Write ``path``'s chunk digests to a new file, ``path`` + :data:`DIGEST_SUFFIX`, and return it."""
+    target = path.with_name(path.name + DIGEST_SUFFIX)
+    with create_file(target) as handle:
+        handle.write(chunk_digests(path))
+    return target
+
+
+def lazy_digests_name(name: str) -> str:
+    """The name of the file holding ``name``'s chunk digests."""
+    return name + DIGEST_SUFFIX
+
+
+def lazy_files(snap: Path, files: Mapping[str, Any], mpath: Path) -> set[str]:
+    """The files of a snapshot that a load may verify chunk by chunk: those whose manifest
+    entry gives ``chunk_bytes`` and whose digests file is listed, of the right size. Empty for
+    a snapshot written before chunk digests (every file is hashed whole then).
+
+    Example
+    -------
+    >>> files = {"vectors.npy": {"bytes": 70000, "sha256": "0" * 64, "chunk_bytes": 65536},
+    ...          "vectors.npy.chunks": {"bytes": 64, "sha256": "0" * 64}}
+    >>> sorted(lazy_files(Path("snap"), files, Path("manifest.json")))
+    ['vectors.npy']
+    """
+    out = set()
+    for name in _LAZY:
+        entry = files.get(name)
+        if not isinstance(entry, Mapping) or "chunk_bytes" not in entry:
+            continue
+        chunk = entry["chunk_bytes"]
+        low, high = _CHUNK_RANGE
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or not low <= chunk <= high or chunk & (chunk - 1):
+            raise IndexFormatError(
+                f'{mpath}: field "files.{name}.chunk_bytes" must be a power of two from {low} to {high}, got '
+                f"{chunk!r}; {_REBUILD}"
+            )
+        digests = files.get(lazy_digests_name(name))
+        want = -(-int(entry["bytes"]) // chunk) * _DIGEST
+        if not isinstance(digests, Mapping) or digests.get("bytes") != want:
+            raise IndexFormatError(
+                f'{mpath}: field "files.{name}.chunk_bytes" needs "files.{lazy_digests_name(name)}" of {want} bytes '
+                f"(the chunk digests of {snap / name}); {_REBUILD}"
+            )
+        out.add(name)
+    return out
+
+
+class ChunkedFile:
+    """The rows of a memory-mapped ``.npy`` matrix, verified chunk by chunk on first touch.
+
+    Parameters
+    ----------
+    path : Path
+        The ``.npy`` file (``array`` maps it).
+    array : numpy.ndarray (rows, dimension)
+        Its memory map, as the index serves it.
+    digests : bytes
+        :func:`chunk_digests` of the file, as its snapshot stored them.
+    chunk_bytes : int
+        The slice the digests cover.
+    ball : bool
+        Rows must lie inside the unit ball (a Poincaré model's).
+
+    Example
+    -------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "v.npy"
+    >>> np.save(p, np.full((3000, 4), 0.1, np.float32))
+    >>> checks = ChunkedFile(p, np.load(p, mmap_mode="r"), chunk_digests(p, 4096), 4096, ball=True)
+    >>> checks.check_rows(np.array([0, 2999])); int(checks.done.sum()), len(checks.done)
+    (2, 12)
+    """
+
+    def __init__(self, path: Path, array: np.ndarray, digests: bytes, chunk_bytes: int, *, ball: bool) -> None:
+        self.path = path
+        self.array = array
+        self.size = os.path.getsize(path)
+        self.chunk_bytes = chunk_bytes
+        count = -(-self.size // chunk_bytes)
+        if len(digests) != count * _DIGEST:
+            raise IndexFormatError(
+                f"{path.with_name(path.name + DIGEST_SUFFIX)}: holds {len(digests)} bytes, not the {count * _DIGEST} "
+                f"of {count} chunk digests of {path.name}; {_REBUILD}"
+            )
+        self._digests = digests
+        self.row_bytes = int(array.dtype.itemsize * (array.shape[1] if array.ndim > 1 else 1))
+        self.header = self.size - self.row_bytes * len(array)
+        self.ball = ball
+        # one flag per chunk: hashed and found right (a chunk that failed stays False)
+        self.done = np.zeros(count, dtype=bool)
+        self.complete = count == 0
+        with open(path, "rb") as handle:
+            self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if self.size else None
+
+    def check_rows(self, rows: np.ndarray) -> None:
+        """Verify the chunks that hold these rows (valid row numbers, any shape), once each."""
+        if self.complete:
+            return
+        rows = np.asarray(rows, dtype=np.int64).ravel()
+        if len(rows) == 0:
+            return
+        first = (self.header + rows * self.row_bytes) // self.chunk_bytes
+        last = (self.header + (rows + 1) * self.row_bytes - 1) // self.chunk_bytes
+        chunks = np.union1d(first, last)
+        # a row spans at most two chunks when it is shorter than one; longer rows span more
+        if self.row_bytes > self.chunk_bytes:
+            chunks = np.unique(np.concatenate([np.arange(a, b + 1) for a, b in zip(first, last, strict=True)]))
+        self._check(chunks[~self.done[chunks]])
+
+    def check_all(self) -> None:
+        """Verify every chunk not verified yet (an update, a save, ``info``: all rows are read)."""
+        if not self.complete:
+            self._check(np.flatnonzero(~self.done))
+
+    def _check(self, chunks: np.ndarray) -> None:
+        """Hash these chunks and compare each with its digest, then check the content of the rows
+        they hold (:func:`~.index_checks.check_vectors`, as a full load scans every row) in one pass."""
+        if len(chunks) == 0:
+            return
+        view = memoryview(self._map) if self._map is not None else memoryview(b"")
+        size, step, digests = self.size, self.chunk_bytes, self._digests
+        for chunk in chunks.tolist():
+            start = chunk * step
+            if hashlib.sha256(view[start : start + step]).digest() != digests[chunk * _DIGEST : (chunk + 1) * _DIGEST]:
+                end = min(size, start + step)
+                first, last = self._rows_of(start, end)
+                raise IndexFormatError(
+                    f"{self.path}: bytes {start}..{end} (rows {first}..{last - 1}) do not match their checksum in "
+                    f"{self.path.name}{DIGEST_SUFFIX}; {_REBUILD}"
+                )
+        # the rows with a byte in these chunks: [first, last) of each chunk, merged
+        starts = chunks * step
+        first = np.maximum(0, (starts - self.header) // self.row_bytes)
+        last = np.minimum(len(self.array), -(-(np.minimum(size, starts + step) - self.header) // self.row_bytes))
+        spans = [np.arange(a, b) for a, b in zip(first.tolist(), last.tolist(), strict=True) if b > a]
+        if spans:
+            rows = np.unique(np.concatenate(spans))
+            check_vectors(self.path, np.asarray(self.array)[rows], ball=self.ball, scan=True, rows=rows)
+        self.done[chunks] = True
+        self.complete = bool(self.done.all())
+
+    def _rows_of(self, start: int, end: int) -> tuple[int, int]:
+        """The rows ``[first, last)`` with at least one byte in ``[start, end)``."""
+        n = len(self.array)
+        first = max(0, (start - self.header) // self.row_bytes)
+        last = min(n, -(-(end - self.header) // self.row_bytes))
+        return int(first), int(max(first, last))
+
+
+class CheckedRows:
+    """A :class:`ChunkedFile`'s array for code that gathers rows (``rows[found]``): each gather
+    verifies the rows it reads first.
+
+    Example
+    -------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "v.npy"
+    >>> np.save(p, np.eye(3, dtype=np.float32))
+    >>> checks = ChunkedFile(p, np.load(p, mmap_mode="r"), chunk_digests(p, 4096), 4096, ball=False)
+    >>> CheckedRows(checks)[np.array([2])].tolist(), checks.complete
+    ([[0.0, 0.0, 1.0]], True)
+    """
+
+    def __init__(self, checks: ChunkedFile) -> None:
+        self.checks = checks
+        self.shape = checks.array.shape
+        self.dtype = checks.array.dtype
+
+    def __len__(self) -> int:
+        return len(self.checks.array)
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows)
+        if rows.dtype.kind not in "iu":
+            raise TypeError(f"rows must be integer row numbers, got {rows.dtype}")
+        self.checks.check_rows(rows)
+        out: np.ndarray = np.asarray(self.checks.array)[rows]
+        return out

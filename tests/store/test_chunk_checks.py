@@ -1,0 +1,199 @@
+"""The answers' vectors verified chunk by chunk as a search reads them (qaindex.store.chunk_checks)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qaindex import IndexFormatError, Ranker
+from qaindex.search.pipeline import pool_size
+from qaindex.store.chunk_checks import CHUNK_BYTES, ChunkedFile, chunk_digests
+from tests.robustness.store_fixtures import records, tiny_model
+
+REBUILD = "the index is corrupted, rebuild it"
+ANSWERS = 3000  # 256 floats a row: 733 chunks of vectors.npy
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("chunks")
+    model = tiny_model(work / "model", dimension=256)
+    index = work / "index"
+    Ranker.build(records("c", ANSWERS), model=model, index_kind="flat", hybrid=False).save(index)
+    return index
+
+
+def _manifest(index: Path) -> dict[str, Any]:
+    return json.loads((index / "manifest.json").read_text())  # type: ignore[no-any-return]
+
+
+def _vectors(index: Path) -> Path:
+    return index / _manifest(index)["snapshot"] / "vectors.npy"
+
+
+def _damaged(clean: Path, tmp_path: Path, row: int) -> Path:
+    """A copy of the index with one byte of ``row``'s vector changed (checksums as written)."""
+    index = tmp_path / "damaged"
+    shutil.copytree(clean, index)
+    path = _vectors(index)
+    data = bytearray(path.read_bytes())
+    offset = path.stat().st_size - ANSWERS * 1024 + row * 1024 + 5
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+    return index
+
+
+def _chunks_of(rows: np.ndarray, header: int) -> set[int]:
+    """Brute force: the chunks holding any byte of these rows."""
+    out: set[int] = set()
+    for r in np.asarray(rows).ravel().tolist():
+        out.update(range((header + r * 1024) // CHUNK_BYTES, (header + r * 1024 + 1023) // CHUNK_BYTES + 1))
+    return out
+
+
+def test_a_save_stores_the_chunk_digests(clean: Path) -> None:
+    files = _manifest(clean)["files"]
+    path = _vectors(clean)
+    assert files["vectors.npy"]["chunk_bytes"] == CHUNK_BYTES
+    assert (path.parent / "vectors.npy.chunks").read_bytes() == chunk_digests(path)
+    assert files["vectors.npy.chunks"]["bytes"] == 32 * -(-path.stat().st_size // CHUNK_BYTES)
+
+
+def test_a_search_verifies_exactly_the_chunks_of_the_rows_it_reads(clean: Path) -> None:
+    ranker = Ranker.load(clean)
+    checks = ranker._vector_checks
+    assert checks is not None and not checks.done.any()  # the load hashed none of vectors.npy
+    stored = np.asarray(ranker.state().vectors)  # not a search: reads (and verifies) everything
+    assert checks.complete
+    ranker = Ranker.load(clean)
+    checks = ranker._vector_checks
+    assert checks is not None
+    q = stored[[17]]
+    read = ranker.candidates(q, pool_size(3, ranker.overfetch, ANSWERS))  # the rows a search for 3 rescores
+    ranker.search_vectors(q, 3)
+    assert set(np.flatnonzero(checks.done).tolist()) == _chunks_of(read, checks.header)
+    assert 0 < checks.done.sum() < len(checks.done)
+
+
+def test_damaged_bytes_are_refused_by_the_first_read_and_only_then(clean: Path, tmp_path: Path) -> None:
+    row = 2000
+    index = _damaged(clean, tmp_path, row)
+    clean_ranker = Ranker.load(clean)
+    stored = np.asarray(clean_ranker.state().vectors)
+    chunk = (Ranker.load(clean)._vector_checks.header + row * 1024 + 5) // CHUNK_BYTES  # type: ignore[union-attr]
+    pool = pool_size(3, clean_ranker.overfetch, ANSWERS)
+    header = clean_ranker._vector_checks.header if clean_ranker._vector_checks else 128
+    far = next(i for i in range(ANSWERS) if chunk not in _chunks_of(clean_ranker.candidates(stored[[i]], pool), header))
+    ranker = Ranker.load(index)  # the damaged chunk is not read: the load succeeds
+    far_hits = ranker.search_vectors(stored[[far]], 3)
+    assert [a.tolist() for a in far_hits] == [a.tolist() for a in clean_ranker.search_vectors(stored[[far]], 3)]
+    for _ in range(2):  # refused on every read that touches it
+        with pytest.raises(IndexFormatError) as err:
+            ranker.search_vectors(stored[[row]], 3)
+        message = str(err.value)
+        assert message.startswith(f"{_vectors(index)}: bytes {chunk * CHUNK_BYTES}..{(chunk + 1) * CHUNK_BYTES} (rows ")
+        assert message.endswith(f"do not match their checksum in vectors.npy.chunks; {REBUILD}")
+    with pytest.raises(IndexFormatError, match="do not match their checksum"):
+        ranker.info()  # not a search: every row
+    with pytest.raises(IndexFormatError, match="checksum does not match the manifest"):
+        Ranker.load(index, verify="full")
+    with pytest.raises(IndexFormatError, match="checksum does not match the manifest"):
+        ranker.verify()
+
+
+def test_a_save_never_writes_unverified_vectors(clean: Path, tmp_path: Path) -> None:
+    index = _damaged(clean, tmp_path, 5)
+    before = _manifest(index)
+    ranker = Ranker.load(index)
+    with pytest.raises(IndexFormatError, match="do not match their checksum"):
+        ranker.save(index)
+    with pytest.raises(IndexFormatError, match="do not match their checksum"):
+        ranker.add([{"id": "new", "answer": "w1 w2"}])
+    assert _manifest(index) == before
+    assert not (tmp_path / "copy").exists()
+    with pytest.raises(IndexFormatError, match="do not match their checksum"):
+        ranker.save(tmp_path / "copy")
+    assert not (tmp_path / "copy" / "manifest.json").exists()
+
+
+def test_an_index_saved_without_chunk_digests_is_hashed_whole(clean: Path, tmp_path: Path) -> None:
+    from tests.robustness.hostile_files import reseal
+
+    index = _damaged(clean, tmp_path, 2000)
+    manifest = _manifest(index)
+    (index / manifest["snapshot"] / "vectors.npy.chunks").unlink()
+    del manifest["files"]["vectors.npy.chunks"]
+    vectors = manifest["files"]["vectors.npy"]
+    del vectors["chunk_bytes"]
+    (index / "manifest.json").write_text(json.dumps(manifest))
+    reseal(index)  # vectors.npy's checksum is wrong again after this edit: keep the damage
+    manifest = _manifest(index)
+    manifest["files"]["vectors.npy"] = vectors
+    from qaindex.store.index_format import manifest_checksum
+
+    manifest["checksum"] = manifest_checksum({k: v for k, v in manifest.items() if k != "checksum"})
+    (index / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(IndexFormatError) as err:
+        Ranker.load(index)
+    assert str(err.value) == f"{_vectors(index)}: checksum does not match the manifest; {REBUILD}"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda m: m["files"]["vectors.npy"].update(chunk_bytes=1000),
+         'field "files.vectors.npy.chunk_bytes" must be a power of two from 4096 to 67108864, got 1000'),
+        (lambda m: m["files"]["vectors.npy"].update(chunk_bytes=True),
+         'field "files.vectors.npy.chunk_bytes" must be a power of two from 4096 to 67108864, got True'),
+        (lambda m: m["files"]["vectors.npy"].update(chunk_bytes=1 << 15),
+         'field "files.vectors.npy.chunk_bytes" needs "files.vectors.npy.chunks" of '),
+        (lambda m: m["files"].pop("vectors.npy.chunks"),
+         'field "files.vectors.npy.chunk_bytes" needs "files.vectors.npy.chunks" of '),
+    ],
+)  # fmt: skip
+def test_a_bad_chunk_entry_is_refused(clean: Path, tmp_path: Path, change: Any, message: str) -> None:
+    from qaindex.store.index_format import manifest_checksum
+
+    index = tmp_path / "ix"
+    shutil.copytree(clean, index)
+    manifest = _manifest(index)
+    change(manifest)
+    manifest["checksum"] = manifest_checksum({k: v for k, v in manifest.items() if k != "checksum"})
+    (index / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(IndexFormatError) as err:
+        Ranker.load(index)
+    assert str(err.value).startswith(f"{index / 'manifest.json'}: {message}")
+    assert str(err.value).endswith(REBUILD)
+    assert len(Ranker.load(index, verify=False)) == ANSWERS  # a load that verifies nothing does not read it
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(1, 300),
+    dim=st.sampled_from([1, 3, 8, 64, 300, 1100]),
+    chunk_log=st.integers(12, 14),
+    picks=st.lists(st.integers(0, 10**6), max_size=20),
+)
+def test_check_rows_hashes_exactly_the_chunks_of_the_rows(
+    tmp_path_factory: pytest.TempPathFactory, rows: int, dim: int, chunk_log: int, picks: list[int]
+) -> None:
+    path = tmp_path_factory.mktemp("prop") / "v.npy"
+    np.save(path, np.random.default_rng(rows).uniform(-0.01, 0.01, size=(rows, dim)).astype(np.float32))
+    chunk = 1 << chunk_log
+    checks = ChunkedFile(path, np.load(path, mmap_mode="r"), chunk_digests(path, chunk), chunk, ball=True)
+    wanted = np.array([p % rows for p in picks], dtype=np.int64)
+    checks.check_rows(wanted)
+    header, width = checks.header, dim * 4
+    expected = set()
+    for r in wanted.tolist():
+        expected.update(range((header + r * width) // chunk, (header + (r + 1) * width - 1) // chunk + 1))
+    assert set(np.flatnonzero(checks.done).tolist()) == expected
+    checks.check_all()
+    assert checks.complete and checks.done.all()
