@@ -66,6 +66,7 @@ class RowSource(Protocol):
 
     def __getitem__(self, rows: np.ndarray) -> np.ndarray: ...
 
+
 __all__ = [
     "AUTO_FLAT_MAX",
     "BREADTH_PARAM",

@@ -49,6 +49,7 @@ _DIGEST = 32  # bytes of one SHA-256 digest
 _REBUILD = "the index is corrupted, rebuild it"
 _LAZY = ("vectors.npy",)  # the files a snapshot stores chunk digests of
 _CHUNK_RANGE = (1 << 12, 1 << 26)
+_BATCH_BYTES = 1 << 24
 
 
 def chunk_digests(path: str | os.PathLike[str], chunk_bytes: int = CHUNK_BYTES) -> bytes:
@@ -173,16 +174,17 @@ class ChunkedFile:
             return
         first = (self.header + rows * self.row_bytes) // self.chunk_bytes
         last = (self.header + (rows + 1) * self.row_bytes - 1) // self.chunk_bytes
-        chunks = np.union1d(first, last)
-        # a row spans at most two chunks when it is shorter than one; longer rows span more
-        if self.row_bytes > self.chunk_bytes:
-            chunks = np.unique(np.concatenate([np.arange(a, b + 1) for a, b in zip(first, last, strict=True)]))
+        # a row shorter than a chunk spans at most two; a longer one, every chunk from its first to its last
+        chunks = np.union1d(first, last) if self.row_bytes <= self.chunk_bytes else np.unique(_spans(first, last + 1))
         self._check(chunks[~self.done[chunks]])
 
     def check_all(self) -> None:
-        """Verify every chunk not verified yet (an update, a save, ``info``: all rows are read)."""
-        if not self.complete:
-            self._check(np.flatnonzero(~self.done))
+        """Verify every chunk not verified yet (an update, a save, ``info``: all rows are read),
+        in batches of :data:`_BATCH_BYTES` (the content check copies a batch's rows)."""
+        todo = np.flatnonzero(~self.done)
+        step = max(1, _BATCH_BYTES // self.chunk_bytes)
+        for start in range(0, len(todo), step):
+            self._check(todo[start : start + step])
 
     def _check(self, chunks: np.ndarray) -> None:
         """Hash these chunks and compare each with its digest, then check the content of the rows
@@ -204,9 +206,8 @@ class ChunkedFile:
         starts = chunks * step
         first = np.maximum(0, (starts - self.header) // self.row_bytes)
         last = np.minimum(len(self.array), -(-(np.minimum(size, starts + step) - self.header) // self.row_bytes))
-        spans = [np.arange(a, b) for a, b in zip(first.tolist(), last.tolist(), strict=True) if b > a]
-        if spans:
-            rows = np.unique(np.concatenate(spans))
+        rows = np.unique(_spans(first, np.maximum(first, last)))
+        if len(rows):
             check_vectors(self.path, np.asarray(self.array)[rows], ball=self.ball, scan=True, rows=rows)
         self.done[chunks] = True
         self.complete = bool(self.done.all())
@@ -248,3 +249,19 @@ class CheckedRows:
         self.checks.check_rows(rows)
         out: np.ndarray = np.asarray(self.checks.array)[rows]
         return out
+
+
+def _spans(first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Every integer of the ranges ``[first[i], last[i])``, concatenated (``last >= first``).
+
+    Example
+    -------
+    >>> _spans(np.array([0, 5]), np.array([2, 8])).tolist()
+    [0, 1, 5, 6, 7]
+    """
+    lengths = last - first
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    return np.arange(total, dtype=np.int64) - np.repeat(ends - lengths - first, lengths)

@@ -340,7 +340,7 @@ def corruption_matrix(index: Path, outside: Path, label: str) -> dict[str, Any]:
     big = sum(1 for s in sizes.values() if s > 64 << 20)
     print(
         f"corruption matrix ({label}, {len(sizes)} files, {big} above 64 MiB, largest "
-        f"{max(sizes.values()) / 2**20:.1f} MiB): {detected}/{cases} detected by the default load, "
+        f"{max(sizes.values()) / 2**20:.1f} MiB): {detected}/{cases} detected by the default load or the first read, "
         f"{len(crashed)} non-QAIndexError",
         flush=True,
     )

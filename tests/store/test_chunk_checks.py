@@ -197,3 +197,33 @@ def test_check_rows_hashes_exactly_the_chunks_of_the_rows(
     assert set(np.flatnonzero(checks.done).tolist()) == expected
     checks.check_all()
     assert checks.complete and checks.done.all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(1, 200),
+    dim=st.sampled_from([1, 8, 300, 1100]),
+    bad=st.integers(0, 10**6),
+    picks=st.lists(st.integers(0, 10**6), min_size=1, max_size=10),
+)
+def test_a_row_is_content_checked_when_a_chunk_holding_it_is_verified(
+    tmp_path_factory: pytest.TempPathFactory, rows: int, dim: int, bad: int, picks: list[int]
+) -> None:
+    path = tmp_path_factory.mktemp("nan") / "v.npy"
+    vectors = np.full((rows, dim), 0.001, np.float32)
+    bad %= rows
+    vectors[bad, dim // 2] = np.nan
+    np.save(path, vectors)
+    checks = ChunkedFile(path, np.load(path, mmap_mode="r"), chunk_digests(path, 4096), 4096, ball=True)
+    wanted = np.array([p % rows for p in picks], dtype=np.int64)
+    width, header = dim * 4, checks.header
+    touched = set()
+    for r in wanted.tolist():
+        touched.update(range((header + r * width) // 4096, (header + (r + 1) * width - 1) // 4096 + 1))
+    bad_chunks = set(range((header + bad * width) // 4096, (header + (bad + 1) * width - 1) // 4096 + 1))
+    if touched & bad_chunks:
+        with pytest.raises(IndexFormatError, match=f"v.npy: row {bad} holds NaN or infinite values"):
+            checks.check_rows(wanted)
+    else:
+        checks.check_rows(wanted)
+        assert not checks.done[sorted(bad_chunks)].any()
