@@ -61,8 +61,9 @@ def readme_body(results: dict[str, Any]) -> str:
         *(
             [
                 f"| hostile files, checksums recomputed ({hostile['cases']} kinds: bad offsets, records, vectors, BM25 postings, "
-                f"manifest numbers, a relabelled geometry) × default load, `verify=False` search, CLI `search`, "
-                f"`info`, `add` | {hostile['runs']} | {_hostile_refusals(hostile)}; {hostile['defects']} errors other "
+                f"manifest numbers, a relabelled geometry) × {_hostile_loads(hostile)}, `verify=False` search, CLI "
+                f"`search`, `info`, {'`info --verify`, ' if 'refused_by_full_load' in hostile else ''}`add` | "
+                f"{hostile['runs']} | {_hostile_refusals(hostile)}; {hostile['defects']} errors other "
                 'than `QAIndexError`, tracebacks or "please report this bug" |',
                 f"| writers (`build`, `add`, `remove`, `gc`, `save`) pointed at a user's folder with its own "
                 "`manifest.json`, `data-backup/` and a folder named like a snapshot | "
@@ -108,6 +109,10 @@ def _hostile_refusals(hostile: dict[str, Any]) -> str:
         f"{hostile['refused_by_default_load_or_first_read']}/{cases} by the default load or the first read of the "
         "damaged content (not: BM25 postings that disagree with their terms under valid checksums)"
     )
+
+
+def _hostile_loads(hostile: dict[str, Any]) -> str:
+    return "full load, default load and every read" if "refused_by_full_load" in hostile else "default load"
 
 
 def _load_line(s: dict[str, Any], kind: str) -> str:

@@ -418,10 +418,7 @@ def test_every_hostile_case_has_an_expected_message() -> None:
     assert set(HOSTILE_EXPECTED) == set(hostile_files.HOSTILE)
 
 
-# what a default load leaves to the first read of the content (records decoded, ids mapped, vectors
-# verified chunk by chunk), and what only a full verification scans (the BM25 postings against the terms)
-READ_TIME = {case for case in HOSTILE_EXPECTED if case.startswith(("record", "vectors "))}
-FULL_ONLY = {"postings weights changed"}
+READ_TIME, FULL_ONLY = hostile_files.READ_TIME, hostile_files.FULL_ONLY
 
 
 def _read_everything(index: Path) -> None:
