@@ -563,7 +563,7 @@ def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bo
     lines.append(f"keys:       {_keys_line(data['keys'])}")
     lines.append(f"scores:     {calibration_line(data['calibration'])}")
     if verify:
-        lines.append("verified:   every file matches its checksum")
+        lines.append("verified:   every file matches its checksum; every record and vector checked")
     if recall:
         r = data["recall"]
         lines.append(

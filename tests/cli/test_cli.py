@@ -57,7 +57,7 @@ def test_build_search_info(runner: CliRunner, faq_file: Path, faq_model: Path, t
     assert res.exit_code == 0, res.output
     assert "answers:    5" in res.stdout
     assert "recall@3:  1.0000 (coarse stage 1.0000, 5 candidates, 2 stored questions)" in res.stdout
-    assert "verified:   every file matches its checksum" in res.stdout
+    assert "verified:   every file matches its checksum; every record and vector checked" in res.stdout
     res = runner.invoke(main, ["info", "--index", str(index), "--json"])
     assert json.loads(res.stdout)["index"]["kind"] == "flat"
 
