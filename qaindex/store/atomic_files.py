@@ -16,6 +16,7 @@ import secrets
 import shutil
 import tokenize
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, BinaryIO
 
@@ -42,6 +43,7 @@ __all__ = [
 ]
 
 _CHUNK = 1 << 20
+_HASH_THREADS = 4
 # a new file only: never one that exists, never through a link (O_EXCL refuses both)
 _CREATE = (
     os.O_WRONLY
@@ -413,6 +415,7 @@ def verify_files(
         read (:mod:`qaindex.store.chunk_checks`).
     """
     skip = set(unhashed)
+    todo: list[tuple[Path, Any]] = []
     for name, entry in files.items():
         path = directory / name
         if not path.is_file():
@@ -424,8 +427,17 @@ def verify_files(
         if size != expected:
             raise error(f"{path}: has {size} bytes, the manifest says {expected}; the {what} is corrupted, rebuild it")
         if name not in skip and (hash_limit is None or size <= hash_limit):
-            if sha256_file(path) != entry.get("sha256"):
-                raise error(f"{path}: checksum does not match the manifest; the {what} is corrupted, rebuild it")
+            todo.append((path, entry.get("sha256")))
+    # hashlib releases the GIL while it hashes: several files at once use several cores
+    workers = min(_HASH_THREADS, os.cpu_count() or 1, len(todo))
+    if workers > 1:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            digests = list(pool.map(sha256_file, [path for path, _ in todo]))
+    else:
+        digests = [sha256_file(path) for path, _ in todo]
+    for (path, want), got in zip(todo, digests, strict=True):
+        if got != want:
+            raise error(f"{path}: checksum does not match the manifest; the {what} is corrupted, rebuild it")
 
 
 def fsync_tree(root: Path) -> None:

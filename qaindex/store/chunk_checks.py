@@ -264,4 +264,5 @@ def _spans(first: np.ndarray, last: np.ndarray) -> np.ndarray:
     if total == 0:
         return np.zeros(0, dtype=np.int64)
     ends = np.cumsum(lengths)
-    return np.arange(total, dtype=np.int64) - np.repeat(ends - lengths - first, lengths)
+    out: np.ndarray = np.arange(total, dtype=np.int64) - np.repeat(ends - lengths - first, lengths)
+    return out
