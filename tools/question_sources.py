@@ -1,7 +1,9 @@
 """Real user questions with their answers: Stack Exchange sites' question title → answer.
 
 Read by ``python -m tools.training_corpus --questions KEY=GIT_DIR`` from a public repository that
-holds a site's data-dump file (``Posts.xml``, or JSON lines of question → answer). Stack Exchange
+holds a site's data-dump file (``Posts.xml``, or JSON lines of question → answer), or by
+``--pairs KEY=FILE.jsonl`` from a local JSON-lines file of question → answer pairs (``PAIR_FILES``:
+SQuAD 1.1, BoolQ and Stack Exchange pairs extracted beforehand). Stack Exchange
 content is licensed CC BY-SA by its authors; ``QUESTION_REPOS`` lists every repository read, the
 site, its licence and the file that licence was read from. The web-applications site is never
 read: it is the source of an evaluation corpus.
@@ -124,6 +126,41 @@ QUESTION_REPOS: dict[str, tuple[str, str, str, str, str]] = {
     ),
 }
 
+# key: (what, licence, attribution, the field read as the answer)
+PAIR_FILES: dict[str, tuple[str, str, str, str]] = {
+    "squad11": (
+        "SQuAD 1.1 train: crowd-written questions on Wikipedia paragraphs → the sentence holding the answer",
+        "CC BY-SA 4.0",
+        "Rajpurkar, Zhang, Lopyrev and Liang, SQuAD (EMNLP 2016); passages from Wikipedia",
+        "sentence",
+    ),
+    "squad11-paragraph": (
+        "SQuAD 1.1 train: crowd-written questions on Wikipedia paragraphs → the paragraph",
+        "CC BY-SA 4.0",
+        "Rajpurkar, Zhang, Lopyrev and Liang, SQuAD (EMNLP 2016); passages from Wikipedia",
+        "answer",
+    ),
+    "boolq": (
+        "BoolQ: real Google search queries (yes/no) → the Wikipedia passage that answers them",
+        "CC BY-SA 3.0",
+        "Clark et al., BoolQ (NAACL 2019); passages from Wikipedia",
+        "answer",
+    ),
+    "se-small-sites": (
+        "Stack Exchange small sites (beer, quantum computing, coffee, AI, mathematics educators, GenAI, "
+        "early Stack Overflow): question title → accepted or best answer",
+        "CC BY-SA 3.0",
+        "Stack Exchange, each post's authors (the record's url and author fields)",
+        "answer",
+    ),
+    "se-skeptics-pairs": (
+        "Skeptics Stack Exchange: question title → answer",
+        "CC BY-SA 3.0",
+        "Stack Exchange, each post's authors (the record's url)",
+        "answer",
+    ),
+}
+
 _CODE = re.compile(r"<pre\b.*?</pre>|<code>[^<]{40,}</code>", re.S | re.I)
 _TAG = re.compile(r"<[^>]+>")
 _BLOCK = re.compile(r"</?(p|li|ul|ol|blockquote|h\d|br)\b[^>]*>", re.I)
@@ -205,6 +242,32 @@ def jsonl_records(text: str, min_answer_chars: int = 40) -> Iterator[tuple[str, 
         seen.add(question)
         answer = clean(str(record.get("answer", "")))
         yield question, answer if len(answer) >= min_answer_chars else None
+
+
+def pair_file_records(path: Path, answer_field: str = "answer") -> Iterator[tuple[str, str | None]]:
+    """``(question, answer)`` of a local JSON-lines file (``{"question", "answer"}`` per line).
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The file; every line a JSON object with a ``question`` and an ``answer_field`` string.
+    answer_field : str
+        The field read as the answer (``"sentence"``: SQuAD's sentence holding the answer span).
+
+    Yields
+    ------
+    tuple of (str, str or None)
+        As :func:`jsonl_records`: the first answer of each question, ``None`` for an answer under
+        40 characters. A record with an ``eval_overlap`` field (flagged as overlapping an
+        evaluation corpus when the file was extracted) is skipped.
+    """
+    with open(path, encoding="utf-8") as fh:
+        kept = [
+            json.dumps({"question": r.get("question", ""), "answer": r.get(answer_field, "")})
+            for r in map(json.loads, filter(str.strip, fh))
+            if "eval_overlap" not in r
+        ]
+    yield from jsonl_records("\n".join(kept))
 
 
 def question_records(git_dir: Path, path: str) -> Iterator[tuple[str, str | None]]:

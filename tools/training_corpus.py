@@ -20,10 +20,12 @@ Usage::
 
     python -m tools.training_corpus --out /path/to/traindata \\
         [--wordnet /usr/share/wordnet] [--medquad DIR] [--pydoc /usr/share/doc/python3.11/html]
-        [--docs KEY=GIT_DIR ...] [--questions KEY=GIT_DIR ...] [--exclude EVAL.jsonl ...]
+        [--docs KEY=GIT_DIR ...] [--questions KEY=GIT_DIR ...] [--pairs KEY=FILE.jsonl ...]
+        [--exclude EVAL.jsonl ...]
 
 Without ``--medquad`` and ``--extend``, the repositories named by ``--docs`` and ``--questions``
-(real user questions, :mod:`tools.question_sources`) alone form the corpus.
+(real user questions, :mod:`tools.question_sources`) and the pair files named by ``--pairs``
+(``{"question", "answer"}`` JSON lines, ``PAIR_FILES``) alone form the corpus.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from tools.doc_sources import (  # noqa: F401 (re-exported: the tests and the bu
     strip_markdown,
     user_question,
 )
-from tools.question_sources import QUESTION_REPOS, question_records
+from tools.question_sources import PAIR_FILES, QUESTION_REPOS, pair_file_records, question_records
 
 SOURCES = {
     "wordnet": ("WordNet 3.0 glosses, examples and template questions", "WordNet 3.0 licence (Princeton)"),
@@ -71,6 +73,7 @@ SOURCES.update(
         for key, (repo, _, what, licence, _) in QUESTION_REPOS.items()
     }
 )
+SOURCES.update({key: (f"{what} ({credit})", licence) for key, (what, licence, credit, _) in PAIR_FILES.items()})
 # ---------------------------------------------------------------- WordNet
 
 _NOUN_Q = ("what is {a} {w}?", "what does {w} mean?", "define {w}", "{w} meaning", "what is meant by {w}?")
@@ -243,9 +246,11 @@ def assemble(
     answer. Texts are deduplicated; the new texts are written in a seeded random order. With
     ``extend`` (a folder this tool wrote), that corpus's texts come first, in their order and with
     their indices, its pairs first too; a new text equal to one of them (case and spacing aside)
-    reuses its index. A new text in ``exclude`` (normalized, see :func:`eval_texts`) is dropped with
-    its pairs. A new pair whose question has more than ``max_shared`` answers, or whose answer more
-    than ``max_shared`` questions, is dropped (its texts stay). Returns the counts written to
+    reuses its index, and a question it pairs keeps that answer only (a new record of that question,
+    often the same answer extracted again with other spacing, adds neither a pair nor its answer).
+    A new text in ``exclude`` (normalized, see :func:`eval_texts`) is dropped with its pairs. A new
+    pair whose question has more than ``max_shared`` answers, or whose answer more than
+    ``max_shared`` questions, is dropped (its texts stay). Returns the counts written to
     ``counts.json``: texts per source, ``pairs``, ``pairs_<source>`` per new source, ``texts``, and
     ``eval_overlap_dropped``.
     """
@@ -259,6 +264,7 @@ def assemble(
         index.setdefault(normalize(text), i)
     texts: list[tuple[str, str]] = []  # the new ones; index len(old) + position
     pairs: list[tuple[int, int]] = []
+    answered = {int(i) for i in old_pairs[:, 0]}  # the extended corpus's answer to a question stands
     seen_pairs: set[tuple[int, int]] = set()
     dropped: set[str] = set()
 
@@ -278,7 +284,7 @@ def assemble(
             if len(text) < 3:
                 continue
             i = add(text, source)
-            if i is None or not partner:
+            if i is None or not partner or i in answered:
                 continue
             j = add(partner, source)
             if j is None or j == i or (i, j) in seen_pairs:
@@ -369,14 +375,14 @@ def build(out: Path, wordnet: Path, medquad: Path, pydoc: Path, seed: int = 0) -
     return counts
 
 
-def _repo_arg(option: str, repos: Mapping[str, object]) -> Callable[[str], tuple[str, Path]]:
-    """The argparse type of ``option``: ``KEY=GIT_DIR`` with ``KEY`` one of ``repos``."""
+def _repo_arg(option: str, repos: Mapping[str, object], what: str = "GIT_DIR") -> Callable[[str], tuple[str, Path]]:
+    """The argparse type of ``option``: ``KEY=PATH`` with ``KEY`` one of ``repos`` (``what`` names PATH)."""
 
     def parse(value: str) -> tuple[str, Path]:
         key, sep, path = value.partition("=")
         if not sep or key not in repos:
             raise argparse.ArgumentTypeError(
-                f"{option} wants KEY=GIT_DIR with KEY one of {', '.join(repos)}; got {value!r}"
+                f"{option} wants KEY={what} with KEY one of {', '.join(repos)}; got {value!r}"
             )
         return key, Path(path)
 
@@ -413,6 +419,15 @@ def main() -> None:
         help=f"a repository of real user questions to read; KEY one of: {', '.join(QUESTION_REPOS)}",
     )
     parser.add_argument(
+        "--pairs",
+        type=_repo_arg("--pairs", PAIR_FILES, "FILE"),
+        action="append",
+        default=[],
+        metavar="KEY=FILE",
+        help='a JSON-lines file of {"question", "answer"} pairs to read (records with an eval_overlap field '
+        f"skipped); KEY one of: {', '.join(PAIR_FILES)}",
+    )
+    parser.add_argument(
         "--exclude",
         type=Path,
         action="append",
@@ -422,9 +437,9 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the templates and the order")
     args = parser.parse_args()
-    listed = bool(args.docs or args.questions)
+    listed = bool(args.docs or args.questions or args.pairs)
     if args.extend is None and args.medquad is None and not listed:
-        parser.error("--medquad is required unless --extend names an existing corpus or --docs/--questions")
+        parser.error("--medquad is required unless --extend names an existing corpus or --docs/--questions/--pairs")
     if args.extend is None and not listed:
         print(json.dumps(build(args.out, args.wordnet, args.medquad, args.pydoc, args.seed)))
         return
@@ -440,6 +455,8 @@ def main() -> None:
         feeds.append((key, docs_records(git_dir, DOC_REPOS[key][1])))
     for key, git_dir in args.questions:
         feeds.append((key, question_records(git_dir, QUESTION_REPOS[key][1])))
+    for key, path in args.pairs:
+        feeds.append((key, pair_file_records(path, PAIR_FILES[key][3])))
     exclude = eval_texts(args.exclude)
     counts = assemble(args.out, feeds, args.seed, args.extend, exclude)
     print(json.dumps(counts))

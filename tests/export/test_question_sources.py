@@ -8,7 +8,15 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.question_sources import QUESTION_REPOS, html_text, jsonl_records, posts_records, question_records
+from tools.question_sources import (
+    PAIR_FILES,
+    QUESTION_REPOS,
+    html_text,
+    jsonl_records,
+    pair_file_records,
+    posts_records,
+    question_records,
+)
 from tools.training_corpus import SOURCES, assemble
 
 POSTS = """<?xml version="1.0" encoding="utf-8"?>
@@ -104,3 +112,39 @@ def test_every_question_source_is_listed_with_a_share_alike_licence_and_never_th
         assert licence in ("CC BY-SA 3.0", "CC BY-SA 4.0") and stated, key
         assert SOURCES[key][1] == licence and repo in SOURCES[key][0]
         assert "web application" not in what.lower() and "webapps" not in key
+
+
+SQUAD = [
+    {
+        "question": "When did the Sichuan earthquake occur?",
+        "answer": "A whole paragraph. The 2008 Sichuan earthquake occurred on May 12 in Sichuan province. More text.",
+        "sentence": "The 2008 Sichuan earthquake occurred on May 12 in Sichuan province.",
+    },
+    {
+        "question": "What is a flagged question?",
+        "answer": "A record the extraction found in an evaluation corpus, which must never be trained on.",
+        "sentence": "A record the extraction found in an evaluation corpus, which must never be trained on.",
+        "eval_overlap": ["wikiqa:answer"],
+    },
+]
+
+
+def test_pair_files_read_the_named_answer_field_and_skip_flagged_records(tmp_path: Path) -> None:
+    path = tmp_path / "squad.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in SQUAD))
+    assert list(pair_file_records(path, PAIR_FILES["squad11"][3])) == [
+        ("When did the Sichuan earthquake occur?", SQUAD[0]["sentence"])
+    ]
+    assert list(pair_file_records(path)) == [("When did the Sichuan earthquake occur?", SQUAD[0]["answer"])]
+    # a corpus extended by the file: its source key is recorded, a question the first corpus pairs keeps its answer
+    assemble(tmp_path / "first", [("squad11", pair_file_records(path, "sentence"))])
+    counts = assemble(
+        tmp_path / "both",
+        [("squad11", pair_file_records(path, "sentence")), ("squad11-paragraph", pair_file_records(path))],
+        extend=tmp_path / "first",
+    )
+    records = [json.loads(line) for line in (tmp_path / "both" / "texts.jsonl").read_text().splitlines()]
+    pairs = np.load(tmp_path / "both" / "pairs.npy")
+    assert counts["pairs"] == len(pairs) == 1 and not any(k.startswith("pairs_squad11") for k in counts)
+    assert [r["source"] for r in records] == ["squad11", "squad11"]  # the paragraph is not added
+    assert all(SOURCES[key][1].startswith("CC BY-SA") for key in PAIR_FILES)
