@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tools.question_sources import (
     PAIR_FILES,
@@ -148,3 +149,22 @@ def test_pair_files_read_the_named_answer_field_and_skip_flagged_records(tmp_pat
     assert counts["pairs"] == len(pairs) == 1 and not any(k.startswith("pairs_squad11") for k in counts)
     assert [r["source"] for r in records] == ["squad11", "squad11"]  # the paragraph is not added
     assert all(SOURCES[key][1].startswith("CC BY-SA") for key in PAIR_FILES)
+
+
+def test_squad_pages_give_each_question_its_paragraph_and_answer_sentence(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools import pair_files
+
+    page = (
+        '<h1 id="title">Sichuan</h1><div class="para-wrap"><pre>It shook. The quake hit on May 12 in '
+        "Sichuan. Many fled.</pre>"
+        '<div class="qa-wrap"><p> <strong class="question">When did it hit?</strong></p><ol>'
+        '<li><span class="answer">May 12</span></li></ol></div></div>'
+    )
+    listing = "Sichuan.html\0index.html\0"
+    monkeypatch.setattr(pair_files, "_git", lambda git_dir, *args: listing if args[0] == "ls-tree" else page)
+    rows = list(pair_files.squad_pairs(Path("repo"), "dev"))
+    assert [(r["question"], r["sentence"], r["title"], r["source"]) for r in rows] == [
+        ("When did it hit?", "The quake hit on May 12 in Sichuan.", "Sichuan", "squad1.1-dev")
+    ]
+    assert rows[0]["answer"] == "It shook. The quake hit on May 12 in Sichuan. Many fled."
+    assert pair_files.answer_sentence("No answer here.", "May 12") is None
