@@ -132,7 +132,8 @@ def write_snapshot(
     sizes = {
         "records.jsonl": int(records.offsets[-1]),
         "records.offsets.npy": 8 * (count + 1) + 128,
-        "vectors.npy": int(np.asarray(vectors).nbytes) + 128,
+        # with its chunk digests (qaindex.store.chunk_checks): 32 bytes a chunk
+        "vectors.npy": int(np.asarray(vectors).nbytes * (1 + 32 / CHUNK_BYTES)) + 160,
         "coarse.faiss": int(np.asarray(vectors).nbytes) + 4096,  # an estimate: flat is the vectors again
         "model": _listed_bytes(model.manifest),
         "reranker": _listed_bytes(reranker[1]) if reranker is not None else 0,
