@@ -423,9 +423,8 @@ class Ranker:
         # A search verifies the rows of vectors.npy it reads (rows_checked); any other call, all of them.
         if refresh:
             self._refresh_coarse()
-        checks = self._checks()
-        if checks is not None and not rows_checked:
-            checks.check_all()
+        if not rows_checked:
+            self._checked_vectors()
         return IndexState(
             self.model,
             self._records,
@@ -439,7 +438,7 @@ class Ranker:
             path=self.path,
             created=self.created,
             vectors_source=self._disk.vectors_source(self.path),
-            vector_checks=checks if rows_checked else None,
+            vector_checks=self._checks() if rows_checked else None,
         )
 
     def _checks(self) -> ChunkedFile | None:
@@ -450,7 +449,7 @@ class Ranker:
         return checks
 
     def _checked_vectors(self) -> np.ndarray:
-        # every vector, verified (a save, a coarse rebuild)
+        # every vector, verified (a save, a coarse rebuild, any call but a search)
         checks = self._checks()
         if checks is not None:
             checks.check_all()

@@ -64,6 +64,8 @@ class RowSource(Protocol):
     """Rows gathered by fancy indexing (``vectors[rows]``): a plain array, or one that verifies the
     rows it reads first (:class:`qaindex.store.chunk_checks.CheckedRows`)."""
 
+    shape: tuple[int, ...]
+
     def __getitem__(self, rows: np.ndarray) -> np.ndarray: ...
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from ..geometry.spaces import Geometry
 
 if TYPE_CHECKING:
-    from ..store.chunk_checks import CheckedRows
+    from ..vector_index import RowSource
 
 __all__ = [
     "GATHER_COST",
@@ -74,7 +74,7 @@ def squared_norms(vectors: np.ndarray) -> np.ndarray:
 
 
 def gathered_blocks(
-    vectors: np.ndarray | CheckedRows, rows: np.ndarray, block_bytes: int
+    vectors: np.ndarray | RowSource, rows: np.ndarray, block_bytes: int
 ) -> Iterator[tuple[int, np.ndarray]]:
     """The vectors of candidate ``rows`` ``(n, m)`` (valid row numbers) in column blocks of
     at most ``block_bytes`` (at least one column): ``(first column, (n, width, dimension)

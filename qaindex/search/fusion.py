@@ -92,7 +92,7 @@ from .hits import Explanation
 from .scoring import fused_probability, hybrid_probability, hybrid_scores
 
 if TYPE_CHECKING:
-    from ..store.chunk_checks import CheckedRows
+    from ..vector_index import RowSource
 
 __all__ = [
     "CANDIDATE_FLOOR",
@@ -562,7 +562,7 @@ def with_dense_ratio(
 
 def hybrid_arrays(
     model: Any,
-    vectors: np.ndarray | CheckedRows,
+    vectors: np.ndarray | RowSource,
     lexical: Any,
     questions: list[str],
     qv: np.ndarray,

@@ -71,8 +71,8 @@ def chunk_digests(path: str | os.PathLike[str], chunk_bytes: int = CHUNK_BYTES) 
 
 
 def write_chunk_digests(path: Path) -> Path:
-    """Write ``path``'s chunk digests to a new file, ``path`` + :data:`DIGEST_SUFFIX`, and return it."""
-    target = path.with_name(path.name + DIGEST_SUFFIX)
+    """Write ``path``'s chunk digests to a new file (:func:`lazy_digests_name`) and return it."""
+    target = path.with_name(lazy_digests_name(path.name))
     with create_file(target) as handle:
         handle.write(chunk_digests(path))
     return target
@@ -152,8 +152,8 @@ class ChunkedFile:
         count = -(-self.size // chunk_bytes)
         if len(digests) != count * _DIGEST:
             raise IndexFormatError(
-                f"{path.with_name(path.name + DIGEST_SUFFIX)}: holds {len(digests)} bytes, not the {count * _DIGEST} "
-                f"of {count} chunk digests of {path.name}; {_REBUILD}"
+                f"{path.with_name(lazy_digests_name(path.name))}: holds {len(digests)} bytes, not the "
+                f"{count * _DIGEST} of {count} chunk digests of {path.name}; {_REBUILD}"
             )
         self._digests = digests
         self.row_bytes = int(array.dtype.itemsize * (array.shape[1] if array.ndim > 1 else 1))
@@ -197,27 +197,24 @@ class ChunkedFile:
             start = chunk * step
             if hashlib.sha256(view[start : start + step]).digest() != digests[chunk * _DIGEST : (chunk + 1) * _DIGEST]:
                 end = min(size, start + step)
-                first, last = self._rows_of(start, end)
+                first, last = (int(v[0]) for v in self._rows_of(np.array([chunk])))
                 raise IndexFormatError(
                     f"{self.path}: bytes {start}..{end} (rows {first}..{last - 1}) do not match their checksum in "
-                    f"{self.path.name}{DIGEST_SUFFIX}; {_REBUILD}"
+                    f"{lazy_digests_name(self.path.name)}; {_REBUILD}"
                 )
-        # the rows with a byte in these chunks: [first, last) of each chunk, merged
-        starts = chunks * step
-        first = np.maximum(0, (starts - self.header) // self.row_bytes)
-        last = np.minimum(len(self.array), -(-(np.minimum(size, starts + step) - self.header) // self.row_bytes))
-        rows = np.unique(_spans(first, np.maximum(first, last)))
+        rows = np.unique(_spans(*self._rows_of(chunks)))  # the rows these chunks hold, merged
         if len(rows):
             check_vectors(self.path, np.asarray(self.array)[rows], ball=self.ball, scan=True, rows=rows)
         self.done[chunks] = True
         self.complete = bool(self.done.all())
 
-    def _rows_of(self, start: int, end: int) -> tuple[int, int]:
-        """The rows ``[first, last)`` with at least one byte in ``[start, end)``."""
-        n = len(self.array)
-        first = max(0, (start - self.header) // self.row_bytes)
-        last = min(n, -(-(end - self.header) // self.row_bytes))
-        return int(first), int(max(first, last))
+    def _rows_of(self, chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each chunk, the rows ``[first, last)`` with at least one byte in it (empty: none)."""
+        starts = chunks * self.chunk_bytes
+        ends = np.minimum(self.size, starts + self.chunk_bytes)
+        first = np.maximum(0, (starts - self.header) // self.row_bytes)
+        last = np.minimum(len(self.array), -(-(ends - self.header) // self.row_bytes))
+        return first, np.maximum(first, last)
 
 
 class CheckedRows:
