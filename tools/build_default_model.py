@@ -38,6 +38,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import asdict, replace
@@ -65,6 +66,7 @@ from benchmarks.quality.pooled_eval import (
 )
 from qaindex.eval.datasets import Candidate, QuestionGroup
 from qaindex.model import DEFAULT_MODEL_DIR, Model
+from tools.teacher_embeddings import shard_size
 from tools.training_corpus import SOURCES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,16 +105,16 @@ def load_teacher(corpus: Path) -> tuple[np.ndarray, np.ndarray]:
         folders = [p for p in folders if p.name != "shards"]
     for shards in folders:
         order = np.load(shards / "order.npy")
+        size = shard_size(shards) or 0
         for path in sorted(shards.glob("[0-9][0-9][0-9][0-9][0-9].npy")):
-            first = int(path.stem) * _shard_size(shards)
+            first = int(path.stem) * size
             block = np.load(path).astype(np.float32)
+            if len(block) != min(size, len(order) - first):  # a shard of another run's size: wrong rows
+                sys.exit(f"{path}: {len(block)} vectors, expected {min(size, len(order) - first)} (shards of {size}); "
+                         "delete it and run tools.teacher_embeddings again")  # fmt: skip
             rows.append(order[first : first + len(block)])
             parts.append(block)
     return np.concatenate(rows), np.concatenate(parts)
-
-
-def _shard_size(shards: Path) -> int:
-    return len(np.load(shards / "00000.npy", mmap_mode="r"))
 
 
 def load_tokens(corpus: Path, texts: list[str], tokenizer: Any) -> Any:

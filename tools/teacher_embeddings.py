@@ -6,6 +6,9 @@ batches (at most 128 tokens each); every
 so a killed run resumes at the first missing shard. When every shard exists they are
 assembled into ``OUT/teacher.npy`` (float16, one row per line of ``texts.jsonl``, in its order).
 
+``OUT/shards*/shards.json`` records the shard size; a run that would resume a folder with another
+``--shard`` stops (its shards would cover other texts than their names say).
+
 ``--first N`` encodes only the texts from line ``N`` on (a corpus extended with
 ``python -m tools.training_corpus --extend``: the earlier texts keep their lines and their shards), into
 ``OUT/shards-N/``, in a seeded random order of those texts, so a partial run covers a random
@@ -30,6 +33,16 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 PART = 4  # shards per randomly drawn, length-sorted part
+SHARDS_FILE = "shards.json"
+
+
+def shard_size(shards: Path) -> int | None:
+    """Texts per shard of a shards folder: recorded in ``shards.json``, or (a folder written before
+    it existed) the length of its first shard; None for a folder without shards."""
+    if (shards / SHARDS_FILE).is_file():
+        return int(json.loads((shards / SHARDS_FILE).read_text(encoding="utf-8"))["shard"])
+    first = shards / "00000.npy"
+    return len(np.load(first, mmap_mode="r")) if first.is_file() else None
 
 
 def main() -> None:
@@ -66,6 +79,10 @@ def main() -> None:
     order = np.concatenate([rows[np.argsort(lengths[rows], kind="stable")] for rows in parts])
     total = len(order) if not args.limit else min(args.limit, len(order))
     shards.mkdir(exist_ok=True)
+    recorded = shard_size(shards)
+    if recorded is not None and recorded != args.shard:
+        sys.exit(f"{shards} holds shards of {recorded} texts; rerun with --shard {recorded}, or delete the folder")
+    (shards / SHARDS_FILE).write_text(json.dumps({"shard": args.shard, "texts": len(order)}), encoding="utf-8")
     np.save(shards / "order.npy", order)
     model = SentenceTransformer(os.fspath(minilm_dir()), device="cpu", local_files_only=True)
     model.max_seq_length = 128

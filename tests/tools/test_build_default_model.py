@@ -1,8 +1,15 @@
-"""tools/build_default_model.py: the model card's list of training sources."""
+"""tools/build_default_model.py: the model card's list of training sources; teacher vectors read back."""
 
 from __future__ import annotations
 
-from tools.build_default_model import card_sources, start_of
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tools.build_default_model import card_sources, load_teacher, start_of
+from tools.teacher_embeddings import shard_size
 
 
 def _corpus(texts: dict[str, int], pairs: dict[str, int]) -> dict[str, object]:
@@ -26,3 +33,33 @@ def test_start_of_reads_old_and_new_recipes() -> None:
     assert start_of({}) == {}
     assert start_of({"start": "models/x"}) == {"model": "models/x", "name": "models/x", "corpus": {}}
     assert start_of({"start": {"model": "m", "name": "n", "corpus": {}}})["name"] == "n"
+
+
+def _shards(folder: Path, order: np.ndarray, sizes: list[int], vectors: np.ndarray) -> None:
+    folder.mkdir(parents=True)
+    np.save(folder / "order.npy", order)
+    first = 0
+    for k, size in enumerate(sizes):
+        np.save(folder / f"{k:05d}.npy", vectors[order[first : first + size]].astype(np.float16))
+        first += size
+
+
+def test_teacher_shards_map_back_to_their_lines(tmp_path: Path) -> None:
+    # each vector holds its own line number, so a wrong mapping shows
+    vectors = np.repeat(np.arange(10, dtype=np.float32)[:, None], 3, axis=1)
+    np.save(tmp_path / "teacher.npy", vectors[:4].astype(np.float16))
+    order = 4 + np.random.default_rng(0).permutation(6)
+    _shards(tmp_path / "shards-4", order, [4, 2], vectors)
+    (tmp_path / "shards-4" / "shards.json").write_text(json.dumps({"shard": 4, "texts": 6}))
+    rows, teacher = load_teacher(tmp_path)
+    assert sorted(rows.tolist()) == list(range(10))
+    assert np.array_equal(teacher[:, 0], rows.astype(np.float32))
+
+
+def test_teacher_shards_of_two_sizes_are_refused(tmp_path: Path) -> None:
+    # a run resumed with another --shard: the first shards cover other lines than their names say
+    vectors = np.repeat(np.arange(12, dtype=np.float32)[:, None], 3, axis=1)
+    _shards(tmp_path / "shards", np.arange(12), [2, 2, 8], vectors)
+    assert shard_size(tmp_path / "shards") == 2
+    with pytest.raises(SystemExit, match=r"00002.npy: 8 vectors, expected 2 \(shards of 2\); delete it"):
+        load_teacher(tmp_path)
