@@ -49,7 +49,11 @@ def sweep_table(sweeps: dict[str, Any], recipes: list[tuple[str, list[str]]]) ->
         label: {c: _mean([mrr(sweeps[v]["candidate"]["pooled"], c) for v in variants]) for c in corpora}
         for label, variants in recipes
     }
-    head = ["corpus", "current default"] + [f"{label} ({len(v)} runs)" for label, v in recipes] + ["bm25s", "MiniLM"]
+    head = (
+        ["corpus", "current default"]
+        + [f"{label} ({len(v)} run{'s' if len(v) > 1 else ''})" for label, v in recipes]
+        + ["bm25s", "MiniLM"]
+    )
     head += [f"{label} / MiniLM" for label, _ in recipes]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in corpora:
@@ -70,19 +74,24 @@ def sweep_table(sweeps: dict[str, Any], recipes: list[tuple[str, list[str]]]) ->
     return "\n".join(lines)
 
 
-def main() -> None:
+def table_for(argv: list[str] | None = None) -> str:
+    """The table of a command line (``SWEEPS --recipe LABEL=VARIANT,... ...``), as :func:`main` prints it."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweeps", type=Path, help="a sweeps file of build_default_model (--results)")
     parser.add_argument(
         "--recipe", action="append", required=True, metavar="LABEL=VARIANT,...", help="a recipe and its variants"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     sweeps = json.loads(args.sweeps.read_text(encoding="utf-8"))
     recipes = []
     for spec in args.recipe:
         label, _, variants = spec.partition("=")
         recipes.append((label, [v for v in variants.split(",") if v]))
-    print(sweep_table(sweeps, recipes))
+    return sweep_table(sweeps, recipes)
+
+
+def main() -> None:
+    print(table_for())
 
 
 if __name__ == "__main__":
