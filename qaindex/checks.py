@@ -220,22 +220,22 @@ def path_or_records(value: Any, name: str) -> bool:
 
 
 def verify_arg(value: Any) -> bool | str:
-    """``verify`` of a load: True, False (numpy bools too) or ``"full"``.
+    """``verify`` of a load: True, False (numpy bools too), ``"lazy"`` or ``"full"``.
 
     Example
     -------
-    >>> verify_arg("full"), verify_arg(np.bool_(False))
-    ('full', False)
+    >>> verify_arg("full"), verify_arg("lazy"), verify_arg(np.bool_(False))
+    ('full', 'lazy', False)
     >>> verify_arg("yes")
     Traceback (most recent call last):
     ...
-    qaindex.errors.QueryError: verify must be True, False or "full", got str 'yes'
+    qaindex.errors.QueryError: verify must be True, False, "lazy" or "full", got str 'yes'
     """
-    if isinstance(value, str) and value == "full":
+    if isinstance(value, str) and value in ("full", "lazy"):
         return value
     if isinstance(value, bool | np.bool_):
         return bool(value)
-    raise QueryError(f'verify must be True, False or "full", got {type(value).__name__} {shown(value)}')
+    raise QueryError(f'verify must be True, False, "lazy" or "full", got {type(value).__name__} {shown(value)}')
 
 
 def flag(value: Any, name: str) -> bool:

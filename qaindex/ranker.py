@@ -228,13 +228,15 @@ class Ranker:
         device : {"auto", "cpu", "cuda"}, keyword-only
         threads : int or None, keyword-only
             onnxruntime threads (1 is fastest for single questions; None: all cores).
-        verify : {True, "full", False}, keyword-only
+        verify : {True, "lazy", "full", False}, keyword-only
             True: no byte of the index is used before it is proved to be the one its writer
             saved. Every file is checked against the size and SHA-256 the manifest lists, the
             answers' vectors chunk by chunk as their rows are first read (a load costs what
-            it reads: :mod:`qaindex.store.chunk_checks`), the others whole now; vectors are
-            checked finite (inside the ball) and records strict JSON as they are read.
-            ``"full"``: every file hashed and all content scanned now (as indexes saved
+            it reads: :mod:`qaindex.store.chunk_checks`) and by a background thread that
+            verifies the rest within seconds, the others whole now; vectors are checked
+            finite (inside the ball) and records strict JSON as they are read. ``"lazy"``:
+            the same without the background thread (a short-lived process that reads a few
+            rows). ``"full"``: every file hashed and all content scanned now (as indexes saved
             before chunk digests always are). ``False`` skips the checksums and scans, for a
             faster start of a trusted index; the manifests are still validated and every
             path they name must stay inside the index directory.
@@ -284,7 +286,7 @@ class Ranker:
         path : path-like
             An existing index directory.
         device, threads, verify
-            As for :meth:`load`.
+            As for :meth:`load` (True verifies as ``"lazy"`` does: the save reads every row).
         lock_timeout : float or None, keyword-only
             Seconds to wait for another writer before raising :class:`IndexLockedError`;
             None or ``math.inf`` waits as long as it takes.
@@ -305,7 +307,8 @@ class Ranker:
         verify = verify_arg(verify)
         read_index_manifest(root)  # a clear error for a missing index, before any lock file
         with index_lock(root, timeout=lock_timeout):
-            ranker = cls.load(root, device=device, threads=threads, verify=verify)
+            # the save verifies every row before it writes: no background verification beside it
+            ranker = cls.load(root, device=device, threads=threads, verify="lazy" if verify is True else verify)
             yield ranker
             ranker.save(root, lock_timeout=lock_timeout)
 

@@ -338,15 +338,16 @@ def open_snapshot(
     the vectors and records, read the FAISS, reranker and lexical indexes.
 
     ``verify``: True hashes every file but ``vectors.npy`` when the snapshot stores its chunk
-    digests (:mod:`qaindex.store.chunk_checks`: its rows are verified as they are read), and
-    scans the content a checksum cannot vouch for as it is read; ``"full"`` hashes every file
-    and scans all content now; False checks neither.
+    digests (:mod:`qaindex.store.chunk_checks`: its rows are verified as they are read, and by
+    a background thread), and scans the content a checksum cannot vouch for as it is read;
+    ``"lazy"`` is True without the background thread; ``"full"`` hashes every file and scans
+    all content now; False checks neither.
 
     Raises :class:`IndexFormatError` (or :class:`ModelFormatError`) naming the file and
     field when anything disagrees with the manifest.
     """
     snap = root / manifest["snapshot"]
-    lazy = lazy_files(snap, manifest["files"], root / "manifest.json") if verify is True else set()
+    lazy = lazy_files(snap, manifest["files"], root / "manifest.json") if verify in (True, "lazy") else set()
     if verify:
         verify_files(snap, manifest["files"], error=IndexFormatError, what="index", unhashed=lazy)
     # the model copy's files were verified with the index's: do not hash them twice
@@ -389,10 +390,9 @@ def open_snapshot(
             listed=_listed(manifest, f"{KEYS_DIRECTORY}/{LEXICAL_DIRECTORY}"),
         )
     # what the checksums cannot vouch for, as a build and a save check it (qaindex.store.index_checks);
-    # verify scans the content too
     # verify scans the content too; a lazy verification scans each chunk of vectors as it verifies it
     # and each record as it decodes it (the ids when they are first needed: RecordStore.ids)
-    scan = verify == "full" or (verify is True and not lazy)
+    scan = verify == "full" or (verify in (True, "lazy") and not lazy)
     check_content(
         snap, mpath=mpath, model=model, vectors=vectors, records=records, lexical=lexical, scan=scan, keys=keys
     )
@@ -402,6 +402,8 @@ def open_snapshot(
         digests = (snap / lazy_digests_name("vectors.npy")).read_bytes()
         chunk = manifest["files"]["vectors.npy"]["chunk_bytes"]
         vector_checks = ChunkedFile(snap / "vectors.npy", vectors, digests, chunk, ball=model.space.ball)
+        if verify is True:
+            vector_checks.verify_in_background()
     return Snapshot(model, records, vectors, coarse, reranker, lexical, keys, vector_checks)
 
 

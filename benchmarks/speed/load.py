@@ -12,12 +12,15 @@ model (synthetic answers of words from ``examples/faq.jsonl``), then times the t
 rate of this machine. It times the first hybrid search after a default load (which verifies
 the chunks of the vectors it reads) and after a ``verify=False`` one, and the latter against
 the same index without its BM25 postings (as a qaindex that did not store them saved it:
-derived on that first search), and measures the resident memory of a fresh process after it
-imports qaindex and after each load (memory-mapped files count once their pages are read).
+derived on that first search), the median of the next ``--searches`` hybrid searches after a
+load verified on first touch only (``verify="lazy"``), after a default load (its background
+thread verifying the rest meanwhile) and after a full one, and measures the resident memory of
+a fresh process after it imports qaindex and after each load (memory-mapped files count once
+their pages are read).
 
 Usage::
 
-    python -m benchmarks.speed.load [--sizes 10000,100000] [--kind flat] [--reps 5] [--out FILE]
+    python -m benchmarks.speed.load [--sizes 10000,100000] [--kind flat] [--reps 5] [--searches 300] [--out FILE]
 
 Prints a table and writes JSON (default ``benchmarks/results/load.json``).
 """
@@ -127,11 +130,25 @@ def first_search(index: Path, question: str, reps: int, verify: bool = False) ->
     return float(np.median(times))
 
 
+def searches_after_load(index: Path, questions: list[str], verify: bool | str) -> float:
+    """Median milliseconds of the hybrid searches of ``questions``, one after another, right after
+    a load: with ``verify="lazy"`` each pays for the chunks it reads first; a default load's
+    background thread verifies the rest meanwhile."""
+    ranker = Ranker.load(index, verify=verify)
+    times = []
+    for question in questions:
+        start = time.perf_counter()
+        ranker.search(question, k=10)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) * 1e3
+
+
 def main() -> None:
     parser = argument_parser(__doc__, out=ROOT / "benchmarks" / "results" / "load.json")
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--kind", default="flat", help="index kind to build (flat, auto, pq, hnsw, ...)")
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--searches", type=int, default=300, help="searches timed one after another after a load")
     args = parser.parse_args()
     words = sorted({w for r in read_corpus(ROOT / "examples" / "faq.jsonl") for w in r.answer.lower().split()})
     rng = np.random.default_rng(0)
@@ -158,6 +175,8 @@ def main() -> None:
             first = first_search(index, question, args.reps, verify=True)
             trusted = first_search(index, question, args.reps)
             derived = first_search(without_postings(index, Path(tmp) / f"older-{n}"), question, args.reps)
+            asked = [" ".join(rng.choice(words, size=6)) for _ in range(args.searches)]
+            after = {how: searches_after_load(index, asked, how) for how in ("lazy", True, "full")}
             imported, after_load = rss_after_load(index, verify=False)
             _, after_lazy = rss_after_load(index, verify=True)
             _, after_full = rss_after_load(index, verify="full")
@@ -173,6 +192,10 @@ def main() -> None:
                 "first_search_s": round(first, 4),
                 "first_search_no_verify_s": round(trusted, 4),
                 "first_search_derived_s": round(derived, 4),
+                "searches_after_load": args.searches,
+                "search_p50_ms_after_lazy_load": round(after["lazy"], 3),
+                "search_p50_ms_after_default_load": round(after[True], 3),
+                "search_p50_ms_after_full_load": round(after["full"], 3),
                 "rss_after_import_mib": round(imported, 1),
                 "rss_after_load_mib": round(after_lazy, 1),
                 "rss_after_full_load_mib": round(after_full, 1),
@@ -184,7 +207,10 @@ def main() -> None:
                 f"as read), {full * 1e3:8.1f} ms full (content scan {content * 1e3:.1f} ms of it), "
                 f"{unverified * 1e3:8.1f} ms with verify=False; first hybrid search {first * 1e3:.1f} ms after the "
                 f"default load, {trusted * 1e3:.1f} ms after verify=False, "
-                f"{derived * 1e3:.1f} ms with postings derived (as indexes saved without them); resident memory "
+                f"{derived * 1e3:.1f} ms with postings derived (as indexes saved without them); the next "
+                f"{args.searches} searches p50 {after['lazy']:.2f} ms verified on first touch only, "
+                f"{after[True]:.2f} ms with the default background verification, {after['full']:.2f} ms after a "
+                f"full load; resident memory "
                 f"{after_lazy:.0f} MiB after the default load ({after_full:.0f} MiB full, {after_load:.0f} MiB with "
                 f"verify=False; {imported:.0f} MiB after importing qaindex)"
             )

@@ -393,7 +393,7 @@ def search(
         questions = [question]
     if rerank is not None and no_rerank:
         raise click.UsageError("--rerank and --no-rerank contradict each other; pass one of them")
-    ranker = _load_logged(index, device)
+    ranker = _load_logged(index, device, verify="lazy")  # one process per search: verify what it reads
     stage = False if no_rerank else (Reranker.load(rerank, device=device) if rerank is not None else None)
     options: dict[str, Any] = {"rerank": stage, "depth": rerank_depth, "hybrid": hybrid}
     options.update(min_score=min_score, where=where, explain=explain)
@@ -527,7 +527,7 @@ def _devices_line(info: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the information as one JSON object.")
 def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bool, as_json: bool) -> None:
     """Describe an index: model, counts, index kind, devices actually used."""
-    ranker = _load_logged(index, device, verify="full" if verify else True)
+    ranker = _load_logged(index, device, verify="full" if verify else "lazy")  # info reads every row anyway
     data = ranker.info()
     data["orphans"] = orphan_summary(index)
     if verify:

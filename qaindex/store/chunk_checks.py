@@ -14,21 +14,38 @@ A chunk is hashed once per load; one that differs raises
 touches it. So no row is used before its bytes were proved to be those the index's writer
 saved, and a load costs what it reads.
 
+Searches would otherwise keep paying for first touches: a million-answer index holds about
+250,000 chunks, and the first thousand searches of it would each hash a thousand new ones.
+So after a default load a background thread (:meth:`ChunkedFile.verify_in_background`) hashes
+every chunk not verified yet, :data:`_BACKGROUND_CHUNKS` at a time, from
+:data:`_START_DELAY` after the load (a first search asked at once runs alone) and pausing
+while a search verifies the rows it reads (SHA-256 releases the GIL, but the two hashing
+loops would take turns at it), and within seconds every row is verified and searches hash
+nothing. It changes no result: a search still verifies what it reads itself
+unless the thread got there first, and the same chunk verified twice is verified twice. A
+damaged chunk it finds is logged (``qaindex.store`` warning) and left unverified, so the first
+read that touches it raises as before; the thread then stops. ``Ranker.load(verify="lazy")``
+verifies on first touch only, without the thread.
+
 ``Ranker.verify`` and ``Ranker.load(verify="full")`` still hash every byte.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import mmap
 import os
+import threading
+import time
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import IndexFormatError
+from ..errors import IndexFormatError, QAIndexError
 from .atomic_files import create_file
 from .index_checks import check_vectors
 
@@ -50,6 +67,14 @@ _REBUILD = "the index is corrupted, rebuild it"
 _LAZY = ("vectors.npy",)  # the files a snapshot stores chunk digests of
 _CHUNK_RANGE = (1 << 12, 1 << 26)
 _BATCH_BYTES = 1 << 24
+#: Chunks the background thread verifies at a time (256 KiB): small, so a search that checks
+#: the same chunks meanwhile does not wait on it for long.
+_BACKGROUND_CHUNKS = 16
+_YIELD_SECONDS = 0.0002
+#: Seconds between the load and the background thread's first hash: a process that loads an
+#: index to answer a question at once (a command, a cold start) answers it alone.
+_START_DELAY = 0.2
+_log = logging.getLogger("qaindex.store")
 
 
 def chunk_digests(path: str | os.PathLike[str], chunk_bytes: int = CHUNK_BYTES) -> bytes:
@@ -162,6 +187,11 @@ class ChunkedFile:
         # one flag per chunk: hashed and found right (a chunk that failed stays False)
         self.done = np.zeros(count, dtype=bool)
         self.complete = count == 0
+        # the background verification (verify_in_background) and the error that stopped it
+        self.background: threading.Thread | None = None
+        self.background_error: QAIndexError | None = None
+        self.reading = 0  # searches verifying their own rows now (the background thread waits)
+        self._count = threading.Lock()
         with open(path, "rb") as handle:
             self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if self.size else None
 
@@ -176,7 +206,16 @@ class ChunkedFile:
         last = (self.header + (rows + 1) * self.row_bytes - 1) // self.chunk_bytes
         # a row shorter than a chunk spans at most two; a longer one, every chunk from its first to its last
         chunks = np.union1d(first, last) if self.row_bytes <= self.chunk_bytes else np.unique(_spans(first, last + 1))
-        self._check(chunks[~self.done[chunks]])
+        todo = chunks[~self.done[chunks]]
+        if len(todo) == 0:
+            return
+        with self._count:  # the background thread waits meanwhile: both hashing loops would share one GIL
+            self.reading += 1
+        try:
+            self._check(todo)
+        finally:
+            with self._count:
+                self.reading -= 1
 
     def check_all(self) -> None:
         """Verify every chunk not verified yet (an update, a save, ``info``: all rows are read),
@@ -185,6 +224,20 @@ class ChunkedFile:
         step = max(1, _BATCH_BYTES // self.chunk_bytes)
         for start in range(0, len(todo), step):
             self._check(todo[start : start + step])
+
+    def verify_in_background(self) -> None:
+        """Start a daemon thread that verifies every chunk not verified yet (see the module
+        docstring); nothing when all are. ``self.background`` is the thread. It holds this
+        object only while it verifies a batch, so it stops once the index is let go."""
+        if self.complete or self.background is not None:
+            return
+        self.background = threading.Thread(
+            target=_verify_rest,
+            args=(weakref.ref(self), np.flatnonzero(~self.done)),
+            name=f"qaindex-verify-{self.path.parent.name}",
+            daemon=True,
+        )
+        self.background.start()
 
     def _check(self, chunks: np.ndarray) -> None:
         """Hash these chunks and compare each with its digest, then check the content of the rows
@@ -215,6 +268,25 @@ class ChunkedFile:
         first = np.maximum(0, (starts - self.header) // self.row_bytes)
         last = np.minimum(len(self.array), -(-(ends - self.header) // self.row_bytes))
         return first, np.maximum(first, last)
+
+
+def _verify_rest(ref: weakref.ref[ChunkedFile], todo: np.ndarray) -> None:
+    """The background thread of :meth:`ChunkedFile.verify_in_background`."""
+    time.sleep(_START_DELAY)
+    for start in range(0, len(todo), _BACKGROUND_CHUNKS):
+        checks = ref()
+        if checks is None:  # the index was let go
+            return
+        batch = todo[start : start + _BACKGROUND_CHUNKS]
+        while checks.reading:  # a search is verifying what it reads: let it have the interpreter
+            time.sleep(_YIELD_SECONDS)
+        try:
+            checks._check(batch[~checks.done[batch]])
+        except QAIndexError as exc:  # damaged bytes or content: a search that reads them raises
+            checks.background_error = exc
+            _log.warning("%s (found by the background verification; searches that read these rows refuse them)", exc)
+            return
+        del checks  # hold the file only while verifying a batch
 
 
 class CheckedRows:

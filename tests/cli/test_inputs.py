@@ -556,7 +556,7 @@ def _boundary_cases(index: Path, faq_model: Path) -> dict[str, tuple[Callable[[R
         ),
         "verify an array": (
             lambda r: Ranker.load(index, verify=np.array([1, 2])),  # type: ignore[arg-type]
-            'verify must be True, False or "full", got ndarray array([1, 2])',
+            'verify must be True, False, "lazy" or "full", got ndarray array([1, 2])',
         ),
         "add a 0-d array": (
             lambda r: r.add(np.array(0)),  # type: ignore[arg-type]

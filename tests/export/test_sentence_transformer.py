@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from qaindex.text.tokenizer import Tokenizer, TokenizerError
+from tests.helpers.tiny_transformers import save_sentence_transformer, tiny_config
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -83,25 +84,11 @@ def test_cls_sep_config_round_trip_and_errors(tmp_path: Path) -> None:
 def tiny_st(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A randomly initialised 2-layer BERT with mean pooling and normalisation, saved by
     sentence-transformers (no download)."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    st_models = pytest.importorskip("sentence_transformers.models")
-    from sentence_transformers import SentenceTransformer
-
     root = tmp_path_factory.mktemp("tiny-st")
     hf_dir = root / "hf"
     hf_dir.mkdir()
-    torch.manual_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=64,
-    )  # fmt: skip
-    transformers.BertModel(config).save_pretrained(hf_dir)
     _hf_tokenizer(hf_dir).save_pretrained(hf_dir)
-    word = st_models.Transformer(str(hf_dir), max_seq_length=24)
-    model = SentenceTransformer(modules=[word, st_models.Pooling(32, "mean"), st_models.Normalize()], device="cpu")
-    model.save(str(root / "st"))
-    return root / "st"
+    return save_sentence_transformer(tiny_config("bert", len(VOCAB), 64), hf_dir, root / "st")
 
 
 @pytest.mark.torch
@@ -206,26 +193,13 @@ def test_an_int8_export_stores_int8_weights_and_keeps_its_vectors_close(tiny_st:
 def tiny_mpnet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A randomly initialised 2-layer MPNet (MPNet's tokenizer: ``<s> … </s>``, ``<pad>`` = 1, no
     token types; positions numbered from the padding) with mean pooling, saved by sentence-transformers."""
-    torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    st_models = pytest.importorskip("sentence_transformers.models")
-    from sentence_transformers import SentenceTransformer
-
     root = tmp_path_factory.mktemp("tiny-mpnet")
     (root / "vocab.txt").write_text("\n".join(["<s>", "<pad>", "</s>", "<unk>", *VOCAB, "<mask>"]) + "\n")
     tokenizer = transformers.MPNetTokenizer(str(root / "vocab.txt"))
     hf_dir = root / "hf"
     tokenizer.save_pretrained(hf_dir)
-    torch.manual_seed(0)
-    config = transformers.MPNetConfig(
-        vocab_size=len(VOCAB) + 5, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=40,
-    )  # fmt: skip
-    transformers.MPNetModel(config).save_pretrained(hf_dir)
-    word = st_models.Transformer(str(hf_dir), max_seq_length=24)
-    model = SentenceTransformer(modules=[word, st_models.Pooling(32, "mean"), st_models.Normalize()], device="cpu")
-    model.save(str(root / "st"))
-    return root / "st"
+    return save_sentence_transformer(tiny_config("mpnet", len(VOCAB) + 5, 40), hf_dir, root / "st")
 
 
 @pytest.mark.torch

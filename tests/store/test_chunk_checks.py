@@ -67,12 +67,12 @@ def test_a_save_stores_the_chunk_digests(clean: Path) -> None:
 
 
 def test_a_search_verifies_exactly_the_chunks_of_the_rows_it_reads(clean: Path) -> None:
-    ranker = Ranker.load(clean)
+    ranker = Ranker.load(clean, verify="lazy")
     checks = ranker._vector_checks
-    assert checks is not None and not checks.done.any()  # the load hashed none of vectors.npy
+    assert checks is not None and not checks.done.any() and checks.background is None  # none hashed yet
     stored = np.asarray(ranker.state().vectors)  # not a search: reads (and verifies) everything
     assert checks.complete
-    ranker = Ranker.load(clean)
+    ranker = Ranker.load(clean, verify="lazy")
     checks = ranker._vector_checks
     assert checks is not None
     q = stored[[17]]
@@ -91,7 +91,7 @@ def test_damaged_bytes_are_refused_by_the_first_read_and_only_then(clean: Path, 
     pool = pool_size(3, clean_ranker.overfetch, ANSWERS)
     header = clean_ranker._vector_checks.header if clean_ranker._vector_checks else 128
     far = next(i for i in range(ANSWERS) if chunk not in _chunks_of(clean_ranker.candidates(stored[[i]], pool), header))
-    ranker = Ranker.load(index)  # the damaged chunk is not read: the load succeeds
+    ranker = Ranker.load(index, verify="lazy")  # the damaged chunk is not read: the load succeeds
     far_hits = ranker.search_vectors(stored[[far]], 3)
     assert [a.tolist() for a in far_hits] == [a.tolist() for a in clean_ranker.search_vectors(stored[[far]], 3)]
     for _ in range(2):  # refused on every read that touches it
@@ -106,6 +106,54 @@ def test_damaged_bytes_are_refused_by_the_first_read_and_only_then(clean: Path, 
         Ranker.load(index, verify="full")
     with pytest.raises(IndexFormatError, match="checksum does not match the manifest"):
         ranker.verify()
+
+
+def test_a_default_load_verifies_the_rest_in_the_background(clean: Path) -> None:
+    ranker = Ranker.load(clean)
+    checks = ranker._vector_checks
+    assert checks is not None and checks.background is not None
+    checks.background.join(timeout=60)
+    assert checks.complete and checks.done.all() and checks.background_error is None
+    stored = np.load(_vectors(clean))
+    # a search afterwards hashes nothing and answers as a load that verified everything first
+    full = Ranker.load(clean, verify="full")
+    for i in (0, 1234, ANSWERS - 1):
+        got, want = ranker.search_vectors(stored[[i]], 5), full.search_vectors(stored[[i]], 5)
+        assert [a.tolist() for a in got] == [a.tolist() for a in want]
+
+
+def test_searches_beside_the_background_thread_answer_as_without_it(clean: Path) -> None:
+    stored = np.load(_vectors(clean))
+    want = Ranker.load(clean, verify="full").search_vectors(stored[::7], 5)
+    for _ in range(3):  # the thread and the searches verify the same chunks at the same time
+        ranker = Ranker.load(clean)
+        got = ranker.search_vectors(stored[::7], 5)
+        assert [a.tolist() for a in got] == [a.tolist() for a in want]
+        assert ranker._vector_checks is not None and ranker._vector_checks.background is not None
+        ranker._vector_checks.background.join(timeout=60)
+        assert ranker._vector_checks.complete
+
+
+def test_the_background_thread_reports_damage_and_searches_still_refuse_it(
+    clean: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    row = 2000
+    index = _damaged(clean, tmp_path, row)
+    stored = np.load(_vectors(clean))
+    chunk = (Ranker.load(clean, verify="lazy")._vector_checks.header + row * 1024 + 5) // CHUNK_BYTES  # type: ignore[union-attr]
+    with caplog.at_level("WARNING", logger="qaindex.store"):
+        ranker = Ranker.load(index)
+        checks = ranker._vector_checks
+        assert checks is not None and checks.background is not None
+        checks.background.join(timeout=60)
+    assert checks.background_error is not None and not checks.complete and not checks.done[chunk]
+    message = f"{_vectors(index)}: bytes {chunk * CHUNK_BYTES}..{(chunk + 1) * CHUNK_BYTES} (rows "
+    assert str(checks.background_error).startswith(message)
+    assert any(
+        r.getMessage().startswith(message) and "background verification" in r.getMessage() for r in caplog.records
+    )
+    with pytest.raises(IndexFormatError, match="do not match their checksum"):
+        ranker.search_vectors(stored[[row]], 3)
 
 
 def test_a_save_never_writes_unverified_vectors(clean: Path, tmp_path: Path) -> None:
@@ -227,3 +275,35 @@ def test_a_row_is_content_checked_when_a_chunk_holding_it_is_verified(
     else:
         checks.check_rows(wanted)
         assert not checks.done[sorted(bad_chunks)].any()
+
+
+def test_the_background_thread_stops_once_the_index_is_let_go(tmp_path: Path) -> None:
+    import gc
+    import weakref
+
+    from qaindex.store.chunk_checks import _verify_rest
+
+    path = tmp_path / "v.npy"
+    np.save(path, np.full((2000, 256), 0.01, np.float32))
+    checks = ChunkedFile(path, np.load(path, mmap_mode="r"), chunk_digests(path), CHUNK_BYTES, ball=True)
+    ref = weakref.ref(checks)
+    del checks
+    gc.collect()
+    _verify_rest(ref, np.arange(500))  # returns at once: nothing left to verify for
+    assert ref() is None
+
+
+def test_the_background_thread_waits_while_a_search_verifies_its_rows(tmp_path: Path) -> None:
+    import time
+
+    path = tmp_path / "v.npy"
+    np.save(path, np.full((2000, 256), 0.01, np.float32))
+    checks = ChunkedFile(path, np.load(path, mmap_mode="r"), chunk_digests(path), CHUNK_BYTES, ball=True)
+    checks.reading = 1  # as check_rows sets it while it hashes a search's chunks
+    checks.verify_in_background()
+    time.sleep(0.6)  # beyond the thread's start delay
+    assert not checks.done.any()
+    checks.reading = 0
+    assert checks.background is not None
+    checks.background.join(timeout=60)
+    assert checks.complete

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers.tiny_transformers import save_sentence_transformer, tiny_config
 from tools import device_teacher
 
 WORDS = ["how", "do", "i", "reset", "my", "password", "refund", "are", "paid", "within", "days", "of", "a", "order"]
@@ -16,26 +17,13 @@ VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
 
 
 def _tiny_model(root: Path) -> Path:
-    torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    st_models = pytest.importorskip("sentence_transformers.models")
-    from sentence_transformers import SentenceTransformer
-
     hf = root / "hf"
     hf.mkdir()
     (hf / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
     (hf / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer"}), encoding="utf-8")
     transformers.AutoTokenizer.from_pretrained(str(hf)).save_pretrained(hf)
-    torch.manual_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=32,
-    )  # fmt: skip
-    transformers.BertModel(config).save_pretrained(hf)
-    word = st_models.Transformer(str(hf), max_seq_length=16)
-    model = SentenceTransformer(modules=[word, st_models.Pooling(32, "mean"), st_models.Normalize()], device="cpu")
-    model.save(str(root / "st"))
-    return root / "st"
+    return save_sentence_transformer(tiny_config("bert", len(VOCAB), 32, layers=1), hf, root / "st", 16)
 
 
 @pytest.mark.torch
