@@ -347,7 +347,8 @@ def open_snapshot(
     field when anything disagrees with the manifest.
     """
     snap = root / manifest["snapshot"]
-    lazy = lazy_files(snap, manifest["files"], root / "manifest.json") if verify in (True, "lazy") else set()
+    as_read = verify in (True, "lazy")  # files with chunk digests verified as their rows are read
+    lazy = lazy_files(snap, manifest["files"], root / "manifest.json") if as_read else set()
     if verify:
         verify_files(snap, manifest["files"], error=IndexFormatError, what="index", unhashed=lazy)
     # the model copy's files were verified with the index's: do not hash them twice
@@ -392,7 +393,7 @@ def open_snapshot(
     # what the checksums cannot vouch for, as a build and a save check it (qaindex.store.index_checks);
     # verify scans the content too; a lazy verification scans each chunk of vectors as it verifies it
     # and each record as it decodes it (the ids when they are first needed: RecordStore.ids)
-    scan = verify == "full" or (verify in (True, "lazy") and not lazy)
+    scan = verify == "full" or (as_read and not lazy)
     check_content(
         snap, mpath=mpath, model=model, vectors=vectors, records=records, lexical=lexical, scan=scan, keys=keys
     )

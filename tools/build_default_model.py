@@ -106,11 +106,14 @@ def load_teacher(corpus: Path) -> tuple[np.ndarray, np.ndarray]:
     for shards in folders:
         order = np.load(shards / "order.npy")
         size = shard_size(shards) or 0
-        for path in sorted(shards.glob("[0-9][0-9][0-9][0-9][0-9].npy")):
+        paths = sorted(shards.glob("[0-9][0-9][0-9][0-9][0-9].npy"))
+        for path in paths:
             first = int(path.stem) * size
             block = np.load(path).astype(np.float32)
-            if len(block) != min(size, len(order) - first):  # a shard of another run's size: wrong rows
-                sys.exit(f"{path}: {len(block)} vectors, expected {min(size, len(order) - first)} (shards of {size}); "
+            whole = min(size, len(order) - first)
+            # a shard of another run's size covers other rows; only the last (a --limit run) may stop short
+            if len(block) > whole or (len(block) < whole and path != paths[-1]):
+                sys.exit(f"{path}: {len(block)} vectors, expected {whole} (shards of {size}); "
                          "delete it and run tools.teacher_embeddings again")  # fmt: skip
             rows.append(order[first : first + len(block)])
             parts.append(block)

@@ -46,6 +46,14 @@ INT8_MIN_SIZE = 10_000  # matrices this large or larger travel as int8 rows
 PARTS = 3  # returned files of coordinates (each under the device tool's 16 MiB per file)
 
 
+def int8_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(q, scale)``: ``x`` (2-D) as int8 rows and a float32 scale per row, ``x ≈ q · scale``
+    (an all-zero row gets scale 1)."""
+    scale = np.abs(x).max(axis=1, keepdims=True).astype(np.float32) / 127.0
+    scale[scale == 0] = 1.0
+    return np.clip(np.round(x / scale), -127, 127).astype(np.int8), scale
+
+
 def pack(model_dir: Path, corpus: Path, out: Path, piece_mb: float) -> None:
     """Write the int8 pieces, the configuration and the gzipped texts under ``out``."""
     from safetensors.numpy import load_file
@@ -56,10 +64,8 @@ def pack(model_dir: Path, corpus: Path, out: Path, piece_mb: float) -> None:
     for name, tensor in load_file(str(model_dir / "model.safetensors")).items():
         t = np.asarray(tensor)
         if t.ndim == 2 and t.size >= INT8_MIN_SIZE:  # weight matrices: int8 rows, a scale per row
-            scale = np.abs(t).max(axis=1, keepdims=True).astype(np.float32) / 127.0
-            scale[scale == 0] = 1.0
-            items = {f"{name}::q": np.clip(np.round(t / scale), -127, 127).astype(np.int8)}
-            items[f"{name}::s"] = scale.astype(np.float16)
+            q, scale = int8_rows(t)
+            items = {f"{name}::q": q, f"{name}::s": scale.astype(np.float16)}
         else:
             items = {f"{name}::f": t.astype(np.float16) if t.dtype == np.float32 else t}
         nbytes = sum(v.nbytes for v in items.values())
@@ -130,12 +136,11 @@ def encode(pieces: Path, out: Path, dim: int, limit: int) -> None:
     values, directions = torch.linalg.eigh(centred.T @ centred)
     top = directions[:, -dim:].flip(1).T  # (dim, D), widest first
     y = (centred @ top.T).float().cpu().numpy()
-    scale = np.maximum(np.abs(y).max(axis=1, keepdims=True), 1e-12) / 127.0
-    q = np.clip(np.round(y / scale), -127, 127).astype(np.int8)
+    q, scale = int8_rows(y)
     for k, rows in enumerate(np.array_split(np.arange(len(q)), PARTS)):
         np.save(out / f"coords{k}.npy", q[rows])
     kept = float(values[-dim:].sum() / values.sum())
-    np.savez(out / "meta.npz", scale=scale.astype(np.float32), kept=kept, device=device)
+    np.savez(out / "meta.npz", scale=scale, kept=kept, device=device)
     print(f"{len(x)} texts on {device}, {dim} principal coordinates keep {kept:.3f} of the variance, "
           f"{time.perf_counter() - started:.1f} s")  # fmt: skip
 

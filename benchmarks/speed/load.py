@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import ROOT, argument_parser, index_bytes, median_seconds, write_results
+from benchmarks.common import ROOT, argument_parser, index_bytes, median_seconds, per_call_ms, write_results
 from qaindex import Ranker
 from qaindex.corpus import read_corpus
 from qaindex.store.index_format import manifest_checksum
@@ -135,12 +135,7 @@ def searches_after_load(index: Path, questions: list[str], verify: bool | str) -
     a load: with ``verify="lazy"`` each pays for the chunks it reads first; a default load's
     background thread verifies the rest meanwhile."""
     ranker = Ranker.load(index, verify=verify)
-    times = []
-    for question in questions:
-        start = time.perf_counter()
-        ranker.search(question, k=10)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times)) * 1e3
+    return float(np.median(per_call_ms(lambda q: ranker.search(q, k=10), questions, warm=0)))
 
 
 def main() -> None:

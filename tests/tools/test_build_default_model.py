@@ -63,3 +63,16 @@ def test_teacher_shards_of_two_sizes_are_refused(tmp_path: Path) -> None:
     assert shard_size(tmp_path / "shards") == 2
     with pytest.raises(SystemExit, match=r"00002.npy: 8 vectors, expected 2 \(shards of 2\); delete it"):
         load_teacher(tmp_path)
+
+
+def test_a_short_last_shard_is_read_and_a_short_middle_one_refused(tmp_path: Path) -> None:
+    # a --limit run stops inside its last shard: those rows are read, the rest have no vector
+    vectors = np.repeat(np.arange(10, dtype=np.float32)[:, None], 3, axis=1)
+    order = np.random.default_rng(1).permutation(10)
+    _shards(tmp_path / "a" / "shards", order, [4, 3], vectors)
+    rows, teacher = load_teacher(tmp_path / "a")
+    assert rows.tolist() == order[:7].tolist()
+    assert np.array_equal(teacher[:, 0], rows.astype(np.float32))
+    _shards(tmp_path / "b" / "shards", order, [4, 3, 3], vectors)
+    with pytest.raises(SystemExit, match=r"00001.npy: 3 vectors, expected 4 \(shards of 4\); delete it"):
+        load_teacher(tmp_path / "b")
