@@ -289,6 +289,34 @@ def index_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+def split_ms(ranker: Any, questions: Sequence[str], k: int = 10) -> dict[str, float]:
+    """Median ms of each stage of one question, timing the public pieces in turn."""
+    model = ranker.model
+    m = min(len(ranker), k * ranker.overfetch)
+    limit = model.max_tokens["question"]
+    parts: dict[str, list[float]] = {"tokenize": [], "encode": [], "coarse": [], "rerank": [], "records": []}
+    for i, q in enumerate(questions):
+        t0 = time.perf_counter()
+        model.tokenizer.encode(q, limit)
+        t1 = time.perf_counter()
+        qv = model.encode([q], role="question")
+        t2 = time.perf_counter()
+        ranker.candidates(qv, m, use_coarse=True)
+        t3 = time.perf_counter()
+        scores, dists, rows = ranker.search_vectors(qv, k, use_coarse=True)
+        t4 = time.perf_counter()
+        ranker.hits(scores, dists, rows)
+        t5 = time.perf_counter()
+        if i < 10:
+            continue  # warm-up
+        parts["tokenize"].append(t1 - t0)
+        parts["encode"].append((t2 - t1) - (t1 - t0))
+        parts["coarse"].append(t3 - t2)
+        parts["rerank"].append((t4 - t3) - (t3 - t2))
+        parts["records"].append(t5 - t4)
+    return {name: round(float(np.median(v)) * 1e3, 4) for name, v in parts.items()}
+
+
 def set_faiss_threads(n: int) -> None:
     import faiss
 

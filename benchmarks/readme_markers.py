@@ -35,6 +35,7 @@ GENERATORS: dict[str, str] = {
     "fusion-pseudo": "benchmarks.quality.fusion_pseudo",
     "adapt-build": "benchmarks.speed.adapt_build",
     "minilm-tier": "benchmarks.speed.minilm_tier",
+    "large": "benchmarks.speed.large",
 }
 
 _MARKER = re.compile(r"<!-- ([a-z0-9-]+):start -->")

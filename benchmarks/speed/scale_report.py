@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from benchmarks.common import ROOT, read_sweep, sweeps_path
+from benchmarks.speed import large
 from qaindex.vector_index import AUTO_FLAT_MAX
 
 TARGETS = {
@@ -304,4 +305,25 @@ def markdown(results: dict[str, Any]) -> str:
         + ").",
         "",
     ]
-    return "\n".join(lines)
+    return "\n".join(lines + large_lines())
+
+
+def large_lines() -> list[str]:
+    """The ten-million section: ``benchmarks.speed.large``'s table between its markers (it
+    rewrites them after each of its runs), so a run of this benchmark keeps it."""
+    body = large.readme_body(json.loads(large.RESULTS.read_text())) if large.RESULTS.exists() else "Not measured yet."
+    return [
+        "## Ten million answers on one machine",
+        "",
+        "A corpus file built as a user builds it (`qaindex build corpus.jsonl --recall 0.99`, the default "
+        "`auto` index, in a child process), then loaded and searched in one process with 1 thread "
+        "(`python -m benchmarks.speed.large`; the answers as above). Memory is *anonymous* (the heap: what "
+        "the machine must hold) and *resident* (that plus the pages of the index files mapped into memory, "
+        "which the kernel drops and reads back as it needs the room). Recall@10 is the dense pipeline's "
+        "against exact float64 search over every stored vector.",
+        "",
+        "<!-- large:start -->",
+        body,
+        "<!-- large:end -->",
+        "",
+    ]

@@ -27,7 +27,7 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,17 +189,45 @@ def lexical_error(meta: Mapping[str, Any], count: int) -> str | None:
     return None
 
 
+ENTRY_BLOCK = 1 << 22  # entries of a CSR array (BM25 terms, counts) handled at once
+
+
+def row_blocks(offsets: np.ndarray, entries: int | None = None) -> Iterator[tuple[int, int]]:
+    """Row ranges ``[start, stop)`` of a CSR array (row ``i`` holds entries ``offsets[i]`` to
+    ``offsets[i + 1]``) of about ``entries`` (default :data:`ENTRY_BLOCK`) entries each, a
+    longer row alone: per-entry temporaries then exist for one block at a time.
+
+    Example
+    -------
+    >>> list(row_blocks(np.array([0, 2, 3, 3, 9, 10]), 3))
+    [(0, 3), (3, 4), (4, 5)]
+    """
+    size = ENTRY_BLOCK if entries is None else entries
+    rows, start = len(offsets) - 1, 0
+    while start < rows:
+        stop = int(np.searchsorted(offsets, offsets[start] + size, side="right")) - 1
+        stop = min(rows, max(stop, start + 1))
+        yield start, stop
+        start = stop
+
+
 def check_term_counts(counts: np.ndarray, offsets: np.ndarray, line_bytes: np.ndarray) -> int | None:
     """The first row whose BM25 term counts add up to more than its record line's bytes, or None.
 
     A BM25 term has at least two word characters, and every character of an answer takes
     at least one byte of its stored line, so an answer of ``n`` bytes holds fewer than
-    ``n`` terms. O(entries), in int64 (a count of 2**31 - 1 does not wrap).
+    ``n`` terms. O(entries), in int64 (a count of 2**31 - 1 does not wrap), by blocks of rows
+    (:func:`row_blocks`: no temporary the size of ``counts``).
     """
-    total = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-    per_row = total[offsets[1:]] - total[offsets[:-1]]
-    over = per_row > np.asarray(line_bytes, dtype=np.int64)
-    return int(np.argmax(over)) if over.any() else None
+    for start, stop in row_blocks(offsets):
+        first, last = int(offsets[start]), int(offsets[stop])
+        total = np.zeros(last - first + 1, np.int64)
+        np.cumsum(counts[first:last], dtype=np.int64, out=total[1:])
+        local = np.asarray(offsets[start : stop + 1], dtype=np.int64) - first
+        over = total[local[1:]] - total[local[:-1]] > np.asarray(line_bytes[start:stop], dtype=np.int64)
+        if over.any():
+            return start + int(np.argmax(over))
+    return None
 
 
 # -- the model manifest's "fusion" (qaindex.search.fusion) -------------------------------------

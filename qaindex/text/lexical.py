@@ -50,7 +50,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -60,7 +60,7 @@ import numpy as np
 from .. import fast_path_switch
 from ..errors import IndexFormatError, MissingDependencyError, QueryError
 from ..store.atomic_files import create_file, read_array, save_array
-from ..store.field_ranges import lexical_error
+from ..store.field_ranges import lexical_error, row_blocks
 
 __all__ = [
     "DIRECTORY",
@@ -327,34 +327,56 @@ class LexicalIndex:
         return LexicalIndex(self._terms[take], self._counts[take], offsets, self.vocab, k1=self.k1, b=self.b)
 
     # -- scoring -----------------------------------------------------------------------------
-    def _entry_weights(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """From the terms and counts: each entry's row and BM25 weight (the module docstring's
-        formula, float64), and each vocabulary term's document frequency."""
+    def _weight_parts(self) -> tuple[np.ndarray, float, np.ndarray]:
+        """Each answer's length ``|d|`` (float64), ``avgdl`` and each term's document frequency."""
         n = len(self)
-        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(self._offsets))
-        doc_len = np.bincount(rows, weights=self._counts, minlength=n) if n else np.zeros(0)
+        doc_len = np.zeros(n, np.float64)
+        for r0, r1 in row_blocks(self._offsets):
+            e0, e1 = int(self._offsets[r0]), int(self._offsets[r1])
+            local = np.repeat(np.arange(r1 - r0, dtype=np.int64), np.diff(self._offsets[r0 : r1 + 1]))
+            doc_len[r0:r1] = np.bincount(local, weights=self._counts[e0:e1], minlength=r1 - r0)
         avgdl = float(doc_len.mean()) if n and doc_len.sum() > 0 else 1.0
-        df = np.bincount(self._terms, minlength=len(self.vocab))
-        tf = self._counts.astype(np.float64)
-        norm = self.k1 * (1.0 - self.b + self.b * doc_len[rows] / avgdl)
-        return rows, _idf(n, df)[self._terms] * tf / (tf + norm), df
+        return doc_len, avgdl, np.bincount(self._terms, minlength=len(self.vocab))
+
+    def _entry_blocks(
+        self, doc_len: np.ndarray, avgdl: float, idf: np.ndarray
+    ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """Per block of answers (:func:`~qaindex.store.field_ranges.row_blocks`): where its
+        entries start, their rows (int64) and their BM25 weights (the module docstring's
+        formula, float64), from :meth:`_weight_parts` and the terms' ``idf``."""
+        for r0, r1 in row_blocks(self._offsets):
+            e0, e1 = int(self._offsets[r0]), int(self._offsets[r1])
+            rows = np.repeat(np.arange(r0, r1, dtype=np.int64), np.diff(self._offsets[r0 : r1 + 1]))
+            tf = self._counts[e0:e1].astype(np.float64)
+            norm = self.k1 * (1.0 - self.b + self.b * doc_len[rows] / avgdl)
+            yield e0, rows, idf[self._terms[e0:e1]] * tf / (tf + norm)
 
     def _build_postings(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The postings (each term's rows ascending, with their float32 weights), built block by
+        block: a counting sort that places each block's entries after the same terms' entries of
+        earlier blocks, so memory beyond the result is one block's temporaries."""
         if self._postings is None:
-            rows, weight, df = self._entry_weights()
-            # the entries grouped by term, rows ascending in each: a stable argsort of the terms,
-            # done as a plain sort of (term << 32 | entry): one array of integers sorted in place,
-            # no index array carried through a stable sort
-            if len(self._terms) < 1 << 32:
-                entry = np.arange(len(self._terms), dtype=np.int64)
-                order = np.sort((self._terms.astype(np.int64) << 32) | entry) & 0xFFFFFFFF
-            else:
-                order = np.argsort(self._terms, kind="stable")
+            doc_len, avgdl, df = self._weight_parts()
+            idf = _idf(len(self), df)
             indptr = np.zeros(len(self.vocab) + 1, np.int64)
             np.cumsum(df, out=indptr[1:])
-            self._idf = _idf(len(self), df)
-            rows = rows.astype(_row_dtype(len(self)), copy=False)
-            self._postings = (indptr, rows[order], weight.astype(np.float32)[order])
+            fill = indptr[:-1].copy()  # each term's next free slot
+            rows_out = np.empty(len(self._terms), _row_dtype(len(self)))
+            weights_out = np.empty(len(self._terms), np.float32)
+            for e0, rows, weight in self._entry_blocks(doc_len, avgdl, idf):
+                if not len(rows):
+                    continue
+                terms = self._terms[e0 : e0 + len(rows)]
+                order = np.argsort(terms, kind="stable")  # by term, rows ascending within each
+                ranked = terms[order]
+                first = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])  # where each term's run starts
+                length = np.diff(np.r_[first, len(ranked)])
+                place = fill[ranked] + (np.arange(len(ranked)) - np.repeat(first, length))
+                rows_out[place] = rows[order]
+                weights_out[place] = weight[order]
+                fill[ranked[first]] += length
+            self._idf = idf
+            self._postings = (indptr, rows_out, weights_out)
         return self._postings
 
     def _use_postings(self, indptr: np.ndarray, rows: np.ndarray, weights: np.ndarray) -> None:
@@ -375,22 +397,23 @@ class LexicalIndex:
             return None
         indptr, rows, weights = self._postings
         vocab = len(self.vocab)
-        held, expected, df = self._entry_weights()  # each entry's row and weight
+        # per term: the sum of its entries' rows and of their weights, block by block
+        sums, want = np.zeros(vocab, np.float64), np.zeros(vocab, np.float64)
+        doc_len, avgdl, df = self._weight_parts()
+        for e0, held, expected in self._entry_blocks(doc_len, avgdl, _idf(len(self), df)):
+            terms = self._terms[e0 : e0 + len(held)]
+            sums += np.bincount(terms, weights=held, minlength=vocab)
+            want += np.bincount(terms, weights=expected, minlength=vocab)
         if not np.array_equal(np.diff(indptr), df):
             return POSTING_FILES[0]
         if not len(self._terms):
             return None
         present = df > 0
         firsts = indptr[:-1][present]  # where each present term's postings start
-        ascending = np.diff(np.asarray(rows, dtype=np.int64)) > 0
-        ascending[firsts[1:] - 1] = True  # a new term may start lower
         # a row sum is exact in float64 below 2**53 (at most entries * rows)
-        sums = np.bincount(self._terms, weights=held, minlength=vocab)[present]
-        if not ascending.all() or not np.array_equal(np.add.reduceat(np.asarray(rows, dtype=np.int64), firsts), sums):
+        if not _ascending_runs(rows, firsts) or not np.array_equal(_run_sums(rows, firsts), sums[present]):
             return POSTING_FILES[1]
-        want = np.bincount(self._terms, weights=expected, minlength=vocab)[present]
-        got = np.add.reduceat(np.asarray(weights, dtype=np.float64), firsts)
-        if not np.allclose(got, want, rtol=1e-5, atol=1e-6):
+        if not np.allclose(_run_sums(weights, firsts), want[present], rtol=1e-5, atol=1e-6):
             return POSTING_FILES[2]
         return None
 
@@ -671,8 +694,8 @@ class LexicalIndex:
             raise bad("vocab.json", why)
         arrays = {}
         for name, dtype in (("terms.npy", np.int32), ("counts.npy", np.int32), ("offsets.npy", np.int64)):
-            try:
-                arrays[name] = read_array(directory / name)
+            try:  # the per-entry arrays memory-mapped, as the postings: read where searches need them
+                arrays[name] = read_array(directory / name, mmap=name != "offsets.npy")
             except (OSError, ValueError) as exc:
                 raise bad(name, f"cannot be read ({exc})") from None
             if arrays[name].dtype != dtype or arrays[name].ndim != 1:
@@ -707,6 +730,36 @@ def _idf(count: int, df: np.ndarray) -> np.ndarray:
     """``ln(1 + (N - df + 0.5) / (df + 0.5))`` of each term, for ``N = count`` answers (float64)."""
     df = np.asarray(df, dtype=np.float64)
     return np.log1p((count - df + 0.5) / (df + 0.5))
+
+
+def _run_chunks(firsts: np.ndarray, total: int) -> Iterator[tuple[int, int, np.ndarray]]:
+    """Consecutive runs (run ``j`` spans ``firsts[j]`` to ``firsts[j + 1]``, the last to
+    ``total``) in chunks of about :data:`~qaindex.store.field_ranges.ENTRY_BLOCK` entries
+    (:func:`~qaindex.store.field_ranges.row_blocks`, a run as a row): ``(start, end, the
+    chunk's run starts relative to start)``."""
+    bounds = np.append(np.asarray(firsts, dtype=np.int64), total)
+    for j0, j1 in row_blocks(bounds):
+        start = int(bounds[j0])
+        yield start, int(bounds[j1]), bounds[j0:j1] - start
+
+
+def _run_sums(values: np.ndarray, firsts: np.ndarray) -> np.ndarray:
+    """The float64 sum of each run of ``values`` (:func:`_run_chunks`), chunk by chunk."""
+    parts = [
+        np.add.reduceat(np.asarray(values[a:b], dtype=np.float64), local)
+        for a, b, local in _run_chunks(firsts, len(values))
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def _ascending_runs(rows: np.ndarray, firsts: np.ndarray) -> bool:
+    """Whether the rows of every run (:func:`_run_chunks`) strictly ascend."""
+    for a, b, local in _run_chunks(firsts, len(rows)):
+        ascending = np.diff(np.asarray(rows[a:b], dtype=np.int64)) > 0
+        ascending[local[1:] - 1] = True  # a new term may start lower
+        if not ascending.all():
+            return False
+    return True
 
 
 def _row_dtype(count: int) -> type[np.signedinteger[Any]]:

@@ -13,36 +13,18 @@ import numpy as np
 import pytest
 
 from qaindex import Ranker
-from qaindex.corpus import read_corpus
 from qaindex.geometry import hyperbolic
 
 ROOT = Path(__file__).resolve().parents[2]
+from helpers.bench_data import tiny_datasets  # noqa: E402
+
 from benchmarks import common  # noqa: E402
 from benchmarks.speed import scale  # noqa: E402
 
 
-def _words() -> list[str]:
-    return sorted({w for r in read_corpus(ROOT / "examples" / "faq.jsonl") for w in r.answer.lower().split()})
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A datasets folder in the benchmark format: 60 distinct answers, 15 questions."""
-    root = tmp_path_factory.mktemp("datasets")
-    rng = np.random.default_rng(0)
-    words = _words()
-    for name in common.QA_DATASETS:
-        (root / name).mkdir()
-        rows = []
-        for q in range(5):
-            question = f"{name} question {q} " + " ".join(rng.choice(words, 4))
-            for a in range(4):
-                answer = f"{name} {q} {a} " + " ".join(rng.choice(words, int(rng.integers(5, 15))))
-                rows.append(
-                    {"qid": f"Q{q}", "question": question, "aid": f"A{q}-{a}", "answer": answer, "label": a == 0}
-                )
-        (root / name / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return root
+    return tiny_datasets(tmp_path_factory.mktemp("datasets"))
 
 
 def test_corpus_is_real_sentences_then_seeded_joins(data: Path) -> None:

@@ -22,6 +22,7 @@ from helpers.onnx_models import faulty_model
 import qaindex.cli
 from qaindex import IndexFormatError, Model, ModelFormatError, QueryError, Ranker
 from qaindex.search.fusion import Fusion
+from qaindex.store import field_ranges
 from qaindex.store.atomic_files import file_entry
 from qaindex.store.field_ranges import FUSION, LEXICAL, Range, check_term_counts
 from qaindex.store.index_format import manifest_checksum
@@ -336,3 +337,24 @@ def test_a_save_scans_only_records_not_known_good(index: Path, tmp_path: Path, m
     assert len(scanned) == 1  # records read from a corpus are validated there
     Ranker.load(index, device="cpu", verify=False).save(tmp_path / "c")
     assert len(scanned) == 2  # never scanned: the save does
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 7, 1 << 22])
+def test_check_term_counts_by_blocks_finds_the_first_row_over_its_bytes(
+    block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(field_ranges, "ENTRY_BLOCK", block)
+    rng = np.random.default_rng(block)
+    lengths = rng.integers(0, 4, size=60)  # empty rows too
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    counts = rng.integers(1, 5, size=int(offsets[-1])).astype(np.int32)
+    per_row = np.add.reduceat(np.r_[counts, 0], offsets[:-1]) * (np.diff(offsets) > 0)
+    assert check_term_counts(counts, offsets, per_row) is None  # exactly at the bound: within
+    held = np.flatnonzero(per_row)
+    for bad in (held[0], held[len(held) // 2], held[-1]):
+        tight = per_row.copy()
+        tight[held[held >= bad]] -= 1  # every non-empty row from bad on is over: bad is the first
+        assert check_term_counts(counts, offsets, tight) == bad
+    blocks = list(field_ranges.row_blocks(offsets, block))
+    assert blocks[0][0] == 0 and blocks[-1][1] == 60
+    assert [b[0] for b in blocks[1:]] == [b[1] for b in blocks[:-1]]  # a cover, in order

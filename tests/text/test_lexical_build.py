@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("Stemmer")
 
+from qaindex.store import field_ranges
 from qaindex.text import lexical
 from qaindex.text.lexical import LexicalBuilder, LexicalIndex, tokenize
 
@@ -165,7 +166,12 @@ def test_impact_rows_break_ties_by_row_and_are_cached(monkeypatch: pytest.Monkey
     assert lex.impact_rows(np.array([refund]), 4).tolist() == [0, 6, 7, 8]
 
 
-def test_postings_are_grouped_by_term_with_rows_ascending() -> None:
+BLOCKS = pytest.mark.parametrize("block", [field_ranges.ENTRY_BLOCK, 5, 1])  # one block, and many
+
+
+@BLOCKS
+def test_postings_are_grouped_by_term_with_rows_ascending(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(field_ranges, "ENTRY_BLOCK", block)  # built block by block: the same postings
     rng = np.random.default_rng(0)
     words = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa"]
     texts = [" ".join(rng.choice(words, size=rng.integers(0, 9))) for _ in range(300)]
@@ -184,7 +190,11 @@ def test_postings_are_grouped_by_term_with_rows_ascending() -> None:
     assert indptr.tolist() == [0, *np.cumsum(np.bincount(lex._terms, minlength=len(lex.vocab))).tolist()]
 
 
-def test_stored_postings_load_as_derived_and_a_verifying_check_finds_each_kind_of_damage(tmp_path: Path) -> None:
+@BLOCKS
+def test_stored_postings_load_as_derived_and_a_verifying_check_finds_each_kind_of_damage(
+    tmp_path: Path, block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(field_ranges, "ENTRY_BLOCK", block)  # checked block by block: the same verdicts
     rng = np.random.default_rng(1)
     words = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa"]
     texts = [" ".join(rng.choice(words, size=rng.integers(1, 9))) for _ in range(200)]
@@ -226,3 +236,12 @@ def test_stored_postings_load_as_derived_and_a_verifying_check_finds_each_kind_o
     assert damaged(unsorted) == "postings-rows.npy"
     assert damaged(scaled) == "postings-weights.npy"
     assert damaged(lambda *a: None) is None
+
+
+@BLOCKS
+def test_an_index_without_terms_has_empty_postings(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(field_ranges, "ENTRY_BLOCK", block)
+    lex = LexicalIndex.from_texts(["", "the a", "?"])  # stopwords and punctuation only
+    indptr, rows, weights = lex._build_postings()
+    assert len(rows) == len(weights) == 0 and not indptr.any()
+    assert lex.scores("the cat").tolist() == [0.0, 0.0, 0.0]
