@@ -28,7 +28,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -277,11 +277,21 @@ def median_seconds(fn: Callable[[], Any], reps: int) -> float:
 
 def rss_mb() -> float:
     """This process's resident memory now, in MiB (``VmRSS``; NaN where ``/proc`` has none)."""
-    with open("/proc/self/status") as fh:
+    return memory_mb(digits=None).get("rss", float("nan"))
+
+
+def memory_mb(pid: int | str = "self", digits: int | None = 1) -> dict[str, float]:
+    """A process's resident memory now, MiB (rounded to ``digits``; None: not rounded): ``rss``
+    in all, ``anon`` of it anonymous (the heap: what the machine must hold), the rest file
+    pages mapped from the index (the kernel reads them back when it needs the room)."""
+    fields = {"VmRSS:": "rss", "RssAnon:": "anon"}
+    out = {}
+    with open(f"/proc/{pid}/status") as fh:
         for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+            if line.startswith(tuple(fields)):
+                mib = int(line.split()[1]) / 1024
+                out[fields[line.split(maxsplit=1)[0]]] = mib if digits is None else round(mib, digits)
+    return out
 
 
 def index_bytes(path: Path) -> int:
@@ -384,17 +394,20 @@ def make_corpus(sentences: Sequence[str], n: int) -> tuple[list[str], list[tuple
     >>> len(texts), sorted(len(p) for p in parts)
     (4, [1, 1, 1, 2])
     """
+    made = list(corpus_answers(sentences, n))
+    return [text for text, _ in made], [parts for _, parts in made]
+
+
+def corpus_answers(sentences: Sequence[str], n: int) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """:func:`make_corpus`'s answers one at a time (text, parts), for corpora too large to hold."""
     order = np.random.default_rng(0).permutation(len(sentences))
     real = [sentences[i] for i in order]
     take = min(n, len(real))
-    texts = real[:take]
-    parts: list[tuple[int, ...]] = [(i,) for i in range(take)]
-    extra = n - take
-    if extra > 0:
-        pairs = np.random.default_rng(n).integers(0, len(real), size=(extra, 2))
-        texts += [f"{real[a]} {real[b]}" for a, b in pairs]
-        parts += [(int(a), int(b)) for a, b in pairs]
-    return texts, parts
+    for i in range(take):
+        yield real[i], (i,)
+    if n > take:
+        for a, b in np.random.default_rng(n).integers(0, len(real), size=(n - take, 2)).tolist():
+            yield f"{real[a]} {real[b]}", (a, b)
 
 
 def pick_questions(questions: Sequence[str], n: int) -> list[str]:

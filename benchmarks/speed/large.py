@@ -31,6 +31,7 @@ Usage::
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import platform
@@ -42,12 +43,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from benchmarks.common import (
     ROOT,
     argument_parser,
+    corpus_answers,
     index_bytes,
+    memory_mb,
     per_call_ms,
     percentiles,
     pick_questions,
@@ -66,8 +67,9 @@ _WRITE_CHUNK = 100_000
 
 
 def write_corpus(sentences: Sequence[str], n: int, path: Path) -> int:
-    """Write :func:`benchmarks.common.make_corpus`'s ``n`` answers (the same texts, in order) as
-    JSONL records ``{"id": i, "answer": text}``, a chunk at a time; returns the file's bytes.
+    """Write :func:`benchmarks.common.make_corpus`'s ``n`` answers (the same texts, in order,
+    from :func:`benchmarks.common.corpus_answers`) as JSONL records ``{"id": i, "answer":
+    text}``, a chunk at a time; returns the file's bytes.
 
     Example
     -------
@@ -78,32 +80,12 @@ def write_corpus(sentences: Sequence[str], n: int, path: Path) -> int:
     >>> [json.loads(line)["answer"] for line in p.read_text().splitlines()] == make_corpus(["a b", "c d", "e f"], 5)[0]
     True
     """
-    order = np.random.default_rng(0).permutation(len(sentences))
-    real = [sentences[i] for i in order]
-    take = min(n, len(real))
-    pairs = np.random.default_rng(n).integers(0, len(real), size=(n - take, 2)) if n > take else np.zeros((0, 2), int)
+    answers = corpus_answers(sentences, n)
     with path.open("w", encoding="utf-8") as out:
         for start in range(0, n, _WRITE_CHUNK):
-            lines = []
-            for i in range(start, min(n, start + _WRITE_CHUNK)):
-                text = real[i] if i < take else f"{real[pairs[i - take, 0]]} {real[pairs[i - take, 1]]}"
-                lines.append(json.dumps({"id": i, "answer": text}) + "\n")
-            out.write("".join(lines))
+            chunk = itertools.islice(answers, _WRITE_CHUNK)
+            out.write("".join(json.dumps({"id": i, "answer": text}) + "\n" for i, (text, _) in enumerate(chunk, start)))
     return path.stat().st_size
-
-
-def memory_mb(pid: int | str = "self") -> dict[str, float]:
-    """A process's resident memory now, MiB: ``rss`` in all, ``anon`` of it anonymous (the heap:
-    what the machine must have), the rest file pages mapped from the index (the kernel reads
-    them back when it needs the room)."""
-    fields = {"VmRSS:": "rss", "RssAnon:": "anon"}
-    out = {}
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            name = line.split(maxsplit=1)[0]
-            if name in fields:
-                out[fields[name]] = round(int(line.split()[1]) / 1024, 1)
-    return out
 
 
 def build_in_child(corpus: Path, index: Path, model: str | None, recall: float | None) -> dict[str, Any]:

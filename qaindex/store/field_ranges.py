@@ -211,23 +211,34 @@ def row_blocks(offsets: np.ndarray, entries: int | None = None) -> Iterator[tupl
         start = stop
 
 
+def row_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Each row's sum of a CSR array's integer ``values`` (int64, so a count of 2**31 - 1 does
+    not wrap), by blocks of rows (:func:`row_blocks`: no temporary the size of ``values``).
+
+    Example
+    -------
+    >>> row_sums(np.array([1, 2, 3, 4], np.int32), np.array([0, 2, 2, 4])).tolist()
+    [3, 0, 7]
+    """
+    out = np.zeros(len(offsets) - 1, np.int64)
+    for start, stop in row_blocks(offsets):
+        first, last = int(offsets[start]), int(offsets[stop])
+        total = np.zeros(last - first + 1, np.int64)
+        np.cumsum(values[first:last], dtype=np.int64, out=total[1:])
+        local = np.asarray(offsets[start : stop + 1], dtype=np.int64) - first
+        out[start:stop] = total[local[1:]] - total[local[:-1]]
+    return out
+
+
 def check_term_counts(counts: np.ndarray, offsets: np.ndarray, line_bytes: np.ndarray) -> int | None:
     """The first row whose BM25 term counts add up to more than its record line's bytes, or None.
 
     A BM25 term has at least two word characters, and every character of an answer takes
     at least one byte of its stored line, so an answer of ``n`` bytes holds fewer than
-    ``n`` terms. O(entries), in int64 (a count of 2**31 - 1 does not wrap), by blocks of rows
-    (:func:`row_blocks`: no temporary the size of ``counts``).
+    ``n`` terms. O(entries) (:func:`row_sums`).
     """
-    for start, stop in row_blocks(offsets):
-        first, last = int(offsets[start]), int(offsets[stop])
-        total = np.zeros(last - first + 1, np.int64)
-        np.cumsum(counts[first:last], dtype=np.int64, out=total[1:])
-        local = np.asarray(offsets[start : stop + 1], dtype=np.int64) - first
-        over = total[local[1:]] - total[local[:-1]] > np.asarray(line_bytes[start:stop], dtype=np.int64)
-        if over.any():
-            return start + int(np.argmax(over))
-    return None
+    over = row_sums(counts, offsets) > np.asarray(line_bytes, dtype=np.int64)
+    return int(np.argmax(over)) if over.any() else None
 
 
 # -- the model manifest's "fusion" (qaindex.search.fusion) -------------------------------------

@@ -60,7 +60,7 @@ import numpy as np
 from .. import fast_path_switch
 from ..errors import IndexFormatError, MissingDependencyError, QueryError
 from ..store.atomic_files import create_file, read_array, save_array
-from ..store.field_ranges import lexical_error, row_blocks
+from ..store.field_ranges import lexical_error, row_blocks, row_sums
 
 __all__ = [
     "DIRECTORY",
@@ -330,11 +330,7 @@ class LexicalIndex:
     def _weight_parts(self) -> tuple[np.ndarray, float, np.ndarray]:
         """Each answer's length ``|d|`` (float64), ``avgdl`` and each term's document frequency."""
         n = len(self)
-        doc_len = np.zeros(n, np.float64)
-        for r0, r1 in row_blocks(self._offsets):
-            e0, e1 = int(self._offsets[r0]), int(self._offsets[r1])
-            local = np.repeat(np.arange(r1 - r0, dtype=np.int64), np.diff(self._offsets[r0 : r1 + 1]))
-            doc_len[r0:r1] = np.bincount(local, weights=self._counts[e0:e1], minlength=r1 - r0)
+        doc_len = row_sums(self._counts, self._offsets).astype(np.float64)  # exact: integer sums below 2**53
         avgdl = float(doc_len.mean()) if n and doc_len.sum() > 0 else 1.0
         return doc_len, avgdl, np.bincount(self._terms, minlength=len(self.vocab))
 
