@@ -93,6 +93,7 @@ class Ranker:
         lexical: LexicalIndex | None = None,
         keys: KeyIndex | None = None,
         vector_checks: ChunkedFile | None = None,
+        file_checks: Sequence[ChunkedFile] = (),
     ) -> None:
         self.model = model
         # the stored questions as search keys (qaindex.key_index), saved with the index; None: answers only
@@ -107,6 +108,8 @@ class Ranker:
         self._vectors = vectors
         # vectors.npy of a loaded index, verified chunk by chunk as its rows are read (qaindex.store.chunk_checks)
         self._vector_checks = vector_checks
+        # the loaded index's other files verified as they are read (records, BM25 arrays)
+        self._file_checks = tuple(file_checks)
         self._coarse = coarse
         self._coarse_stale = False
         self.overfetch = int(overfetch)
@@ -452,10 +455,12 @@ class Ranker:
         return checks
 
     def _checked_vectors(self) -> np.ndarray:
-        # every vector, verified (a save, a coarse rebuild, any call but a search)
+        # every vector and every loaded file, verified (a save, a coarse rebuild, any call but a search)
         checks = self._checks()
         if checks is not None:
             checks.check_all()
+        for other in self._file_checks:
+            other.check_all()
         return self._vectors
 
     @reading

@@ -40,7 +40,17 @@ from .key_index import check_entry as check_keys_entry
 from .model import Model
 from .reranker import Reranker, index_entry, stored_reranker
 from .store.atomic_files import create_file, file_entry, fsync_tree, save_array, verify_files, write_json_atomic
-from .store.chunk_checks import CHUNK_BYTES, ChunkedFile, lazy_digests_name, lazy_files, write_chunk_digests
+from .store.chunk_checks import (
+    CHUNK_BYTES,
+    LAZY_FILES,
+    CheckedBytes,
+    CheckedRows,
+    ChunkedFile,
+    lazy_digests_name,
+    lazy_files,
+    verify_in_background,
+    write_chunk_digests,
+)
 from .store.diskspace import writing
 from .store.index_checks import check_content
 from .store.index_format import (
@@ -129,15 +139,15 @@ def write_snapshot(
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
     snap_name = f"data-{stamp}-{os.getpid()}"
     count = len(records)
+    with_digests = 1 + 32 / CHUNK_BYTES  # the large files with their chunk digests (qaindex.store.chunk_checks)
     sizes = {
-        "records.jsonl": int(records.offsets[-1]),
+        "records.jsonl": int(int(records.offsets[-1]) * with_digests) + 32,
         "records.offsets.npy": 8 * (count + 1) + 128,
-        # with its chunk digests (qaindex.store.chunk_checks): 32 bytes a chunk
-        "vectors.npy": int(np.asarray(vectors).nbytes * (1 + 32 / CHUNK_BYTES)) + 160,
+        "vectors.npy": int(np.asarray(vectors).nbytes * with_digests) + 160,
         "coarse.faiss": int(np.asarray(vectors).nbytes) + 4096,  # an estimate: flat is the vectors again
         "model": _listed_bytes(model.manifest),
         "reranker": _listed_bytes(reranker[1]) if reranker is not None else 0,
-        "lexical": lexical.stored_bytes if lexical is not None else 0,
+        "lexical": int(lexical.stored_bytes * with_digests) if lexical is not None else 0,
         "keys": 0 if keys is None else 2 * int(np.asarray(keys.vectors).nbytes) + 4096,
     }
     needed = sum(sizes.values())
@@ -153,6 +163,8 @@ def write_snapshot(
             write_marker(snap, snap_name)  # first: proves the directory is qaindex's (qaindex.store.ownership)
         with step("records.jsonl"), create_file(snap / "records.jsonl") as handle:
             records.write_to(handle)  # in blocks: a memory-mapped store is never copied whole
+        with step("records.jsonl"):
+            write_chunk_digests(snap / "records.jsonl")  # a load verifies the lines it reads
         with step("records.offsets.npy"):
             save_array(snap / "records.offsets.npy", np.asarray(records.offsets, dtype=np.int64))
         with step("vectors.npy"):
@@ -168,6 +180,9 @@ def write_snapshot(
         if lexical is not None:
             with step("lexical"):
                 lexical.save(snap / LEXICAL_DIRECTORY)
+                for name in LAZY_FILES:  # the postings a search reads, verified as read
+                    if name.startswith(f"{LEXICAL_DIRECTORY}/"):
+                        write_chunk_digests(snap / name)
         if keys is not None:
             with step("keys"):
                 keys.save(snap / KEYS_DIRECTORY)
@@ -176,7 +191,9 @@ def write_snapshot(
             for p in sorted(snap.rglob("*"))
             if p.is_file() and p.name != MARKER_NAME
         }
-        files["vectors.npy"]["chunk_bytes"] = CHUNK_BYTES
+        for name in LAZY_FILES:
+            if name in files:
+                files[name]["chunk_bytes"] = CHUNK_BYTES
         with writing(root, "a new snapshot", needed=needed):
             fsync_tree(snap)
             os.replace(snap, root / snap_name)
@@ -297,6 +314,7 @@ class Snapshot:
     lexical: LexicalIndex | None
     keys: KeyIndex | None = None
     vector_checks: ChunkedFile | None = None  # vectors.npy verified as its rows are read
+    file_checks: tuple[ChunkedFile, ...] = ()  # the other files verified as they are read
 
     def pieces(self) -> tuple[Model, RecordStore, np.ndarray, CoarseIndex]:
         """The Ranker's positional arguments."""
@@ -315,6 +333,7 @@ class Snapshot:
             "lexical": self.lexical,
             "keys": self.keys,
             "vector_checks": self.vector_checks,
+            "file_checks": self.file_checks,
         }
 
 
@@ -398,14 +417,50 @@ def open_snapshot(
         snap, mpath=mpath, model=model, vectors=vectors, records=records, lexical=lexical, scan=scan, keys=keys
     )
     reranker = stored_reranker(snap, manifest, device=device, threads=threads)
-    vector_checks = None
-    if lazy:
-        digests = (snap / lazy_digests_name("vectors.npy")).read_bytes()
-        chunk = manifest["files"]["vectors.npy"]["chunk_bytes"]
-        vector_checks = ChunkedFile(snap / "vectors.npy", vectors, digests, chunk, ball=model.space.ball)
-        if verify is True:
-            vector_checks.verify_in_background()
-    return Snapshot(model, records, vectors, coarse, reranker, lexical, keys, vector_checks)
+    checks = _lazy_checks(snap, manifest["files"], lazy, vectors, records, lexical, ball=model.space.ball)
+    if verify is True:
+        verify_in_background(list(checks.values()))
+    others = tuple(c for name, c in checks.items() if name != "vectors.npy")
+    return Snapshot(model, records, vectors, coarse, reranker, lexical, keys, checks.get("vectors.npy"), others)
+
+
+def _lazy_checks(
+    snap: Path,
+    files: dict[str, Any],
+    lazy: set[str],
+    vectors: np.ndarray,
+    records: RecordStore,
+    lexical: LexicalIndex | None,
+    *,
+    ball: bool,
+) -> dict[str, ChunkedFile]:
+    """The chunk checks of the files a load verifies as they are read (``lazy``), each file's
+    readers switched to them: the records' bytes and the BM25 arrays verify what they read;
+    the vectors' checks are the Ranker's (a search verifies the rows it reads)."""
+
+    def chunked(name: str, array: np.ndarray, **kind: Any) -> ChunkedFile:
+        digests = (snap / lazy_digests_name(name)).read_bytes()
+        return ChunkedFile(snap / name, array, digests, files[name]["chunk_bytes"], **kind)
+
+    checks: dict[str, ChunkedFile] = {}
+    if "vectors.npy" in lazy:
+        checks["vectors.npy"] = chunked("vectors.npy", vectors, ball=ball)
+    if "records.jsonl" in lazy:
+        data = records.buffer()  # the memory map open_records made: nothing verified yet
+        raw = np.frombuffer(data, np.uint8) if len(data) else np.zeros(0, np.uint8)
+        checks["records.jsonl"] = chunked("records.jsonl", raw)
+        records.data = CheckedBytes(checks["records.jsonl"], data)
+    if lexical is not None:
+        prefix = f"{LEXICAL_DIRECTORY}/"
+
+        def wrap(name: str, array: np.ndarray) -> np.ndarray | CheckedRows:
+            if prefix + name not in lazy:
+                return array
+            checks[prefix + name] = chunked(prefix + name, array)
+            return CheckedRows(checks[prefix + name])
+
+        lexical.read_through(wrap)
+    return checks
 
 
 def _listed(manifest: dict[str, Any], directory: str) -> set[str]:

@@ -139,14 +139,15 @@ def questions_per_call(state: IndexState, k: int) -> int:
     >>> questions_per_call(ranker.state(), 10) >= 1
     True
     """
-    per_question = min(k, len(state.records)) * hit_bytes(state.records)
+    per_question = min(k, len(state.records.offsets) - 1) * hit_bytes(state.records)
     return max(1, (request_budget(state.memory_budget) // 2) // max(1, int(per_question)))
 
 
 def hit_bytes(records: Any) -> int:
     """About what one Hit of a record store costs in memory: :data:`HIT_OVERHEAD` plus the
-    mean stored record's bytes."""
-    return HIT_OVERHEAD + int(records.offsets[-1]) // max(1, len(records))
+    mean stored record's bytes (read from the store's offsets: sizes, not records)."""
+    offsets = records.offsets
+    return HIT_OVERHEAD + int(offsets[-1]) // max(1, len(offsets) - 1)
 
 
 def chunk(per_item: int, budget: int, most: int) -> int:

@@ -1,30 +1,33 @@
 """Per-chunk checksums: a large memory-mapped file verified where it is read, on first touch.
 
-A load that hashed every byte of a million-answer index would read a gigabyte of vectors
-before answering its first question, though a search reads a few hundred rows of them. So a
-snapshot stores, beside ``vectors.npy``, the SHA-256 of each ``CHUNK_BYTES`` slice of it
-(``vectors.npy.chunks``: the 32-byte digests back to back; the slice ``i`` is bytes
+A load that hashed every byte of a million-answer index would read a gigabyte of vectors,
+records and BM25 postings before answering its first question, though a search reads a few
+hundred rows of them. So a snapshot stores, beside each of :data:`LAZY_FILES` (the vectors,
+the records, the BM25 terms, counts and postings), the SHA-256 of each ``CHUNK_BYTES`` slice
+of it (``vectors.npy.chunks``: the 32-byte digests back to back; the slice ``i`` is bytes
 ``[i * CHUNK_BYTES, min((i + 1) * CHUNK_BYTES, size))``). That file is listed in the
-manifest and hashed whole with the other files; ``vectors.npy`` itself is then verified
-lazily (:class:`ChunkedFile`): the first read of a row hashes the chunks that hold it,
-compares them with their digests, and checks the rows those chunks hold as a full load
-would (finite, inside the ball of a Poincaré model: :func:`~.index_checks.check_vectors`).
-A chunk is hashed once per load; one that differs raises
-:class:`~qaindex.errors.IndexFormatError` naming the bytes and rows, on every read that
-touches it. So no row is used before its bytes were proved to be those the index's writer
-saved, and a load costs what it reads.
+manifest and hashed whole with the other files; the file itself is then verified lazily
+(:class:`ChunkedFile`): the first read of a row (a vector, a record's line, a term's
+postings) hashes the chunks that hold it and compares them with their digests; for the
+vectors it also checks the rows those chunks hold as a full load would (finite, inside the
+ball of a Poincaré model: :func:`~.index_checks.check_vectors`; the other files' content is
+checked by the load, or as a record is decoded). A chunk is hashed once per load; one that
+differs raises :class:`~qaindex.errors.IndexFormatError` naming the bytes and rows, on every
+read that touches it. So nothing is used before its bytes were proved to be those the
+index's writer saved, and a load costs what it reads. Code that reads a whole file (a save,
+an update) goes through :class:`CheckedRows` or :class:`CheckedBytes`, which verify it first.
 
 Searches would otherwise keep paying for first touches: a million-answer index holds about
-250,000 chunks, and the first thousand searches of it would each hash a thousand new ones.
-So after a default load a background thread (:meth:`ChunkedFile.verify_in_background`) hashes
-every chunk not verified yet, :data:`_BACKGROUND_CHUNKS` at a time, from
+250,000 chunks of vectors, and the first thousand searches of it would each hash a thousand
+new ones. So after a default load a background thread (:func:`verify_in_background`) hashes
+every chunk not verified yet, file after file, :data:`_BACKGROUND_CHUNKS` at a time, from
 :data:`_START_DELAY` after the load (a first search asked at once runs alone) and pausing
-while a search verifies the rows it reads (SHA-256 releases the GIL, but the two hashing
-loops would take turns at it), and within seconds every row is verified and searches hash
-nothing. It changes no result: a search still verifies what it reads itself
-unless the thread got there first, and the same chunk verified twice is verified twice. A
-damaged chunk it finds is logged (``qaindex.store`` warning) and left unverified, so the first
-read that touches it raises as before; the thread then stops. ``Ranker.load(verify="lazy")``
+while a search verifies what it reads (SHA-256 releases the GIL, but the two hashing loops
+would take turns at it), and within seconds every file is verified and searches hash
+nothing. It changes no result: a search still verifies what it reads itself unless the
+thread got there first, and the same chunk verified twice is verified twice. A damaged
+chunk it finds is logged (``qaindex.store`` warning) and left unverified, so the first read
+that touches it raises as before; the thread then stops. ``Ranker.load(verify="lazy")``
 verifies on first touch only, without the thread.
 
 ``Ranker.verify`` and ``Ranker.load(verify="full")`` still hash every byte.
@@ -39,7 +42,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +55,14 @@ from .index_checks import check_vectors
 __all__ = [
     "CHUNK_BYTES",
     "DIGEST_SUFFIX",
+    "LAZY_FILES",
+    "CheckedBytes",
     "CheckedRows",
     "ChunkedFile",
     "chunk_digests",
     "lazy_digests_name",
     "lazy_files",
+    "verify_in_background",
     "write_chunk_digests",
 ]
 
@@ -64,7 +70,15 @@ CHUNK_BYTES = 1 << 12  # a page: the first search of a large index hashes about 
 DIGEST_SUFFIX = ".chunks"
 _DIGEST = 32  # bytes of one SHA-256 digest
 _REBUILD = "the index is corrupted, rebuild it"
-_LAZY = ("vectors.npy",)  # the files a snapshot stores chunk digests of
+#: The files a snapshot stores chunk digests of: the large ones a search reads a little of.
+LAZY_FILES = (
+    "vectors.npy",
+    "records.jsonl",
+    "lexical/terms.npy",
+    "lexical/counts.npy",
+    "lexical/postings-rows.npy",
+    "lexical/postings-weights.npy",
+)
 _CHUNK_RANGE = (1 << 12, 1 << 26)
 _BATCH_BYTES = 1 << 24
 #: Chunks the background thread verifies at a time (256 KiB): small, so a search that checks
@@ -121,7 +135,7 @@ def lazy_files(snap: Path, files: Mapping[str, Any], mpath: Path) -> set[str]:
     ['vectors.npy']
     """
     out = set()
-    for name in _LAZY:
+    for name in LAZY_FILES:
         entry = files.get(name)
         if not isinstance(entry, Mapping) or "chunk_bytes" not in entry:
             continue
@@ -144,20 +158,22 @@ def lazy_files(snap: Path, files: Mapping[str, Any], mpath: Path) -> set[str]:
 
 
 class ChunkedFile:
-    """The rows of a memory-mapped ``.npy`` matrix, verified chunk by chunk on first touch.
+    """The rows of a memory-mapped file, verified chunk by chunk on first touch.
 
     Parameters
     ----------
     path : Path
-        The ``.npy`` file (``array`` maps it).
-    array : numpy.ndarray (rows, dimension)
+        The file: a ``.npy`` array (``array`` maps it), or raw bytes (``array`` is a uint8
+        view of them, a row a byte).
+    array : numpy.ndarray (rows,) or (rows, dimension)
         Its memory map, as the index serves it.
     digests : bytes
         :func:`chunk_digests` of the file, as its snapshot stored them.
     chunk_bytes : int
         The slice the digests cover.
-    ball : bool
-        Rows must lie inside the unit ball (a Poincaré model's).
+    ball : bool or None
+        For vectors: rows must be finite and (True) lie inside the unit ball (a Poincaré
+        model's), checked as their chunks are verified. None: no content check here.
 
     Example
     -------
@@ -169,7 +185,9 @@ class ChunkedFile:
     (2, 12)
     """
 
-    def __init__(self, path: Path, array: np.ndarray, digests: bytes, chunk_bytes: int, *, ball: bool) -> None:
+    def __init__(
+        self, path: Path, array: np.ndarray, digests: bytes, chunk_bytes: int, *, ball: bool | None = None
+    ) -> None:
         self.path = path
         self.array = array
         self.size = os.path.getsize(path)
@@ -217,6 +235,24 @@ class ChunkedFile:
             with self._count:
                 self.reading -= 1
 
+    def check_span(self, start: int, stop: int) -> None:
+        """Verify the chunks that hold rows ``start`` to ``stop - 1`` (a slice's), once each."""
+        if self.complete or stop <= start:
+            return
+        first = (self.header + start * self.row_bytes) // self.chunk_bytes
+        last = (self.header + stop * self.row_bytes - 1) // self.chunk_bytes
+        chunks = np.arange(first, last + 1, dtype=np.int64)
+        todo = chunks[~self.done[chunks]]
+        if len(todo) == 0:
+            return
+        with self._count:
+            self.reading += 1
+        try:
+            self._check(todo)
+        finally:
+            with self._count:
+                self.reading -= 1
+
     def check_all(self) -> None:
         """Verify every chunk not verified yet (an update, a save, ``info``: all rows are read),
         in batches of :data:`_BATCH_BYTES` (the content check copies a batch's rows)."""
@@ -226,18 +262,8 @@ class ChunkedFile:
             self._check(todo[start : start + step])
 
     def verify_in_background(self) -> None:
-        """Start a daemon thread that verifies every chunk not verified yet (see the module
-        docstring); nothing when all are. ``self.background`` is the thread. It holds this
-        object only while it verifies a batch, so it stops once the index is let go."""
-        if self.complete or self.background is not None:
-            return
-        self.background = threading.Thread(
-            target=_verify_rest,
-            args=(weakref.ref(self), np.flatnonzero(~self.done)),
-            name=f"qaindex-verify-{self.path.parent.name}",
-            daemon=True,
-        )
-        self.background.start()
+        """:func:`verify_in_background` of this file alone."""
+        verify_in_background([self])
 
     def _check(self, chunks: np.ndarray) -> None:
         """Hash these chunks and compare each with its digest, then check the content of the rows
@@ -251,13 +277,17 @@ class ChunkedFile:
             if hashlib.sha256(view[start : start + step]).digest() != digests[chunk * _DIGEST : (chunk + 1) * _DIGEST]:
                 end = min(size, start + step)
                 first, last = (int(v[0]) for v in self._rows_of(np.array([chunk])))
+                # a matrix's rows, a 1-D array's entries; a raw file's bytes are named already
+                unit = "rows" if self.array.ndim > 1 else "entries" if self.array.dtype != np.uint8 else None
+                held = f" ({unit} {first}..{last - 1})" if unit else ""
                 raise IndexFormatError(
-                    f"{self.path}: bytes {start}..{end} (rows {first}..{last - 1}) do not match their checksum in "
+                    f"{self.path}: bytes {start}..{end}{held} do not match their checksum in "
                     f"{lazy_digests_name(self.path.name)}; {_REBUILD}"
                 )
-        rows = np.unique(_spans(*self._rows_of(chunks)))  # the rows these chunks hold, merged
-        if len(rows):
-            check_vectors(self.path, np.asarray(self.array)[rows], ball=self.ball, scan=True, rows=rows)
+        if self.ball is not None:
+            rows = np.unique(_spans(*self._rows_of(chunks)))  # the rows these chunks hold, merged
+            if len(rows):
+                check_vectors(self.path, np.asarray(self.array)[rows], ball=self.ball, scan=True, rows=rows)
         self.done[chunks] = True
         self.complete = bool(self.done.all())
 
@@ -270,13 +300,51 @@ class ChunkedFile:
         return first, np.maximum(first, last)
 
 
-def _verify_rest(ref: weakref.ref[ChunkedFile], todo: np.ndarray) -> None:
-    """The background thread of :meth:`ChunkedFile.verify_in_background`."""
+def verify_in_background(files: Sequence[ChunkedFile]) -> threading.Thread | None:
+    """Start one daemon thread that verifies every chunk not verified yet of these files, one
+    file after the other (see the module docstring); None when all are verified. Each file's
+    ``background`` is the thread. It holds a file only while it verifies a batch of it, so
+    it stops once the index is let go.
+
+    Example
+    -------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "v.npy"
+    >>> np.save(p, np.eye(3, dtype=np.float32))
+    >>> checks = ChunkedFile(p, np.load(p, mmap_mode="r"), chunk_digests(p, 4096), 4096, ball=False)
+    >>> verify_in_background([checks]).join(); checks.complete
+    True
+    """
+    todo = [f for f in files if not f.complete and f.background is None]
+    if not todo:
+        return None
+    thread = threading.Thread(
+        target=_verify_files,
+        args=([(weakref.ref(f), np.flatnonzero(~f.done)) for f in todo],),
+        name=f"qaindex-verify-{todo[0].path.parent.name}",
+        daemon=True,
+    )
+    for f in todo:
+        f.background = thread
+    thread.start()
+    return thread
+
+
+def _verify_files(work: list[tuple[weakref.ref[ChunkedFile], np.ndarray]]) -> None:
+    """The background thread of :func:`verify_in_background`."""
     time.sleep(_START_DELAY)
+    for ref, todo in work:
+        if not _verify_rest(ref, todo):
+            return
+
+
+def _verify_rest(ref: weakref.ref[ChunkedFile], todo: np.ndarray) -> bool:
+    """Verify these chunks of one file in batches; False when it stopped early (the file was
+    let go, or a chunk was damaged)."""
     for start in range(0, len(todo), _BACKGROUND_CHUNKS):
         checks = ref()
         if checks is None:  # the index was let go
-            return
+            return False
         batch = todo[start : start + _BACKGROUND_CHUNKS]
         while checks.reading:  # a search is verifying what it reads: let it have the interpreter
             time.sleep(_YIELD_SECONDS)
@@ -285,13 +353,14 @@ def _verify_rest(ref: weakref.ref[ChunkedFile], todo: np.ndarray) -> None:
         except QAIndexError as exc:  # damaged bytes or content: a search that reads them raises
             checks.background_error = exc
             _log.warning("%s (found by the background verification; searches that read these rows refuse them)", exc)
-            return
+            return False
         del checks  # hold the file only while verifying a batch
+    return True
 
 
 class CheckedRows:
-    """A :class:`ChunkedFile`'s array for code that gathers rows (``rows[found]``): each gather
-    verifies the rows it reads first.
+    """A :class:`ChunkedFile`'s array for code that reads rows (``rows[found]``, ``rows[a:b]``):
+    each read verifies the rows it reads first; ``numpy.asarray`` of it verifies every row.
 
     Example
     -------
@@ -311,13 +380,65 @@ class CheckedRows:
     def __len__(self) -> int:
         return len(self.checks.array)
 
-    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __getitem__(self, rows: np.ndarray | slice | int) -> Any:
+        checks = self.checks
+        if checks.complete:
+            return checks.array[rows]
+        if isinstance(rows, slice):
+            start, stop, _ = rows.indices(len(checks.array))
+            checks.check_span(start, max(start, stop))
+            return checks.array[rows]
         rows = np.asarray(rows)
         if rows.dtype.kind not in "iu":
             raise TypeError(f"rows must be integer row numbers, got {rows.dtype}")
-        self.checks.check_rows(rows)
-        out: np.ndarray = np.asarray(self.checks.array)[rows]
-        return out
+        checks.check_rows(np.where(rows < 0, rows + len(checks.array), rows))
+        return np.asarray(checks.array)[rows]
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        self.checks.check_all()
+        return np.asarray(self.checks.array, dtype=dtype)
+
+    def astype(self, dtype: Any) -> np.ndarray:
+        """Every row, verified, as ``dtype`` (a copy)."""
+        return np.asarray(self).astype(dtype)
+
+
+class CheckedBytes:
+    """A :class:`ChunkedFile`'s bytes (a records file) for code that slices them
+    (``data[a:b]``): each slice verifies the bytes it reads first; :meth:`verified` gives
+    the whole buffer, every byte verified.
+
+    Example
+    -------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "r.jsonl"; _ = p.write_bytes(b"x" * 9000)
+    >>> raw = np.fromfile(p, np.uint8)
+    >>> data = CheckedBytes(ChunkedFile(p, raw, chunk_digests(p, 4096), 4096), raw.tobytes())
+    >>> data[8000:8002], data.checks.done.tolist()
+    (b'xx', [False, True, False])
+    """
+
+    def __init__(self, checks: ChunkedFile, data: Any) -> None:
+        self.checks = checks
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, key: slice) -> Any:
+        if not self.checks.complete:
+            start, stop, _ = key.indices(len(self.data))
+            self.checks.check_span(start, max(start, stop))
+        return self.data[key]
+
+    def verified(self) -> Any:
+        """The whole buffer (bytes or a memory map), every chunk verified first."""
+        self.checks.check_all()
+        return self.data
 
 
 def _spans(first: np.ndarray, last: np.ndarray) -> np.ndarray:

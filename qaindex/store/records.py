@@ -19,6 +19,7 @@ import numpy as np
 from .. import fast_path_switch
 from ..corpus import Record
 from ..errors import IndexFormatError
+from .chunk_checks import CheckedBytes
 from .index_checks import check_records, parse_record
 
 __all__ = ["RecordStore", "encode_record", "encode_records"]
@@ -98,8 +99,8 @@ class RecordStore:
 
     Parameters
     ----------
-    data : bytes or mmap.mmap
-        The concatenated lines.
+    data : bytes, mmap.mmap or CheckedBytes
+        The concatenated lines (a loaded file's verified as they are read).
     offsets : numpy.ndarray
         ``n + 1`` int64 byte offsets of the lines in ``data``.
 
@@ -112,7 +113,7 @@ class RecordStore:
 
     def __init__(
         self,
-        data: bytes | mmap.mmap,
+        data: bytes | mmap.mmap | CheckedBytes,
         offsets: np.ndarray,
         *,
         source: Path | None = None,
@@ -156,10 +157,15 @@ class RecordStore:
         """Every stored line, as written to ``records.jsonl``."""
         return bytes(self.data[: int(self.offsets[-1])])
 
+    def buffer(self) -> bytes | mmap.mmap:
+        """The stored lines' whole buffer, every byte verified (a loaded file's lines are
+        verified as they are read: :class:`~qaindex.store.chunk_checks.CheckedBytes`)."""
+        return self.data.verified() if isinstance(self.data, CheckedBytes) else self.data
+
     def write_to(self, handle: BinaryIO, block: int = 1 << 22) -> None:
         """Write :meth:`content` to a binary file in blocks (no copy of the whole store in memory)."""
         end = int(self.offsets[-1])
-        view = memoryview(self.data)
+        view = memoryview(self.buffer())
         for start in range(0, end, block):
             handle.write(view[start : min(end, start + block)])
 
@@ -192,7 +198,7 @@ class RecordStore:
         """
         if not self.canonical or not fast_path_switch.enabled():
             return np.arange(len(self), dtype=np.int64)
-        view = memoryview(self.data)[: int(self.offsets[-1])]
+        view = memoryview(self.buffer())[: int(self.offsets[-1])]
         starts = np.fromiter((m.start() for m in _NON_EMPTY_QUESTIONS.finditer(view)), dtype=np.int64)
         return np.unique(np.searchsorted(self.offsets, starts, side="right") - 1)
 
@@ -219,7 +225,7 @@ class RecordStore:
         """A new store: these rows followed by ``records``."""
         extra = RecordStore.from_records(records)
         offsets = np.concatenate([self.offsets, extra.offsets[1:] + self.offsets[-1]])
-        return RecordStore(self.content() + bytes(extra.data), offsets, checked=self.checked, canonical=self.canonical)
+        return RecordStore(self.content() + extra.content(), offsets, checked=self.checked, canonical=self.canonical)
 
     def keep(self, rows: np.ndarray) -> RecordStore:
         """A new store of the given rows, in that order."""

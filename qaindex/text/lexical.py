@@ -381,6 +381,16 @@ class LexicalIndex:
         self._postings = (indptr, rows, weights)
         self._stored = True
 
+    def read_through(self, wrap: Callable[[str, np.ndarray], Any]) -> None:
+        """Serve each stored per-entry array (``terms.npy``, ``counts.npy`` and the stored
+        postings' rows and weights) as ``wrap(file name, array)`` gives it: a loaded index's
+        arrays verified chunk by chunk as they are read (:mod:`qaindex.store.chunk_checks`)."""
+        self._terms = wrap("terms.npy", self._terms)
+        self._counts = wrap("counts.npy", self._counts)
+        if self._stored and self._postings is not None:
+            indptr, rows, weights = self._postings
+            self._postings = (indptr, wrap(POSTING_FILES[1], rows), wrap(POSTING_FILES[2], weights))
+
     def postings_differ(self) -> str | None:
         """Which postings file read from disk disagrees with the terms and counts (None: they
         agree, or none was read); run by a verifying load, in O(entries) without a sort.

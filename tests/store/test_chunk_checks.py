@@ -1,4 +1,5 @@
-"""The answers' vectors verified chunk by chunk as a search reads them (qaindex.store.chunk_checks)."""
+"""The answers' vectors, records and BM25 arrays verified chunk by chunk as a search reads them
+(qaindex.store.chunk_checks)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from qaindex import IndexFormatError, Ranker
 from qaindex.search.pipeline import pool_size
-from qaindex.store.chunk_checks import CHUNK_BYTES, ChunkedFile, chunk_digests
+from qaindex.store.chunk_checks import CHUNK_BYTES, LAZY_FILES, CheckedBytes, CheckedRows, ChunkedFile, chunk_digests
 from tests.robustness.store_fixtures import records, tiny_model
 
 REBUILD = "the index is corrupted, rebuild it"
@@ -307,3 +308,129 @@ def test_the_background_thread_waits_while_a_search_verifies_its_rows(tmp_path: 
     assert checks.background is not None
     checks.background.join(timeout=60)
     assert checks.complete
+
+
+# -- the records and the BM25 arrays, verified as they are read ----------------------------------
+@pytest.fixture(scope="module")
+def hybrid(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("hybrid")
+    index = work / "index"
+    Ranker.build(records("h", ANSWERS), model=tiny_model(work / "model"), index_kind="flat", hybrid=True).save(index)
+    return index
+
+
+def _copy(index: Path, tmp_path: Path) -> tuple[Path, Path]:
+    copy = tmp_path / "copy"
+    shutil.copytree(index, copy)
+    return copy, copy / _manifest(copy)["snapshot"]
+
+
+def test_a_save_stores_the_chunk_digests_of_every_large_file(hybrid: Path) -> None:
+    files, snap = _manifest(hybrid)["files"], hybrid / _manifest(hybrid)["snapshot"]
+    for name in LAZY_FILES:
+        assert files[name]["chunk_bytes"] == CHUNK_BYTES, name
+        assert (snap / f"{name}.chunks").read_bytes() == chunk_digests(snap / name), name
+
+
+def test_a_damaged_record_line_is_refused_by_the_searches_that_return_it(hybrid: Path, tmp_path: Path) -> None:
+    rows = records("h", ANSWERS)
+    row, far = 2000, 10
+    index, snap = _copy(hybrid, tmp_path)
+    path = snap / "records.jsonl"
+    data = bytearray(path.read_bytes())
+    offsets = np.load(snap / "records.offsets.npy")
+    line = bytes(data[offsets[row] : offsets[row + 1]])
+    at = int(offsets[row]) + line.index(b'"answer": "w') + len(b'"answer": "w')  # a digit of the first word
+    data[at] = ord("1") if data[at] != ord("1") else ord("2")  # still a valid record
+    path.write_bytes(bytes(data))
+    chunk = at // CHUNK_BYTES
+    assert chunk != int(offsets[far]) // CHUNK_BYTES
+    clean = Ranker.load(hybrid)
+    ranker = Ranker.load(index, verify="lazy")  # nothing read yet: the load succeeds
+    checks = {c.path.name: c for c in ranker._file_checks}
+    assert set(checks) == {Path(n).name for n in LAZY_FILES if n != "vectors.npy"}
+    assert not any(c.done.any() for c in checks.values())
+    assert ranker.search(rows[far]["answer"], k=1) == clean.search(rows[far]["answer"], k=1)
+    assert checks["records.jsonl"].done[int(offsets[far]) // CHUNK_BYTES]
+    assert not checks["records.jsonl"].done[chunk] and not checks["records.jsonl"].complete
+    for _ in range(2):  # refused on every read that touches it
+        with pytest.raises(IndexFormatError) as err:
+            ranker.search(rows[row]["answer"], k=1)
+        assert str(err.value) == (
+            f"{path}: bytes {chunk * CHUNK_BYTES}..{min(len(data), (chunk + 1) * CHUNK_BYTES)} do not match their "
+            f"checksum in records.jsonl.chunks; {REBUILD}"
+        )
+    with pytest.raises(IndexFormatError, match="records.jsonl: bytes .* do not match their checksum"):
+        ranker.info()  # not a search: every file
+    with pytest.raises(IndexFormatError, match="records.jsonl: checksum does not match the manifest"):
+        Ranker.load(index, verify="full")
+
+
+def test_damaged_postings_are_refused_by_the_searches_that_read_them(hybrid: Path, tmp_path: Path) -> None:
+    index, snap = _copy(hybrid, tmp_path)
+    path = snap / "lexical" / "postings-weights.npy"
+    weights = np.load(path)
+    indptr = np.load(snap / "lexical" / "postings-indptr.npy")
+    vocab = json.loads((snap / "lexical" / "vocab.json").read_text())["vocab"]
+    entry = len(weights) // 2
+    term = int(np.searchsorted(indptr, entry, side="right")) - 1  # the term whose postings hold it
+    weights[entry] *= 2  # still finite and positive: only its checksum tells
+    np.save(path, weights, allow_pickle=False)
+    at = (path.stat().st_size - 4 * len(weights) + 4 * entry) // CHUNK_BYTES
+    ranker = Ranker.load(index, verify="lazy")
+    clean = Ranker.load(hybrid)
+    other = next(
+        t
+        for t in range(len(vocab))
+        if indptr[t + 1] > indptr[t]
+        and (path.stat().st_size - 4 * len(weights) + 4 * int(indptr[t + 1]) - 1) // CHUNK_BYTES < at
+    )
+    assert ranker.search(vocab[other], k=3) == clean.search(vocab[other], k=3)
+    with pytest.raises(IndexFormatError, match=rf"postings-weights.npy: bytes {at * CHUNK_BYTES}\.\.\d+ \(entries "):
+        ranker.search(vocab[term], k=3)
+
+
+def test_a_default_load_verifies_every_large_file_in_the_background(hybrid: Path) -> None:
+    ranker = Ranker.load(hybrid)
+    every = [ranker._vector_checks, *ranker._file_checks]
+    assert len(every) == len(LAZY_FILES) and all(c is not None for c in every)
+    threads = {c.background for c in every if c is not None}
+    assert len(threads) == 1  # one thread, file after file
+    thread = threads.pop()
+    assert thread is not None
+    thread.join(timeout=60)
+    assert all(c is not None and c.complete and c.background_error is None for c in every)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    size=st.integers(0, 40_000),
+    chunk_log=st.integers(12, 13),
+    spans=st.lists(st.tuples(st.integers(-50_000, 50_000), st.integers(-50_000, 50_000)), max_size=6),
+    dtype=st.sampled_from(["uint8", "int32", "float32"]),
+)
+def test_slices_verify_exactly_the_chunks_they_read(
+    tmp_path_factory: pytest.TempPathFactory, size: int, chunk_log: int, spans: list[tuple[int, int]], dtype: str
+) -> None:
+    chunk = 1 << chunk_log
+    path = tmp_path_factory.mktemp("span") / "a"
+    if dtype == "uint8":  # a raw file (records.jsonl): bytes, no header
+        array = np.random.default_rng(size).integers(0, 255, size, dtype=np.uint8)
+        path.write_bytes(array.tobytes())
+    else:
+        np.save(path.with_suffix(".npy"), np.arange(size // 4, dtype=dtype))
+        path = path.with_suffix(".npy")
+        array = np.load(path, mmap_mode="r")
+    checks = ChunkedFile(path, array, chunk_digests(path, chunk), chunk)
+    reader = CheckedBytes(checks, array.tobytes()) if dtype == "uint8" else CheckedRows(checks)
+    expected: set[int] = set()
+    width, header = array.dtype.itemsize, checks.header
+    for a, b in spans:
+        got = reader[a:b]
+        assert (got == array[a:b].tobytes()) if dtype == "uint8" else np.array_equal(got, array[a:b])
+        start, stop, _ = slice(a, b).indices(len(array))
+        if stop > start:
+            expected.update(range((header + start * width) // chunk, (header + stop * width - 1) // chunk + 1))
+    assert set(np.flatnonzero(checks.done).tolist()) == expected
+    whole = reader.verified() if isinstance(reader, CheckedBytes) else np.asarray(reader)
+    assert checks.complete and bytes(whole) == array.tobytes()

@@ -21,6 +21,7 @@ import qaindex.store.index_format
 from qaindex import IndexChangedError, IndexFormatError, IndexLockedError, ModelFormatError, QAIndexError, Ranker
 from qaindex.cli import main
 from qaindex.model import Model, write_model
+from qaindex.store.chunk_checks import LAZY_FILES
 from qaindex.store.index_format import manifest_checksum
 from qaindex.store.locking import index_lock
 from qaindex.text.tokenizer import Tokenizer
@@ -483,9 +484,11 @@ def test_the_default_load_hashes_every_file_once(index: Path, monkeypatch: pytes
     Ranker.load(index)
     snap = _manifest(index)["snapshot"]
     listed = _manifest(index)["files"]
-    # vectors.npy is verified chunk by chunk as it is read (qaindex.store.chunk_checks), its digests whole now
-    assert "vectors.npy.chunks" in listed
-    assert sorted(hashed) == sorted(f"{snap}/{name}" for name in listed if name != "vectors.npy")
+    # the large files are verified chunk by chunk as they are read (qaindex.store.chunk_checks), their digests
+    # whole now
+    lazy = [name for name in LAZY_FILES if name in listed]
+    assert set(lazy) >= {"vectors.npy", "records.jsonl"} and all(f"{name}.chunks" in listed for name in lazy)
+    assert sorted(hashed) == sorted(f"{snap}/{name}" for name in listed if name not in lazy)
     hashed.clear()
     Ranker.load(index, verify="full")
     assert sorted(hashed) == sorted(f"{snap}/{name}" for name in listed)
