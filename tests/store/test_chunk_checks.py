@@ -360,9 +360,9 @@ def test_a_damaged_record_line_is_refused_by_the_searches_that_return_it(hybrid:
             f"{path}: bytes {chunk * CHUNK_BYTES}..{min(len(data), (chunk + 1) * CHUNK_BYTES)} do not match their "
             f"checksum in records.jsonl.chunks; {REBUILD}"
         )
-    with pytest.raises(IndexFormatError, match="records.jsonl: bytes .* do not match their checksum"):
+    with pytest.raises(IndexFormatError, match=r"records\.jsonl: bytes .* do not match their checksum"):
         ranker.info()  # not a search: every file
-    with pytest.raises(IndexFormatError, match="records.jsonl: checksum does not match the manifest"):
+    with pytest.raises(IndexFormatError, match=r"records\.jsonl: checksum does not match the manifest"):
         Ranker.load(index, verify="full")
 
 
