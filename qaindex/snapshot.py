@@ -419,7 +419,7 @@ def open_snapshot(
     reranker = stored_reranker(snap, manifest, device=device, threads=threads)
     checks = _lazy_checks(snap, manifest["files"], lazy, vectors, records, lexical, ball=model.space.ball)
     if verify is True:
-        verify_in_background(list(checks.values()))
+        verify_in_background([checks[name] for name in LAZY_FILES if name in checks])
     others = tuple(c for name, c in checks.items() if name != "vectors.npy")
     return Snapshot(model, records, vectors, coarse, reranker, lexical, keys, checks.get("vectors.npy"), others)
 

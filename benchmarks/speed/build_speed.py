@@ -13,7 +13,10 @@ shortcut, i.e. the build before the fast paths), and the ratio is reported:
 - ``build_dicts``: ``Ranker.build(list_of_dicts, index_kind="flat")``;
 - ``build_file``: ``Ranker.build("corpus.jsonl", index_kind="flat")`` (what ``qaindex
   build`` does: streamed in chunks of 8,192 answers, onnxruntime overlapped with the next
-  chunk's Python work).
+  chunk's Python work, the BM25 analysis in a child process:
+  :mod:`qaindex.indexing.lexical_worker`);
+- ``build_file_bm25_here``: the same with the BM25 analysis in the building process (as
+  before the child process), to compare with ``build_file``.
 
 Whole builds load the built-in default model as ``Ranker.build`` does (the generic baseline
 as before: onnxruntime on all cores; now: one onnxruntime thread, overlapped with Python
@@ -46,10 +49,20 @@ import qaindex
 from benchmarks.common import ROOT, argument_parser, make_corpus, read_texts, wall_and_cpu, write_results
 from qaindex import fast_path_switch
 from qaindex.corpus import read_corpus, records_from_dicts
+from qaindex.indexing import lexical_worker
 from qaindex.model import Model
 from qaindex.store.records import RecordStore
 
-STAGES = ("validate", "read_validate_file", "tokenize", "encode", "store_records", "build_dicts", "build_file")
+STAGES = (
+    "validate",
+    "read_validate_file",
+    "tokenize",
+    "encode",
+    "store_records",
+    "build_dicts",
+    "build_file",
+    "build_file_bm25_here",
+)
 
 
 def run_size(size: int, sentences: list[str], model: Model, workdir: Path) -> dict[str, Any]:
@@ -79,6 +92,7 @@ def run_size(size: int, sentences: list[str], model: Model, workdir: Path) -> di
         "store_records": lambda: RecordStore.from_records(records),
         "build_dicts": lambda: qaindex.Ranker.build(dicts, index_kind="flat"),
         "build_file": lambda: qaindex.Ranker.build(path, index_kind="flat"),
+        "build_file_bm25_here": lambda: bm25_in_process(lambda: qaindex.Ranker.build(path, index_kind="flat")),
     }
     out: dict[str, Any] = {"answers": size, "corpus_mib": round(path.stat().st_size / 2**20, 1), "stages": {}}
     for stage in STAGES:
@@ -100,6 +114,16 @@ def run_size(size: int, sentences: list[str], model: Model, workdir: Path) -> di
         )
     path.unlink()
     return out
+
+
+def bm25_in_process(call: Callable[[], Any]) -> Any:
+    """``call()`` with every build's BM25 analysis in this process (no child process)."""
+    before = lexical_worker.IN_PROCESS_TEXTS
+    lexical_worker.IN_PROCESS_TEXTS = sys.maxsize
+    try:
+        return call()
+    finally:
+        lexical_worker.IN_PROCESS_TEXTS = before
 
 
 def report(results: dict[str, Any]) -> str:

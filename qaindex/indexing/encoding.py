@@ -30,6 +30,7 @@ from ..store.records import RecordStore
 from ..text.lexical import LexicalBuilder, LexicalIndex, build_hybrid
 from ..vector_index import INDEX_KINDS, CoarseIndex, choose_kind
 from .cuts import AnswerCuts, TextSink, cut_line
+from .lexical_worker import LexicalWorker
 from .streaming import DEFAULT_CHUNK, EncodePipeline
 from .tuning import check_target, tune_for_corpus
 
@@ -182,7 +183,8 @@ def encode_corpus(
     loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=threads)
     if reranker is not None and not isinstance(reranker, Reranker):
         reranker = Reranker.load(reranker, device=device)
-    lexical = LexicalBuilder() if use_hybrid else None
+    # the BM25 rows, analysed in a child process beside the encoder for a large build (.lexical_worker)
+    lexical = (LexicalWorker() if fast_path_switch.enabled() else LexicalBuilder()) if use_hybrid else None
     cuts = AnswerCuts(loaded, then=lexical)  # counts the answers the model cuts, then BM25 rows
     store, vectors, coarse = _encode(
         corpus,

@@ -70,14 +70,17 @@ CHUNK_BYTES = 1 << 12  # a page: the first search of a large index hashes about 
 DIGEST_SUFFIX = ".chunks"
 _DIGEST = 32  # bytes of one SHA-256 digest
 _REBUILD = "the index is corrupted, rebuild it"
-#: The files a snapshot stores chunk digests of: the large ones a search reads a little of.
+#: The files a snapshot stores chunk digests of: the large ones a search reads a little of, in
+#: the order the background thread verifies them: first the BM25 postings (a frequent term's
+#: are long, and read by many searches), then the vectors (each search reads rows of its own),
+#: the records (ten lines a search) and the terms and counts (a few candidates' rows).
 LAZY_FILES = (
+    "lexical/postings-rows.npy",
+    "lexical/postings-weights.npy",
     "vectors.npy",
     "records.jsonl",
     "lexical/terms.npy",
     "lexical/counts.npy",
-    "lexical/postings-rows.npy",
-    "lexical/postings-weights.npy",
 )
 _CHUNK_RANGE = (1 << 12, 1 << 26)
 _BATCH_BYTES = 1 << 24
@@ -208,8 +211,9 @@ class ChunkedFile:
         # the background verification (verify_in_background) and the error that stopped it
         self.background: threading.Thread | None = None
         self.background_error: QAIndexError | None = None
-        self.reading = 0  # searches verifying their own rows now (the background thread waits)
-        self._count = threading.Lock()
+        # the searches verifying what they read now, in any file of the index: the background
+        # thread waits meanwhile (verify_in_background gives the files it verifies one count)
+        self.readers = _Readers()
         with open(path, "rb") as handle:
             self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if self.size else None
 
@@ -227,13 +231,8 @@ class ChunkedFile:
         todo = chunks[~self.done[chunks]]
         if len(todo) == 0:
             return
-        with self._count:  # the background thread waits meanwhile: both hashing loops would share one GIL
-            self.reading += 1
-        try:
+        with self.readers:  # the background thread waits meanwhile: both hashing loops would share one GIL
             self._check(todo)
-        finally:
-            with self._count:
-                self.reading -= 1
 
     def check_span(self, start: int, stop: int) -> None:
         """Verify the chunks that hold rows ``start`` to ``stop - 1`` (a slice's), once each."""
@@ -245,13 +244,8 @@ class ChunkedFile:
         todo = chunks[~self.done[chunks]]
         if len(todo) == 0:
             return
-        with self._count:
-            self.reading += 1
-        try:
+        with self.readers:
             self._check(todo)
-        finally:
-            with self._count:
-                self.reading -= 1
 
     def check_all(self) -> None:
         """Verify every chunk not verified yet (an update, a save, ``info``: all rows are read),
@@ -318,6 +312,8 @@ def verify_in_background(files: Sequence[ChunkedFile]) -> threading.Thread | Non
     todo = [f for f in files if not f.complete and f.background is None]
     if not todo:
         return None
+    for f in todo[1:]:  # a search reading any of them pauses the thread
+        f.readers = todo[0].readers
     thread = threading.Thread(
         target=_verify_files,
         args=([(weakref.ref(f), np.flatnonzero(~f.done)) for f in todo],),
@@ -328,6 +324,22 @@ def verify_in_background(files: Sequence[ChunkedFile]) -> threading.Thread | Non
         f.background = thread
     thread.start()
     return thread
+
+
+class _Readers:
+    """How many searches are verifying what they read now (``with readers:`` counts one)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self.count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self.count -= 1
 
 
 def _verify_files(work: list[tuple[weakref.ref[ChunkedFile], np.ndarray]]) -> None:
@@ -346,7 +358,7 @@ def _verify_rest(ref: weakref.ref[ChunkedFile], todo: np.ndarray) -> bool:
         if checks is None:  # the index was let go
             return False
         batch = todo[start : start + _BACKGROUND_CHUNKS]
-        while checks.reading:  # a search is verifying what it reads: let it have the interpreter
+        while checks.readers.count:  # a search is verifying what it reads: let it have the interpreter
             time.sleep(_YIELD_SECONDS)
         try:
             checks._check(batch[~checks.done[batch]])

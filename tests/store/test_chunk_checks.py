@@ -300,11 +300,11 @@ def test_the_background_thread_waits_while_a_search_verifies_its_rows(tmp_path: 
     path = tmp_path / "v.npy"
     np.save(path, np.full((2000, 256), 0.01, np.float32))
     checks = ChunkedFile(path, np.load(path, mmap_mode="r"), chunk_digests(path), CHUNK_BYTES, ball=True)
-    checks.reading = 1  # as check_rows sets it while it hashes a search's chunks
+    checks.readers.count = 1  # as check_rows sets it while it hashes a search's chunks
     checks.verify_in_background()
     time.sleep(0.6)  # beyond the thread's start delay
     assert not checks.done.any()
-    checks.reading = 0
+    checks.readers.count = 0
     assert checks.background is not None
     checks.background.join(timeout=60)
     assert checks.complete
