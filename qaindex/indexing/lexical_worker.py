@@ -6,25 +6,34 @@ BM25 side (lower-casing, splitting, stemming and counting every word:
 :class:`~qaindex.text.lexical.LexicalBuilder`) is pure Python and would take a third of
 that thread's time, so for a build of more than :data:`IN_PROCESS_TEXTS` answers
 :class:`LexicalWorker` hands each chunk of texts to a :class:`~qaindex.text.lexical.LexicalBuilder`
-in a child process and returns at once; the child analyses the chunks in order, as the
-builder would in process, so the index is the same. Smaller builds analyse in process (a
-child costs a fraction of a second to start).
+in a child process and goes on; the child analyses the chunks in order, as the builder would
+in process, so the index is the same. Smaller builds analyse in process (a child costs a
+fraction of a second to start).
 
-The child writes its arrays to temporary files that the parent memory-maps and unlinks, so
-the build's memory holds them once, as pages of those files. A child that fails or dies is
-a :class:`~qaindex.errors.QAIndexError` naming what happened, at the next chunk or at
+The child is ``python -m qaindex.indexing.lexical_worker`` (a new interpreter: it imports
+nothing of the program that builds, so a script without a ``__main__`` guard is not run
+again, and it shares no thread or lock with the encoder). Each chunk goes down its standard
+input as one frame: 8 bytes of length (little-endian), then the texts as a JSON array; an
+empty frame ends the input. A full pipe makes the parent wait, so at most a pipe's worth of
+texts is in flight. The child writes its arrays (``.npy``) and vocabulary (JSON) to temporary
+files and one JSON line naming them, or the error that stopped it, to its standard output;
+the parent memory-maps the arrays and unlinks the files, so the build's memory holds them
+once, as pages of those files. A child that fails or dies is a
+:class:`~qaindex.errors.QAIndexError` saying so, at the next chunk or at
 :meth:`LexicalWorker.finish`; nothing is written to an index before the build succeeds.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import json
 import os
-import queue
+import struct
+import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -35,8 +44,7 @@ __all__ = ["IN_PROCESS_TEXTS", "LexicalWorker"]
 
 #: Answers a build analyses in process before it starts a child for the rest (and them).
 IN_PROCESS_TEXTS = 16_384
-_QUEUED = 2  # chunks of texts waiting for the child at most (the parent waits beyond)
-_POLL = 1.0  # seconds between checks that the child still runs, while waiting on it
+_FRAME = struct.Struct("<Q")  # the length of a frame's JSON bytes
 _ARRAYS = ("terms", "counts", "offsets")
 
 
@@ -47,7 +55,7 @@ class LexicalWorker:
     Parameters
     ----------
     spool_dir : path-like, optional
-        Where the child's temporary array files live (default: the system's temporary directory).
+        Where the child's temporary files live (default: the system's temporary directory).
     in_process : int, optional
         Texts analysed in process before the child starts (default :data:`IN_PROCESS_TEXTS`).
 
@@ -65,15 +73,13 @@ class LexicalWorker:
         self._limit = IN_PROCESS_TEXTS if in_process is None else in_process
         self._held: list[str] = []  # texts not handed to a child yet
         self._local = LexicalBuilder()  # the in-process builder; raises if PyStemmer is missing
-        self._child: Any = None
-        self._inbox: Any = None
-        self._outbox: Any = None
+        self._child: subprocess.Popen[bytes] | None = None
 
     def add(self, texts: Sequence[str]) -> None:
-        """Analyse ``texts`` as the next rows (in the child, once it runs; returns at once)."""
+        """Analyse ``texts`` as the next rows (in the child, once it runs)."""
         if self._child is None:
             self._held.extend(texts)
-            if len(self._held) <= self._limit:
+            if len(self._held) <= self._limit or not sys.executable:  # no interpreter to start: stay here
                 return
             self._start()
             texts, self._held = self._held, []
@@ -81,18 +87,24 @@ class LexicalWorker:
 
     def finish(self) -> LexicalIndex:
         """The index of every text added, in order."""
-        if self._child is None:
+        child = self._child
+        if child is None:
             self._local.add(self._held)
             self._held = []
             return self._local.finish()
-        self._send(None)
-        status, payload = self._receive()
-        self._child.join()
-        if status != "ok":
-            raise QAIndexError(f"the BM25 analysis failed in its worker process: {payload}")
-        paths, vocab = payload
+        self._send([])  # the end of the input
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.close()
+        line = child.stdout.read()
+        child.wait()
+        self._child = None
+        result = _parsed(line)
+        if child.returncode != 0 or "error" in result or "paths" not in result:
+            raise self._failed(child.returncode, result)
+        paths = result["paths"]
         try:
             arrays = [np.load(paths[name], mmap_mode="r") for name in _ARRAYS]
+            vocab = json.loads(Path(paths["vocab"]).read_text(encoding="utf-8"))
         finally:
             for path in paths.values():
                 Path(path).unlink(missing_ok=True)  # the maps keep the pages while the index lives
@@ -100,65 +112,88 @@ class LexicalWorker:
         return LexicalIndex(terms, counts, np.asarray(offsets), vocab)
 
     def _start(self) -> None:
-        context = multiprocessing.get_context("spawn")  # not fork: the encoder's threads are running
-        self._inbox = context.Queue(maxsize=_QUEUED)
-        self._outbox = context.Queue()
-        self._child = context.Process(
-            target=_serve, args=(self._inbox, self._outbox, self._spool), name="qaindex-bm25", daemon=True
+        command = [sys.executable, "-m", "qaindex.indexing.lexical_worker"]
+        if self._spool is not None:
+            command.append(self._spool)
+        self._child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def _send(self, texts: list[str]) -> None:
+        child = self._child
+        assert child is not None and child.stdin is not None
+        data = json.dumps(texts).encode("ascii") if texts else b""
+        try:
+            child.stdin.write(_FRAME.pack(len(data)))
+            child.stdin.write(data)
+            child.stdin.flush()
+        except (BrokenPipeError, OSError):  # the child stopped: say why
+            assert child.stdout is not None
+            line = child.stdout.read()
+            child.wait()
+            self._child = None
+            raise self._failed(child.returncode, _parsed(line)) from None
+
+    def _failed(self, code: int | None, result: dict[str, Any]) -> QAIndexError:
+        if "error" in result:
+            return QAIndexError(f"the BM25 analysis failed in its worker process: {result['error']}")
+        how = f"killed by signal {-code}" if code is not None and code < 0 else "without its result"
+        return QAIndexError(
+            f"the BM25 worker process of this build exited with code {code} ({how}); if memory ran out, build "
+            "with --no-hybrid or on a machine with more memory"
         )
-        self._child.start()
-
-    def _send(self, texts: list[str] | None) -> None:
-        while True:
-            try:
-                self._inbox.put(texts, timeout=_POLL)
-                return
-            except queue.Full:
-                self._check_alive()
-
-    def _receive(self) -> tuple[str, Any]:
-        while True:
-            try:
-                result: tuple[str, Any] = self._outbox.get(timeout=_POLL)
-                return result
-            except queue.Empty:
-                self._check_alive()
-
-    def _check_alive(self) -> None:
-        if not self._child.is_alive():
-            try:  # an error the child reported before it stopped
-                status, payload = self._outbox.get(timeout=_POLL)
-            except queue.Empty:
-                status = payload = None
-            if status == "error":
-                raise QAIndexError(f"the BM25 analysis failed in its worker process: {payload}")
-            code = self._child.exitcode
-            raise QAIndexError(
-                f"the BM25 worker process of this build exited with code {code} "
-                f"({'killed by signal ' + str(-code) if code is not None and code < 0 else 'an error'}); "
-                "if memory ran out, build with --no-hybrid or on a machine with more memory"
-            )
 
     def __del__(self) -> None:
         child = self._child
-        if child is not None and child.is_alive():
+        if child is not None and child.poll() is None:
             child.kill()
+            child.wait()
 
 
-def _serve(inbox: Any, outbox: Any, spool: str | None) -> None:
-    """The child: analyse each list of texts from ``inbox`` until None, then write the arrays
-    to temporary files and put ``("ok", (paths, vocab))`` (or ``("error", message)``) in ``outbox``."""
+def _parsed(line: bytes) -> dict[str, Any]:
+    """The child's JSON result line ({} when it wrote none)."""
+    try:
+        result = json.loads(line.decode("utf-8")) if line.strip() else {}
+    except ValueError:
+        return {}
+    return result if isinstance(result, dict) else {}
+
+
+def _frames(stream: IO[bytes]) -> Any:
+    """The lists of texts on ``stream``, up to the empty frame."""
+    while True:
+        head = stream.read(_FRAME.size)
+        if len(head) < _FRAME.size:
+            raise EOFError("the input ended before its last frame")
+        (size,) = _FRAME.unpack(head)
+        if size == 0:
+            return
+        yield json.loads(stream.read(size))
+
+
+def _serve(spool: str | None, stdin: IO[bytes], stdout: IO[bytes]) -> int:
+    """The child: analyse each frame's texts, write the index's files, report them on ``stdout``."""
+    paths: dict[str, str] = {}
     try:
         builder = LexicalBuilder()
-        while (texts := inbox.get()) is not None:
+        for texts in _frames(stdin):
             builder.add(texts)
         lex = builder.finish()
-        paths = {}
         for name, array in zip(_ARRAYS, (lex._terms, lex._counts, lex._offsets), strict=True):
             handle, path = tempfile.mkstemp(prefix=f"qaindex-bm25-{name}-", suffix=".npy", dir=spool)
             with os.fdopen(handle, "wb") as out:
                 np.save(out, array, allow_pickle=False)
             paths[name] = path
-        outbox.put(("ok", (paths, lex.vocab)))
+        handle, path = tempfile.mkstemp(prefix="qaindex-bm25-vocab-", suffix=".json", dir=spool)
+        with os.fdopen(handle, "w", encoding="utf-8") as text:
+            json.dump(lex.vocab, text)
+        paths["vocab"] = path
+        stdout.write(json.dumps({"paths": paths}).encode("utf-8") + b"\n")
+        return 0
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises
-        outbox.put(("error", f"{type(exc).__name__}: {exc}"))
+        for path in paths.values():
+            Path(path).unlink(missing_ok=True)
+        stdout.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode("utf-8") + b"\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(_serve(sys.argv[1] if len(sys.argv) > 1 else None, sys.stdin.buffer, sys.stdout.buffer))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +24,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "faq.jsonl"
 def _texts() -> list[str]:
     answers = [json.loads(line)["answer"] for line in EXAMPLES.read_text(encoding="utf-8").splitlines()]
     # every answer, then pairs of them joined: terms first seen in later chunks too, and a long one
-    return [*answers, *(f"{a} {b}" for a, b in zip(answers, answers[1:], strict=False)), " ".join(answers) * 3]
+    return [*answers, *(f"{a} {b}" for a, b in itertools.pairwise(answers)), " ".join(answers) * 3]
 
 
 def _same(got: LexicalIndex, want: LexicalIndex) -> None:
@@ -38,22 +41,20 @@ def test_the_worker_gives_the_in_process_index(in_process: int) -> None:
     for start in range(0, len(texts), 23):  # chunks as a build hands them over
         worker.add(texts[start : start + 23])
         builder.add(texts[start : start + 23])
-    started = worker._child is not None
-    assert started == (in_process < len(texts))
+    child = worker._child
+    assert (child is not None) == (in_process < len(texts))
     _same(worker.finish(), builder.finish())
-    if started:
-        assert not worker._child.is_alive() and worker._child.exitcode == 0
+    assert child is None or child.returncode == 0
 
 
 def test_a_killed_worker_is_a_clear_error() -> None:
     worker = LexicalWorker(in_process=0)
     worker.add(["cats purr"])
+    assert worker._child is not None
     os.kill(worker._child.pid, signal.SIGKILL)
-    worker._child.join(timeout=30)
+    worker._child.wait(timeout=30)
     with pytest.raises(QAIndexError) as err:
-        for _ in range(10):  # the queue may take a few chunks before it notices
-            worker.add(["dogs bark"] * 1000)
-        worker.finish()
+        worker.add(["dogs bark"] * 1000)
     assert str(err.value) == (
         "the BM25 worker process of this build exited with code -9 (killed by signal 9); if memory ran out, build "
         "with --no-hybrid or on a machine with more memory"
@@ -63,8 +64,27 @@ def test_a_killed_worker_is_a_clear_error() -> None:
 def test_an_error_in_the_worker_is_reported() -> None:
     worker = LexicalWorker(in_process=0)
     worker.add(["cats purr", 17])  # type: ignore[list-item]
-    with pytest.raises(QAIndexError, match=r"^the BM25 analysis failed in its worker process: TypeError: object of type .int. has no len\(\)$"):
+    with pytest.raises(
+        QAIndexError,
+        match=r"^the BM25 analysis failed in its worker process: TypeError: object of type .int. has no len\(\)$",
+    ):
         worker.finish()
+
+
+def test_the_worker_does_not_run_the_building_script_again(tmp_path: Path) -> None:
+    """The child is a new interpreter running the worker module: a script that builds at its
+    top level, without a ``__main__`` guard, runs once."""
+    script = tmp_path / "build.py"
+    script.write_text(
+        "from qaindex.indexing.lexical_worker import LexicalWorker\n"
+        "print('script ran')\n"
+        "worker = LexicalWorker(in_process=0)\n"
+        "worker.add(['cats purr', 'dogs bark'])\n"
+        "print(len(worker.finish()))\n",
+        encoding="utf-8",
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.splitlines() == ["script ran", "2"]
 
 
 def test_a_build_through_the_worker_is_the_same_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
