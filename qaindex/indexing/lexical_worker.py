@@ -10,9 +10,9 @@ in a child process and goes on; the child analyses the chunks in order, as the b
 in process, so the index is the same. Smaller builds analyse in process (a child costs a
 fraction of a second to start).
 
-The child is ``python -m qaindex.indexing.lexical_worker`` (a new interpreter: it imports
-nothing of the program that builds, so a script without a ``__main__`` guard is not run
-again, and it shares no thread or lock with the encoder). Each chunk goes down its standard
+The child is a new interpreter that runs :func:`main` (it imports nothing of the program that
+builds, so a script without a ``__main__`` guard is not run again, and it shares no thread or
+lock with the encoder). Each chunk goes down its standard
 input as one frame: 8 bytes of length (little-endian), then the texts as a JSON array; an
 empty frame ends the input. A full pipe makes the parent wait, so at most a pipe's worth of
 texts is in flight. The child writes its arrays (``.npy``) and vocabulary (JSON) to temporary
@@ -112,7 +112,8 @@ class LexicalWorker:
         return LexicalIndex(terms, counts, np.asarray(offsets), vocab)
 
     def _start(self) -> None:
-        command = [sys.executable, "-m", "qaindex.indexing.lexical_worker"]
+        # -c, not -m: running a module the package imports would import it twice
+        command = [sys.executable, "-c", "from qaindex.indexing.lexical_worker import main; main()"]
         if self._spool is not None:
             command.append(self._spool)
         self._child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -195,5 +196,11 @@ def _serve(spool: str | None, stdin: IO[bytes], stdout: IO[bytes]) -> int:
         return 1
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """The child process's entry point: frames on standard input, the result on standard output
+    (the spool directory, if any, as its one argument)."""
     sys.exit(_serve(sys.argv[1] if len(sys.argv) > 1 else None, sys.stdin.buffer, sys.stdout.buffer))
+
+
+if __name__ == "__main__":
+    main()

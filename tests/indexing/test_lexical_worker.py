@@ -85,6 +85,7 @@ def test_the_worker_does_not_run_the_building_script_again(tmp_path: Path) -> No
     )
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.splitlines() == ["script ran", "2"]
+    assert done.stderr == ""  # no warning either
 
 
 def test_a_build_through_the_worker_is_the_same_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
