@@ -3,8 +3,8 @@
 ``Ranker.load`` verifies by default that no byte is used before it is proved to be the one
 the index's writer saved: every file's size and SHA-256 now, but the large files' (vectors,
 records, BM25 terms, counts and postings) chunk by chunk as a search first reads them
-(:mod:`qaindex.store.chunk_checks`); records are checked strict JSON as they are decoded. ``verify="full"`` hashes every file and scans all
-content now (finite vectors inside the ball, every record strict JSON with its fields, unique
+(:mod:`qaindex.store.chunk_checks`); records are checked strict JSON as they are decoded.
+``verify="full"`` hashes every file and scans all content now (finite vectors inside the ball, every record strict JSON with its fields, unique
 ids, BM25 postings: :mod:`qaindex.store.index_checks`); ``verify=False`` checks neither. For
 each corpus size this builds an index (``--kind``, default ``flat``) with the built-in default
 model (synthetic answers of words from ``examples/faq.jsonl``), then times the three loads
@@ -198,8 +198,8 @@ def main() -> None:
             }
             rows.append(row)
             print(
-                f"{n:>7} answers ({kind}), {size / 1e6:7.1f} MB: load {lazy * 1e3:8.1f} ms (default: large files verified "
-                f"as read), {full * 1e3:8.1f} ms full (content scan {content * 1e3:.1f} ms of it), "
+                f"{n:>7} answers ({kind}), {size / 1e6:7.1f} MB: load {lazy * 1e3:8.1f} ms (default: large files "
+                f"verified as read), {full * 1e3:8.1f} ms full (content scan {content * 1e3:.1f} ms of it), "
                 f"{unverified * 1e3:8.1f} ms with verify=False; first hybrid search {first * 1e3:.1f} ms after the "
                 f"default load, {trusted * 1e3:.1f} ms after verify=False, "
                 f"{derived * 1e3:.1f} ms with postings derived (as indexes saved without them); the next "
