@@ -5,8 +5,8 @@ the index's writer saved: every file's size and SHA-256 now, but the large files
 records, BM25 terms, counts and postings) chunk by chunk as a search first reads them
 (:mod:`qaindex.store.chunk_checks`); records are checked strict JSON as they are decoded.
 ``verify="full"`` hashes every file and scans all content now (finite vectors inside the
-ball, every record strict JSON with its fields, unique ids, BM25 postings: :mod:`qaindex.store.index_checks`); ``verify=False`` checks neither. For
-each corpus size this builds an index (``--kind``, default ``flat``) with the built-in default
+ball, every record strict JSON with its fields, unique ids, BM25 postings:
+:mod:`qaindex.store.index_checks`); ``verify=False`` checks neither. For each corpus size this builds an index (``--kind``, default ``flat``) with the built-in default
 model (synthetic answers of words from ``examples/faq.jsonl``), then times the three loads
 (median of several, page cache warm), the content scan on its own, and the streamed SHA-256
 rate of this machine. It times the first hybrid search after a default load (which verifies
