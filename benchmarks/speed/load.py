@@ -6,16 +6,17 @@ records, BM25 terms, counts and postings) chunk by chunk as a search first reads
 (:mod:`qaindex.store.chunk_checks`); records are checked strict JSON as they are decoded.
 ``verify="full"`` hashes every file and scans all content now (finite vectors inside the
 ball, every record strict JSON with its fields, unique ids, BM25 postings:
-:mod:`qaindex.store.index_checks`); ``verify=False`` checks neither. For each corpus size this builds an index (``--kind``, default ``flat``) with the built-in default
-model (synthetic answers of words from ``examples/faq.jsonl``), then times the three loads
-(median of several, page cache warm), the content scan on its own, and the streamed SHA-256
-rate of this machine. It times the first hybrid search after a default load (which verifies
-the chunks it reads) and after a ``verify=False`` one, and the latter against
-the same index without its BM25 postings (as a qaindex that did not store them saved it:
-derived on that first search), the median of the next ``--searches`` hybrid searches after a
-load verified on first touch only (``verify="lazy"``), after a default load (its background
-thread verifying the rest meanwhile) and after a full one, and measures the resident memory of
-a fresh process after it imports qaindex and after each load (memory-mapped files count once
+:mod:`qaindex.store.index_checks`); ``verify=False`` checks neither. For each corpus size
+this builds an index (``--kind``, default ``flat``) with the built-in default model
+(synthetic answers of words from ``examples/faq.jsonl``), then times the three loads (median
+of several, page cache warm), the content scan on its own, and the streamed SHA-256 rate of
+this machine. It times the first hybrid search after a default load (which verifies the
+chunks it reads) and after a ``verify=False`` one, and the latter against the same index
+without its BM25 postings (as a qaindex that did not store them saved it: derived on that
+first search), the median of the next ``--searches`` hybrid searches after a load verified
+on first touch only (``verify="lazy"``), after a default load (its background thread
+verifying the rest meanwhile) and after a full one, and measures the resident memory of a
+fresh process after it imports qaindex and after each load (memory-mapped files count once
 their pages are read).
 
 Usage::
