@@ -7,12 +7,14 @@ One size per run (``--answers``, default 10,000,000), in four steps, each measur
    (:func:`write_corpus`), so this process never holds them all.
 2. **Build**: ``qaindex build CORPUS --index DIR`` in a child process, the command a user runs
    (the default ``auto`` index, its search breadth tuned to ``--recall`` 0.99 as
-   ``qaindex build --recall`` does, the built-in model or ``--model``): wall seconds, answers/s, the
-   child's peak resident memory (``ru_maxrss`` from ``wait4``) and peak anonymous memory (:func:`memory_mb`,
-   sampled), then the index's bytes on disk. Resident memory counts the pages of the files the
-   build maps (its vectors); anonymous memory is the part the machine must hold.
+   ``qaindex build --recall`` does, the built-in model or ``--model``): wall seconds, answers/s,
+   the build's peak anonymous and resident memory (:func:`benchmarks.common.tree_memory_mb`:
+   the child and the processes it starts, its BM25 analysis's included, summed, sampled every
+   0.2 s; resident at least the child's own peak, ``ru_maxrss`` from ``wait4``), then the
+   index's bytes on disk. Resident memory counts the pages of the files the build maps (its
+   vectors); anonymous memory is the part the machine must hold.
 3. **Load**: ``Ranker.load`` in this process, as a server does (the default verification:
-   every file's size and checksum, the vectors' chunks on first read and in the background),
+   every file's size and checksum, the large files' chunks on first read and in the background),
    its seconds, and this process's resident and anonymous memory before and after.
 4. **Search**, 1 thread: p50/p99 of ``search(q, k=10)`` (hybrid, the default) and with
    ``hybrid=False``, over ``--questions`` real questions after a warm-up, and where a dense
@@ -55,6 +57,7 @@ from benchmarks.common import (
     read_texts,
     set_faiss_threads,
     split_ms,
+    tree_memory_mb,
     write_results,
 )
 from benchmarks.readme_markers import replace_section
@@ -89,8 +92,9 @@ def write_corpus(sentences: Sequence[str], n: int, path: Path) -> int:
 
 
 def build_in_child(corpus: Path, index: Path, model: str | None, recall: float | None) -> dict[str, Any]:
-    """``qaindex build`` in a child process: seconds, and its peak resident memory in all
-    (``ru_maxrss`` of that child, from ``wait4``) and anonymous (sampled every 0.2 s)."""
+    """``qaindex build`` in a child process: seconds, and the peak memory of it and the
+    processes it starts, anonymous and resident (sampled every 0.2 s; resident at least the
+    child's own ``ru_maxrss``, from ``wait4``)."""
     command = [sys.executable, "-m", "qaindex.cli", "build", str(corpus), "--index", str(index), "--force"]
     if model is not None:
         command += ["--model", model]
@@ -98,19 +102,21 @@ def build_in_child(corpus: Path, index: Path, model: str | None, recall: float |
         command += ["--recall", str(recall)]
     start = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    anon = 0.0
+    anon = rss = 0.0
     while True:  # wait4: this child's own peak (RUSAGE_CHILDREN would count earlier children too)
         pid, status, usage = os.wait4(child.pid, os.WNOHANG)
         if pid:
             break
         with contextlib.suppress(OSError, KeyError):
-            anon = max(anon, memory_mb(child.pid)["anon"])
+            now = tree_memory_mb(child.pid)
+            anon, rss = max(anon, now["anon"]), max(rss, now["rss"])
         time.sleep(0.2)
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode:
         raise SystemExit(f"qaindex build exited with {child.returncode}")
     seconds = time.perf_counter() - start
-    return {"seconds": round(seconds, 1), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "peak_anon_mb": anon}
+    peak_rss = max(rss, usage.ru_maxrss / 1024)
+    return {"seconds": round(seconds, 1), "peak_rss_mb": round(peak_rss, 1), "peak_anon_mb": round(anon, 1)}
 
 
 def measure(args: Any) -> dict[str, Any]:

@@ -319,7 +319,8 @@ def large_lines() -> list[str]:
         "`auto` index, in a child process), then loaded and searched in one process with 1 thread "
         "(`python -m benchmarks.speed.large`; the answers as above). Memory is *anonymous* (the heap: what "
         "the machine must hold) and *resident* (that plus the pages of the index files mapped into memory, "
-        "which the kernel drops and reads back as it needs the room). Recall@10 is the dense pipeline's "
+        "which the kernel drops and reads back as it needs the room); a build's is its processes' together "
+        "(the building one and its BM25 analysis's). Recall@10 is the dense pipeline's "
         "against exact float64 search over every stored vector.",
         "",
         "<!-- large:start -->",
