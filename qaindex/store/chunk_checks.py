@@ -228,11 +228,7 @@ class ChunkedFile:
         last = (self.header + (rows + 1) * self.row_bytes - 1) // self.chunk_bytes
         # a row shorter than a chunk spans at most two; a longer one, every chunk from its first to its last
         chunks = np.union1d(first, last) if self.row_bytes <= self.chunk_bytes else np.unique(_spans(first, last + 1))
-        todo = chunks[~self.done[chunks]]
-        if len(todo) == 0:
-            return
-        with self.readers:  # the background thread waits meanwhile: both hashing loops would share one GIL
-            self._check(todo)
+        self._verify(chunks)
 
     def check_span(self, start: int, stop: int) -> None:
         """Verify the chunks that hold rows ``start`` to ``stop - 1`` (a slice's), once each."""
@@ -240,12 +236,14 @@ class ChunkedFile:
             return
         first = (self.header + start * self.row_bytes) // self.chunk_bytes
         last = (self.header + stop * self.row_bytes - 1) // self.chunk_bytes
-        chunks = np.arange(first, last + 1, dtype=np.int64)
+        self._verify(np.arange(first, last + 1, dtype=np.int64))
+
+    def _verify(self, chunks: np.ndarray) -> None:
+        """A search's read: hash those of ``chunks`` not verified yet."""
         todo = chunks[~self.done[chunks]]
-        if len(todo) == 0:
-            return
-        with self.readers:
-            self._check(todo)
+        if len(todo):
+            with self.readers:  # the background thread waits meanwhile: both hashing loops would share one GIL
+                self._check(todo)
 
     def check_all(self) -> None:
         """Verify every chunk not verified yet (an update, a save, ``info``: all rows are read),
