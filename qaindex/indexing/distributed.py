@@ -254,16 +254,17 @@ def build_on_ray(
     """
     from ..ranker import Ranker
     from ..search.fusion import with_dense_ratio
-    from ..text.lexical import LexicalBuilder, build_hybrid
+    from ..text.lexical import build_hybrid
     from .cuts import AnswerCuts
     from .encoding import encode_keys
+    from .lexical_worker import build_analyser
 
     hybrid = build_hybrid(hybrid)
     ray = import_ray()
     source = os.fspath(corpus)
     loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=None)
     spool = RecordSpool()
-    lexical = LexicalBuilder() if hybrid else None  # the BM25 rows, analysed as the driver validates
+    lexical = build_analyser() if hybrid else None  # the BM25 rows, analysed as the driver validates
     cuts = AnswerCuts(loaded, then=lexical)  # counts the answers the model cuts, then BM25 rows
     on_chunk = lambda chunk: cuts.add([r.answer for r in chunk])  # noqa: E731
     record_lines = validate_corpus(source, spool, chunk_size=chunk_size, on_chunk=on_chunk)

@@ -27,10 +27,10 @@ from ..model import Model
 from ..reranker import Reranker
 from ..store.index_checks import check_content
 from ..store.records import RecordStore
-from ..text.lexical import LexicalBuilder, LexicalIndex, build_hybrid
+from ..text.lexical import LexicalIndex, build_hybrid
 from ..vector_index import INDEX_KINDS, CoarseIndex, choose_kind
 from .cuts import AnswerCuts, TextSink, cut_line
-from .lexical_worker import LexicalWorker
+from .lexical_worker import build_analyser
 from .streaming import DEFAULT_CHUNK, EncodePipeline
 from .tuning import check_target, tune_for_corpus
 
@@ -184,7 +184,7 @@ def encode_corpus(
     if reranker is not None and not isinstance(reranker, Reranker):
         reranker = Reranker.load(reranker, device=device)
     # the BM25 rows, analysed in a child process beside the encoder for a large build (.lexical_worker)
-    lexical = (LexicalWorker() if fast_path_switch.enabled() else LexicalBuilder()) if use_hybrid else None
+    lexical = build_analyser() if use_hybrid else None
     cuts = AnswerCuts(loaded, then=lexical)  # counts the answers the model cuts, then BM25 rows
     store, vectors, coarse = _encode(
         corpus,

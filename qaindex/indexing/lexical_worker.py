@@ -37,10 +37,11 @@ from typing import IO, Any
 
 import numpy as np
 
+from .. import fast_path_switch
 from ..errors import QAIndexError
 from ..text.lexical import LexicalBuilder, LexicalIndex
 
-__all__ = ["IN_PROCESS_TEXTS", "LexicalWorker"]
+__all__ = ["IN_PROCESS_TEXTS", "LexicalWorker", "build_analyser"]
 
 #: Answers a build analyses in process before it starts a child for the rest (and them).
 IN_PROCESS_TEXTS = 16_384
@@ -147,6 +148,13 @@ class LexicalWorker:
         if child is not None and child.poll() is None:
             child.kill()
             child.wait()
+
+
+def build_analyser() -> LexicalWorker | LexicalBuilder:
+    """What a build hands its answers' texts to for the BM25 index: a :class:`LexicalWorker`,
+    or without the fast paths (:func:`qaindex.fast_path_switch.generic_only`) the in-process
+    builder. Either's ``finish()`` gives the index."""
+    return LexicalWorker() if fast_path_switch.enabled() else LexicalBuilder()
 
 
 def _parsed(line: bytes) -> dict[str, Any]:
