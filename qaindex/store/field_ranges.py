@@ -211,9 +211,10 @@ def row_blocks(offsets: np.ndarray, entries: int | None = None) -> Iterator[tupl
         start = stop
 
 
-def row_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Each row's sum of a CSR array's integer ``values`` (int64, so a count of 2**31 - 1 does
-    not wrap), by blocks of rows (:func:`row_blocks`: no temporary the size of ``values``).
+def row_sums(values: np.ndarray, offsets: np.ndarray, dtype: Any = np.int64) -> np.ndarray:
+    """Each row's sum of a CSR array's ``values``, accumulated in ``dtype`` (int64 by default,
+    so a count of 2**31 - 1 does not wrap; float64 for weights), by blocks of rows
+    (:func:`row_blocks`: no temporary the size of ``values``).
 
     ``numpy.add.reduceat`` at the starts of the non-empty rows: each sums up to the next
     non-empty row's start, which is its own end (an empty row holds nothing between).
@@ -223,13 +224,13 @@ def row_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     >>> row_sums(np.array([1, 2, 3, 4], np.int32), np.array([0, 2, 2, 4])).tolist()
     [3, 0, 7]
     """
-    out = np.zeros(len(offsets) - 1, np.int64)
+    out = np.zeros(len(offsets) - 1, dtype)
     for start, stop in row_blocks(offsets):
         first, last = int(offsets[start]), int(offsets[stop])
         local = np.asarray(offsets[start : stop + 1], dtype=np.int64) - first
         held = np.flatnonzero(local[1:] > local[:-1])  # the non-empty rows
         if len(held):
-            out[start + held] = np.add.reduceat(np.asarray(values[first:last]), local[held], dtype=np.int64)
+            out[start + held] = np.add.reduceat(np.asarray(values[first:last]), local[held], dtype=dtype)
     return out
 
 

@@ -417,9 +417,11 @@ class LexicalIndex:
         present = df > 0
         firsts = indptr[:-1][present]  # where each present term's postings start
         # a row sum is exact in float64 below 2**53 (at most entries * rows)
-        if not _ascending_runs(rows, firsts) or not np.array_equal(_run_sums(rows, firsts), sums[present]):
+        runs = np.append(firsts, len(rows))  # each present term's postings, as the rows of a CSR array
+        row_sum = row_sums(rows, runs, np.float64)
+        if not _ascending_runs(rows, firsts) or not np.array_equal(row_sum, sums[present]):
             return POSTING_FILES[1]
-        if not np.allclose(_run_sums(weights, firsts), want[present], rtol=1e-5, atol=1e-6):
+        if not np.allclose(row_sums(weights, runs, np.float64), want[present], rtol=1e-5, atol=1e-6):
             return POSTING_FILES[2]
         return None
 
@@ -747,15 +749,6 @@ def _run_chunks(firsts: np.ndarray, total: int) -> Iterator[tuple[int, int, np.n
     for j0, j1 in row_blocks(bounds):
         start = int(bounds[j0])
         yield start, int(bounds[j1]), bounds[j0:j1] - start
-
-
-def _run_sums(values: np.ndarray, firsts: np.ndarray) -> np.ndarray:
-    """The float64 sum of each run of ``values`` (:func:`_run_chunks`), chunk by chunk."""
-    parts = [
-        np.add.reduceat(np.asarray(values[a:b], dtype=np.float64), local)
-        for a, b, local in _run_chunks(firsts, len(values))
-    ]
-    return np.concatenate(parts) if parts else np.zeros(0)
 
 
 def _ascending_runs(rows: np.ndarray, firsts: np.ndarray) -> bool:
