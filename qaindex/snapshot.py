@@ -163,13 +163,10 @@ def write_snapshot(
             write_marker(snap, snap_name)  # first: proves the directory is qaindex's (qaindex.store.ownership)
         with step("records.jsonl"), create_file(snap / "records.jsonl") as handle:
             records.write_to(handle)  # in blocks: a memory-mapped store is never copied whole
-        with step("records.jsonl"):
-            write_chunk_digests(snap / "records.jsonl")  # a load verifies the lines it reads
         with step("records.offsets.npy"):
             save_array(snap / "records.offsets.npy", np.asarray(records.offsets, dtype=np.int64))
         with step("vectors.npy"):
             save_array(snap / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
-            write_chunk_digests(snap / "vectors.npy")  # a load verifies the rows it reads (qaindex.store.chunk_checks)
         with step("coarse.faiss"):
             coarse.save(snap / "coarse.faiss")
         with step("model"):
@@ -180,12 +177,14 @@ def write_snapshot(
         if lexical is not None:
             with step("lexical"):
                 lexical.save(snap / LEXICAL_DIRECTORY)
-                for name in LAZY_FILES:  # the postings a search reads, verified as read
-                    if name.startswith(f"{LEXICAL_DIRECTORY}/"):
-                        write_chunk_digests(snap / name)
         if keys is not None:
             with step("keys"):
                 keys.save(snap / KEYS_DIRECTORY)
+        for name in LAZY_FILES:  # a load verifies these as it reads them (qaindex.store.chunk_checks)
+            if (snap / name).is_file():
+                digests = 32 * -(-(snap / name).stat().st_size // CHUNK_BYTES)
+                with writing(root, f"the chunk digests of {name} of a new snapshot", needed=needed, file_bytes=digests):
+                    write_chunk_digests(snap / name)
         files = {
             p.relative_to(snap).as_posix(): file_entry(p)
             for p in sorted(snap.rglob("*"))
