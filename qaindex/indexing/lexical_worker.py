@@ -93,15 +93,12 @@ class LexicalWorker:
             self._local.add(self._held)
             self._held = []
             return self._local.finish()
-        self._send([])  # the end of the input
-        assert child.stdin is not None and child.stdout is not None
+        self._write(b"")  # the end of the input
+        assert child.stdin is not None
         child.stdin.close()
-        line = child.stdout.read()
-        child.wait()
-        self._child = None
-        result = _parsed(line)
-        if child.returncode != 0 or "error" in result or "paths" not in result:
-            raise self._failed(child.returncode, result)
+        code, result = self._stopped()
+        if code != 0 or "error" in result or "paths" not in result:
+            raise _failed(code, result)
         paths = result["paths"]
         try:
             arrays = [np.load(paths[name], mmap_mode="r") for name in _ARRAYS]
@@ -120,34 +117,45 @@ class LexicalWorker:
         self._child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
     def _send(self, texts: list[str]) -> None:
+        """One chunk of texts as a frame (an empty list too: only :meth:`finish` ends the input)."""
+        self._write(json.dumps(texts).encode("ascii"))
+
+    def _write(self, data: bytes) -> None:
+        """A frame: its length, then ``data`` (empty: the end of the input)."""
         child = self._child
         assert child is not None and child.stdin is not None
-        data = json.dumps(texts).encode("ascii") if texts else b""
         try:
             child.stdin.write(_FRAME.pack(len(data)))
             child.stdin.write(data)
             child.stdin.flush()
         except (BrokenPipeError, OSError):  # the child stopped: say why
-            assert child.stdout is not None
-            line = child.stdout.read()
-            child.wait()
-            self._child = None
-            raise self._failed(child.returncode, _parsed(line)) from None
+            raise _failed(*self._stopped()) from None
 
-    def _failed(self, code: int | None, result: dict[str, Any]) -> QAIndexError:
-        if "error" in result:
-            return QAIndexError(f"the BM25 analysis failed in its worker process: {result['error']}")
-        how = f"killed by signal {-code}" if code is not None and code < 0 else "without its result"
-        return QAIndexError(
-            f"the BM25 worker process of this build exited with code {code} ({how}); if memory ran out, build "
-            "with --no-hybrid or on a machine with more memory"
-        )
+    def _stopped(self) -> tuple[int, dict[str, Any]]:
+        """Wait for the child to end: its exit code and its result line (parsed)."""
+        child = self._child
+        assert child is not None and child.stdout is not None
+        line = child.stdout.read()
+        child.wait()
+        self._child = None
+        return child.returncode, _parsed(line)
 
     def __del__(self) -> None:
         child = self._child
         if child is not None and child.poll() is None:
             child.kill()
             child.wait()
+
+
+def _failed(code: int | None, result: dict[str, Any]) -> QAIndexError:
+    """The error for a child that stopped without the index: the error it reported, or how it ended."""
+    if "error" in result:
+        return QAIndexError(f"the BM25 analysis failed in its worker process: {result['error']}")
+    how = f"killed by signal {-code}" if code is not None and code < 0 else "without its result"
+    return QAIndexError(
+        f"the BM25 worker process of this build exited with code {code} ({how}); if memory ran out, build "
+        "with --no-hybrid or on a machine with more memory"
+    )
 
 
 def build_analyser() -> LexicalWorker | LexicalBuilder:

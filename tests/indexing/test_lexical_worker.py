@@ -38,9 +38,10 @@ def _same(got: LexicalIndex, want: LexicalIndex) -> None:
 def test_the_worker_gives_the_in_process_index(in_process: int) -> None:
     texts = _texts()
     worker, builder = LexicalWorker(in_process=in_process), LexicalBuilder()
-    for start in range(0, len(texts), 23):  # chunks as a build hands them over
-        worker.add(texts[start : start + 23])
-        builder.add(texts[start : start + 23])
+    for start in range(0, len(texts), 23):  # chunks as a build hands them over, an empty one among them
+        for chunk in (texts[start : start + 23], []) if start == 46 else (texts[start : start + 23],):
+            worker.add(chunk)
+            builder.add(chunk)
     child = worker._child
     assert (child is not None) == (in_process < len(texts))
     _same(worker.finish(), builder.finish())
