@@ -199,7 +199,9 @@ def markdown(results: dict[str, Any]) -> str:
         "*p50* is that search, *dense p50* the same index searched with `hybrid=False`. *First search* "
         "is the first question after loading, which "
         + (
-            "reads the BM25 postings the save stored."
+            "reads the BM25 postings the save stored; the searches timed after it start once every byte "
+            "is verified (a default load verifies what a search reads, and the rest in the background "
+            "within seconds)."
             if all(r.get("postings_stored") for r in results["sizes"])
             else "derives the BM25 postings (the index was saved without them)."
         ),
