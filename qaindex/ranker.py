@@ -233,10 +233,11 @@ class Ranker:
             onnxruntime threads (1 is fastest for single questions; None: all cores).
         verify : {True, "lazy", "full", False}, keyword-only
             True: no byte of the index is used before it is proved to be the one its writer
-            saved. Every file is checked against the size and SHA-256 the manifest lists, the
-            answers' vectors chunk by chunk as their rows are first read (a load costs what
-            it reads: :mod:`qaindex.store.chunk_checks`) and by a background thread that
-            verifies the rest within seconds, the others whole now; vectors are checked
+            saved. The large files (vectors, records, BM25 terms, counts and postings) are
+            checked against their chunk digests as a search first reads them (a load costs
+            what it reads: :mod:`qaindex.store.chunk_checks`) and by a background thread
+            that verifies the rest within seconds; the others against the size and SHA-256
+            the manifest lists, now. Vectors are checked
             finite (inside the ball) and records strict JSON as they are read. ``"lazy"``:
             the same without the background thread (a short-lived process that reads a few
             rows). ``"full"``: every file hashed and all content scanned now (as indexes saved

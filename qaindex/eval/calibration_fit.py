@@ -531,7 +531,7 @@ def calibrate_model(
     write: bool = True,
     offtopic: Sequence[str] = (),
     offtopic_source: str = "",
-    hybrid: bool = False,
+    hybrid: bool | None = None,
 ) -> dict[str, Any]:
     """Fit a model's calibration on held-out labelled data and store it in its manifest.
 
@@ -561,10 +561,13 @@ def calibrate_model(
         questions (:func:`offtopic_weight`). Empty: answerable questions only.
     offtopic_source : str
         Provenance of ``offtopic`` stored with the calibration.
-    hybrid : bool
+    hybrid : bool or None
         Fit the hybrid score calibration too (needs PyStemmer, the ``hybrid`` extra). A fit
         on pseudo-questions cut from the answers carries their high BM25 match over to real
-        questions, so fit it on questions like the users'.
+        questions, so fit it on questions like the users'. None (default): as ``qaindex
+        calibrate`` does, for ``labels="labelled"`` where PyStemmer is installed. The hybrid
+        score reads the dense calibration's logit, so one left unfitted keeps weights fitted
+        on the previous dense calibration.
 
     Returns
     -------
@@ -588,6 +591,8 @@ def calibrate_model(
     }
     if offtopic:
         info["offtopic"] = {"data": offtopic_source, "questions": len(offtopic), "share": OFFTOPIC_SHARE}
+    if hybrid is None:
+        hybrid = labels == "labelled" and tokenizer_available()
     if flag(hybrid, "hybrid") and tokenizer_available(strict=True):
         fused = _fused_score_fit(model, groups, fitted, depth=depth, offtopic=offtopic)
         if fused is not None:

@@ -197,9 +197,11 @@ def test_calibrate_model_fits_the_hybrid_score_on_the_fused_value(planted_model:
     pytest.importorskip("Stemmer")
     model_dir = tmp_path / "model"
     shutil.copytree(planted_model, model_dir)
-    dense_only = calibrate_model(model_dir, _planted(100, seed=1), depth=5)  # by default: dense only
+    dense_only = calibrate_model(model_dir, _planted(100, seed=1), depth=5, hybrid=False)
     assert "hybrid" not in dense_only and "fusion" not in json.loads((model_dir / "manifest.json").read_text())
-    stored = calibrate_model(model_dir, _planted(300, seed=1), depth=5, source="planted", hybrid=True)
+    teacher = calibrate_model(model_dir, _planted(100, seed=1), depth=5, labels="teacher: planted")
+    assert "hybrid" not in teacher  # by default, label-free data leave the hybrid score alone
+    stored = calibrate_model(model_dir, _planted(300, seed=1), depth=5, source="planted")  # labelled: both
     fitted = stored["hybrid"]["fused_score"]
     assert stored["hybrid"]["pairs"] > 1000 and stored["hybrid"]["ece"] < 0.05 and fitted["fused"] > 0
     assert json.loads((model_dir / "manifest.json").read_text())["fusion"] == {"fused_score": fitted}
