@@ -20,6 +20,11 @@ TARGETS = {
 }
 
 
+def minilm_hnsw(measured: dict[str, Any]) -> dict[str, Any]:
+    """MiniLM + HNSW's timing at equal recall (``hnsw_equal_recall``), or at ef 128 in older results."""
+    return measured.get("hnsw_equal_recall") or measured["hnsw"]  # type: ignore[no-any-return]
+
+
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Each performance target with its figure and met / missed / not measured (kept in the results file)."""
     sizes = results["sizes"]
@@ -63,7 +68,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         r = main_row(size)
         for other in size["qaindex"][1:]:
             if "minilm" in size:
-                ratio = size["minilm"]["hnsw"]["p50_ms"] / other["single_1_thread"]["p50_ms"]
+                ratio = minilm_hnsw(size["minilm"])["p50_ms"] / other["single_1_thread"]["p50_ms"]
                 out.append(
                     {
                         "target": f">= 20x lower p50 than MiniLM + FAISS HNSW ({size['answers']:,} answers, "
@@ -82,12 +87,15 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 }
             )
         if "minilm" in size:
-            ratio = size["minilm"]["hnsw"]["p50_ms"] / r["single_1_thread"]["p50_ms"]
+            hnsw = minilm_hnsw(size["minilm"])
+            ratio = hnsw["p50_ms"] / r["single_1_thread"]["p50_ms"]
+            at = f"ef {hnsw['ef']}, recall@10 {hnsw['recall_with_ties']:.4f} with ties" if "ef" in hnsw else "ef 128"
             out.append(
                 {
-                    "target": f">= 20x lower p50 than MiniLM + FAISS HNSW ({size['answers']:,} answers)",
-                    "figure": f"{ratio:.1f}x ({size['minilm']['hnsw']['p50_ms']:.2f} ms vs "
-                    f"{r['single_1_thread']['p50_ms']:.3f} ms)",
+                    "target": f">= 20x lower p50 than MiniLM + FAISS HNSW at equal recall "
+                    f"({size['answers']:,} answers)",
+                    "figure": f"{ratio:.1f}x ({hnsw['p50_ms']:.2f} ms, {at}, "
+                    f"vs {r['single_1_thread']['p50_ms']:.3f} ms)",
                     "met": bool(ratio >= TARGETS["vs_minilm"]),
                 }
             )
@@ -273,6 +281,11 @@ def markdown(results: dict[str, Any]) -> str:
             ):
                 build = f"encode {m['encode_answers_per_s']:,.0f} answers/s + index {m[key + '_index_s']:.1f} s"
                 lines.append(row(f"MiniLM + FAISS {name}", m[key], rec, build))
+            eq = m.get("hnsw_equal_recall")
+            if eq is not None:
+                build = f"encode {m['encode_answers_per_s']:,.0f} answers/s + index {m['hnsw_index_s']:.1f} s"
+                rec = f"{eq['recall_with_ties']:.4f} vs flat, ties counted"
+                lines.append(row(f"MiniLM + FAISS IndexHNSWFlat ef {eq['ef']} (equal recall)", eq, rec, build))
         if "bm25" in size:
             b = size["bm25"]
             lines.append(row("bm25s", b["single"], "-", f"{b['index_answers_per_s']:,.0f} answers/s"))

@@ -64,6 +64,25 @@ def test_recall_computation_matches_brute_force(data: Path) -> None:
     assert scale.recall_at_k(np.array([[4, -1, 2]]), np.array([[2, 3]])) == 0.5
 
 
+def test_recall_with_ties_counts_an_answer_as_good_as_the_kth() -> None:
+    """MiniLM + HNSW's equal-recall measure: a found answer scoring at least the true k-th
+    counts (another of several tied answers is as right), counted against a loop here."""
+    rng = np.random.default_rng(0)
+    scores = rng.integers(0, 8, size=(50, 40)).astype(np.float32)  # few values: many ties
+    order = np.argsort(-scores, axis=1, kind="stable")
+    truth, truth_scores = order[:, :10], np.take_along_axis(scores, order[:, :10], axis=1)
+    found = np.stack([rng.permutation(row)[:10] for row in order[:, :20]])  # some listed, some tied, some worse
+    found_scores = np.take_along_axis(scores, found, axis=1)
+    expected = np.mean(
+        [min(10, sum(s >= t[-1] - 1e-6 for s in row)) / 10 for row, t in zip(found_scores, truth_scores, strict=True)]
+    )
+    got = scale.recall_with_ties(found_scores, truth_scores)
+    assert got == pytest.approx(expected) and got < 1.0
+    assert scale.recall_with_ties(truth_scores, truth_scores) == 1.0
+    assert scale.recall_at_k(found, truth) < got  # rows tied with the 10th count only here
+    assert scale.recall_with_ties(np.array([[5.0, 1.0, 0.0]]), np.array([[5.0, 3.0, 2.0]])) == pytest.approx(1 / 3)
+
+
 def test_the_benchmark_writes_its_json_and_table(data: Path, tmp_path: Path) -> None:
     baselines = "flat,bm25" if importlib.util.find_spec("bm25s") else "flat"
     out, table = tmp_path / "scale.json", tmp_path / "scale.md"
