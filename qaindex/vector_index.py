@@ -422,9 +422,18 @@ class CoarseIndex:
         numpy.ndarray (n, m), int64
             Rows, best coarse match first, ``-1`` where fewer than ``m`` exist.
         """
+        return self.search_scored(queries, m, vectors=vectors)[1]
+
+    def search_scored(
+        self, queries: np.ndarray, m: int, *, vectors: np.ndarray | RowSource | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search` with the coarse stage's scores: ``(scores float32 (n, m), rows)``,
+        best first (``-inf`` where missing). A sharded index keeps the ``m`` best of its
+        shards' candidates by them, as one index's coarse stage does.
+        """
         n = len(queries)
         if m <= 0 or n == 0:
-            return np.full((n, max(m, 0)), -1, dtype=np.int64)
+            return np.full((n, max(m, 0)), -np.inf, np.float32), np.full((n, max(m, 0)), -1, dtype=np.int64)
         if self.kind == "pq":
             return self._search_refined(queries, m, vectors)
         if self.kind in HNSW_KINDS:
@@ -433,25 +442,30 @@ class CoarseIndex:
             self._index.nprobe = self.params["nprobe"]
         else:
             _set_blas_threshold(self._faiss, n)
-        _, rows = self._index.search(self._query(queries), m)
-        return np.asarray(rows, dtype=np.int64)
+        found, rows = self._index.search(self._query(queries), m)
+        rows = np.asarray(rows, dtype=np.int64)
+        return _higher_better(np.asarray(found, np.float32), rows, self._index.metric_type), rows
 
-    def _search_refined(self, queries: np.ndarray, m: int, vectors: np.ndarray | RowSource | None) -> np.ndarray:
+    def _search_refined(
+        self, queries: np.ndarray, m: int, vectors: np.ndarray | RowSource | None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``pq``: the ``m × refine`` best codes, re-scored exactly (float32 inner product)."""
         wide = min(self.ntotal, m * self.params["refine"]) if vectors is not None else m
         q = self._query(queries)
-        _, rows = self._index.search(q, max(wide, m))
+        found_scores, rows = self._index.search(q, max(wide, m))
         rows = np.asarray(rows, dtype=np.int64)
         if vectors is None or wide <= m:
-            return rows[:, :m]
+            return np.where(rows[:, :m] >= 0, np.asarray(found_scores, np.float32)[:, :m], -np.inf), rows[:, :m]
         out = np.full((len(rows), m), -1, dtype=np.int64)
+        out_scores = np.full((len(rows), m), -np.inf, dtype=np.float32)
         for i, found in enumerate(rows):
             found = np.sort(found[found >= 0])  # ascending rows: sequential reads of a memory map
             rows_vectors = np.asarray(vectors[found], dtype=np.float32)
             scores = self.space.lift_scores(q[i], rows_vectors)
             best = np.argsort(-scores, kind="stable")[:m]
             out[i, : len(best)] = found[best]
-        return out
+            out_scores[i, : len(best)] = scores[best]
+        return out_scores, out
 
     # -- persistence ---------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -508,6 +522,15 @@ class CoarseIndex:
 
 _BLAS_BATCH = 20
 _BLAS_DEFAULT = 128000
+
+
+def _higher_better(found: np.ndarray, rows: np.ndarray, metric: int) -> np.ndarray:
+    """FAISS's search values as scores, higher better (an L2 distance negated; ``-inf`` where no row)."""
+    scores = found if metric == _METRIC_INNER_PRODUCT else -found
+    return np.where(rows >= 0, scores, -np.inf).astype(np.float32)
+
+
+_METRIC_INNER_PRODUCT = 0  # faiss.METRIC_INNER_PRODUCT (faiss.METRIC_L2 is 1)
 
 
 def _set_blas_threshold(faiss: Any, nq: int) -> None:

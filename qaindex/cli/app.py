@@ -192,6 +192,13 @@ def main(verbose: bool) -> None:
     "with a bare --ray), auto joins this machine's cluster, or a Ray address such as ray://head:10001.",
 )
 @click.option(
+    "--shards",
+    type=click.IntRange(min=1, max=1024),
+    default=None,
+    help="Build a shard set: N indexes of consecutive slices of the corpus (built as Ray tasks with --ray) "
+    "that search and merge as one index (docs/large-corpora.md); --index must be new or empty.",
+)
+@click.option(
     "--reranker",
     type=click.Path(path_type=Path, file_okay=False),
     default=None,
@@ -230,6 +237,7 @@ def build(
     batch_size: int,
     lock_timeout: float,
     ray_address: str | None,
+    shards: int | None,
     reranker: Path | None,
     force: bool,
     hybrid: bool | None,
@@ -243,8 +251,16 @@ def build(
     the new one is complete. With --adapt the model is first adapted to the corpus (as
     ``qaindex train`` does) and the adapted model is stored in the index.
     """
-    check_writable(index)  # before the build: a folder qaindex did not write is refused at once
-    if not force:
+    if shards is not None and (reranker is not None or force):
+        raise click.UsageError("--shards builds a new shard set: --reranker and --force do not apply to it")
+    if (index / "shards.json").is_file():
+        raise click.ClickException(f"{index}: holds a shard set (build --shards); choose another --index, or remove it")
+    if shards is not None:
+        if index.exists() and (not index.is_dir() or any(index.iterdir())):
+            raise click.ClickException(f"{index}: exists and is not empty; --shards builds into a new or empty --index")
+    else:
+        check_writable(index)  # before the build: a folder qaindex did not write is refused at once
+    if not force and shards is None:
         refuse_existing_index(index)
     options: dict[str, Any] = {
         "model": model,
@@ -256,6 +272,8 @@ def build(
         "hybrid": hybrid,
         "question_keys": question_keys,
     }
+    if shards is not None:
+        options["shards"] = shards
     if not adapt:
         _build(corpus, index, options, batch_size=batch_size, lock_timeout=lock_timeout, ray=ray_address, force=force)
         return
@@ -289,6 +307,9 @@ def _build(
 ) -> None:
     """Build, save and report the index (the ``build`` command's work, given its options)."""
     start = time.perf_counter()
+    if options.get("shards") is not None:
+        _build_shards(corpus, index, options, batch_size=batch_size, ray=ray)
+        return
     if ray is not None:
         from ..indexing.distributed import build_on_ray
 
@@ -313,6 +334,25 @@ def _build(
         click.echo(_near_centre_line(info["near_centre"]))
     if "tuning" in info["index"]:
         click.echo(_tuning_line(info["index"]["tuning"]))
+
+
+def _build_shards(corpus: Path, index: Path, options: dict[str, Any], *, batch_size: int, ray: str | None) -> None:
+    """Build and report a shard set (``build --shards``)."""
+    from ..indexing.sharding import build_shards
+    from ..sharded import ShardedRanker
+
+    start = time.perf_counter()
+    options = {k: v for k, v in options.items() if k != "reranker"}
+    build_shards(corpus, index, ray=ray, batch_size=batch_size, **options)
+    seconds = time.perf_counter() - start
+    sharded = ShardedRanker.load(index, device=options["device"], verify=False)
+    info = sharded.info()
+    sharded.close()
+    sizes = ", ".join(f"{e['answers']:,}" for e in info["shards"])
+    click.echo(
+        f"indexed {plural(info['answers'], 'answer')} into {index} in {len(info['shards'])} shards ({sizes}): "
+        f"model {info['model']}, hybrid {'on' if info['hybrid'] else 'off'}, {seconds:.2f} s"
+    )
 
 
 @main.command()
@@ -393,6 +433,11 @@ def search(
         questions = [question]
     if rerank is not None and no_rerank:
         raise click.UsageError("--rerank and --no-rerank contradict each other; pass one of them")
+    if (index / "shards.json").is_file():  # a shard set (build --shards)
+        if rerank is not None or rerank_depth is not None:
+            raise click.UsageError("a shard set has no reranking stage: drop --rerank and --rerank-depth")
+        _search_shards(questions, index, k, as_json, device, hybrid, min_score, where, explain)
+        return
     ranker = _load_logged(index, device, verify="lazy")  # one process per search: verify what it reads
     stage = False if no_rerank else (Reranker.load(rerank, device=device) if rerank is not None else None)
     options: dict[str, Any] = {"rerank": stage, "depth": rerank_depth, "hybrid": hybrid}
@@ -404,6 +449,32 @@ def search(
         results = ranker.search_batch(part, k, **options)
         _print_hits(part, results, as_json, len(questions), _no_results(min_score, where))
     _log.info("searched %d question(s), k=%d, in %.2f ms", len(questions), k, (time.perf_counter() - started) * 1000)
+
+
+def _search_shards(
+    questions: list[str],
+    index: Path,
+    k: int,
+    as_json: bool,
+    device: str,
+    hybrid: bool | None,
+    min_score: float | None,
+    where: dict[str, Any] | None,
+    explain: bool,
+) -> None:
+    """``search`` of a shard set: every shard in a thread of this process."""
+    from ..sharded import ShardedRanker
+
+    sharded = ShardedRanker.load(index, device=device, verify="lazy")
+    try:
+        options: dict[str, Any] = {"hybrid": hybrid, "min_score": min_score, "where": where, "explain": explain}
+        for start in range(0, len(questions), 256):
+            part = questions[start : start + 256]
+            _print_hits(
+                part, sharded.search_batch(part, k, **options), as_json, len(questions), _no_results(min_score, where)
+            )
+    finally:
+        sharded.close()
 
 
 def _print_hits(questions: list[str], results: list[list[Hit]], as_json: bool, total: int, empty: str) -> None:
@@ -527,6 +598,21 @@ def _devices_line(info: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the information as one JSON object.")
 def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bool, as_json: bool) -> None:
     """Describe an index: model, counts, index kind, devices actually used."""
+    if (index / "shards.json").is_file():  # a shard set: its shards (each an index `info` describes)
+        from ..sharded import ShardedRanker
+
+        sharded = ShardedRanker.load(index, device=device, verify="full" if verify else "lazy")
+        data = sharded.info()
+        sharded.close()
+        if as_json:
+            click.echo(json.dumps(data, ensure_ascii=False))
+            return
+        sizes = ", ".join(f"{e['directory']} {e['answers']:,}" for e in data["shards"])
+        click.echo(
+            f"shard set:  {data['path']}\nanswers:    {data['answers']}\nshards:     {sizes}\n"
+            f"model:      {data['model']}\nhybrid:     {'on' if data['hybrid'] else 'off'}"
+        )
+        return
     ranker = _load_logged(index, device, verify="full" if verify else "lazy")  # info reads every row anyway
     data = ranker.info()
     data["orphans"] = orphan_summary(index)

@@ -105,6 +105,7 @@ __all__ = [
     "dense_ratio",
     "dense_weight",
     "fuse",
+    "fuse_candidates",
     "fused_probability",
     "fusion_from",
     "hybrid_probability",
@@ -518,7 +519,7 @@ def dense_ratio(
     if len(questions) < RATIO_MIN_QUESTIONS:
         return None
     pool = lexical.kept(rows)
-    pool_vectors = np.ascontiguousarray(np.asarray(vectors)[rows], dtype=np.float32)
+    pool_vectors = np.ascontiguousarray(np.asarray(vectors[rows]), dtype=np.float32)  # the sample's rows only
     qv = np.ascontiguousarray(model.encode(questions, role="question"), dtype=np.float32)
     src = np.asarray(source)
     dense_rr = np.empty(len(questions))
@@ -668,42 +669,79 @@ def hybrid_arrays(
     top_p = np.zeros((n, k), np.float64)
     for i in range(n):
         rows = cand[i, valid[i]]
-        s, d = score[i, valid[i]], dist[i, valid[i]]
         terms, length = queries[i]
         lex = lex_scores[i][rows] if scan else lexical.scores_of_rows(terms, rows)
-        rule = fusion
-        if fusion.rule == "adaptive":
-            cov = question_coverage(fusion, lexical, terms, length, rows, lex)
-            rule = Fusion("convex", weight=dense_weight(fusion, ratio, length, cov))
-        codes = np.zeros(len(rows), np.int8)
-        if keys is not None and len(keys[i][0]):
-            s, d, lex, codes = _with_keys(rows, s, d, lex, keys[i])
-        fused = fuse(s, lex, rule, CANDIDATE_FLOOR)
-        order = np.lexsort((rows, -s.astype(np.float64), -fused))[:k]
-        top_s[i, : len(order)] = s[order]
-        top_d[i, : len(order)] = d[order]
-        top_r[i, : len(order)] = rows[order]
-        if matched_out is not None:
-            matched_out[i, : len(order)] = codes[order]
-        if not len(order):
-            if explain is not None:
-                explain.append([])
-            continue
-        best = float(s.max())
-        best_lex = float(lex.max())
-        bound = lexical.score_bound(terms, length)
-        top_p[i, : len(order)] = hybrid_scores(
+        found = fuse_candidates(
+            model,
+            lexical,
             fusion,
-            model.calibration(s[order], best),
-            model.calibration(best),
-            lex[order] / best_lex if best_lex > 0 else np.zeros(len(order)),
-            fused[order],
-            best_lex / bound if bound > 0 else 0.0,
+            ratio,
+            (terms, length),
+            (rows, score[i, valid[i]], dist[i, valid[i]], lex),
+            k,
+            keys=None if keys is None else keys[i],
+            explain=explain,
         )
-        if explain is not None:
-            weight = rule.weight if rule.rule == "convex" else None
-            explain.append(_explanations(lexical, terms, rows, s, lex, fused, order, weight))
+        w = len(found[2])
+        top_s[i, :w], top_d[i, :w], top_r[i, :w], top_p[i, :w] = found[:4]
+        if matched_out is not None:
+            matched_out[i, :w] = found[4]
     return top_s, top_d, top_r, top_p
+
+
+def fuse_candidates(
+    model: Any,
+    lexical: Any,
+    fusion: Fusion,
+    ratio: float | None,
+    query: tuple[np.ndarray, int],
+    candidates: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    k: int,
+    *,
+    keys: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+    explain: list[list[Explanation]] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One question's ``k`` best candidates by the fused score (:func:`hybrid_arrays`' ranking,
+    also a sharded index's over the candidates of all its shards).
+
+    ``query``: the question's BM25 ``(terms, length)`` (:meth:`~qaindex.text.lexical.LexicalIndex.query`);
+    ``candidates``: its candidates' rows (sorted), model scores, distances and BM25 scores;
+    ``lexical`` gives the question's coverage, score bound and matched terms
+    (``coverage``, ``score_bound``, ``matched_terms``); ``keys``: the question's
+    :func:`qaindex.search.keys.key_evidence`. Returns the hits' model scores, distances,
+    rows, ``score`` (:func:`hybrid_scores`) and key codes, in fused order; appends the hits'
+    explanations to ``explain``.
+    """
+    terms, length = query
+    rows, s, d, lex = candidates
+    rule = fusion
+    if fusion.rule == "adaptive":
+        cov = question_coverage(fusion, lexical, terms, length, rows, lex)
+        rule = Fusion("convex", weight=dense_weight(fusion, ratio, length, cov))
+    codes = np.zeros(len(rows), np.int8)
+    if keys is not None and len(keys[0]):
+        s, d, lex, codes = _with_keys(rows, s, d, lex, keys)
+    fused = fuse(s, lex, rule, CANDIDATE_FLOOR)
+    order = np.lexsort((rows, -s.astype(np.float64), -fused))[:k]
+    if not len(order):
+        if explain is not None:
+            explain.append([])
+        return s[order], d[order], rows[order], np.zeros(0, np.float64), codes[order]
+    best = float(s.max())
+    best_lex = float(lex.max())
+    bound = lexical.score_bound(terms, length)
+    probabilities = hybrid_scores(
+        fusion,
+        model.calibration(s[order], best),
+        model.calibration(best),
+        lex[order] / best_lex if best_lex > 0 else np.zeros(len(order)),
+        fused[order],
+        best_lex / bound if bound > 0 else 0.0,
+    )
+    if explain is not None:
+        weight = rule.weight if rule.rule == "convex" else None
+        explain.append(_explanations(lexical, terms, rows, s, lex, fused, order, weight))
+    return s[order], d[order], rows[order], probabilities, codes[order]
 
 
 def _with_keys(

@@ -182,6 +182,7 @@ def make_hits(
     probabilities: Any = None,
     explanations: list[list[Explanation]] | None = None,
     matched: Any = None,
+    hit_size: int | None = None,
 ) -> list[list[Hit]]:
     """Hits from score, distance and row arrays (rows ``-1`` skipped), one list per query.
 
@@ -191,7 +192,7 @@ def make_hits(
     of this store) and the result is bounded by the request's memory budget. ``explanations``:
     one per valid row, in order, attached to the hits (their ``key`` set to the hit's
     ``matched``). ``matched``: each hit's key code (:data:`MATCHED` order; None: every hit an
-    answer's).
+    answer's). ``hit_size``: the bytes of one hit (default :func:`~.budget.hit_bytes` of ``records``).
     """
     s = numeric_table(scores, "scores")
     d = numeric_table(distances, "distances")
@@ -204,7 +205,7 @@ def make_hits(
     if r.size and (not np.issubdtype(r.dtype, np.integer) or r.max() >= count or r.min() < -1):
         raise QueryError(f"rows must be integers in [-1, {count - 1}] (from search_vectors of this index)")
     budget.check_result(
-        r.size * hit_bytes(records),
+        r.size * (hit_bytes(records) if hit_size is None else hit_size),
         budget.request_budget(memory_budget),
         f"hits for {r.shape[0]:,} x {r.shape[1]:,} rows",
         "pass fewer rows per call",

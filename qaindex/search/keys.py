@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 __all__ = [
     "MATCHED",
     "allowed_records",
+    "best_keys",
+    "best_per_record",
     "key_arrays",
     "key_evidence",
     "key_scores",
@@ -106,8 +108,14 @@ def key_scores(
     return (candidates, *_exact_key_scores(state, qv, candidates))
 
 
-def _best_per_record(owners: np.ndarray, order: np.ndarray, width: int) -> np.ndarray:
-    """The positions in ``order`` of each record's first key, the first ``width`` of them."""
+def best_per_record(owners: np.ndarray, order: np.ndarray, width: int) -> np.ndarray:
+    """The positions in ``order`` of each record's first key, the first ``width`` of them.
+
+    Example
+    -------
+    >>> best_per_record(np.array([7, 7, 3]), np.array([1, 0, 2]), 5).tolist()
+    [1, 2]
+    """
     _, first = np.unique(owners[order], return_index=True)
     return order[np.sort(first)[:width]]
 
@@ -142,13 +150,30 @@ def key_evidence(
             if len(terms):
                 matching = np.flatnonzero(keys.lexical.scores_of_terms(terms)[candidates] > 0)
                 same = matching[keys.lexical.same_terms(terms, length, candidates[matching])]
-        pos = np.union1d(pool, same)
-        order = pos[np.lexsort((candidates[pos], dist[i, pos], -score[i, pos]))]  # best key first
-        owners = keys.owners[candidates[order]]
-        rows, first = np.unique(owners, return_index=True)  # each record's best key
-        best = order[first]
-        out.append((rows, score[i, best], dist[i, best], np.isin(rows, keys.owners[candidates[same]])))
+        out.append(best_keys(candidates, keys.owners[candidates], score[i], dist[i], pool, same))
     return out
+
+
+def best_keys(
+    numbers: np.ndarray, owners: np.ndarray, score: np.ndarray, dist: np.ndarray, pool: np.ndarray, same: np.ndarray
+) -> Evidence:
+    """:func:`key_evidence` of one question from its keys (``numbers``, their ``owners``,
+    scores and distances) and the positions of the keys' pool and of those holding the
+    question's terms: each of their records with its best key (best score, then distance,
+    then key number) and whether one of its keys holds the terms, rows sorted.
+
+    Example
+    -------
+    >>> rows, s, d, same = best_keys(np.arange(3), np.array([4, 4, 9]), np.array([0.5, 0.9, 0.1]),
+    ...                              np.zeros(3), np.array([0, 1]), np.array([2]))
+    >>> rows.tolist(), s.tolist(), same.tolist()
+    ([4, 9], [0.9, 0.1], [False, True])
+    """
+    pos = np.union1d(pool, same)
+    order = pos[np.lexsort((numbers[pos], dist[pos], -score[pos]))]  # best key first
+    rows, first = np.unique(owners[order], return_index=True)  # each record's best key
+    best = order[first]
+    return rows, score[best], dist[best], np.isin(rows, owners[same])
 
 
 def key_arrays(state: IndexState, exact: tuple[np.ndarray, np.ndarray, np.ndarray], width: int) -> Arrays:
@@ -167,7 +192,7 @@ def key_arrays(state: IndexState, exact: tuple[np.ndarray, np.ndarray, np.ndarra
         return s_out, d_out, r_out, None
     order = np.lexsort((np.broadcast_to(candidates, score.shape), dist, -score), axis=-1)
     for i in range(n):
-        pick = _best_per_record(keys.owners[candidates], order[i], width)
+        pick = best_per_record(keys.owners[candidates], order[i], width)
         s_out[i, : len(pick)], d_out[i, : len(pick)] = score[i, pick], dist[i, pick]
         r_out[i, : len(pick)] = keys.owners[candidates[pick]]
     return s_out, d_out, r_out, None

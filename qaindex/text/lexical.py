@@ -32,6 +32,10 @@ On disk (``SNAPSHOT/lexical/``), no pickle anywhere::
     postings-indptr.npy   int64 (vocab + 1,)  where each term's postings start
     postings-rows.npy     int32 (nnz,)        their answers (int64 from 2**31 answers)
     postings-weights.npy  float32 (nnz,)      their BM25 weights idf(t) * tf / (tf + norm(d))
+    collection-df.npy     int64 (vocab,)      optional: each term's document frequency in the
+                          collection this index is one shard of (vocab.json's "collection":
+                          {"answers": N, "terms": total term count}); ``N``, ``df`` and
+                          ``avgdl`` are then the collection's (:class:`CollectionStats`)
 
 Tokenizing needs PyStemmer (in the ``cpu`` and ``gpu`` extras, or ``pip install
 'qaindex[hybrid]'``); loading and validating a stored index does not.
@@ -51,6 +55,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -67,10 +72,13 @@ __all__ = [
     "LEXICAL_FORMAT",
     "MAX_QUERY_TERMS",
     "MAX_QUESTION_CHARS",
+    "CollectionStats",
     "LexicalBuilder",
     "LexicalIndex",
+    "bm25_idf",
     "build_hybrid",
     "check_entry",
+    "question_tokens",
     "tokenizer_available",
     "top_rows",
 ]
@@ -257,6 +265,35 @@ def tokenize(text: str) -> list[str]:
     return _tokenizer()(text)
 
 
+COLLECTION_DF = "collection-df.npy"
+
+
+@dataclass(frozen=True)
+class CollectionStats:
+    """The BM25 statistics of a collection split into shards (:mod:`qaindex.indexing.sharding`):
+    each shard's index scores its answers with the collection's ``N``, ``avgdl`` and ``df``
+    (module docstring), so a shard's BM25 scores, idf and bounds are those of one index of
+    the whole collection.
+
+    Attributes
+    ----------
+    answers : int
+        ``N``, the collection's answers.
+    terms : int
+        Their total term count (``avgdl = terms / answers``: exact, as the mean of integers).
+    df : numpy.ndarray (vocab,) int64
+        The collection's document frequency of each term of this shard's vocabulary.
+    """
+
+    answers: int
+    terms: int
+    df: np.ndarray
+
+    @property
+    def avgdl(self) -> float:
+        return self.terms / self.answers if self.answers and self.terms > 0 else 1.0
+
+
 class LexicalIndex:
     """BM25 over a list of answers (row ``i`` is the index's answer ``i``).
 
@@ -286,6 +323,8 @@ class LexicalIndex:
         self._stored = False  # whether the postings were read from disk (a verifying load compares them)
         # the corpus's label-free dense/BM25 ratio (qaindex.fusion.dense_ratio); None: not measured
         self.ratio_info: dict[str, Any] | None = None
+        # the statistics of the collection this index is a shard of; None: its own
+        self.collection: CollectionStats | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -298,7 +337,37 @@ class LexicalIndex:
         out._ids, out._postings, out._impact = self._ids, self._postings, self._impact
         out._idf, out._stored = self._idf, self._stored
         out.ratio_info = None if info is None else dict(info)
+        out.collection = self.collection
         return out
+
+    def with_collection(self, stats: CollectionStats | None) -> LexicalIndex:
+        """This index (same rows) scored with a collection's statistics (None: its own): its
+        postings are derived again with them (and stored so by a save).
+
+        Example
+        -------
+        >>> whole = LexicalIndex.from_texts(["cats purr", "dogs bark", "cats and dogs"])
+        >>> shard = LexicalIndex.from_texts(["cats and dogs"])
+        >>> df = np.array([2, 2])  # cat, dog in the whole collection
+        >>> shard = shard.with_collection(CollectionStats(3, 6, df))
+        >>> bool(np.allclose(shard.scores("cats"), whole.scores("cats")[2:]))
+        True
+        """
+        out = LexicalIndex(self._terms, self._counts, self._offsets, self.vocab, k1=self.k1, b=self.b)
+        out._ids, out.ratio_info = self._ids, self.ratio_info
+        if stats is not None:
+            df = np.asarray(stats.df, dtype=np.int64)
+            if df.shape != (len(self.vocab),):
+                raise ValueError(f"collection df must hold one count per term ({len(self.vocab)}), got {df.shape}")
+            stats = CollectionStats(int(stats.answers), int(stats.terms), df)
+        out.collection = stats
+        return out
+
+    def term_counts(self) -> tuple[np.ndarray, int]:
+        """Each vocabulary term's document frequency here and the total term count: what a
+        collection's statistics add up over its shards (:class:`CollectionStats`)."""
+        df = np.bincount(np.asarray(self._terms), minlength=len(self.vocab)).astype(np.int64)
+        return df, int(row_sums(self._counts, self._offsets).sum())
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -328,11 +397,24 @@ class LexicalIndex:
 
     # -- scoring -----------------------------------------------------------------------------
     def _weight_parts(self) -> tuple[np.ndarray, float, np.ndarray]:
-        """Each answer's length ``|d|`` (float64), ``avgdl`` and each term's document frequency."""
+        """Each answer's length ``|d|`` (float64), ``avgdl`` and each term's document frequency
+        (here: the postings' lengths; the collection's ``avgdl`` and ``df`` score them)."""
         n = len(self)
         doc_len = row_sums(self._counts, self._offsets).astype(np.float64)  # exact: integer sums below 2**53
         avgdl = float(doc_len.mean()) if n and doc_len.sum() > 0 else 1.0
+        if self.collection is not None:
+            avgdl = self.collection.avgdl
         return doc_len, avgdl, np.bincount(self._terms, minlength=len(self.vocab))
+
+    def _answers(self) -> int:
+        """``N`` of the idf: the collection's, or this index's."""
+        return self.collection.answers if self.collection is not None else len(self)
+
+    def _idf_of(self, df: np.ndarray) -> np.ndarray:
+        """Each term's idf: from ``df`` (this index's), or the collection's."""
+        if self.collection is not None:
+            return _idf(self.collection.answers, self.collection.df)
+        return _idf(len(self), df)
 
     def _entry_blocks(
         self, doc_len: np.ndarray, avgdl: float, idf: np.ndarray
@@ -353,7 +435,7 @@ class LexicalIndex:
         earlier blocks, so memory beyond the result is one block's temporaries."""
         if self._postings is None:
             doc_len, avgdl, df = self._weight_parts()
-            idf = _idf(len(self), df)
+            idf = self._idf_of(df)
             indptr = np.zeros(len(self.vocab) + 1, np.int64)
             np.cumsum(df, out=indptr[1:])
             fill = indptr[:-1].copy()  # each term's next free slot
@@ -376,8 +458,8 @@ class LexicalIndex:
         return self._postings
 
     def _use_postings(self, indptr: np.ndarray, rows: np.ndarray, weights: np.ndarray) -> None:
-        """Serve stored postings (:meth:`load`): the ``idf`` comes from their lengths."""
-        self._idf = _idf(len(self), np.diff(indptr))
+        """Serve stored postings (:meth:`load`): the ``idf`` comes from their lengths (or the collection's)."""
+        self._idf = self._idf_of(np.diff(indptr))
         self._postings = (indptr, rows, weights)
         self._stored = True
 
@@ -406,7 +488,7 @@ class LexicalIndex:
         # per term: the sum of its entries' rows and of their weights, block by block
         sums, want = np.zeros(vocab, np.float64), np.zeros(vocab, np.float64)
         doc_len, avgdl, df = self._weight_parts()
-        for e0, held, expected in self._entry_blocks(doc_len, avgdl, _idf(len(self), df)):
+        for e0, held, expected in self._entry_blocks(doc_len, avgdl, self._idf_of(df)):
             terms = self._terms[e0 : e0 + len(held)]
             sums += np.bincount(terms, weights=held, minlength=vocab)
             want += np.bincount(terms, weights=expected, minlength=vocab)
@@ -443,13 +525,10 @@ class LexicalIndex:
         >>> len(terms), length
         (9362, 14043)
         """
-        tokens = _tokenizer()(_bounded(question))
-        distinct: dict[str, None] = {}
-        for at, term in enumerate(tokens):
-            if term not in distinct and len(distinct) == MAX_QUERY_TERMS:
-                tokens = tokens[:at]
-                break
-            distinct[term] = None
+        return self.query_of_tokens(question_tokens(question))
+
+    def query_of_tokens(self, tokens: Sequence[str]) -> tuple[np.ndarray, int]:
+        """:meth:`query` of a question's terms (:func:`question_tokens`)."""
         ids = [self._ids.get(term, -1) for term in tokens]
         return np.asarray([i for i in ids if i >= 0], dtype=np.int64), len(tokens)
 
@@ -470,7 +549,7 @@ class LexicalIndex:
         assert self._idf is not None
         known = np.asarray(terms, dtype=np.int64)
         unknown = max(0, int(length) - len(known))
-        return float(self._idf[known].sum()) + unknown * math.log1p((len(self) + 0.5) / 0.5)
+        return float(self._idf[known].sum()) + unknown * math.log1p((self._answers() + 0.5) / 0.5)
 
     def scores_of_terms(self, terms: np.ndarray) -> np.ndarray:
         """:meth:`scores` of a question given as its term ids (:meth:`query`)."""
@@ -503,6 +582,23 @@ class LexicalIndex:
         if not len(unique):
             return np.zeros(0, np.int64)
         return np.unique(np.concatenate([self._best_postings(int(t), per_term) for t in unique]))
+
+    def best_postings(self, term: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`impact_rows`' postings of one term: the rows of its ``count`` highest-weighted
+        postings (ties by row), ascending, and their weights (float32).
+
+        Example
+        -------
+        >>> lex = LexicalIndex.from_texts(["cats purr", "dogs bark", "cats cats cats"])
+        >>> rows, weights = lex.best_postings(lex.query("cats")[0][0], 1)
+        >>> rows.tolist(), bool(weights[0] > 0)
+        ([2], True)
+        """
+        rows = self._best_postings(term, count)
+        indptr, docs, weights = self._build_postings()
+        start, end = int(indptr[term]), int(indptr[term + 1])
+        at = start + np.searchsorted(np.asarray(docs[start:end]), rows)
+        return rows, np.asarray(weights[at], dtype=np.float32) if len(at) else np.zeros(0, np.float32)
 
     def _best_postings(self, term: int, count: int) -> np.ndarray:
         """The rows of ``term``'s ``count`` highest-weighted postings (ties by row), cached."""
@@ -575,6 +671,18 @@ class LexicalIndex:
         assert self._idf is not None
         terms = np.asarray(terms, dtype=np.int64)
         return float(self._idf[terms][self._held(terms, row)].sum()) / total
+
+    def term_ids(self, words: Sequence[str]) -> list[int]:
+        """Each word's term id, -1 for a word the index does not have."""
+        return [self._ids.get(word, -1) for word in words]
+
+    def holds(self, terms: Sequence[int], rows: np.ndarray) -> np.ndarray:
+        """Which of ``terms`` (ids, -1 for none) each of ``rows`` holds: bool ``(len(rows), len(terms))``."""
+        out = np.zeros((len(rows), len(terms)), bool)
+        for j, row in enumerate(np.asarray(rows).tolist()):
+            own = set(self._terms[self._offsets[row] : self._offsets[row + 1]].tolist())
+            out[j] = [t >= 0 and t in own for t in terms]
+        return out
 
     def _held(self, terms: np.ndarray, row: int) -> np.ndarray:
         """Which of ``terms`` answer ``row`` holds: ``numpy.isin`` through a set, a tenth of its
@@ -666,6 +774,9 @@ class LexicalIndex:
         }
         if self.ratio_info is not None:
             meta["dense_ratio"] = self.ratio_info
+        if self.collection is not None:
+            meta["collection"] = {"answers": self.collection.answers, "terms": self.collection.terms}
+            save_array(directory / COLLECTION_DF, self.collection.df.astype(np.int64))
         with create_file(directory / "vocab.json") as handle:
             handle.write(json.dumps(meta, ensure_ascii=False).encode("utf-8"))
 
@@ -718,6 +829,8 @@ class LexicalIndex:
         out = cls(terms, counts, offsets, vocab, k1=float(meta["k1"]), b=float(meta["b"]))
         if meta.get("dense_ratio") is not None:
             out.ratio_info = dict(meta["dense_ratio"])
+        if meta.get("collection") is not None:
+            out.collection = _read_collection(directory, meta["collection"], count, len(vocab), listed, bad)
         if all(name in listed for name in POSTING_FILES):
             out._use_postings(*_read_postings(directory, count, len(vocab), len(terms), bad))
         return out
@@ -731,13 +844,49 @@ class LexicalIndex:
             "b": self.b,
             "tokenizer": TOKENIZER,
             "dense_ratio": self.ratio,
+            **(
+                {"collection": {"answers": self.collection.answers, "terms": self.collection.terms}}
+                if self.collection is not None
+                else {}
+            ),
         }
 
 
-def _idf(count: int, df: np.ndarray) -> np.ndarray:
-    """``ln(1 + (N - df + 0.5) / (df + 0.5))`` of each term, for ``N = count`` answers (float64)."""
+def _read_collection(
+    directory: Path, entry: Any, count: int, vocab: int, listed: Collection[str], bad: Callable[[str, str], Exception]
+) -> CollectionStats:
+    """``vocab.json``'s ``collection`` and :data:`COLLECTION_DF`, checked (a shard's statistics)."""
+    if (
+        not isinstance(entry, dict)
+        or not all(isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool) for k in ("answers", "terms"))
+        or entry["answers"] < count
+        or entry["terms"] < 0
+    ):
+        raise bad("vocab.json", f'field "collection" must be {{"answers": int >= {count}, "terms": int >= 0}}')
+    if COLLECTION_DF not in listed:
+        raise bad(COLLECTION_DF, "is missing or not listed in the index manifest")
+    try:
+        df = read_array(directory / COLLECTION_DF)
+    except (OSError, ValueError) as exc:
+        raise bad(COLLECTION_DF, f"cannot be read ({exc})") from None
+    if df.dtype != np.int64 or df.shape != (vocab,) or (vocab and (df.min() < 0 or df.max() > entry["answers"])):
+        raise bad(COLLECTION_DF, f"must hold {vocab} int64 document frequencies in [0, {entry['answers']}]")
+    return CollectionStats(int(entry["answers"]), int(entry["terms"]), np.asarray(df))
+
+
+def bm25_idf(count: int, df: np.ndarray) -> np.ndarray:
+    """``ln(1 + (N - df + 0.5) / (df + 0.5))`` of each term, for ``N = count`` answers (float64).
+
+    Example
+    -------
+    >>> bm25_idf(3, np.array([1, 3])).round(3).tolist()
+    [0.981, 0.134]
+    """
     df = np.asarray(df, dtype=np.float64)
     return np.log1p((count - df + 0.5) / (df + 0.5))
+
+
+_idf = bm25_idf
 
 
 def _run_chunks(firsts: np.ndarray, total: int) -> Iterator[tuple[int, int, np.ndarray]]:
@@ -802,6 +951,24 @@ def _bounded(question: str) -> str:
     head = question[:MAX_QUESTION_CHARS]
     space = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
     return head[:space] if space >= MAX_QUESTION_CHARS * 3 // 4 else head
+
+
+def question_tokens(question: str) -> list[str]:
+    """A question's terms as BM25 reads them (stemmed, repeats kept): its first
+    :data:`MAX_QUESTION_CHARS` characters, up to its :data:`MAX_QUERY_TERMS`-th distinct term.
+
+    Example
+    -------
+    >>> question_tokens("Do cats purr? Cats do!")
+    ['do', 'cat', 'purr', 'cat', 'do']
+    """
+    tokens = _tokenizer()(_bounded(question))
+    distinct: dict[str, None] = {}
+    for at, term in enumerate(tokens):
+        if term not in distinct and len(distinct) == MAX_QUERY_TERMS:
+            return tokens[:at]
+        distinct[term] = None
+    return tokens
 
 
 def top_rows(scores: np.ndarray, m: int) -> np.ndarray:

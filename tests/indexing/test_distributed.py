@@ -29,6 +29,7 @@ try:
 except ImportError:
     ray = None
 
+ROOT = Path(__file__).resolve().parents[2]
 needs_ray = pytest.mark.skipif(ray is None, reason="ray is not installed (pip install 'qaindex[ray]')")
 
 
@@ -168,3 +169,31 @@ def test_unreachable_cluster_is_one_line(faq_model: Path, faq_file: Path, monkey
         "Error: --ray ray://head:10001: cannot connect to Ray (Could not find any running Ray instance.); start the "
         "cluster (`ray start --head`), check the address (e.g. ray://head:10001 or auto), or use --ray local\n",
     )
+
+
+@needs_ray
+def test_a_shard_set_built_and_searched_on_ray_is_the_one_built_here(local_ray: None, tmp_path: Path) -> None:
+    """Shards built as Ray tasks and searched through one Ray actor each give the shard set
+    built and searched in this process, byte for byte and hit for hit."""
+    from qaindex.sharded import ShardedRanker
+
+    records = [json.loads(line) for line in (ROOT / "examples" / "faq.jsonl").read_text(encoding="utf-8").splitlines()]
+    questions = [q for r in records for q in r.get("questions", [])][::7]
+    here = ShardedRanker.build(records, tmp_path / "here", shards=3, index_kind="flat")
+    there = ShardedRanker.build(records, tmp_path / "there", shards=3, index_kind="flat", ray="local")
+    try:
+        assert there.info()["ray"] and not here.info()["ray"]
+        for i in range(3):
+            a, b = Ranker.load(tmp_path / "here" / f"shard-00{i}"), Ranker.load(tmp_path / "there" / f"shard-00{i}")
+            assert [r.id for r in a.records()] == [r.id for r in b.records()]
+            assert np.array_equal(np.asarray(a.state().vectors), np.asarray(b.state().vectors))
+        for hybrid in (True, False):
+            got, want = (
+                there.search_batch(questions, 10, hybrid=hybrid),
+                here.search_batch(questions, 10, hybrid=hybrid),
+            )
+            assert [[(h.id, h.score, h.matched) for h in hits] for hits in got] == [
+                [(h.id, h.score, h.matched) for h in hits] for hits in want
+            ]
+    finally:
+        there.close()
