@@ -49,9 +49,19 @@ __all__ = [
     "Ranker",
     "Record",
     "Reranker",
+    "ShardedRanker",
     "__version__",
     "read_corpus",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # a shard set's class is imported on first use: a plain index never loads the sharding code
+    if name == "ShardedRanker":
+        from .sharded import ShardedRanker
+
+        return ShardedRanker
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # Library logging: silent unless the application configures the "qaindex" logger.
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
