@@ -63,5 +63,6 @@ def __getattr__(name: str) -> object:
         return ShardedRanker
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 # Library logging: silent unless the application configures the "qaindex" logger.
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())

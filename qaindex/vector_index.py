@@ -422,7 +422,7 @@ class CoarseIndex:
         numpy.ndarray (n, m), int64
             Rows, best coarse match first, ``-1`` where fewer than ``m`` exist.
         """
-        return self.search_scored(queries, m, vectors=vectors)[1]
+        return self._search(queries, m, vectors, scored=False)[1]
 
     def search_scored(
         self, queries: np.ndarray, m: int, *, vectors: np.ndarray | RowSource | None = None
@@ -431,11 +431,18 @@ class CoarseIndex:
         best first (``-inf`` where missing). A sharded index keeps the ``m`` best of its
         shards' candidates by them, as one index's coarse stage does.
         """
+        scores, rows = self._search(queries, m, vectors, scored=True)
+        assert scores is not None
+        return scores, rows
+
+    def _search(
+        self, queries: np.ndarray, m: int, vectors: np.ndarray | RowSource | None, *, scored: bool
+    ) -> tuple[np.ndarray | None, np.ndarray]:
         n = len(queries)
         if m <= 0 or n == 0:
             return np.full((n, max(m, 0)), -np.inf, np.float32), np.full((n, max(m, 0)), -1, dtype=np.int64)
         if self.kind == "pq":
-            return self._search_refined(queries, m, vectors)
+            return self._search_refined(queries, m, vectors, scored)
         if self.kind in HNSW_KINDS:
             self._index.hnsw.efSearch = max(self.params["ef_search"], m)
         elif self.kind in IVF_KINDS:
@@ -444,27 +451,32 @@ class CoarseIndex:
             _set_blas_threshold(self._faiss, n)
         found, rows = self._index.search(self._query(queries), m)
         rows = np.asarray(rows, dtype=np.int64)
+        if not scored:
+            return None, rows
         return _higher_better(np.asarray(found, np.float32), rows, self._index.metric_type), rows
 
     def _search_refined(
-        self, queries: np.ndarray, m: int, vectors: np.ndarray | RowSource | None
-    ) -> tuple[np.ndarray, np.ndarray]:
+        self, queries: np.ndarray, m: int, vectors: np.ndarray | RowSource | None, scored: bool
+    ) -> tuple[np.ndarray | None, np.ndarray]:
         """``pq``: the ``m × refine`` best codes, re-scored exactly (float32 inner product)."""
         wide = min(self.ntotal, m * self.params["refine"]) if vectors is not None else m
         q = self._query(queries)
         found_scores, rows = self._index.search(q, max(wide, m))
         rows = np.asarray(rows, dtype=np.int64)
         if vectors is None or wide <= m:
+            if not scored:
+                return None, rows[:, :m]
             return np.where(rows[:, :m] >= 0, np.asarray(found_scores, np.float32)[:, :m], -np.inf), rows[:, :m]
         out = np.full((len(rows), m), -1, dtype=np.int64)
-        out_scores = np.full((len(rows), m), -np.inf, dtype=np.float32)
+        out_scores = np.full((len(rows), m), -np.inf, dtype=np.float32) if scored else None
         for i, found in enumerate(rows):
             found = np.sort(found[found >= 0])  # ascending rows: sequential reads of a memory map
             rows_vectors = np.asarray(vectors[found], dtype=np.float32)
             scores = self.space.lift_scores(q[i], rows_vectors)
             best = np.argsort(-scores, kind="stable")[:m]
             out[i, : len(best)] = found[best]
-            out_scores[i, : len(best)] = scores[best]
+            if out_scores is not None:
+                out_scores[i, : len(best)] = scores[best]
         return out_scores, out
 
     # -- persistence ---------------------------------------------------------------------

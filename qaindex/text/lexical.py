@@ -677,11 +677,32 @@ class LexicalIndex:
         return [self._ids.get(word, -1) for word in words]
 
     def holds(self, terms: Sequence[int], rows: np.ndarray) -> np.ndarray:
-        """Which of ``terms`` (ids, -1 for none) each of ``rows`` holds: bool ``(len(rows), len(terms))``."""
+        """Which of ``terms`` (ids, -1 for none) each of ``rows`` holds: bool ``(len(rows), len(terms))``.
+
+        Example
+        -------
+        >>> lex = LexicalIndex.from_texts(["cats purr", "dogs bark", "cats and dogs"])
+        >>> lex.holds(lex.term_ids(["cat", "dog", "emu"]), np.array([2, 0])).tolist()
+        [[True, True, False], [True, False, False]]
+        """
+        rows = np.asarray(rows, dtype=np.int64)
         out = np.zeros((len(rows), len(terms)), bool)
-        for j, row in enumerate(np.asarray(rows).tolist()):
-            own = set(self._terms[self._offsets[row] : self._offsets[row + 1]].tolist())
-            out[j] = [t >= 0 and t in own for t in terms]
+        wanted = np.asarray(terms, dtype=np.int64)
+        known = np.flatnonzero(wanted >= 0)
+        if not len(rows) or not len(known):
+            return out
+        starts = np.asarray(self._offsets[rows], dtype=np.int64)
+        lengths = np.asarray(self._offsets[rows + 1], dtype=np.int64) - starts
+        held = np.asarray(self._terms[_ranges(starts, lengths)], dtype=np.int64)  # the rows' terms, row after row
+        owner = np.repeat(np.arange(len(rows)), lengths)
+        order = known[np.argsort(wanted[known], kind="stable")]  # the known terms by id
+        ids = wanted[order]
+        at = np.minimum(np.searchsorted(ids, held), len(ids) - 1)
+        hit = ids[at] == held
+        out[owner[hit], order[at[hit]]] = True
+        dup = np.flatnonzero(np.r_[False, ids[1:] == ids[:-1]])  # a term asked twice: each column
+        for j in dup.tolist():
+            out[:, order[j]] = out[:, order[j - 1]]
         return out
 
     def _held(self, terms: np.ndarray, row: int) -> np.ndarray:

@@ -151,3 +151,19 @@ def test_the_command_line_builds_searches_and_describes_a_shard_set(tmp_path: Pa
     assert filtered.exit_code == 1 and "searches without filters" in filtered.stderr
     usage = runner.invoke(main, ["build", str(corpus), "--index", str(tmp_path / "x"), "--shards", "2", "--force"])
     assert usage.exit_code == 2 and "--reranker and --force do not apply" in usage.stderr
+
+
+def test_holds_is_the_row_by_row_definition() -> None:
+    """LexicalIndex.holds (which question terms each candidate holds, for the shard merge's
+    coverage and explanations), vectorised, against a set per row; unknown and repeated terms."""
+    rng = np.random.default_rng(3)
+    words = ["cat", "dog", "emu", "fox", "gnu", "hen", "ibis", "jay"]
+    texts = [" ".join(rng.choice(words, rng.integers(0, 6))) for _ in range(80)]
+    lex = LexicalIndex.from_texts(texts)
+    for _ in range(30):
+        asked = list(rng.choice([*words, "yak"], rng.integers(0, 6)))
+        ids = lex.term_ids(asked)
+        rows = rng.choice(len(texts), rng.integers(0, 20), replace=False)
+        own = [set(lex.query(texts[r])[0].tolist()) for r in rows]
+        expected = [[t >= 0 and t in o for t in ids] for o in own]
+        assert lex.holds(ids, rows).tolist() == (expected if len(rows) else [])
