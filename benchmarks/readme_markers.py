@@ -36,6 +36,7 @@ GENERATORS: dict[str, str] = {
     "adapt-build": "benchmarks.speed.adapt_build",
     "minilm-tier": "benchmarks.speed.minilm_tier",
     "large": "benchmarks.speed.large",
+    "shards": "benchmarks.speed.shards",
 }
 
 _MARKER = re.compile(r"<!-- ([a-z0-9-]+):start -->")

@@ -128,11 +128,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results["load_average_after"] = list(os.getloadavg())
     write_results(args.out, results)
     if args.out == RESULTS:
-        replace_section("shards", table(results))
+        replace_section("shards", readme_body(results))
     return results
 
 
-def table(results: dict[str, Any]) -> str:
+def readme_body(results: dict[str, Any]) -> str:
     """The markdown table of a run (between the ``shards`` markers of docs/large-corpora.md)."""
     lines = [
         f"`{results['command']}`: {results['answers']:,} answers, `{results['kind']}` indexes, "

@@ -25,5 +25,5 @@ def test_the_benchmark_finds_the_same_hits_and_writes_its_table(tmp_path: Path) 
     for row in result["rows"][1:]:
         for mode in ("hybrid", "dense"):
             assert row[mode]["same_hits"] == 1.0 and row[mode]["largest_score_gap"] < 1e-5
-    table = shards.table(result)
+    table = shards.readme_body(result)
     assert "| 3 shards (threads) |" in table and "100.0% / 100.0%" in table
