@@ -29,7 +29,7 @@ from .search.budget import HIT_OVERHEAD
 from .search.fusion import LEXICAL_SCAN_LIMIT
 from .search.hits import Hit, cut, make_hits
 from .search.pipeline import pool_size
-from .search.plan import check_k, check_questions, fusion_setting
+from .search.plan import check_k, check_question, check_questions, fusion_setting
 from .search.shards import Collection, ShardPart, ShardQuery, key_pool, merge_shards, shard_candidates
 from .store.atomic_files import read_json_object
 from .text.lexical import question_tokens
@@ -210,10 +210,9 @@ class ShardedRanker:
         >>> sharded.search("can I get a refund?", k=1)[0].id  # doctest: +SKIP
         'billing-refund-policy'
         """
-        if not isinstance(question, str):
-            raise QueryError(f"the question must be text, got {type(question).__name__}")
+        qs = check_question(question)
         return self.search_batch(
-            [question], k, min_score=min_score, hybrid=hybrid, fusion=fusion, explain=explain, where=where
+            qs, k, min_score=min_score, hybrid=hybrid, fusion=fusion, explain=explain, where=where
         )[0]
 
     def search_batch(
