@@ -22,7 +22,7 @@ import numpy as np
 from .checks import finite_number, flag, path_arg
 from .corpus import Record
 from .errors import IndexFormatError, QueryError
-from .indexing.sharding import build_shards, read_shard_set, shard_directory
+from .indexing.sharding import build_shards, by_shard, read_shard_set, shard_directory
 from .model import Model
 from .ranker import Ranker
 from .search.budget import HIT_OVERHEAD
@@ -104,10 +104,10 @@ class ShardedRanker:
         key_offsets = np.concatenate([[0], np.cumsum([e["keys"] for e in entries])]).astype(np.int64)
         ratio = manifest.get("dense_ratio")
         self._collection = Collection(offsets, key_offsets, None if ratio is None else float(ratio["ratio"]))
+        self._pool = ThreadPoolExecutor(max_workers=len(servers)) if ray is None else None
         infos = self._each("info")
         self.overfetch = int(infos[0]["overfetch"])
         self.has_hybrid = bool(infos[0]["hybrid"]) and manifest.get("collection") is not None
-        self._pool = ThreadPoolExecutor(max_workers=len(servers)) if ray is None else None
         for entry, info in zip(entries, infos, strict=True):
             if info["answers"] != entry["answers"] or info["keys"] != entry["keys"] or info["model"] != model.manifest:
                 raise IndexFormatError(
@@ -184,10 +184,9 @@ class ShardedRanker:
         """``method(*args)`` of every shard, in parallel, results in shard order."""
         if self._ray is not None:
             return cast(list[Any], self._ray.get([getattr(s, method).remote(*args) for s in self._servers]))
-        pool = getattr(self, "_pool", None)
-        if pool is None or len(self._servers) == 1:
+        if self._pool is None or len(self._servers) == 1:
             return [getattr(s, method)(*args) for s in self._servers]
-        return list(pool.map(lambda s: getattr(s, method)(*args), self._servers))
+        return list(self._pool.map(lambda s: getattr(s, method)(*args), self._servers))
 
     # -- searching ---------------------------------------------------------------------
     def search(
@@ -276,15 +275,14 @@ class ShardedRanker:
 
     def _fetch(self, rows: np.ndarray) -> dict[int, Record]:
         """The records of the hits' global rows, from their shards."""
-        wanted = np.unique(rows[rows >= 0])
-        shard_of = np.searchsorted(self._collection.offsets, wanted, side="right") - 1
+        groups = by_shard(self._collection.offsets, np.unique(rows[rows >= 0]))
+        if self._ray is not None:  # every shard asked at once
+            found = self._ray.get([self._servers[s].records.remote(local.tolist()) for s, _, local in groups])
+        else:
+            found = [self._servers[s].records(local.tolist()) for s, _, local in groups]
         out: dict[int, Record] = {}
-        for s in np.unique(shard_of).tolist():
-            mine = wanted[shard_of == s]
-            local = (mine - self._collection.offsets[s]).tolist()
-            server = self._servers[s]
-            found = self._ray.get(server.records.remote(local)) if self._ray is not None else server.records(local)
-            out.update(zip(mine.tolist(), found, strict=True))
+        for (_, mine, _), records in zip(groups, found, strict=True):
+            out.update(zip(mine.tolist(), records, strict=True))
         return out
 
     def info(self) -> dict[str, Any]:

@@ -253,12 +253,9 @@ def build(
     """
     if shards is not None and (reranker is not None or force):
         raise click.UsageError("--shards builds a new shard set: --reranker and --force do not apply to it")
-    if (index / "shards.json").is_file():
+    if _shard_set(index):
         raise click.ClickException(f"{index}: holds a shard set (build --shards); choose another --index, or remove it")
-    if shards is not None:
-        if index.exists() and (not index.is_dir() or any(index.iterdir())):
-            raise click.ClickException(f"{index}: exists and is not empty; --shards builds into a new or empty --index")
-    else:
+    if shards is None:  # (a shard set's build refuses a directory that is not new or empty itself)
         check_writable(index)  # before the build: a folder qaindex did not write is refused at once
     if not force and shards is None:
         refuse_existing_index(index)
@@ -334,6 +331,11 @@ def _build(
         click.echo(_near_centre_line(info["near_centre"]))
     if "tuning" in info["index"]:
         click.echo(_tuning_line(info["index"]["tuning"]))
+
+
+def _shard_set(index: Path) -> bool:
+    """Whether ``index`` is a shard set (``build --shards``: its ``shards.json``)."""
+    return (index / "shards.json").is_file()
 
 
 def _build_shards(corpus: Path, index: Path, options: dict[str, Any], *, batch_size: int, ray: str | None) -> None:
@@ -433,7 +435,7 @@ def search(
         questions = [question]
     if rerank is not None and no_rerank:
         raise click.UsageError("--rerank and --no-rerank contradict each other; pass one of them")
-    if (index / "shards.json").is_file():  # a shard set (build --shards)
+    if _shard_set(index):
         if rerank is not None or rerank_depth is not None:
             raise click.UsageError("a shard set has no reranking stage: drop --rerank and --rerank-depth")
         _search_shards(questions, index, k, as_json, device, hybrid, min_score, where, explain)
@@ -598,7 +600,7 @@ def _devices_line(info: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the information as one JSON object.")
 def info(index: Path, device: str, recall: bool, k: int, sample: int, verify: bool, as_json: bool) -> None:
     """Describe an index: model, counts, index kind, devices actually used."""
-    if (index / "shards.json").is_file():  # a shard set: its shards (each an index `info` describes)
+    if _shard_set(index):  # its shards are indexes `info` describes one by one
         from ..sharded import ShardedRanker
 
         sharded = ShardedRanker.load(index, device=device, verify="full" if verify else "lazy")

@@ -58,7 +58,7 @@ from ..store.atomic_files import read_json_object, write_json_atomic
 from ..text.lexical import CollectionStats, LexicalIndex, build_hybrid
 from .streaming import RecordSpool, validate_corpus
 
-__all__ = ["SHARDS_FILE", "SHARDS_FORMAT", "build_shards", "read_shard_set", "shard_directory"]
+__all__ = ["SHARDS_FILE", "SHARDS_FORMAT", "build_shards", "by_shard", "read_shard_set", "shard_directory"]
 
 SHARDS_FILE = "shards.json"
 SHARDS_FORMAT = "qaindex-shards"
@@ -199,18 +199,16 @@ def _finish(root: Path, targets: list[Path], hybrid: bool, device: str) -> None:
     collection = None
     ratio = None
     if hybrid:
-        lexicals = [r.state().lexical for r in opened]
-        assert all(lx is not None for lx in lexicals)
-        per_shard = [lx.term_counts() for lx in lexicals if lx is not None]
+        lexicals = [lx for lx in (r.state().lexical for r in opened) if lx is not None]
+        assert len(lexicals) == len(opened), "every shard of a hybrid build has a BM25 index"
+        per_shard = [lx.term_counts() for lx in lexicals]
         totals: dict[str, int] = {}
         for lx, (df, _) in zip(lexicals, per_shard, strict=True):
-            assert lx is not None
             for word, count in zip(lx.vocab, df.tolist(), strict=True):
                 totals[word] = totals.get(word, 0) + count
         collection = {"answers": sum(counts), "terms": sum(terms for _, terms in per_shard)}
         ratio = _collection_ratio(opened)
         for i, (ranker, lx) in enumerate(zip(opened, lexicals, strict=True)):
-            assert lx is not None
             df = np.asarray([totals[word] for word in lx.vocab], np.int64)
             stats = CollectionStats(collection["answers"], collection["terms"], df)
             state = ranker.state()
@@ -247,6 +245,20 @@ def _finish(root: Path, targets: list[Path], hybrid: bool, device: str) -> None:
     )
 
 
+def by_shard(offsets: np.ndarray, rows: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Sorted global ``rows`` of a shard set, shard by shard: ``(shard, rows, local rows)``
+    (``offsets``: each shard's first row, then the total).
+
+    Example
+    -------
+    >>> [(s, r.tolist(), l.tolist()) for s, r, l in by_shard(np.array([0, 3, 5]), np.array([1, 3, 4]))]
+    [(0, [1], [1]), (1, [3, 4], [0, 1])]
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    shard = np.searchsorted(offsets, rows, side="right") - 1
+    return [(s, rows[shard == s], rows[shard == s] - int(offsets[s])) for s in np.unique(shard).tolist()]
+
+
 class _SampledCollection:
     """The whole collection as :func:`~qaindex.search.fusion.dense_ratio` reads an index: its
     size, its answers' vectors and texts by global row, and a sample's own BM25 index."""
@@ -258,20 +270,13 @@ class _SampledCollection:
     def __len__(self) -> int:
         return int(self._offsets[-1])
 
-    def _where(self, row: int) -> tuple[Any, int]:
-        s = int(np.searchsorted(self._offsets, row, side="right") - 1)
-        return self._rankers[s], row - int(self._offsets[s])
-
     def __getitem__(self, rows: np.ndarray) -> np.ndarray:  # the vectors of sorted rows
-        out = []
-        for row in np.asarray(rows).tolist():
-            ranker, local = self._where(row)
-            out.append(np.asarray(ranker.state().vectors[local], dtype=np.float32))
-        return np.stack(out)
+        parts = [self._rankers[s].state().vectors[local] for s, _, local in by_shard(self._offsets, rows)]
+        return np.concatenate([np.asarray(p, dtype=np.float32) for p in parts])
 
     def answer(self, row: int) -> str:
-        ranker, local = self._where(row)
-        return str(ranker.state().records.get(local).answer)
+        ((s, _, local),) = by_shard(self._offsets, np.array([row]))
+        return str(self._rankers[s].state().records.get(int(local[0])).answer)
 
     def kept(self, rows: np.ndarray) -> LexicalIndex:  # a sample's own statistics, as LexicalIndex.kept gives
         return LexicalIndex.from_texts([self.answer(int(r)) for r in rows])

@@ -39,6 +39,7 @@ from .fusion import CANDIDATE_FLOOR
 from .hits import MATCHED
 
 if TYPE_CHECKING:
+    from ..key_index import KeyIndex
     from .state import IndexState
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "key_evidence",
     "key_scores",
     "merge",
+    "same_keys",
     "with_keys",
 ]
 
@@ -144,13 +146,22 @@ def key_evidence(
     out = []
     for i, question in enumerate(questions):
         pool = np.lexsort((candidates, dist[i], -score[i]))[:m]  # positions in `candidates`
-        same = np.zeros(0, np.int64)
-        if keys.lexical is not None:
-            terms, length = keys.lexical.query(question)
-            if len(terms):
-                matching = np.flatnonzero(keys.lexical.scores_of_terms(terms)[candidates] > 0)
-                same = matching[keys.lexical.same_terms(terms, length, candidates[matching])]
+        same = same_keys(keys, question, candidates)
         out.append(best_keys(candidates, keys.owners[candidates], score[i], dist[i], pool, same))
+    return out
+
+
+def same_keys(keys: KeyIndex, question: str, candidates: np.ndarray) -> np.ndarray:
+    """The positions in ``candidates`` (key numbers) of the keys holding exactly the
+    question's terms (:meth:`~qaindex.text.lexical.LexicalIndex.same_terms`; none without
+    the keys' BM25 index)."""
+    if keys.lexical is None:
+        return np.zeros(0, np.int64)
+    terms, length = keys.lexical.query(question)
+    if not len(terms):
+        return np.zeros(0, np.int64)
+    matching = np.flatnonzero(keys.lexical.scores_of_terms(terms)[candidates] > 0)
+    out: np.ndarray = matching[keys.lexical.same_terms(terms, length, candidates[matching])]
     return out
 
 

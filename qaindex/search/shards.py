@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..text.lexical import bm25_idf, top_rows
+from ..text.lexical import bm25_bound, bm25_idf, matched_words, top_rows
 from . import budget
 from .exact import gathered_blocks
 from .fusion import CANDIDATE_FLOOR, Fusion, fuse_candidates, sorted_union
 from .hits import Explanation, dense_explanations
-from .keys import best_keys, best_per_record, key_scores, merge
+from .keys import best_keys, best_per_record, key_scores, merge, same_keys
 
 if TYPE_CHECKING:
     from .state import IndexState
@@ -152,15 +152,17 @@ def shard_candidates(state: IndexState, query: ShardQuery) -> list[ShardPart]:
         terms = np.zeros(0, np.int64)
         words: list[str] = []
         every_score = None
+        ids: list[int] = []
         if lexical is not None and query.tokens is not None:
             words = distinct(query.tokens[i])
+            ids = lexical.term_ids(words)
             terms = lexical.query_of_tokens(query.tokens[i])[0]
             if query.scan:
                 every_score = lexical.scores_of_terms(terms)
                 lex_rows = top_rows(every_score, m)
                 lex_scores = every_score[lex_rows]
             else:
-                for term in lexical.term_ids(words):
+                for term in ids:
                     found = lexical.best_postings(term, m) if term >= 0 else (_EMPTY_I, _EMPTY_F)
                     term_rows.append(found[0])
                     term_weights.append(found[1])
@@ -173,7 +175,7 @@ def shard_candidates(state: IndexState, query: ShardQuery) -> list[ShardPart]:
             bm25, held, df = np.zeros(len(rows), np.float32), np.zeros((len(rows), 0), bool), _EMPTY_I
         else:
             bm25 = every_score[rows] if every_score is not None else lexical.scores_of_rows(terms, rows)
-            held, df = _held(lexical, words, rows)
+            held, df = lexical.holds(ids, rows), _collection_df(lexical, ids)
         parts.append(
             ShardPart(
                 d_rows,
@@ -205,14 +207,11 @@ def _exact(state: IndexState, q: np.ndarray, rows: np.ndarray) -> tuple[np.ndarr
     return score, dist
 
 
-def _held(lexical: Any, words: list[str], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Which of the question's distinct ``words`` each row holds, and the collection's
-    document frequency of each word (0 where this shard's vocabulary lacks it)."""
-    ids = lexical.term_ids(words)
-    collection = lexical.collection
-    source = collection.df if collection is not None else lexical.term_counts()[0]
-    df = np.asarray([int(source[t]) if t >= 0 else 0 for t in ids], np.int64)
-    return lexical.holds(ids, rows), df
+def _collection_df(lexical: Any, ids: list[int]) -> np.ndarray:
+    """The collection's document frequency of each question term (ids here, 0 where this
+    shard's vocabulary lacks it): every shard of a set holds the collection's statistics."""
+    assert lexical.collection is not None, "a shard set's shards score BM25 with the collection's statistics"
+    return np.asarray([int(lexical.collection.df[t]) if t >= 0 else 0 for t in ids], np.int64)
 
 
 def _key_part(
@@ -228,12 +227,7 @@ def _key_part(
         none = np.zeros(len(pick), bool)
         return KeyPart(numbers[pick], keys.owners[numbers[pick]], score[pick], dist[pick], ~none, none)
     pool = order[: min(len(numbers), query.key_pool)]
-    same = np.zeros(0, np.int64)
-    if keys.lexical is not None:  # as qaindex.search.keys.key_evidence
-        terms, length = keys.lexical.query(query.questions[i])
-        if len(terms):
-            matching = np.flatnonzero(keys.lexical.scores_of_terms(terms)[numbers] > 0)
-            same = matching[keys.lexical.same_terms(terms, length, numbers[matching])]
+    same = same_keys(keys, query.questions[i], numbers)
     pos = np.union1d(pool, same)
     return KeyPart(
         numbers[pos], keys.owners[numbers[pos]], score[pos], dist[pos], np.isin(pos, pool), np.isin(pos, same)
@@ -262,8 +256,7 @@ class _QueryLexical:
         self.vocab, self._idf, self._answers, self._held_rows = words, idf, answers, held
 
     def score_bound(self, terms: np.ndarray, length: int) -> float:
-        unknown = max(0, int(length) - len(terms))
-        return float(self._idf[terms].sum()) + unknown * float(np.log1p((self._answers + 0.5) / 0.5))
+        return bm25_bound(self._idf[terms], length, self._answers)
 
     def coverage(self, terms: np.ndarray, length: int, row: int) -> float:
         total = self.score_bound(terms, length)
@@ -272,8 +265,7 @@ class _QueryLexical:
         return float(self._idf[terms][self._held_rows[row][terms]].sum()) / total
 
     def matched_terms(self, terms: np.ndarray, row: int) -> tuple[str, ...]:
-        held = self._held_rows[row][terms]
-        return tuple(dict.fromkeys(self.vocab[int(t)] for t, h in zip(terms, held, strict=True) if h))
+        return matched_words(self.vocab, terms, self._held_rows[row][terms])
 
 
 def merge_shards(
@@ -312,35 +304,35 @@ def merge_shards(
     return s_out, d_out, r_out, p_out, matched, why
 
 
-def _joined(collection: Collection, mine: list[ShardPart], field: str) -> np.ndarray:
-    """A row field of every shard's part, in global rows, shard after shard (so sorted where
-    each part's is)."""
-    return np.concatenate([_EMPTY_I] + [getattr(p, field) + collection.offsets[s] for s, p in enumerate(mine)]).astype(
-        np.int64
-    )
+def _global(collection: Collection, mine: list[ShardPart], field: str, offsets: np.ndarray | None = None) -> np.ndarray:
+    """A field of every shard's part, shard after shard, rows (with ``offsets``) made global
+    (so sorted where each part's is)."""
+    first = getattr(mine[0], field)
+    parts = [getattr(p, field) if offsets is None else getattr(p, field) + offsets[s] for s, p in enumerate(mine)]
+    return np.concatenate([np.zeros((0, *first.shape[1:]), first.dtype), *parts])
 
 
-def _values(mine: list[ShardPart], field: str) -> np.ndarray:
-    return np.concatenate([np.zeros(0, getattr(mine[0], field).dtype)] + [getattr(p, field) for p in mine])
+class _Joined:
+    """One question's candidates of every shard, joined once: global rows (sorted) and their
+    model scores, distances, BM25 scores and held terms."""
+
+    def __init__(self, collection: Collection, mine: list[ShardPart]) -> None:
+        self.rows = _global(collection, mine, "rows", collection.offsets).astype(np.int64)
+        self._values = [_global(collection, mine, f) for f in ("scores", "distances", "bm25", "held")]
+
+    def of(self, wanted: np.ndarray) -> list[np.ndarray]:
+        """The values of the global ``wanted`` rows (each among some shard's candidates)."""
+        at = np.searchsorted(self.rows, wanted)
+        return [v[at] for v in self._values]
 
 
 def _dense_pool(collection: Collection, query: ShardQuery, mine: list[ShardPart]) -> np.ndarray:
-    """The whole collection's coarse candidates: the ``m`` best of the shards' by coarse
-    score (ties to the lower row), or every row (sorted)."""
-    rows = _joined(collection, mine, "dense_rows")
-    if query.every:
-        return np.sort(rows)
-    coarse = _values(mine, "dense_coarse")
-    return rows[np.lexsort((rows, -coarse))[: query.m]]
-
-
-def _candidate_values(collection: Collection, mine: list[ShardPart], wanted: np.ndarray) -> list[np.ndarray]:
-    """Model scores, distances, BM25 scores and held terms of the global ``wanted`` rows (each
-    among some shard's candidates)."""
-    rows = _joined(collection, mine, "rows")
-    at = np.searchsorted(rows, wanted)
-    held = np.concatenate([p.held for p in mine]) if mine else np.zeros((0, 0), bool)
-    return [_values(mine, "scores")[at], _values(mine, "distances")[at], _values(mine, "bm25")[at], held[at]]
+    """The whole collection's coarse candidates, sorted: the ``m`` best of the shards' by
+    coarse score (ties to the lower row), or every row."""
+    rows = _global(collection, mine, "dense_rows", collection.offsets).astype(np.int64)
+    if not query.every:
+        rows = rows[np.lexsort((rows, -_global(collection, mine, "dense_coarse")))[: query.m]]
+    return np.sort(rows)
 
 
 def _dense(
@@ -349,9 +341,8 @@ def _dense(
     """A dense search's hits of one question (:func:`~.pipeline.search_vectors`, then the
     stored questions merged by :func:`~.keys.merge`)."""
     k = query.width
-    pool = _dense_pool(collection, query, mine)
-    s, d, _, _ = _candidate_values(collection, mine, np.sort(pool))
-    rows = np.sort(pool)
+    rows = _dense_pool(collection, query, mine)
+    s, d, _, _ = _Joined(collection, mine).of(rows)
     order = np.lexsort((rows, d, -s))[:k]
     answers = _padded((s[order], d[order], rows[order]), k)
     if all(p.keys is None for p in mine):
@@ -394,8 +385,8 @@ def _lexical_pool(collection: Collection, query: ShardQuery, mine: list[ShardPar
     of the best postings of each question term (:meth:`~qaindex.text.lexical.LexicalIndex.impact_rows`)."""
     m = query.m
     if query.scan:
-        rows, scores = _joined(collection, mine, "lex_rows"), _values(mine, "lex_scores")
-        best: np.ndarray = rows[top_rows(scores, m)]
+        rows = _global(collection, mine, "lex_rows", collection.offsets)
+        best: np.ndarray = rows[top_rows(_global(collection, mine, "lex_scores"), m)]
         return best
     extra = _EMPTY_I
     for t in range(len(mine[0].term_rows)):
@@ -427,10 +418,8 @@ def _fused(
     answers = int(collection.offsets[-1])
     idf = bm25_idf(answers, df)
 
-    def bm25_of(rows: np.ndarray) -> np.ndarray:
-        return _candidate_values(collection, mine, rows)[2]
-
-    lex_rows = _lexical_pool(collection, query, mine, bm25_of)
+    joined = _Joined(collection, mine)
+    lex_rows = _lexical_pool(collection, query, mine, lambda rows: joined.of(rows)[2])
     evidence = None
     if any(p.keys is not None for p in mine):
         numbers, owners, ks, kd, pooled, same = _keys_joined(collection, mine)
@@ -438,9 +427,8 @@ def _fused(
         pool = candidates[np.lexsort((numbers[candidates], kd[candidates], -ks[candidates]))[: query.key_pool]]
         evidence = best_keys(numbers, owners, ks, kd, pool, np.flatnonzero(same))
         lex_rows = sorted_union(lex_rows, evidence[0])
-    pool_rows = _dense_pool(collection, query, mine)
-    rows = sorted_union(pool_rows[pool_rows >= 0], lex_rows)
-    s, d, lex, held = _candidate_values(collection, mine, rows)
+    rows = sorted_union(_dense_pool(collection, query, mine), lex_rows)
+    s, d, lex, held = joined.of(rows)
     lexical = _QueryLexical(words, idf, answers, dict(zip(rows.tolist(), held, strict=True)))
     explain: list[list[Explanation]] | None = [] if why is not None else None
     found = fuse_candidates(

@@ -75,9 +75,11 @@ __all__ = [
     "CollectionStats",
     "LexicalBuilder",
     "LexicalIndex",
+    "bm25_bound",
     "bm25_idf",
     "build_hybrid",
     "check_entry",
+    "matched_words",
     "question_tokens",
     "tokenizer_available",
     "top_rows",
@@ -293,6 +295,10 @@ class CollectionStats:
     def avgdl(self) -> float:
         return self.terms / self.answers if self.answers and self.terms > 0 else 1.0
 
+    def entry(self) -> dict[str, int]:
+        """``vocab.json``'s ``collection`` (and ``info``'s): ``{"answers", "terms"}``."""
+        return {"answers": self.answers, "terms": self.terms}
+
 
 class LexicalIndex:
     """BM25 over a list of answers (row ``i`` is the index's answer ``i``).
@@ -366,8 +372,8 @@ class LexicalIndex:
     def term_counts(self) -> tuple[np.ndarray, int]:
         """Each vocabulary term's document frequency here and the total term count: what a
         collection's statistics add up over its shards (:class:`CollectionStats`)."""
-        df = np.bincount(np.asarray(self._terms), minlength=len(self.vocab)).astype(np.int64)
-        return df, int(row_sums(self._counts, self._offsets).sum())
+        doc_len, _, df = self._weight_parts()
+        return df.astype(np.int64), int(doc_len.sum())
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -399,11 +405,11 @@ class LexicalIndex:
     def _weight_parts(self) -> tuple[np.ndarray, float, np.ndarray]:
         """Each answer's length ``|d|`` (float64), ``avgdl`` and each term's document frequency
         (here: the postings' lengths; the collection's ``avgdl`` and ``df`` score them)."""
-        n = len(self)
         doc_len = row_sums(self._counts, self._offsets).astype(np.float64)  # exact: integer sums below 2**53
-        avgdl = float(doc_len.mean()) if n and doc_len.sum() > 0 else 1.0
         if self.collection is not None:
             avgdl = self.collection.avgdl
+        else:
+            avgdl = float(doc_len.mean()) if len(self) and doc_len.sum() > 0 else 1.0
         return doc_len, avgdl, np.bincount(self._terms, minlength=len(self.vocab))
 
     def _answers(self) -> int:
@@ -413,8 +419,8 @@ class LexicalIndex:
     def _idf_of(self, df: np.ndarray) -> np.ndarray:
         """Each term's idf: from ``df`` (this index's), or the collection's."""
         if self.collection is not None:
-            return _idf(self.collection.answers, self.collection.df)
-        return _idf(len(self), df)
+            return bm25_idf(self.collection.answers, self.collection.df)
+        return bm25_idf(len(self), df)
 
     def _entry_blocks(
         self, doc_len: np.ndarray, avgdl: float, idf: np.ndarray
@@ -529,8 +535,7 @@ class LexicalIndex:
 
     def query_of_tokens(self, tokens: Sequence[str]) -> tuple[np.ndarray, int]:
         """:meth:`query` of a question's terms (:func:`question_tokens`)."""
-        ids = [self._ids.get(term, -1) for term in tokens]
-        return np.asarray([i for i in ids if i >= 0], dtype=np.int64), len(tokens)
+        return np.asarray([i for i in self.term_ids(tokens) if i >= 0], dtype=np.int64), len(tokens)
 
     def score_bound(self, terms: np.ndarray, length: int) -> float:
         """The BM25 score no answer can reach for a question (:meth:`query`'s ``terms`` and
@@ -547,9 +552,7 @@ class LexicalIndex:
         """
         self._build_postings()
         assert self._idf is not None
-        known = np.asarray(terms, dtype=np.int64)
-        unknown = max(0, int(length) - len(known))
-        return float(self._idf[known].sum()) + unknown * math.log1p((self._answers() + 0.5) / 0.5)
+        return bm25_bound(self._idf[np.asarray(terms, dtype=np.int64)], length, self._answers())
 
     def scores_of_terms(self, terms: np.ndarray) -> np.ndarray:
         """:meth:`scores` of a question given as its term ids (:meth:`query`)."""
@@ -742,8 +745,7 @@ class LexicalIndex:
         >>> lex.matched_terms(lex.query("dogs and cats")[0], 2)
         ('dog', 'cat')
         """
-        held = self._held(terms, row)
-        return tuple(dict.fromkeys(self.vocab[int(t)] for t, h in zip(terms, held, strict=True) if h))
+        return matched_words(self.vocab, terms, self._held(terms, row))
 
     def scores(self, question: str) -> np.ndarray:
         """BM25 score (float32) of every answer for a question (0 where no term matches).
@@ -796,7 +798,7 @@ class LexicalIndex:
         if self.ratio_info is not None:
             meta["dense_ratio"] = self.ratio_info
         if self.collection is not None:
-            meta["collection"] = {"answers": self.collection.answers, "terms": self.collection.terms}
+            meta["collection"] = self.collection.entry()
             save_array(directory / COLLECTION_DF, self.collection.df.astype(np.int64))
         with create_file(directory / "vocab.json") as handle:
             handle.write(json.dumps(meta, ensure_ascii=False).encode("utf-8"))
@@ -865,11 +867,7 @@ class LexicalIndex:
             "b": self.b,
             "tokenizer": TOKENIZER,
             "dense_ratio": self.ratio,
-            **(
-                {"collection": {"answers": self.collection.answers, "terms": self.collection.terms}}
-                if self.collection is not None
-                else {}
-            ),
+            **({"collection": self.collection.entry()} if self.collection is not None else {}),
         }
 
 
@@ -905,9 +903,6 @@ def bm25_idf(count: int, df: np.ndarray) -> np.ndarray:
     """
     df = np.asarray(df, dtype=np.float64)
     return np.log1p((count - df + 0.5) / (df + 0.5))
-
-
-_idf = bm25_idf
 
 
 def _run_chunks(firsts: np.ndarray, total: int) -> Iterator[tuple[int, int, np.ndarray]]:
@@ -972,6 +967,25 @@ def _bounded(question: str) -> str:
     head = question[:MAX_QUESTION_CHARS]
     space = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
     return head[:space] if space >= MAX_QUESTION_CHARS * 3 // 4 else head
+
+
+def bm25_bound(idf: np.ndarray, length: int, answers: int) -> float:
+    """:meth:`LexicalIndex.score_bound` from the idf of a question's known terms (repeats
+    kept), its number of terms and ``N``: each unknown term weighs the idf of document
+    frequency 0, ``ln(1 + (N + 0.5) / 0.5)``.
+
+    Example
+    -------
+    >>> round(bm25_bound(np.array([0.5, 0.5]), 3, 1), 3)
+    2.386
+    """
+    unknown = max(0, int(length) - len(idf))
+    return float(np.sum(idf)) + unknown * math.log1p((answers + 0.5) / 0.5)
+
+
+def matched_words(vocab: Sequence[str], terms: np.ndarray, held: np.ndarray) -> tuple[str, ...]:
+    """The distinct words of ``terms`` (ids into ``vocab``) where ``held`` is True, in order."""
+    return tuple(dict.fromkeys(vocab[int(t)] for t, h in zip(terms, held, strict=True) if h))
 
 
 def question_tokens(question: str) -> list[str]:
