@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -63,6 +63,9 @@ from .store.model_format import (
 )
 from .text import chunking as chunking_format
 from .text.tokenizer import Tokenizer, TokenizerError
+
+if TYPE_CHECKING:
+    from .vector_index import RowSource
 
 __all__ = [
     "DEFAULT_MODEL_DIR",
@@ -474,6 +477,30 @@ class Model:
                 )
         return np.asarray(score, dtype=np.float32), np.asarray(distance, dtype=np.float32)
 
+    def score_rows(
+        self, q: np.ndarray, vectors: np.ndarray | RowSource, rows: np.ndarray, block_bytes: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`score_checked` of each query's candidate ``rows`` ``(n, m)`` (valid row
+        numbers of ``vectors``): ``(n, m)`` float32 each. The candidates' vectors are gathered
+        and scored in column blocks of at most ``block_bytes``, so that a long candidate list
+        never holds ``n × m × dimension`` floats at once.
+
+        Example
+        -------
+        >>> model = Model.load()
+        >>> vecs = np.asarray(model.encode(["reset a password", "export notes"], role="answer"))
+        >>> q = model.encode(["how do I reset my password"], role="question")
+        >>> score, _ = model.score_rows(q, vecs, np.array([[1, 0]]), 1 << 20)
+        >>> bool(score[0, 1] > score[0, 0])
+        True
+        """
+        q = np.ascontiguousarray(q, dtype=np.float32)
+        score = np.empty(rows.shape, np.float32)
+        dist = np.empty(rows.shape, np.float32)
+        for c, gathered in _gathered_blocks(vectors, rows, block_bytes):
+            score[:, c : c + gathered.shape[1]], dist[:, c : c + gathered.shape[1]] = self.score_checked(q, gathered)
+        return score, dist
+
     def _graph_file(self, role: str) -> Path:
         """The file of a graph role (``question_encoder``, ``answer_encoder``, ``scorer``)."""
         return self._files[role]
@@ -481,3 +508,25 @@ class Model:
     def copy_to(self, destination: Path) -> None:
         """Copy the model's files (manifest and every listed file) into ``destination``."""
         copy_model_files(self.directory, self.manifest, destination)
+
+
+def _gathered_blocks(
+    vectors: np.ndarray | RowSource, rows: np.ndarray, block_bytes: int
+) -> Iterator[tuple[int, np.ndarray]]:
+    """The vectors of candidate ``rows`` ``(n, m)`` (valid row numbers) in column blocks of
+    at most ``block_bytes`` (at least one column): ``(first column, (n, width, dimension)
+    float32)``, so that scoring a huge candidate list gathers a block at a time, not
+    ``n × m × dimension`` floats.
+
+    Example
+    -------
+    >>> vecs = np.eye(3, dtype=np.float32)
+    >>> [(c, g.shape) for c, g in _gathered_blocks(vecs, np.array([[0, 1, 2], [2, 1, 0]]), 48)]
+    [(0, (2, 2, 3)), (2, (2, 1, 3))]
+    """
+    n, m = rows.shape
+    dim = vectors.shape[1]
+    block = max(1, min(m, block_bytes // max(1, n * dim * 4)))
+    for c in range(0, m, block):
+        cols = rows[:, c : c + block]
+        yield c, np.asarray(vectors[cols.ravel()], dtype=np.float32).reshape(n, cols.shape[1], dim)

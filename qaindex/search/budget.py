@@ -56,6 +56,7 @@ __all__ = [
     "parse_size",
     "questions_per_call",
     "request_budget",
+    "scorer_bytes",
 ]
 
 DEFAULT_BUDGET = 1 << 30
@@ -148,6 +149,12 @@ def hit_bytes(records: Any) -> int:
     mean stored record's bytes (read from the store's offsets: sizes, not records)."""
     offsets = records.offsets
     return HIT_OVERHEAD + int(offsets[-1]) // max(1, len(offsets) - 1)
+
+
+def scorer_bytes(memory_budget: int | None = None) -> int:
+    """Bytes of candidate vectors one scorer call may gather: a quarter of the request's
+    budget shared by the vectors and the scorer's temporaries (:data:`SCORER_COPIES`)."""
+    return request_budget(memory_budget) // (4 * SCORER_COPIES)
 
 
 def chunk(per_item: int, budget: int, most: int) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,14 +18,13 @@ import numpy as np
 from ..geometry.spaces import Geometry
 
 if TYPE_CHECKING:
-    from ..vector_index import RowSource
+    pass
 
 __all__ = [
     "GATHER_COST",
     "SCREEN_TOLERANCE",
     "Scorer",
     "exact_among",
-    "gathered_blocks",
     "screened_among",
     "squared_norms",
 ]
@@ -71,29 +70,6 @@ def squared_norms(vectors: np.ndarray) -> np.ndarray:
         except TypeError:  # not weak-referenceable: not cached
             pass
     return norms
-
-
-def gathered_blocks(
-    vectors: np.ndarray | RowSource, rows: np.ndarray, block_bytes: int
-) -> Iterator[tuple[int, np.ndarray]]:
-    """The vectors of candidate ``rows`` ``(n, m)`` (valid row numbers) in column blocks of
-    at most ``block_bytes`` (at least one column): ``(first column, (n, width, dimension)
-    float32)``, so that scoring a huge candidate list gathers a block at a time, not
-    ``n × m × dimension`` floats.
-
-    Example
-    -------
-    >>> import numpy as np
-    >>> vecs = np.eye(3, dtype=np.float32)
-    >>> [(c, g.shape) for c, g in gathered_blocks(vecs, np.array([[0, 1, 2], [2, 1, 0]]), 48)]
-    [(0, (2, 2, 3)), (2, (2, 1, 3))]
-    """
-    n, m = rows.shape
-    dim = vectors.shape[1]
-    block = max(1, min(m, block_bytes // max(1, n * dim * 4)))
-    for c in range(0, m, block):
-        cols = rows[:, c : c + block]
-        yield c, np.asarray(vectors[cols.ravel()], dtype=np.float32).reshape(n, cols.shape[1], dim)
 
 
 def exact_among(

@@ -87,7 +87,6 @@ from ..store.field_ranges import (
 from ..store.field_ranges import RATIO_REMEASURE as RATIO_REMEASURE
 from ..text.lexical import STOPWORDS_EN, LexicalIndex, top_rows
 from . import budget
-from .exact import gathered_blocks
 from .hits import Explanation
 from .scoring import fused_probability, hybrid_probability, hybrid_scores
 
@@ -467,6 +466,22 @@ def sorted_union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return both[keep]
 
 
+def _scores_of_rows(
+    lexical: Any, terms: np.ndarray, rows: np.ndarray, known: tuple[np.ndarray, np.ndarray]
+) -> np.ndarray:
+    """BM25 scores of ``rows``, those of the sorted ``known[0]`` taken from ``known[1]`` (its
+    scores, already computed) and only the others scored: the same float32 numbers."""
+    seen, seen_scores = known
+    out = np.empty(len(rows), np.float32)
+    inside = np.zeros(len(rows), bool)
+    if len(seen):
+        at = np.minimum(np.searchsorted(seen, rows), len(seen) - 1)
+        inside = seen[at] == rows
+        out[inside] = seen_scores[at[inside]]
+    out[~inside] = lexical.scores_of_rows(terms, rows[~inside])
+    return out
+
+
 def union_candidates(dense_rows: np.ndarray, lexical_rows: list[np.ndarray]) -> np.ndarray:
     """Per question, the sorted union of its dense rows (``-1``: none) and lexical rows,
     padded with ``-1`` to one width: int64 (n, width)."""
@@ -647,22 +662,19 @@ def hybrid_arrays(
             ranked = [top_rows(np.where(allowed, scores, -np.inf), m) for scores in lex_scores]
             lex_rows = [r[allowed[r]] for r in ranked]
     else:
-        lex_rows = []
+        lex_rows, known = [], []
         for terms, _ in queries:
             extra = lexical.impact_rows(terms, m)
             if allowed is not None:
                 extra = extra[allowed[extra]]
-            lex_rows.append(extra[top_rows(lexical.scores_of_rows(terms, extra), m)])
+            known.append((extra, lexical.scores_of_rows(terms, extra)))
+            lex_rows.append(extra[top_rows(known[-1][1], m)])
     if keys is not None:  # the records the stored questions vouch for join the candidates
         lex_rows = [sorted_union(extra, found[0]) for extra, found in zip(lex_rows, keys, strict=True)]
     cand = union_candidates(dense_rows, lex_rows)
     valid = cand >= 0
     safe = np.where(valid, cand, 0)
-    q = np.ascontiguousarray(qv, dtype=np.float32)  # candidates scored in column blocks within the budget
-    score, dist = np.empty(cand.shape, np.float32), np.empty(cand.shape, np.float32)
-    block = budget.request_budget(memory_budget) // (4 * budget.SCORER_COPIES)
-    for c, gathered in gathered_blocks(vectors, safe, block):
-        score[:, c : c + gathered.shape[1]], dist[:, c : c + gathered.shape[1]] = model.score_checked(q, gathered)
+    score, dist = model.score_rows(qv, vectors, safe, budget.scorer_bytes(memory_budget))
     top_s = np.full((n, k), -np.inf, np.float32)
     top_d = np.full((n, k), np.inf, np.float32)
     top_r = np.full((n, k), -1, np.int64)
@@ -670,7 +682,7 @@ def hybrid_arrays(
     for i in range(n):
         rows = cand[i, valid[i]]
         terms, length = queries[i]
-        lex = lex_scores[i][rows] if scan else lexical.scores_of_rows(terms, rows)
+        lex = lex_scores[i][rows] if scan else _scores_of_rows(lexical, terms, rows, known[i])
         found = fuse_candidates(
             model,
             lexical,

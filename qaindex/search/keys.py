@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import filters
-from .exact import gathered_blocks
 from .fusion import CANDIDATE_FLOOR
 from .hits import MATCHED
 
@@ -82,12 +81,7 @@ def _exact_key_scores(state: IndexState, qv: np.ndarray, rows: np.ndarray) -> tu
     keys = state.keys
     assert keys is not None
     every = np.broadcast_to(rows, (len(qv), len(rows)))  # the same keys for every question
-    q = np.ascontiguousarray(qv, dtype=np.float32)
-    score = np.empty(every.shape, np.float32)
-    dist = np.empty(every.shape, np.float32)
-    for c, gathered in gathered_blocks(np.asarray(keys.vectors), every, _BLOCK_BYTES):
-        score[:, c : c + gathered.shape[1]], dist[:, c : c + gathered.shape[1]] = state.model.score_checked(q, gathered)
-    return score, dist
+    return state.model.score_rows(qv, np.asarray(keys.vectors), every, _BLOCK_BYTES)
 
 
 def key_scores(

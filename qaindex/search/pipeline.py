@@ -404,27 +404,14 @@ def candidate_rows(state: IndexState, queries: np.ndarray, m: int, *, use_coarse
 def _search_chunk(
     state: IndexState, q: np.ndarray, k: int, use_coarse: bool, limit: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    n, dim = len(q), state.model.dimension
+    n = len(q)
     rows = candidate_rows(state, q, pool_size(k, state.overfetch, len(state.records)), use_coarse=use_coarse)
     valid = rows >= 0
     all_valid = bool(valid.all())
     safe_rows = rows if all_valid else np.where(valid, rows, 0)
-    # the candidates' vectors are gathered and scored in column blocks within the budget
-    width = rows.shape[1]
-    block = budget.chunk(n * dim * 4 * budget.SCORER_COPIES, limit, max(1, width))
     state.check_rows(safe_rows)
     vectors = np.asarray(state.vectors)
-    score_checked = state.model.score_checked
-    if block >= width:
-        gathered = np.asarray(vectors[safe_rows.ravel()], dtype=np.float32)
-        score, dist = score_checked(q, gathered.reshape(n, width, dim))
-    else:
-        score = np.empty((n, width), np.float32)
-        dist = np.empty((n, width), np.float32)
-        for c in range(0, width, block):
-            cols = safe_rows[:, c : c + block]
-            gathered = np.asarray(vectors[cols.ravel()], dtype=np.float32)
-            score[:, c : c + block], dist[:, c : c + block] = score_checked(q, gathered.reshape(n, cols.shape[1], dim))
+    score, dist = state.model.score_rows(q, vectors, safe_rows, budget.scorer_bytes(limit))
     if not np.isfinite(score).all():  # queries are checked: a damaged vectors.npy loaded with verify=False
         raise stored_vectors_error(state.vectors_source, safe_rows[~np.isfinite(score)])
     if not all_valid:

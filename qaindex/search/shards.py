@@ -34,7 +34,6 @@ import numpy as np
 
 from ..text.lexical import bm25_bound, bm25_idf, matched_words, top_rows
 from . import budget
-from .exact import gathered_blocks
 from .fusion import CANDIDATE_FLOOR, Fusion, fuse_candidates, sorted_union
 from .hits import Explanation, dense_explanations
 from .keys import best_keys, best_per_record, key_scores, merge, same_keys
@@ -199,12 +198,9 @@ def _exact(state: IndexState, q: np.ndarray, rows: np.ndarray) -> tuple[np.ndarr
     """The model's scores and distances of one question's candidate ``rows``."""
     if not len(rows):
         return _EMPTY_F, _EMPTY_F
-    score, dist = np.empty(len(rows), np.float32), np.empty(len(rows), np.float32)
-    block = budget.request_budget(state.memory_budget) // (4 * budget.SCORER_COPIES)
-    for c, gathered in gathered_blocks(state.row_reader(), rows[None], block):
-        s, d = state.model.score_checked(q[None], gathered)
-        score[c : c + gathered.shape[1]], dist[c : c + gathered.shape[1]] = s[0], d[0]
-    return score, dist
+    block = budget.scorer_bytes(state.memory_budget)
+    score, dist = state.model.score_rows(q[None], state.row_reader(), rows[None], block)
+    return score[0], dist[0]
 
 
 def _collection_df(lexical: Any, ids: list[int]) -> np.ndarray:

@@ -11,7 +11,7 @@ import pytest
 
 from qaindex import QAIndexError, geometry
 from qaindex.geometry import hyperbolic
-from qaindex.vector_index import CoarseIndex
+from qaindex.vector_index import CoarseIndex, best_first
 
 CASES = [("poincare", "distance"), ("poincare", "relative"), ("cosine", "distance"), ("bilinear", "distance")]
 
@@ -101,3 +101,16 @@ def test_index_takes_the_object_or_the_name(name: str, ranking: str) -> None:
     np.testing.assert_array_equal(by_object.search(q, 10), by_name.search(q, 10))
     truth = np.argsort(_lift_order(name, ranking, q.astype(np.float64), a.astype(np.float64)), axis=1)
     np.testing.assert_array_equal(by_object.search(q, 3), truth[:, :3])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_refinements_partial_order_is_the_stable_sorts_prefix(seed: int) -> None:
+    """PQ's refinement keeps its ``m`` best by a partition: exactly the first ``m`` of a stable
+    sort, ties at the cut included (scores drawn from few values, so ties are everywhere)."""
+    rng = np.random.default_rng(seed)
+    scores = rng.integers(0, 6, size=1 if seed == 1 else int(rng.integers(2, 300))).astype(np.float32)
+    if seed % 5 == 0:
+        scores[rng.integers(0, len(scores))] = np.nan  # a damaged vector: the plain sort's order
+    for m in (0, 1, 2, 10, len(scores) - 1, len(scores), len(scores) + 5):
+        expected = np.argsort(-scores, kind="stable")[:m]
+        np.testing.assert_array_equal(best_first(scores, m), expected)
