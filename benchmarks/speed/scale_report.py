@@ -11,6 +11,8 @@ from benchmarks.speed import large
 from qaindex.vector_index import AUTO_FLAT_MAX
 
 TARGETS = {
+    "p50_ms_10k": 0.5,
+    "p50_ms_100k": 0.7,
     "p50_ms_1m": 1.0,
     "p50_ms_1m_hybrid": 1.5,
     "recall": 0.99,
@@ -34,6 +36,18 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     def main_row(size: dict[str, Any]) -> dict[str, Any]:
         return size["qaindex"][0]
 
+    for answers, key in ((10_000, "p50_ms_10k"), (100_000, "p50_ms_100k")):
+        size = next((s for s in sizes if s["answers"] == answers), None)
+        if size is not None:
+            r = main_row(size)
+            p50, rec = dense_p50(r), r["recall_at_10"]
+            out.append(
+                {
+                    "target": f"{answers:,} answers: dense p50 <= {TARGETS[key]} ms (1 thread), recall@10 >= 0.99",
+                    "figure": f"p50 {p50:.3f} ms, recall@10 {rec:.4f} ({r['kind']})",
+                    "met": bool(p50 <= TARGETS[key] and rec >= TARGETS["recall"]),
+                }
+            )
     million = next((s for s in sizes if s["answers"] >= 1_000_000), None)
     if million is not None:
         r = main_row(million)
