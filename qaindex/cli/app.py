@@ -720,6 +720,9 @@ def _tuning_line(t: dict[str, Any]) -> str:
     if t.get("param") is None:
         return f"recall@{t.get('k')} {t['recall']:.4f} at build time (exact index; target {t['target']:.4f})"
     verdict = "reached" if t.get("reached") else "NOT reached: the cheapest breadth near the best recall measured"
+    ceiling = t.get("ceiling")
+    if not t.get("reached") and isinstance(ceiling, int | float) and ceiling < t["target"]:
+        verdict += f", {ceiling:.4f} searching every answer"
     return (
         f"{t.get('param')}={t.get('value')} tuned to recall@{t.get('k')} {t['recall']:.4f} "
         f"(target {t['target']:.4f} {verdict}; {t.get('queries')} {t.get('source', 'queries')})"

@@ -9,7 +9,10 @@ computes the exact top ``k`` by brute force in float64 (the model's own ranking 
 every vector, :func:`qaindex.vector_index.exact_search`), then tries breadths on a ladder
 (×√2 steps from the candidate count, then bisection) and keeps the smallest that reaches
 the target; when the recall stops growing short of it, the smallest breadth within one
-standard error of the best recall measured. Because the exact rerank restores the order among the candidates, the
+standard error of the best recall measured. Where the index's own metric (the lift it
+searches) recalls less than the target even over every answer, as the origin-relative lift
+does for queries cut from the answers themselves, the breadths aim at that ceiling instead of
+climbing towards a recall no breadth reaches. Because the exact rerank restores the order among the candidates, the
 pipeline's recall@k equals the share of the true top ``k`` among the candidates (up to
 float32 ties), which is what is measured.
 
@@ -144,12 +147,15 @@ def tune_breadth(
     Returns
     -------
     dict
-        ``{"target", "recall", "reached", "param", "value", "k", "candidates", "queries",
-        "tried", "seconds"}``; also stored as ``coarse.tuning``. When the target is out of
-        reach (the ladder ends, or :data:`_PLATEAU_STEPS` steps in a row gain no recall) the
-        smallest breadth within one standard error of the best recall measured is kept (the
-        error of a share of ``queries × k`` hits, ``√(r(1−r)/(queries·k))``) and ``reached``
-        is False.
+        ``{"target", "recall", "ceiling", "reached", "param", "value", "k", "candidates",
+        "queries", "tried", "seconds"}``; also stored as ``coarse.tuning``. ``ceiling`` is the
+        recall of the index's own metric searching every answer
+        (:meth:`~qaindex.vector_index.CoarseIndex.exhaustive_search`): no breadth passes it.
+        Below the target, the breadths aim at ``ceiling`` less one standard error (the error
+        of a share of ``queries × k`` hits, ``√(r(1−r)/(queries·k))``) instead. When the aim is
+        out of reach (the ladder ends, or :data:`_PLATEAU_STEPS` steps in a row gain no recall)
+        the smallest breadth within one standard error of the best recall measured is kept.
+        ``reached`` says whether the target itself was.
 
     Example
     -------
@@ -171,6 +177,12 @@ def tune_breadth(
     _, truth = exact_search(q, vectors, min(total, kk + 1), geometry=geometry, ranking=ranking)
     truth = _without(truth, drop, kk)
     tried: list[list[float]] = []
+    param = BREADTH_PARAM.get(coarse.kind)
+    ceiling, aim = 1.0, target
+    if param is not None:  # no breadth passes what the index's own metric recalls over every row
+        ceiling = recall_at(_without(coarse.exhaustive_search(q, m, vectors), drop, m), truth)
+        if ceiling < target:
+            aim = max(0.0, ceiling - math.sqrt(ceiling * (1.0 - ceiling) / max(1, len(q) * kk)))
 
     def measure(value: int | None) -> float:
         if value is not None:
@@ -180,7 +192,6 @@ def tune_breadth(
             tried.append([int(value), round(got, 6)])
         return got
 
-    param = BREADTH_PARAM.get(coarse.kind)
     if param is None:  # flat: nothing to tune
         got = measure(None)
         value = None
@@ -197,42 +208,44 @@ def tune_breadth(
         climbed: list[tuple[int, float]] = []
         for candidate in _ladder(start, stop):
             r = measure(candidate)
-            if r >= target:
+            if r >= aim:
                 value, got = candidate, r
                 break
             low = candidate
             climbed.append((candidate, r))
             if len(climbed) > _PLATEAU_STEPS and r <= climbed[-1 - _PLATEAU_STEPS][1]:
                 break  # no gain over the last steps: the target is out of reach
-        if got < target:  # the cheapest breadth within one standard error of the best recall measured
+        if got < aim:  # the cheapest breadth within one standard error of the best recall measured
             best = max(r for _, r in climbed)
             error = math.sqrt(best * (1.0 - best) / max(1, len(q) * kk))
             value, got = next((c, r) for c, r in climbed if r >= best - error)
-        if got >= target and low is not None:
+        if got >= aim and low is not None:
             high = value
             while high - low > max(1, high // 20):  # to about 5%
                 mid = (low + high) // 2
                 r = measure(mid)
-                if r >= target:
+                if r >= aim:
                     high, got = mid, r
                 else:
                     low = mid
             value = high
         if got < target:
             _log.warning(
-                "the %s index reaches recall@%d %.4f at %s=%d, below the target %.4f; raise overfetch "
-                "or choose --index-kind flat",
+                "the %s index reaches recall@%d %.4f at %s=%d, below the target %.4f (its own metric "
+                "recalls %.4f searching every answer); raise overfetch or choose --index-kind flat",
                 coarse.kind,
                 kk,
                 got,
                 param,
                 value,
                 target,
+                ceiling,
             )
         coarse.set_breadth(value)
     result: dict[str, Any] = {
         "target": target,
         "recall": round(got, 6),
+        "ceiling": round(ceiling, 6),
         "reached": bool(got >= target),
         "param": param,
         "value": value,
