@@ -483,8 +483,8 @@ class CoarseIndex:
     def exhaustive_search(self, queries: np.ndarray, m: int, vectors: np.ndarray) -> np.ndarray:
         """The ``m`` best of every row of ``vectors`` under this index's own search metric (its
         lift of the vectors, by inner product or L2), computed exactly a block of rows at a
-        time: what :meth:`search` approaches as its breadth grows, so the recall no breadth
-        can pass. Rows best first (ties by row), ``(n, min(m, len(vectors)))`` int64.
+        time: what :meth:`search` approaches as its breadth grows (the recall of its widest
+        breadth). Rows best first (ties by row), ``(n, min(m, len(vectors)))`` int64.
 
         Example
         -------
@@ -588,8 +588,8 @@ def best_first(scores: np.ndarray, m: int) -> np.ndarray:
 
 
 _BLAS_BATCH = 20
-_EXHAUSTIVE_ROWS = 1 << 15  # stored rows lifted and scored at a time by exhaustive_search
 _BLAS_DEFAULT = 128000
+_EXHAUSTIVE_ROWS = 1 << 15  # stored rows lifted and scored at a time by exhaustive_search
 
 
 def _higher_better(found: np.ndarray, rows: np.ndarray, metric: int) -> np.ndarray:

@@ -150,7 +150,8 @@ def tune_breadth(
         ``{"target", "recall", "ceiling", "reached", "param", "value", "k", "candidates",
         "queries", "tried", "seconds"}``; also stored as ``coarse.tuning``. ``ceiling`` is the
         recall of the index's own metric searching every answer
-        (:meth:`~qaindex.vector_index.CoarseIndex.exhaustive_search`): no breadth passes it.
+        (:meth:`~qaindex.vector_index.CoarseIndex.exhaustive_search`), what its widest breadth
+        reaches (for ``flat``, the recall measured).
         Below the target, the breadths aim at ``ceiling`` less one standard error (the error
         of a share of ``queries × k`` hits, ``√(r(1−r)/(queries·k))``) instead. When the aim is
         out of reach (the ladder ends, or :data:`_PLATEAU_STEPS` steps in a row gain no recall)
@@ -179,7 +180,7 @@ def tune_breadth(
     tried: list[list[float]] = []
     param = BREADTH_PARAM.get(coarse.kind)
     ceiling, aim = 1.0, target
-    if param is not None:  # no breadth passes what the index's own metric recalls over every row
+    if param is not None:  # what the index's own metric recalls over every row: the widest breadth's recall
         ceiling = recall_at(_without(coarse.exhaustive_search(q, m, vectors), drop, m), truth)
         if ceiling < target:
             aim = max(0.0, ceiling - math.sqrt(ceiling * (1.0 - ceiling) / max(1, len(q) * kk)))
@@ -192,8 +193,8 @@ def tune_breadth(
             tried.append([int(value), round(got, 6)])
         return got
 
-    if param is None:  # flat: nothing to tune
-        got = measure(None)
+    if param is None:  # flat: nothing to tune; its search is the exhaustive one
+        got = ceiling = measure(None)
         value = None
     else:
         if coarse.kind in HNSW_KINDS:

@@ -11,14 +11,10 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..geometry.spaces import Geometry
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "GATHER_COST",

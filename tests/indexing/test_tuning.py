@@ -124,6 +124,10 @@ def test_the_exhaustive_search_is_what_the_widest_breadth_returns() -> None:
         ix = CoarseIndex("poincare", 8, kind, params, ranking="relative", count=500)
         ix.add(vectors)
         np.testing.assert_array_equal(ix.exhaustive_search(queries, 15, vectors), ix.search(queries, 15))
+    flat = CoarseIndex("poincare", 8, "flat", ranking="relative", count=500)
+    flat.add(vectors)
+    out = tune_breadth(flat, vectors, queries, target=0.9, k=5, overfetch=3, geometry="poincare", ranking="relative")
+    assert out["param"] is None and out["ceiling"] == out["recall"]  # flat's search is its exhaustive one
 
 
 @pytest.mark.parametrize(
