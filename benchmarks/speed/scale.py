@@ -320,6 +320,25 @@ def measure_bm25(texts: list[str], questions: list[str]) -> dict[str, Any]:
     }
 
 
+def merged_sizes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``old``'s sizes with what ``new`` measured: a size measured again keeps the rows this run
+    did not measure (other index kinds, baselines left out with ``--baselines``) and takes the
+    new ones (a qaindex row replaces the row of its kind, in place).
+
+    Example
+    -------
+    >>> old = [{"answers": 10, "qaindex": [{"kind": "pq", "p": 1}, {"kind": "hnsw", "p": 2}], "bm25": 5}]
+    >>> merged_sizes(old, [{"answers": 10, "qaindex": [{"kind": "hnsw", "p": 3}]}])
+    [{'answers': 10, 'qaindex': [{'kind': 'pq', 'p': 1}, {'kind': 'hnsw', 'p': 3}], 'bm25': 5}]
+    """
+    sizes = {s["answers"]: s for s in old}
+    for size in new:
+        before = sizes.get(size["answers"], {"qaindex": []})
+        rows = {r["kind"]: r for r in before["qaindex"]} | {r["kind"]: r for r in size["qaindex"]}
+        sizes[size["answers"]] = before | size | {"qaindex": list(rows.values())}
+    return [sizes[n] for n in sorted(sizes)]
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argument_parser(__doc__, data=True, out=ROOT / "benchmarks" / "results" / "scale.json")
     parser.add_argument("--sizes", default="10000,100000")
@@ -332,7 +351,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--truth-questions", type=int, default=None, help="questions for recall@10 (default: all; brute force)"
     )
-    parser.add_argument("--merge", action="store_true", help="keep the other sizes of an existing --out file")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep what this run does not measure of an existing --out file: other sizes, other kinds and baselines",
+    )
     parser.add_argument("--render", action="store_true", help="only write --table from an existing --out file")
     parser.add_argument("--minilm-pool", type=int, default=1000)
     parser.add_argument("--baselines", default="flat,minilm,bm25")
@@ -418,10 +441,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     shutil.rmtree(p, ignore_errors=True)
     if args.merge and args.out.exists():
         old = json.loads(args.out.read_text())
-        mine = {s["answers"] for s in results["sizes"]}
-        results["sizes"] = sorted(
-            [s for s in old["sizes"] if s["answers"] not in mine] + results["sizes"], key=lambda s: s["answers"]
-        )
+        results["sizes"] = merged_sizes(old["sizes"], results["sizes"])
         results["command"] = old["command"] + "; then " + results["command"]
     results["targets"] = targets(results)
     for t in results["targets"]:

@@ -8,7 +8,8 @@ slow or inaccurate. :func:`tune_breadth` measures it instead: for a sample of qu
 computes the exact top ``k`` by brute force in float64 (the model's own ranking rule over
 every vector, :func:`qaindex.vector_index.exact_search`), then tries breadths on a ladder
 (×√2 steps from the candidate count, then bisection) and keeps the smallest that reaches
-the target; when the recall stops growing short of it, the smallest breadth within one
+the target; when the recall stops growing measurably short of it (a doubling of the breadth
+gains no more than the standard error of the measure), the smallest breadth within one
 standard error of the best recall measured. Where the index's own metric (the lift it
 searches) recalls less than the target even over every answer, as the origin-relative lift
 does for queries cut from the answers themselves, the breadths aim at that ceiling instead of
@@ -52,12 +53,14 @@ __all__ = [
 ]
 
 DEFAULT_TUNING_QUERIES = 200
-# Ladder steps (×√2 each) without any gain in recall after which a target counts as out of
-# reach. Without it an unreachable target climbs to the ladder's end: for pq, re-scoring every
-# answer for each tuning query, and keeping a breadth far beyond the one where the recall of
-# the held-out answer spans stopped rising (benchmarks/speed/ann_difficulty.py measures recall
-# against breadth, for spans and for real questions).
-_PLATEAU_STEPS = 3
+# Ladder steps (×√2 each, so two are a doubling of the breadth) whose total gain in recall, when
+# no larger than the standard error of the recall measured, ends the climb: the target counts as
+# out of reach. Without it an unreachable target climbs to the ladder's end (for pq, re-scoring
+# every answer for each tuning query), and a recall that only creeps up, as HNSW's does on
+# answer spans at a million answers, climbs to a breadth 20 times slower than the one where it
+# stopped rising measurably (benchmarks/speed/ann_difficulty.py measures recall against
+# breadth, for spans and for real questions).
+_FLAT_STEPS = 2
 MAX_EF_SEARCH = 16_384
 _log = logging.getLogger(__name__)
 
@@ -154,8 +157,9 @@ def tune_breadth(
         reaches (for ``flat``, the recall measured).
         Below the target, the breadths aim at ``ceiling`` less one standard error (the error
         of a share of ``queries × k`` hits, ``√(r(1−r)/(queries·k))``) instead. When the aim is
-        out of reach (the ladder ends, or :data:`_PLATEAU_STEPS` steps in a row gain no recall)
-        the smallest breadth within one standard error of the best recall measured is kept.
+        out of reach (the ladder ends, or a doubling of the breadth, :data:`_FLAT_STEPS` steps,
+        gains no more recall than one standard error) the smallest breadth within one standard
+        error of the best recall measured is kept.
         ``reached`` says whether the target itself was.
 
     Example
@@ -183,7 +187,7 @@ def tune_breadth(
     if param is not None:  # what the index's own metric recalls over every row: the widest breadth's recall
         ceiling = recall_at(_without(coarse.exhaustive_search(q, m, vectors), drop, m), truth)
         if ceiling < target:
-            aim = max(0.0, ceiling - math.sqrt(ceiling * (1.0 - ceiling) / max(1, len(q) * kk)))
+            aim = max(0.0, ceiling - _error(ceiling, len(q) * kk))
 
     def measure(value: int | None) -> float:
         if value is not None:
@@ -214,12 +218,11 @@ def tune_breadth(
                 break
             low = candidate
             climbed.append((candidate, r))
-            if len(climbed) > _PLATEAU_STEPS and r <= climbed[-1 - _PLATEAU_STEPS][1]:
-                break  # no gain over the last steps: the target is out of reach
+            if len(climbed) > _FLAT_STEPS and r - climbed[-1 - _FLAT_STEPS][1] <= _error(r, len(q) * kk):
+                break  # doubling the breadth gained no more than the measure's noise: out of reach
         if got < aim:  # the cheapest breadth within one standard error of the best recall measured
             best = max(r for _, r in climbed)
-            error = math.sqrt(best * (1.0 - best) / max(1, len(q) * kk))
-            value, got = next((c, r) for c, r in climbed if r >= best - error)
+            value, got = next((c, r) for c, r in climbed if r >= best - _error(best, len(q) * kk))
         if got >= aim and low is not None:
             high = value
             while high - low > max(1, high // 20):  # to about 5%
@@ -258,6 +261,11 @@ def tune_breadth(
     }
     coarse.tuning = result
     return result
+
+
+def _error(recall: float, hits: int) -> float:
+    """The standard error of a recall measured as a share of ``hits`` true rows: ``√(r(1−r)/hits)``."""
+    return math.sqrt(recall * (1.0 - recall) / max(1, hits))
 
 
 def _without(rows: np.ndarray, drop: np.ndarray, width: int) -> np.ndarray:

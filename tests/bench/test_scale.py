@@ -123,6 +123,14 @@ def test_the_benchmark_writes_its_json_and_table(data: Path, tmp_path: Path) -> 
     scale.main(["--sizes", "70", "--kinds", "auto", "--questions", "12", "--baselines", "",
                       "--data", str(data), "--out", str(out), "--table", str(table), "--merge"])  # fmt: skip
     assert [s["answers"] for s in json.loads(out.read_text())["sizes"]] == [50, 70, 90]
+    # ... and, measuring one kind of a size again, that size's other kinds and baselines
+    scale.main(["--sizes", "90", "--kinds", "ivf", "--questions", "12", "--baselines", "",
+                "--data", str(data), "--out", str(out), "--table", str(table), "--merge"])  # fmt: skip
+    again = json.loads(out.read_text())["sizes"][2]
+    before = result["sizes"][1]
+    assert [r["kind"] for r in again["qaindex"]] == ["flat", "ivf"] and again["qaindex"][0] == before["qaindex"][0]
+    assert json.loads(out.read_text())["command"].count("; then ") == 2  # the ivf row replaced, not added
+    assert ("bm25" in again) == ("bm25" in baselines) and again.get("bm25") == before.get("bm25")
     table.unlink()  # --render rewrites the table from the JSON alone
     scale.main(["--render", "--out", str(out), "--table", str(table)])
     assert "| 70 | flat |" in table.read_text()

@@ -95,6 +95,63 @@ def test_an_unreachable_target_keeps_the_best_breadth_tried_and_says_so() -> Non
     assert out["recall"] < 1.0 and out["tried"][0][1] < out["recall"]
 
 
+class _ScriptedGraph:
+    """An ``hnsw`` coarse index whose recall at each breadth is scripted: at breadth ``b`` its
+    search returns the first ``round(r · n · k)`` rows of the exact top ``k`` (query by query)
+    and nothing else, ``r`` the curve's value at the largest breadth in it up to ``b``, so the
+    tuner's measure of recall is exactly that value."""
+
+    kind, tuning = "hnsw", None
+
+    def __init__(self, vectors: np.ndarray, curve: dict[int, float]) -> None:
+        self.vectors, self.curve, self.params = vectors, curve, {"ef_search": 1}
+
+    def set_breadth(self, value: int) -> None:
+        self.params["ef_search"] = value
+
+    def exhaustive_search(self, queries: np.ndarray, m: int, vectors: np.ndarray) -> np.ndarray:
+        return exact_search(queries, self.vectors, m, geometry="cosine")[1]
+
+    def search(self, queries: np.ndarray, m: int, vectors: np.ndarray | None = None) -> np.ndarray:
+        truth = exact_search(queries, self.vectors, 10, geometry="cosine")[1]
+        at = max(b for b in self.curve if b <= self.params["ef_search"])
+        keep = round(self.curve[at] * truth.size)
+        out = np.full((len(queries), m), -1, dtype=np.int64)
+        out[:, :10] = np.where(np.arange(truth.size).reshape(truth.shape) < keep, truth, -1)
+        return out
+
+
+def _ladder_curve(recalls: list[float]) -> dict[int, float]:
+    """``recalls`` at the ×√2 ladder from 100 (the candidate count of k 10, overfetch 10)."""
+    from qaindex.indexing.tuning import _ladder
+
+    steps = _ladder(100, 16_384)
+    return dict(zip(steps, recalls + [recalls[-1]] * (len(steps) - len(recalls)), strict=True))
+
+
+def test_a_recall_that_only_creeps_up_stops_the_climb_at_the_breadth_where_it_stopped_rising() -> None:
+    """HNSW on answer spans at a million answers (benchmarks.speed.ann_difficulty): steep to
+    ef 800, then + 0.001 to 0.0025 per √2 step up to ef 9,051. Once a doubling of the breadth
+    gains no more than one standard error of the recall (200 queries × 10 hits), the climb
+    stops and keeps the cheapest breadth within one standard error of the best measured,
+    instead of ef 6,400 (twenty times slower)."""
+    spans = [0.9365, 0.9445, 0.9535, 0.9575, 0.967, 0.9745, 0.978, 0.982, 0.982, 0.9835, 0.984, 0.985, 0.9875, 0.989]
+    vectors = ball_points(20_000, 8, seed=7)
+    graph = _ScriptedGraph(vectors, _ladder_curve(spans))
+    out = tune_breadth(graph, vectors, vectors[:200], target=0.99, k=10, overfetch=10, geometry="cosine")  # type: ignore[arg-type]
+    tried = dict(out["tried"])
+    assert list(tried) == [100, 141, 200, 283, 400, 566, 800, 1131, 1600, 2263]  # 2263 gains 0.0015 over 1131
+    best = max(tried.values())
+    error = (best * (1 - best) / 2000) ** 0.5
+    assert out["value"] == min(b for b, r in tried.items() if r >= best - error) == 1131
+    assert out["reached"] is False and graph.params["ef_search"] == 1131
+    # a recall that keeps rising by more than its noise climbs on to the target
+    steady = [0.90, 0.92, 0.935, 0.95, 0.96, 0.968, 0.975, 0.981, 0.986, 0.991]
+    graph = _ScriptedGraph(vectors, _ladder_curve(steady))
+    out = tune_breadth(graph, vectors, vectors[:200], target=0.99, k=10, overfetch=10, geometry="cosine")  # type: ignore[arg-type]
+    assert out["reached"] is True and out["recall"] >= 0.99 and out["value"] == 2263  # its first breadth at 0.99
+
+
 @pytest.mark.parametrize(("kind", "params"), [("ivf", {"nlist": 64}), ("pq", {"M": 2})])
 def test_a_ceiling_short_of_the_target_is_aimed_at_not_climbed_towards(kind: str, params: dict[str, int]) -> None:
     """With one candidate per hit, the lift's approximation caps recall below 1 even searching
