@@ -320,6 +320,9 @@ def measure_bm25(texts: list[str], questions: list[str]) -> dict[str, Any]:
     }
 
 
+BASELINES = ("no_index", "minilm", "bm25")  # a size's baseline rows, beside its qaindex rows
+
+
 def merged_sizes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``old``'s sizes with what ``new`` measured: a size measured again keeps the rows this run
     did not measure (other index kinds, baselines left out with ``--baselines``) and takes the
@@ -330,12 +333,19 @@ def merged_sizes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[d
     >>> old = [{"answers": 10, "qaindex": [{"kind": "pq", "p": 1}, {"kind": "hnsw", "p": 2}], "bm25": 5}]
     >>> merged_sizes(old, [{"answers": 10, "qaindex": [{"kind": "hnsw", "p": 3}]}])
     [{'answers': 10, 'qaindex': [{'kind': 'pq', 'p': 1}, {'kind': 'hnsw', 'p': 3}], 'bm25': 5}]
+
+    Each qaindex row carries the load average its own measure began under
+    (``load_average_before``), which the size's figure stands for where a row has none.
     """
     sizes = {s["answers"]: s for s in old}
     for size in new:
-        before = sizes.get(size["answers"], {"qaindex": []})
+        if size["answers"] not in sizes:
+            sizes[size["answers"]] = size
+            continue
+        before = sizes[size["answers"]]  # its size-level figures (load averages, encode rate) stay
         rows = {r["kind"]: r for r in before["qaindex"]} | {r["kind"]: r for r in size["qaindex"]}
-        sizes[size["answers"]] = before | size | {"qaindex": list(rows.values())}
+        again = {b: size[b] for b in BASELINES if b in size}
+        sizes[size["answers"]] = before | again | {"qaindex": list(rows.values())}
     return [sizes[n] for n in sorted(sizes)]
 
 
@@ -402,6 +412,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             for kind in kinds:
                 if choose_kind(kind, n) in {r["kind"] for r in size["qaindex"]}:
                     continue  # e.g. auto is pq above 20,000 answers
+                load = [round(x, 2) for x in os.getloadavg()]
                 r = measure_qaindex(
                     texts,
                     questions,
@@ -413,6 +424,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     truth_cache=truth,
                     truth_questions=tq,
                 )
+                r["load_average_before"] = load
                 size["qaindex"].append(r)
                 print(f"{n:>9,} qaindex {r['kind']}: {json.dumps(r)}", flush=True)
             if "flat" in baselines and all(r["kind"] != "flat" for r in size["qaindex"]):
