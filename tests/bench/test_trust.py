@@ -48,6 +48,11 @@ def test_measure_agrees_with_the_searches_it_summarises(faq_model: Path) -> None
     correct = [h[0] for h, rel in zip(hybrid, relevant, strict=True) if h and h[0].row == rel[0]]
     assert got["correct_top_hits"] == len(correct)
     assert got["offtopic_questions"] == 1
+    off_top = ranker.search("what is the capital of france", k=1, hybrid=True)
+    for t, (kept, refused) in got["sweep"].items():  # each threshold counted from the hits themselves
+        assert kept == (np.mean([h.score >= float(t) for h in correct]) if correct else kept)
+        assert refused == float(not off_top or off_top[0].score < float(t))
+    assert got["sweep"][str(trust.THRESHOLD)] == (got["kept"], got["refused"]) or not correct
 
 
 def test_run_and_table_mark_the_missed_targets(faq_model: Path, tmp_path: Path) -> None:
@@ -72,6 +77,13 @@ def test_run_and_table_mark_the_missed_targets(faq_model: Path, tmp_path: Path) 
     assert cells[9] == kept
     own = [row["kept_calibrated_here"], row["refused_calibrated_here"]]  # half B's right first hits; off-topic
     assert all(np.isnan(v) or 0 <= v <= 1 for v in own) and cells[-1].count(" / ") == 1
+    sweep = [s for s in trust.sweep_markdown(out).splitlines() if s.startswith("| tiny |")]
+    assert len(sweep) == len(trust.SWEEP)  # one row per threshold, both targets counted
+    for line in sweep:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        kept, refused = row["sweep"][cells[1]]
+        met = kept >= trust.KEPT_TARGET and refused >= trust.REFUSED_TARGET
+        assert cells[2] == f"{kept:.2f} / {refused:.2f}" + (" ✓" if met else "") and cells[3] == f"{int(met)} of 1"
 
 
 def test_separation_against_brute_force() -> None:
