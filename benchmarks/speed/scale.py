@@ -62,6 +62,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import shutil
 import sys
 import tempfile
@@ -388,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(f"{len(sentences):,} real sentences, {len(questions):,} questions, model {model_name}", flush=True)
     minilm = MiniLM(sentences, args.minilm_pool) if "minilm" in baselines else None
     results: dict[str, Any] = {
-        "command": "python -m benchmarks.speed.scale " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.speed.scale " + shlex.join(argv if argv is not None else sys.argv[1:]),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
         "model": model_name,
         "real_sentences": len(sentences),
