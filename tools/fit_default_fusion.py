@@ -61,8 +61,8 @@ def hit_features(
     c: Collected, pool: Pool, fusion: Fusion, model: Model, mask: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Features (the fused value, the calibrated logit of the question's best model score among
-    its candidates, the question's BM25 match) and labels of the top-``K`` hybrid hits of the
-    questions in ``mask`` (as ``hybrid_arrays``)."""
+    its candidates, the question's BM25 match, whether the hit is the first) and labels of the
+    top-``K`` hybrid hits of the questions in ``mask`` (as ``hybrid_arrays``)."""
     feats: list[list[float]] = []
     labels: list[int] = []
     for i in np.flatnonzero(mask):
@@ -74,8 +74,8 @@ def hit_features(
         best = float(lex.max())
         bound = c.ranker.state().lexical.score_bound(c.query_terms[i], c.terms[i])  # type: ignore[union-attr]
         match = best / bound if bound > 0 else 0.0
-        for row in order:
-            feats.append([float(fused[row]), math.log(top / (1 - top)), match])
+        for rank, row in enumerate(order):
+            feats.append([float(fused[row]), math.log(top / (1 - top)), match, float(rank == 0)])
             labels.append(int(rows[row] in pool.relevant[i]))
     return np.asarray(feats), np.asarray(labels, np.float64)
 

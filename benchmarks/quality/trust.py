@@ -158,7 +158,7 @@ def recalibrated(
     fit_a = half_a(n)
     fit_rows = [i for i in range(n) if fit_a[i]] + list(range(n, n + len(negatives)))
     w_off = offtopic_weight(int(fit_a.sum()), len(negatives))
-    x = np.concatenate([per_question[i][0] for i in fit_rows]).reshape(-1, 3)
+    x = np.concatenate([per_question[i][0] for i in fit_rows]).reshape(-1, 4)
     y = np.concatenate([per_question[i][1] for i in fit_rows])
     w = np.concatenate([np.full(len(per_question[i][1]), 1.0 if i < n else w_off) for i in fit_rows])
     bias, *weights = fit_fused_score(x, y, w)

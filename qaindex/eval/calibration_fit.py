@@ -41,7 +41,7 @@ from ..model import Model
 from ..ranker import Ranker
 from ..search.calibration import CALIBRATION_METHODS, Calibration
 from ..store.atomic_files import read_json_object, write_json_atomic
-from ..store.field_ranges import FUSED_SCORE, FUSED_SCORE_FIELDS
+from ..store.field_ranges import FIRST_FIELD, FUSED_SCORE, FUSED_SCORE_FIELDS
 from ..text.lexical import tokenizer_available
 
 __all__ = [
@@ -193,38 +193,41 @@ def _fit_platt(r: np.ndarray, y: np.ndarray, gap: np.ndarray | None, sw: np.ndar
     return Calibration("platt", a=float(a), b=float(b), c=float(c))
 
 
-def fit_fused_score(features: Any, labels: Any, weights: Any = None) -> tuple[float, float, float, float]:
+def fit_fused_score(features: Any, labels: Any, weights: Any = None) -> tuple[float, ...]:
     """The hybrid score calibration of the fused value (``fused_score``,
     :func:`qaindex.search.scoring.fused_probability`): logistic regression of 0/1 ``labels`` on
-    ``features`` (n, 3): each hit's fused value, the calibrated logit of its question's best
-    model score, the question's BM25 match, each row counting ``weights`` times (default
-    once). The fused value's weight is kept >= 0 (a fit against the order refits without
-    it), so the score falls with the fused order.
+    ``features`` (n, 4): each hit's fused value, the calibrated logit of its question's best
+    model score, the question's BM25 match and whether the hit is its search's first (1 or
+    0), each row counting ``weights`` times (default once). The weights of the fused value and
+    of the first hit are kept >= 0, so the score falls with the fused order: a fit against the
+    order refits without the first hit, then without the fused value too.
 
     Returns
     -------
     tuple
-        ``(bias, w_fused, w_top, w_match)``.
+        ``(bias, w_fused, w_top, w_match, w_first)``.
 
     Example
     -------
-    >>> x = np.array([[f, 0.0, 0.5] for f in (0.1, 0.4, 0.6, 0.9)] * 25)
-    >>> bias, w_fused, w_top, w_match = fit_fused_score(x, [0, 0, 1, 1] * 25)
-    >>> w_fused > 0
+    >>> x = np.array([[f, 0.0, 0.5, float(f == 0.9)] for f in (0.1, 0.4, 0.6, 0.9)] * 25)
+    >>> bias, w_fused, w_top, w_match, w_first = fit_fused_score(x, [0, 0, 1, 1] * 25)
+    >>> w_fused > 0 and w_first >= 0
     True
     """
     x = np.asarray(features, dtype=np.float64)
     y = np.asarray(labels, dtype=np.float64).ravel()
-    if x.ndim != 2 or x.shape != (len(y), 3) or not np.isfinite(x).all():
-        raise QueryError(f"fused score features must be finite numbers of shape (n, 3), got {x.shape}")
+    if x.ndim != 2 or x.shape != (len(y), 4) or not np.isfinite(x).all():
+        raise QueryError(f"fused score features must be finite numbers of shape (n, 4), got {x.shape}")
     positives = int(y.sum())
     if not np.isin(y, (0.0, 1.0)).all() or positives in (0, len(y)):
         raise QueryError(f"the fused score fit needs 0/1 labels, both present; got {positives} relevant of {len(y)}")
     sw = _check_weights(weights, len(y))
-    w = _logistic(x, y, sw)  # the weights of (fused, top, match), then the bias
-    if w[0] < 0:
-        w = np.concatenate([[0.0], _logistic(x[:, 1:], y, sw)])
-    return float(w[3]), float(w[0]), float(w[1]), float(w[2])
+    for kept in ([0, 1, 2, 3], [0, 1, 2], [1, 2]):  # the fused value (0) and the first hit (3) must not weigh < 0
+        w = _logistic(x[:, kept], y, sw)
+        out = dict(zip(kept, w[:-1], strict=True))
+        if out.get(0, 0.0) >= 0 and out.get(3, 0.0) >= 0:
+            break
+    return float(w[-1]), *(float(out.get(j, 0.0)) for j in range(4))
 
 
 def _fit_isotonic(r: np.ndarray, y: np.ndarray, sw: np.ndarray) -> Calibration:
@@ -434,12 +437,13 @@ def hybrid_features(
     :func:`qaindex.search.scoring.fused_probability` reads and :func:`fit_fused_score` fits.
 
     The features of a hit are its fused value, the logit of ``calibration``'s probability of
-    its question's best model score (the top of a dense search of the same index) and the
-    question's BM25 match (the best BM25 score over the question's bound).
+    its question's best model score (the top of a dense search of the same index), the
+    question's BM25 match (the best BM25 score over the question's bound) and whether it is the
+    search's first hit (1, else 0).
 
     Returns
     -------
-    list of (numpy.ndarray (n, 3), numpy.ndarray (n,))
+    list of (numpy.ndarray (n, 4), numpy.ndarray (n,))
         One ``(features, labels)`` per question; a label is 1 when the hit's row is in the
         question's ``relevant`` set.
     """
@@ -451,16 +455,16 @@ def hybrid_features(
     out: list[tuple[np.ndarray, np.ndarray]] = []
     for question, found, top, rows in zip(questions, hits, tops, relevant, strict=True):
         if not found:
-            out.append((np.zeros((0, 3)), np.zeros(0, np.int64)))
+            out.append((np.zeros((0, 4)), np.zeros(0, np.int64)))
             continue
         p = float(np.clip(calibration(top[0].raw_score), 1e-6, 1 - 1e-6))
         terms, length = lexical.query(question)
         bound = lexical.score_bound(terms, length)
         match = float(lexical.scores_of_terms(terms).max()) / bound if bound > 0 else 0.0
         feats = []
-        for h in found:
+        for i, h in enumerate(found):
             assert h.explanation is not None and h.explanation.fused is not None
-            feats.append([h.explanation.fused, float(np.log(p / (1 - p))), match])
+            feats.append([h.explanation.fused, float(np.log(p / (1 - p))), match, float(i == 0)])
         out.append((np.asarray(feats, np.float64), np.asarray([int(h.row in rows) for h in found], np.int64)))
     return out
 
@@ -480,7 +484,7 @@ def hybrid_pairs(
 
     Returns
     -------
-    features : numpy.ndarray (n, 3)
+    features : numpy.ndarray (n, 4)
     labels : numpy.ndarray (n,)
     weights : numpy.ndarray (n,)
     """
@@ -492,7 +496,7 @@ def hybrid_pairs(
     w_off = offtopic_weight(len(questions), len(offtopic))
     weights = [np.full(len(y), 1.0 if i < len(questions) else w_off) for i, (_, y) in enumerate(per_question)]
     return (
-        np.concatenate([x for x, _ in per_question]).reshape(-1, 3),
+        np.concatenate([x for x, _ in per_question]).reshape(-1, 4),
         np.concatenate([y for _, y in per_question]),
         np.concatenate(weights),
     )
@@ -510,11 +514,12 @@ def _fused_score_fit(
     if not 0 < int(y.sum()) < len(y):
         return None
     weights = fit_fused_score(x, y, sw)
-    if not all(FUSED_SCORE[k].holds(v) for k, v in zip(FUSED_SCORE_FIELDS, weights, strict=True)):
+    names = (*FUSED_SCORE_FIELDS, FIRST_FIELD)
+    if not all(FUSED_SCORE[k].holds(v) for k, v in zip(names, weights, strict=True)):
         return None
     z = weights[0] + x @ np.asarray(weights[1:])
     return {
-        "fused_score": {k: round(v, 6) for k, v in zip(FUSED_SCORE_FIELDS, weights, strict=True)},
+        "fused_score": {k: round(v, 6) for k, v in zip(names, weights, strict=True)},
         "pairs": len(y),
         "ece": expected_calibration_error(1 / (1 + np.exp(-z)), y),
     }

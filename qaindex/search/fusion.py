@@ -74,6 +74,7 @@ import numpy as np
 
 from ..errors import ModelFormatError, QueryError
 from ..store.field_ranges import (
+    FIRST_FIELD,
     FUSED_SCORE,
     FUSED_SCORE_FIELDS,
     FUSION,
@@ -150,10 +151,10 @@ class Fusion:
         and the weights of the model's calibrated logit, the normalised BM25 score, the fused
         value and (optional) the question's BM25 match. Used only without ``fused_score``,
         and then made monotone with rank (:func:`hybrid_scores`).
-    fused_score : tuple of 4 float, optional
+    fused_score : tuple of 4 or 5 float, optional
         The calibration of the fused value itself (:func:`fused_probability`): bias and the
         weights of the fused value (>= 0), the calibrated logit of the question's best model
-        score and the question's BM25 match.
+        score, the question's BM25 match and (optional, >= 0) being the search's first hit.
     """
 
     rule: str = "rrf"
@@ -192,14 +193,15 @@ class Fusion:
                 "the hybrid score calibration must be 4 or 5 finite numbers (bias in "
                 f"{FUSION_SCORE['bias']}, weights in {FUSION_SCORE['dense']}), got {self.score!r}"
             )
+        fused_names = (*FUSED_SCORE_FIELDS, FIRST_FIELD)
         if self.fused_score is not None and (
             not isinstance(self.fused_score, tuple)
-            or len(self.fused_score) != len(FUSED_SCORE_FIELDS)
-            or not all(FUSED_SCORE[n].holds(v) for n, v in zip(FUSED_SCORE_FIELDS, self.fused_score, strict=True))
+            or len(self.fused_score) not in (4, 5)
+            or not all(FUSED_SCORE[n].holds(v) for n, v in zip(fused_names, self.fused_score, strict=False))
         ):
             raise QueryError(
-                f"the fused score calibration must be 4 numbers ({', '.join(FUSED_SCORE_FIELDS)}; fused in "
-                f"{FUSED_SCORE['fused']}, bias in {FUSED_SCORE['bias']}), got {self.fused_score!r}"
+                f"the fused score calibration must be 4 or 5 numbers ({', '.join(fused_names)}; fused and first "
+                f"in {FUSED_SCORE['fused']}, bias in {FUSED_SCORE['bias']}), got {self.fused_score!r}"
             )
 
     def to_json(self) -> dict[str, Any]:
@@ -209,7 +211,7 @@ class Fusion:
         if self.score is not None:
             out["score"] = dict(zip((*SCORE_FIELDS, MATCH_FIELD), self.score, strict=False))
         if self.fused_score is not None:
-            out["fused_score"] = dict(zip(FUSED_SCORE_FIELDS, self.fused_score, strict=True))
+            out["fused_score"] = dict(zip((*FUSED_SCORE_FIELDS, FIRST_FIELD), self.fused_score, strict=False))
         return out
 
 
@@ -248,11 +250,14 @@ def _from_mapping(value: Mapping[str, Any]) -> Fusion:
         fields["score"] = tuple(score)
     fused_score = fields.get("fused_score")
     if isinstance(fused_score, Mapping):
-        if set(fused_score) != set(FUSED_SCORE_FIELDS):
+        if set(fused_score) - {FIRST_FIELD} != set(FUSED_SCORE_FIELDS):
             raise QueryError(
-                f"the fused score calibration needs exactly {', '.join(FUSED_SCORE_FIELDS)}, got {sorted(fused_score)}"
+                f"the fused score calibration needs exactly {', '.join(FUSED_SCORE_FIELDS)} (and optionally "
+                f"{FIRST_FIELD}), got {sorted(fused_score)}"
             )
-        fields["fused_score"] = tuple(fused_score[k] for k in FUSED_SCORE_FIELDS)
+        fields["fused_score"] = tuple(fused_score[k] for k in FUSED_SCORE_FIELDS) + (
+            (fused_score[FIRST_FIELD],) if FIRST_FIELD in fused_score else ()
+        )
     elif isinstance(fused_score, list):
         fields["fused_score"] = tuple(fused_score)
     base = DEFAULT_FUSION if fields.get("rule", DEFAULT_FUSION.rule) == DEFAULT_FUSION.rule else Fusion()

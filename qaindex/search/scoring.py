@@ -52,28 +52,37 @@ def hybrid_probability(fusion: Any, dense_probability: Any, bm25: Any, fused: An
 
 
 def fused_probability(fusion: Any, fused: Any, top: Any, match: Any = 0.0) -> np.ndarray:
-    """The calibrated ``score`` of hybrid hits from their fused value (``fusion.fused_score``)::
+    """The calibrated ``score`` of one search's hybrid hits from their fused value (``fusion.fused_score``)::
 
-        p = sigmoid(bias + w_f * fused + w_t * logit(p_top) + w_m * match)
+        p = sigmoid(bias + w_f * fused + w_t * logit(p_top) + w_m * match + w_1 * first)
 
-    ``fused`` is the hit's fused value (:func:`~qaindex.search.fusion.fuse`), ``p_top`` the model's calibrated
-    probability of the question's best model score among the candidates and ``match`` the
-    question's BM25 match (:func:`hybrid_probability`); both are one value per question, and
-    ``w_f`` >= 0, so the score falls with the fused order.
+    ``fused`` holds the hits' fused values (:func:`~qaindex.search.fusion.fuse`) in fused order,
+    ``p_top`` is the model's calibrated probability of the question's best model score among
+    the candidates and ``match`` the question's BM25 match (:func:`hybrid_probability`); both
+    are one value per question. ``first`` is 1 for the search's first hit and 0 for the others:
+    a first hit is right more often than its fused value alone says (its rivals are ranked
+    below it), and a calibration fitted on the top hits of many searches underestimates it
+    without this term. ``w_f`` and ``w_1`` are >= 0, so the score falls with the fused order; a
+    calibration of four weights has no ``w_1``.
 
     Example
     -------
     >>> from qaindex.search.fusion import Fusion
     >>> rule = Fusion("adaptive", fused_score=(0.0, 2.0, 0.0, 0.0))
-    >>> fused_probability(rule, np.array([0.0, 1.0]), 0.5).round(4).tolist()
-    [0.5, 0.8808]
+    >>> fused_probability(rule, np.array([1.0, 0.0]), 0.5).round(4).tolist()
+    [0.8808, 0.5]
+    >>> lifted = Fusion("adaptive", fused_score=(0.0, 2.0, 0.0, 0.0, 1.0))  # the first hit + 1 in logit
+    >>> fused_probability(lifted, np.array([1.0, 0.0]), 0.5).round(4).tolist()
+    [0.9526, 0.5]
     """
     if fusion.fused_score is None:
         raise QueryError("this fusion has no fused score calibration (fused_score)")
-    bias, w_fused, w_top, w_match = fusion.fused_score
+    bias, w_fused, w_top, w_match, *first = fusion.fused_score
     top_p = float(np.clip(np.asarray(top, dtype=np.float64), 1e-6, 1.0 - 1e-6))
-    z = bias + w_fused * np.asarray(fused, dtype=np.float64) + w_top * math.log(top_p / (1.0 - top_p))
-    z = z + w_match * float(match)
+    values = np.asarray(fused, dtype=np.float64)
+    z = bias + w_fused * values + w_top * math.log(top_p / (1.0 - top_p)) + w_match * float(match)
+    if first and values.ndim == 1 and values.size:
+        z[0] += first[0]
     return np.asarray(1.0 / (1.0 + np.exp(-z)))
 
 

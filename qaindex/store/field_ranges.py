@@ -39,6 +39,7 @@ __all__ = [
     "CALIBRATION_METHODS",
     "CALIBRATION_REMEDY",
     "DENSE_RATIO",
+    "FIRST_FIELD",
     "FUSED_SCORE",
     "FUSED_SCORE_FIELDS",
     "FUSION",
@@ -250,6 +251,7 @@ FUSION_RULES = ("rrf", "convex", "adaptive")
 FUSION_FIELDS = ("rule", "c", "weight", "a", "b", "terms", "d", "e", "score", "fused_score")
 SCORE_FIELDS = ("bias", "dense", "bm25", "fused")
 FUSED_SCORE_FIELDS = ("bias", "fused", "top", "match")
+FIRST_FIELD = "first"  # the optional fifth weight of fusion.fused_score (a stored one of four weights has none)
 MATCH_FIELD = "match"  # the optional fifth weight of fusion.score (a stored score of four weights has none)
 _COEFFICIENT = (
     "the adaptive rule clips its parts to [0, 1], and their inputs (the dense/BM25 ratio, a coverage in [0, 1]) "
@@ -303,6 +305,12 @@ FUSED_SCORE = {
     ),
     "top": _WEIGHT,
     "match": _WEIGHT,
+    FIRST_FIELD: Range(
+        0,
+        1000,
+        "the weight of being a search's first hit: at least 0 so that the first hit keeps the highest score "
+        "(one order); beyond 1000 every first hit scores 1",
+    ),
 }
 
 
@@ -330,11 +338,14 @@ def fusion_entry_error(entry: Any) -> str | None:
             return _why(f"fusion.{name}", value, valid)
     fused = entry.get("fused_score")
     if fused is not None:
-        if isinstance(fused, list) and len(fused) == len(FUSED_SCORE_FIELDS):
-            fused = dict(zip(FUSED_SCORE_FIELDS, fused, strict=True))
-        if not isinstance(fused, Mapping) or set(fused) != set(FUSED_SCORE_FIELDS):
+        if isinstance(fused, list) and len(fused) in (4, 5):  # the weights in order (as Fusion.fused_score)
+            fused = dict(zip((*FUSED_SCORE_FIELDS, FIRST_FIELD), fused, strict=False))
+        if not isinstance(fused, Mapping) or set(fused) - {FIRST_FIELD} != set(FUSED_SCORE_FIELDS):
             names = ", ".join(FUSED_SCORE_FIELDS)
-            return f'field "fusion.fused_score" must be an object of exactly {names}, got {_shown(fused)}'
+            return (
+                f'field "fusion.fused_score" must be an object of exactly {names} (and optionally {FIRST_FIELD}), '
+                f"got {_shown(fused)}"
+            )
         for name, value in fused.items():
             if not FUSED_SCORE[name].holds(value):
                 return _why(f"fusion.fused_score.{name}", value, FUSED_SCORE[name])

@@ -187,8 +187,8 @@ def test_calibrate_model_on_a_planted_task(planted_model: Path, tmp_path: Path) 
 
 def test_calibrate_model_fits_the_hybrid_score_on_the_fused_value(planted_model: Path, tmp_path: Path) -> None:
     """With hybrid search, ``calibrate_model`` also fits ``fusion.fused_score``: hybrid hits then
-    score sigmoid(bias + w_f * fused + w_t * logit(p_top) + w_m * match), falling with rank,
-    and the fusion rule is the safe fallback, unchanged."""
+    score sigmoid(bias + w_f * fused + w_t * logit(p_top) + w_m * match + w_1 * first), falling
+    with rank, and the fusion rule is the safe fallback, unchanged."""
     import shutil
     from dataclasses import replace
 
@@ -207,7 +207,8 @@ def test_calibrate_model_fits_the_hybrid_score_on_the_fused_value(planted_model:
     assert json.loads((model_dir / "manifest.json").read_text())["fusion"] == {"fused_score": fitted}
     model = Model.load(model_dir)
     rule = fusion_from(None, model)
-    assert rule.fused_score == (fitted["bias"], fitted["fused"], fitted["top"], fitted["match"])
+    assert rule.fused_score == (fitted["bias"], fitted["fused"], fitted["top"], fitted["match"], fitted["first"])
+    assert fitted["first"] >= 0 and fitted["fused"] >= 0  # the first hit's score stays the highest
     assert replace(rule, fused_score=None) == SAFE_FUSION  # no fitted rule: the safe fallback
     groups = _planted(20, seed=4)
     answers = sorted({c.answer for g in groups for c in g.candidates})[:60]
@@ -219,20 +220,26 @@ def test_calibrate_model_fits_the_hybrid_score_on_the_fused_value(planted_model:
         p_top = float(model.calibration(ranker.search(g.question, k=1, hybrid=False)[0].raw_score))
         terms, length = lexical.query(g.question)
         match = float(lexical.scores(g.question).max()) / lexical.score_bound(terms, length)
-        for h in hits:
+        for i, h in enumerate(hits):
             assert h.explanation is not None and h.explanation.fused is not None
-            z = fitted["bias"] + fitted["fused"] * h.explanation.fused + fitted["match"] * match
+            z = (
+                fitted["bias"]
+                + fitted["fused"] * h.explanation.fused
+                + fitted["match"] * match
+                + fitted["first"] * (i == 0)
+            )
             z += fitted["top"] * np.log(p_top / (1 - p_top))
             assert h.score == pytest.approx(1 / (1 + np.exp(-z)), rel=1e-6)
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     # hybrid_features gives, per question, exactly what the served score reads, and the labels
     asked = [g for g in _planted(80, seed=5) if any(a.split()[0] == g.question.split()[0] for a in answers)][:8]
     relevant = [{i for i, a in enumerate(answers) if a.split()[0] == g.question.split()[0]} for g in asked]  # its topic
-    weights = np.array([fitted["fused"], fitted["top"], fitted["match"]])
+    weights = np.array([fitted["fused"], fitted["top"], fitted["match"], fitted["first"]])
     per_question = hybrid_features(ranker, [g.question for g in asked], relevant, model.calibration, depth=10)
     for g, rows, (x, y) in zip(asked, relevant, per_question, strict=True):
         hits = ranker.search(g.question, k=10)
-        assert x.shape == (len(hits), 3) and y.tolist() == [int(h.row in rows) for h in hits]
+        assert x.shape == (len(hits), 4) and y.tolist() == [int(h.row in rows) for h in hits]
+        assert x[:, 3].tolist() == [1.0] + [0.0] * (len(hits) - 1)  # the first hit
         np.testing.assert_allclose(
             1 / (1 + np.exp(-(fitted["bias"] + x @ weights))), [h.score for h in hits], rtol=1e-6
         )
@@ -300,8 +307,8 @@ def test_fused_score_weights_and_offtopic_share() -> None:
     from qaindex.eval.calibration_fit import OFFTOPIC_SHARE, fit_fused_score, offtopic_weight
 
     rng = np.random.default_rng(6)
-    x = rng.normal(size=(300, 3))
-    y = (x @ np.array([1.5, 0.5, 1.0]) + rng.normal(size=300) > 0).astype(int)
+    x = np.column_stack([rng.normal(size=(300, 3)), np.arange(300) % 10 == 0])  # every tenth a first hit
+    y = (x @ np.array([1.5, 0.5, 1.0, 1.0]) + rng.normal(size=300) > 0).astype(int)
     w = np.where(np.arange(300) < 100, 3.0, 1.0)
     repeat = np.repeat(np.arange(300), w.astype(int))
     np.testing.assert_allclose(fit_fused_score(x, y, w), fit_fused_score(x[repeat], y[repeat]), atol=1e-6)

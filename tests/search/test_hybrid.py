@@ -735,7 +735,7 @@ def _model_with_fusion(tmp_path: Path, fusion: dict[str, Any]) -> Path:
 def test_hybrid_hits_carry_the_fused_score_calibration(tmp_path: Path) -> None:
     """A per-hit score calibration (``score``: sigmoid(bias + w_d * logit(p_dense) + w_l * bm25 +
     w_f * fused)) is capped by the hits above; a fused one (``fused_score``: sigmoid(bias +
-    w_f * fused + w_t * logit(p_top) + w_m * match)) is used as it is; checked through settings
+    w_f * fused + w_t * logit(p_top) + w_m * match [+ w_1 * first])) is used as it is; checked through settings
     whose result is known from the hits' explanations."""
     base = {"rule": "adaptive", "a": -0.25, "b": 1.0, "terms": 10, "weight": 0.5}
     question = "how long does shipping take to canada?"
@@ -763,6 +763,14 @@ def test_hybrid_hits_carry_the_fused_score_calibration(tmp_path: Path) -> None:
     p_top = float(top.model.calibration(best))
     expected = 1 / (1 + np.exp(1.0 - np.log(p_top / (1 - p_top))))
     assert {round(h.score, 9) for h in top.search(question, k=8)} == {round(expected, 9)}
+    # a fifth weight lifts the search's first hit alone, and the same with k 1
+    first = Ranker.build(RECORDS, model=_model_with_fusion(tmp_path, {**base, "fused_score": {
+        "bias": -1.0, "fused": 0.0, "top": 1.0, "match": 0.0, "first": 2.0}}), hybrid=True, question_keys=False)  # fmt: skip
+    lifted = first.search(question, k=8)
+    assert [h.id for h in lifted] == [h.id for h in hits]
+    assert lifted[0].score == pytest.approx(1 / (1 + np.exp(1.0 - 2.0 - np.log(p_top / (1 - p_top)))), rel=1e-9)
+    assert {round(h.score, 9) for h in lifted[1:]} == {round(expected, 9)}
+    assert first.search(question, k=1)[0].score == lifted[0].score
     # the dense search keeps the model's calibration
     dense = fused.search(question, k=3, hybrid=False)
     best = max(h.raw_score for h in dense)

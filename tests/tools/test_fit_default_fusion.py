@@ -24,10 +24,11 @@ def test_the_hybrid_score_is_fitted_on_half_a_and_falls_with_the_fused_value() -
     pool = replace(pool, questions=pool.questions[:120], relevant=pool.relevant[:120])
     collected = {"faq": collect(model, pool)}
     x, y = fit_default_fusion.hit_features(collected["faq"], pool, DEFAULT_FUSION, model, half_a(120))
-    assert x.shape == (60 * 10, 3) and set(np.unique(y)) == {0.0, 1.0}  # the top 10 of half A's 60 questions
+    assert x.shape == (60 * 10, 4) and set(np.unique(y)) == {0.0, 1.0}  # the top 10 of half A's 60 questions
+    assert x[:, 3].tolist() == [1.0, *[0.0] * 9] * 60  # the first hit of each search
     fitted = fit_default_fusion.fit_score(collected, {"faq": pool}, DEFAULT_FUSION, model)
-    assert fitted.score is None and fitted.fused_score is not None and len(fitted.fused_score) == 4
-    assert fitted.fused_score[1] >= 0  # the fused value's weight: the score never rises down the ranking
+    assert fitted.score is None and fitted.fused_score is not None and len(fitted.fused_score) == 5
+    assert fitted.fused_score[1] >= 0 and fitted.fused_score[4] >= 0  # the score never rises down the ranking
     assert replace(fitted, fused_score=None) == replace(DEFAULT_FUSION, score=None)  # the rule is kept
 
 
