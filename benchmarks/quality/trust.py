@@ -13,7 +13,9 @@ For each model (the built-in default and every ``--model``) and each corpus buil
   list (target: 1.0), and the same for dense search;
 - **top hit vs k**: the share of questions whose first hybrid hit is the same with ``k=1``
   and ``k=10`` (target: 1.0);
-- **first hit right**: the share of questions whose first hybrid hit is relevant (P@1);
+- **first hit right**: the share of questions whose first hybrid hit is relevant (P@1), beside
+  the mean ``score`` of those first hits: where the score is a calibrated probability, the two
+  are close;
 - **threshold**: at :data:`THRESHOLD` (the README's and the example support bot's), the
   share of correct top hits kept (``score >= THRESHOLD``; target >= 0.75) and the share of
   off-topic questions refused (top hit below it; target >= 0.90). The off-topic questions of
@@ -209,6 +211,7 @@ def measure(
         ),
         "correct_top_hits": len(correct_top),
         "first_hit_right": len(correct_top) / max(1, len(questions)),
+        "first_hit_score": float(np.mean([hits[0].score if hits else 0.0 for hits in hybrid])),
         "kept": kept,
         "offtopic_questions": len(offtopic),
         "refused": refused,
@@ -286,10 +289,10 @@ def table_markdown(out: dict[str, Any]) -> str:
     t = out["targets"]
     lines = [
         f"| model | corpus | hybrid | dense | bm25s | fusion loss (≤ {t['fusion_loss']}) | order = score | "
-        f"top hit k=1 = k=10 | first hit right | kept at {out['threshold']} (≥ {t['kept']}) | "
+        f"top hit k=1 = k=10 | first hit right | mean first-hit score | kept at {out['threshold']} (≥ {t['kept']}) | "
         f"off-topic refused (≥ {t['refused']}) | "
         f"AUC | best kept at {t['refused']} refused | calibrated on this corpus: kept / refused |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for system, rows in out["results"].items():
         for label, r in rows.items():
@@ -299,6 +302,7 @@ def table_markdown(out: dict[str, Any]) -> str:
                 f"{_cell(r['order_hybrid'], r['order_hybrid'] >= 1.0)} | "
                 f"{_cell(r['top_hit_same_k1_k10'], r['top_hit_same_k1_k10'] >= 1.0)} | "
                 f"{_cell(r.get('first_hit_right', float('nan')), True)} | "
+                f"{_cell(r.get('first_hit_score', float('nan')), True)} | "
                 f"{_cell(r['kept'], r['kept'] >= t['kept'])} | {_cell(r['refused'], r['refused'] >= t['refused'])} | "
                 f"{_cell(r.get('auc', float('nan')), True)} | "
                 f"{_cell(r.get('best_kept', float('nan')), r.get('best_kept', 1.0) >= t['kept'])} | "

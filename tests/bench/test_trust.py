@@ -48,6 +48,7 @@ def test_measure_agrees_with_the_searches_it_summarises(faq_model: Path) -> None
     correct = [h[0] for h, rel in zip(hybrid, relevant, strict=True) if h and h[0].row == rel[0]]
     assert got["correct_top_hits"] == len(correct)
     assert got["offtopic_questions"] == 1
+    assert got["first_hit_score"] == pytest.approx(np.mean([h[0].score for h in hybrid]))
     off_top = ranker.search("what is the capital of france", k=1, hybrid=True)
     for t, (kept, refused) in got["sweep"].items():  # each threshold counted from the hits themselves
         assert kept == (np.mean([h.score >= float(t) for h in correct]) if correct else kept)
@@ -74,7 +75,7 @@ def test_run_and_table_mark_the_missed_targets(faq_model: Path, tmp_path: Path) 
     assert cells[5].endswith("✗") == (row["fusion_loss"] > trust.FUSION_LOSS_TARGET)
     kept = "–" if np.isnan(row["kept"]) else f"{row['kept']:.3f}" + (" ✗" if row["kept"] < trust.KEPT_TARGET else "")
     assert cells[8] == f"{row['first_hit_right']:.3f}" and row["first_hit_right"] == row["correct_top_hits"] / 2
-    assert cells[9] == kept
+    assert cells[10] == kept and cells[9] == f"{row['first_hit_score']:.3f}"
     own = [row["kept_calibrated_here"], row["refused_calibrated_here"]]  # half B's right first hits; off-topic
     assert all(np.isnan(v) or 0 <= v <= 1 for v in own) and cells[-1].count(" / ") == 1
     sweep = [s for s in trust.sweep_markdown(out).splitlines() if s.startswith("| tiny |")]
