@@ -41,7 +41,7 @@ from ..model import Model
 from ..ranker import Ranker
 from ..search.calibration import CALIBRATION_METHODS, Calibration
 from ..store.atomic_files import read_json_object, write_json_atomic
-from ..store.field_ranges import FIRST_FIELD, FUSED_SCORE, FUSED_SCORE_FIELDS
+from ..store.field_ranges import FUSED_SCORE, FUSED_SCORE_WEIGHTS
 from ..text.lexical import tokenizer_available
 
 __all__ = [
@@ -514,12 +514,11 @@ def _fused_score_fit(
     if not 0 < int(y.sum()) < len(y):
         return None
     weights = fit_fused_score(x, y, sw)
-    names = (*FUSED_SCORE_FIELDS, FIRST_FIELD)
-    if not all(FUSED_SCORE[k].holds(v) for k, v in zip(names, weights, strict=True)):
+    if not all(FUSED_SCORE[k].holds(v) for k, v in zip(FUSED_SCORE_WEIGHTS, weights, strict=True)):
         return None
     z = weights[0] + x @ np.asarray(weights[1:])
     return {
-        "fused_score": {k: round(v, 6) for k, v in zip(names, weights, strict=True)},
+        "fused_score": {k: round(v, 6) for k, v in zip(FUSED_SCORE_WEIGHTS, weights, strict=True)},
         "pairs": len(y),
         "ece": expected_calibration_error(1 / (1 + np.exp(-z)), y),
     }

@@ -74,15 +74,13 @@ import numpy as np
 
 from ..errors import ModelFormatError, QueryError
 from ..store.field_ranges import (
-    FIRST_FIELD,
     FUSED_SCORE,
-    FUSED_SCORE_FIELDS,
+    FUSED_SCORE_WEIGHTS,
     FUSION,
     FUSION_FIELDS,
     FUSION_RULES,
     FUSION_SCORE,
-    MATCH_FIELD,
-    SCORE_FIELDS,
+    SCORE_WEIGHTS,
     fusion_entry_error,
 )
 from ..store.field_ranges import RATIO_REMEASURE as RATIO_REMEASURE
@@ -183,25 +181,23 @@ class Fusion:
             raise QueryError(
                 f"the adaptive constant terms must be a number in {FUSION['terms']} (or inf), got {self.terms!r}"
             )
-        names = (*SCORE_FIELDS, MATCH_FIELD)
         if self.score is not None and (
             not isinstance(self.score, tuple)
             or len(self.score) not in (4, 5)
-            or not all(FUSION_SCORE[n].holds(v) for n, v in zip(names, self.score, strict=False))
+            or not all(FUSION_SCORE[n].holds(v) for n, v in zip(SCORE_WEIGHTS, self.score, strict=False))
         ):
             raise QueryError(
                 "the hybrid score calibration must be 4 or 5 finite numbers (bias in "
                 f"{FUSION_SCORE['bias']}, weights in {FUSION_SCORE['dense']}), got {self.score!r}"
             )
-        fused_names = (*FUSED_SCORE_FIELDS, FIRST_FIELD)
         if self.fused_score is not None and (
             not isinstance(self.fused_score, tuple)
             or len(self.fused_score) not in (4, 5)
-            or not all(FUSED_SCORE[n].holds(v) for n, v in zip(fused_names, self.fused_score, strict=False))
+            or not all(FUSED_SCORE[n].holds(v) for n, v in zip(FUSED_SCORE_WEIGHTS, self.fused_score, strict=False))
         ):
             raise QueryError(
-                f"the fused score calibration must be 4 or 5 numbers ({', '.join(fused_names)}; fused and first "
-                f"in {FUSED_SCORE['fused']}, bias in {FUSED_SCORE['bias']}), got {self.fused_score!r}"
+                f"the fused score calibration must be 4 or 5 numbers ({', '.join(FUSED_SCORE_WEIGHTS)}; fused and "
+                f"first in {FUSED_SCORE['fused']}, bias in {FUSED_SCORE['bias']}), got {self.fused_score!r}"
             )
 
     def to_json(self) -> dict[str, Any]:
@@ -209,9 +205,9 @@ class Fusion:
         if self.rule == "adaptive":
             out.update(a=self.a, b=self.b, terms=None if math.isinf(self.terms) else self.terms, d=self.d, e=self.e)
         if self.score is not None:
-            out["score"] = dict(zip((*SCORE_FIELDS, MATCH_FIELD), self.score, strict=False))
+            out["score"] = dict(zip(SCORE_WEIGHTS, self.score, strict=False))
         if self.fused_score is not None:
-            out["fused_score"] = dict(zip((*FUSED_SCORE_FIELDS, FIRST_FIELD), self.fused_score, strict=False))
+            out["fused_score"] = dict(zip(FUSED_SCORE_WEIGHTS, self.fused_score, strict=False))
         return out
 
 
@@ -229,6 +225,21 @@ FIELDS = FUSION_FIELDS
 CANDIDATE_FLOOR = 100
 
 
+def _weights(value: Any, names: tuple[str, ...], what: str) -> Any:
+    """A score calibration's weights as a tuple in the order of ``names`` (the last optional),
+    from an object or a list; anything else as it is (for :class:`Fusion` to refuse)."""
+    if isinstance(value, list):
+        return tuple(value)
+    if not isinstance(value, Mapping):
+        return value
+    if set(value) - {names[-1]} != set(names[:-1]):
+        raise QueryError(
+            f"the {what} score calibration needs exactly {', '.join(names[:-1])} (and optionally "
+            f"{names[-1]}), got {sorted(value)}"
+        )
+    return tuple(value[k] for k in names if k in value)
+
+
 def _from_mapping(value: Mapping[str, Any]) -> Fusion:
     unknown = set(value) - set(FIELDS)
     if unknown:
@@ -236,30 +247,9 @@ def _from_mapping(value: Mapping[str, Any]) -> Fusion:
     fields = dict(value)
     if fields.get("terms", 0) is None:  # JSON has no inf
         fields["terms"] = math.inf
-    score = fields.get("score")
-    if isinstance(score, Mapping):
-        if set(score) - {MATCH_FIELD} != set(SCORE_FIELDS):
-            raise QueryError(
-                f"the hybrid score calibration needs exactly {', '.join(SCORE_FIELDS)} (and optionally "
-                f"{MATCH_FIELD}), got {sorted(score)}"
-            )
-        fields["score"] = tuple(score[k] for k in SCORE_FIELDS) + (
-            (score[MATCH_FIELD],) if MATCH_FIELD in score else ()
-        )
-    elif isinstance(score, list):
-        fields["score"] = tuple(score)
-    fused_score = fields.get("fused_score")
-    if isinstance(fused_score, Mapping):
-        if set(fused_score) - {FIRST_FIELD} != set(FUSED_SCORE_FIELDS):
-            raise QueryError(
-                f"the fused score calibration needs exactly {', '.join(FUSED_SCORE_FIELDS)} (and optionally "
-                f"{FIRST_FIELD}), got {sorted(fused_score)}"
-            )
-        fields["fused_score"] = tuple(fused_score[k] for k in FUSED_SCORE_FIELDS) + (
-            (fused_score[FIRST_FIELD],) if FIRST_FIELD in fused_score else ()
-        )
-    elif isinstance(fused_score, list):
-        fields["fused_score"] = tuple(fused_score)
+    for key, names, what in (("score", SCORE_WEIGHTS, "hybrid"), ("fused_score", FUSED_SCORE_WEIGHTS, "fused")):
+        if key in fields:
+            fields[key] = _weights(fields[key], names, what)
     base = DEFAULT_FUSION if fields.get("rule", DEFAULT_FUSION.rule) == DEFAULT_FUSION.rule else Fusion()
     return replace(base, **fields)
 

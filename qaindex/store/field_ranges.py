@@ -42,6 +42,7 @@ __all__ = [
     "FIRST_FIELD",
     "FUSED_SCORE",
     "FUSED_SCORE_FIELDS",
+    "FUSED_SCORE_WEIGHTS",
     "FUSION",
     "FUSION_FIELDS",
     "FUSION_RULES",
@@ -52,6 +53,7 @@ __all__ = [
     "MATCH_FIELD",
     "RATIO_REMEASURE",
     "SCORE_FIELDS",
+    "SCORE_WEIGHTS",
     "Range",
     "calibration_entry_error",
     "check_term_counts",
@@ -253,6 +255,8 @@ SCORE_FIELDS = ("bias", "dense", "bm25", "fused")
 FUSED_SCORE_FIELDS = ("bias", "fused", "top", "match")
 FIRST_FIELD = "first"  # the optional fifth weight of fusion.fused_score (a stored one of four weights has none)
 MATCH_FIELD = "match"  # the optional fifth weight of fusion.score (a stored score of four weights has none)
+SCORE_WEIGHTS = (*SCORE_FIELDS, MATCH_FIELD)  # fusion.score's weights in order, the last optional
+FUSED_SCORE_WEIGHTS = (*FUSED_SCORE_FIELDS, FIRST_FIELD)  # fusion.fused_score's, the last optional
 _COEFFICIENT = (
     "the adaptive rule clips its parts to [0, 1], and their inputs (the dense/BM25 ratio, a coverage in [0, 1]) "
     "are of order 1: a constant beyond 1000 is a fit that diverged"
@@ -336,32 +340,27 @@ def fusion_entry_error(entry: Any) -> str | None:
             continue
         if not valid.holds(value):
             return _why(f"fusion.{name}", value, valid)
-    fused = entry.get("fused_score")
-    if fused is not None:
-        if isinstance(fused, list) and len(fused) in (4, 5):  # the weights in order (as Fusion.fused_score)
-            fused = dict(zip((*FUSED_SCORE_FIELDS, FIRST_FIELD), fused, strict=False))
-        if not isinstance(fused, Mapping) or set(fused) - {FIRST_FIELD} != set(FUSED_SCORE_FIELDS):
-            names = ", ".join(FUSED_SCORE_FIELDS)
-            return (
-                f'field "fusion.fused_score" must be an object of exactly {names} (and optionally {FIRST_FIELD}), '
-                f"got {_shown(fused)}"
-            )
-        for name, value in fused.items():
-            if not FUSED_SCORE[name].holds(value):
-                return _why(f"fusion.fused_score.{name}", value, FUSED_SCORE[name])
-    score = entry.get("score")
-    if score is None:
+    return _weights_error(entry, "fused_score", FUSED_SCORE_WEIGHTS, FUSED_SCORE) or _weights_error(
+        entry, "score", SCORE_WEIGHTS, FUSION_SCORE
+    )
+
+
+def _weights_error(entry: Mapping[str, Any], key: str, names: tuple[str, ...], ranges: dict[str, Range]) -> str | None:
+    """Why ``entry[key]``, logistic weights named ``names`` (the last optional) as an object or
+    a list in that order, is invalid, or None (also when it is absent)."""
+    weights = entry.get(key)
+    if weights is None:
         return None
-    if isinstance(score, list) and len(score) in (4, 5):  # the weights in order (as Fusion.score)
-        score = dict(zip((*SCORE_FIELDS, MATCH_FIELD), score, strict=False))
-    if not isinstance(score, Mapping) or set(score) - {MATCH_FIELD} != set(SCORE_FIELDS):
+    if isinstance(weights, list) and len(weights) in (len(names) - 1, len(names)):
+        weights = dict(zip(names, weights, strict=False))
+    if not isinstance(weights, Mapping) or set(weights) - {names[-1]} != set(names[:-1]):
         return (
-            f'field "fusion.score" must be an object of exactly {", ".join(SCORE_FIELDS)} (and optionally '
-            f"{MATCH_FIELD}), got {_shown(score)}"
+            f'field "fusion.{key}" must be an object of exactly {", ".join(names[:-1])} (and optionally '
+            f"{names[-1]}), got {_shown(weights)}"
         )
-    for name, value in score.items():
-        if not FUSION_SCORE[name].holds(value):
-            return _why(f"fusion.score.{name}", value, FUSION_SCORE[name])
+    for name, value in weights.items():
+        if not ranges[name].holds(value):
+            return _why(f"fusion.{key}.{name}", value, ranges[name])
     return None
 
 
