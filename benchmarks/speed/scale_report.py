@@ -136,8 +136,10 @@ def dense_p50(r: dict[str, Any]) -> float:
     return float(r.get("single_1_thread_dense", r["single_1_thread"])["p50_ms"])
 
 
-def difficulty_lines(d: dict[str, Any] | None) -> list[str]:
-    """A paragraph from ``benchmarks/speed/ann_difficulty.py``'s results: each coarse stage's cost at recall 0.99."""
+def difficulty_lines(d: dict[str, Any] | None, *, contrast: bool = True) -> list[str]:
+    """A paragraph from ``benchmarks/speed/ann_difficulty.py``'s results: each coarse stage's cost
+    at recall 0.99 (after the vectors' contrast unless ``contrast`` is False), and the routed
+    inverted lists when the run compared them."""
     if d is None:
         return []
     c = d["contrast"]
@@ -149,18 +151,80 @@ def difficulty_lines(d: dict[str, Any] | None) -> list[str]:
         best = hit or max(rows, key=lambda r: r["recall_at_10"])
         verb = "reaches" if hit else "peaks at"
         where = "" if kind == "flat" else f" at breadth {best['breadth']:,}"
-        parts.append(f"{kind} {verb} {best['recall_at_10']:.4f}{where} in {best['p50_ms']:.2f} ms")
-    return [
-        "",
+        built = f" (built in {cur['build_s']:,.0f} s)" if kind.startswith("hnsw:") else ""
+        parts.append(f"{kind} {verb} {best['recall_at_10']:.4f}{where} in {best['p50_ms']:.2f} ms{built}")
+    head = (
         f"Coarse stages compared (`benchmarks/speed/ann_difficulty.py`, model `{d.get('model', 'built-in')}`, "
-        f"{d['answers']:,} answers, {d['questions']} questions, coarse stage alone, 1 thread): the answers' mean "
-        f"unit vector has length {c['mean_direction_length']:.2f} (1: every answer points one way; 0: no shared "
-        f"direction); a question's best answer has cosine {qa['1st']:.3f}, its 10th {qa['10th']:.3f}, the median "
-        f"answer {qa['median']:.3f}; an answer's nearest other answer {c['answer_to_answer_cosine']['1st']:.3f}. "
-        "The smallest breadth of each kind that reaches recall@10 0.99 against exact search (or its best): "
+        f"{d['answers']:,} answers, {d['questions']} questions, coarse stage alone, 1 thread)"
+    )
+    if contrast:
+        head += (
+            f": the answers' mean unit vector has length {c['mean_direction_length']:.2f} (1: every answer points "
+            f"one way; 0: no shared direction); a question's best answer has cosine {qa['1st']:.3f}, its 10th "
+            f"{qa['10th']:.3f}, the median answer {qa['median']:.3f}; an answer's nearest other answer "
+            f"{c['answer_to_answer_cosine']['1st']:.3f}. "
+        )
+    else:
+        head += (
+            " with other settings (`hnsw:M`: M links per node, 32 above; `pq:C`: C coordinates per "
+            "sub-quantiser, 4 above). "
+        )
+    text = (
+        head
+        + "The smallest breadth of each kind that reaches recall@10 0.99 against exact search (or its best): "
         + "; ".join(parts)
-        + f" (load average {d['load_average_before'][0]:.1f} before, {d['load_average_after'][0]:.1f} after).",
-    ]
+        + f" (load average {d['load_average_before'][0]:.1f} before, {d['load_average_after'][0]:.1f} after)."
+    )
+    if "routing" in d:
+        text += " " + routing_sentence(d["routing"])
+    queries = query_sets_sentence(d)
+    return ["", text] + (["", queries] if queries else [])
+
+
+def _first_at(rows: list[dict[str, Any]], recall: Any) -> str:
+    """Where a curve first reaches 0.99 (``recall(row)``), or its best."""
+    hit = next((r for r in rows if recall(r) >= 0.99), None)
+    if hit is not None:
+        return f"0.99 at breadth {hit['breadth']:,}"
+    best = max(rows, key=recall)
+    return f"only {recall(best):.3f} (breadth {best['breadth']:,})"
+
+
+def query_sets_sentence(d: dict[str, Any]) -> str:
+    """Where each curve of a ``--query-sets`` run reaches recall@10 0.99 for each set of queries."""
+    parts = []
+    for kind, cur in d["curves"].items():
+        rows = cur["rows"]
+        if "recall_by_queries" not in rows[0]:
+            continue
+        found = [f"the measured questions {_first_at(rows, lambda r: r['recall_at_10'])}"]
+        for name in rows[0]["recall_by_queries"]:
+            found.append(f"{name} {_first_at(rows, lambda r, n=name: r['recall_by_queries'][n])}")
+        parts.append(f"{kind}: " + ", ".join(found))
+    if not parts:
+        return ""
+    return (
+        "The same curves for other queries (recall only; the pseudo-questions are cut from answers, "
+        "that answer left out of their truth, as a build-time tuning cuts them): " + "; ".join(parts) + "."
+    )
+
+
+def routing_sentence(r: dict[str, Any]) -> str:
+    """``ann_difficulty``'s routed inverted lists in one sentence: each scheme's recall@10 at the
+    fewest lists probed that reach 0.99 (or at its widest probe) and the share of answers scanned."""
+    parts = []
+    for name, rows in r["schemes"].items():
+        hit = next((x for x in rows if x["recall_at_10"] >= 0.99), None)
+        row = hit or rows[-1]
+        verb = "reach" if hit else "reach only"
+        parts.append(
+            f"{name} {verb} {row['recall_at_10']:.3f} probing {row['probe']:,} lists "
+            f"({row['scanned']:.1%} of the answers scanned)"
+        )
+    return (
+        f"Inverted lists of {r['lists']:,} lists, every answer of the probed lists scored exactly (routed by "
+        f"{r['pseudo_questions']:,} pseudo-questions where the lists are the questions'): " + "; ".join(parts) + "."
+    )
 
 
 def readme_body(results: dict[str, Any]) -> str:
@@ -326,6 +390,7 @@ def markdown(results: dict[str, Any]) -> str:
         read_sweep(sweeps_path(difficulty), "1m"),
     ):
         lines += difficulty_lines(d)
+    lines += difficulty_lines(read_sweep(sweeps_path(difficulty), "1m-links"), contrast=False)
     lines += [
         "",
         "MiniLM answer vectors beyond its pool of encoded real sentences are normalised means of pool "

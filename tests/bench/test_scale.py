@@ -14,6 +14,8 @@ import pytest
 
 from qaindex import Ranker
 from qaindex.geometry import hyperbolic
+from qaindex.model import Model
+from qaindex.vector_index import exact_search
 
 ROOT = Path(__file__).resolve().parents[2]
 from helpers.bench_data import tiny_datasets  # noqa: E402
@@ -181,3 +183,73 @@ def test_ann_difficulty_measures_against_brute_force(data: Path, tmp_path: Path)
     )
     assert json.loads((tmp_path / "a.json").read_text())["curves"]["flat"]["rows"][0]["recall_at_10"] == 1.0
     assert out["answers"] == 120
+
+
+def test_ann_difficulty_hnsw_links_and_routed_lists(data: Path, tmp_path: Path) -> None:
+    from benchmarks.speed import ann_difficulty
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(400, 8))
+    a = (x / np.linalg.norm(x, axis=1, keepdims=True) * rng.uniform(0.3, 0.9, (400, 1))).astype(np.float32)
+    q = (a[:20] * 0.8).astype(np.float32)
+    d = hyperbolic.relative_distance(q.astype(np.float64)[:, None, :], a.astype(np.float64)[None, :, :])
+    truth = np.argsort(d, axis=1, kind="stable")[:, :10]
+    # "hnsw:M": M links per node
+    assert ann_difficulty.curve("hnsw:12", a, q, truth, "relative", [100])["params"]["M"] == 12
+    # recall and share scanned from each true answer's lists: 2 questions, 3 lists of sizes 5, 3, 2
+    order = np.array([[0, 1, 2], [2, 0, 1]])
+    held = [[np.array([0]), np.array([1, 2])], [np.array([1]), np.array([2])]]
+    rows = ann_difficulty._routed(order, held, np.array([5, 3, 2]), 10)
+    assert [(r["probe"], r["recall_at_10"], r["scanned"]) for r in rows] == [(1, 0.5, 0.35), (2, 0.75, 0.75)]
+    # on a real corpus: probing every list finds every true answer, and recall grows with the probes
+    model = Model.load(None)
+    texts = [f"answer {i} about topic {i % 7} and item {i % 11} with detail {i % 13}" for i in range(400)]
+    vectors = model.encode(texts, role="answer")
+    questions = model.encode([f"which topic {i % 7} item {i % 11}" for i in range(20)], role="question")
+    _, exact = exact_search(questions, vectors, 10, geometry="poincare", ranking=model.ranking)
+    out = ann_difficulty.routing(vectors, questions, exact, texts, model, 8, 300)
+    assert out["lists"] == 8 and out["pseudo_questions"] == 300
+    for name, scheme in out["schemes"].items():
+        recalls = [r["recall_at_10"] for r in scheme]
+        assert recalls == sorted(recalls), name
+        assert scheme[-1]["probe"] == 8 and recalls[-1] == 1.0, name
+    assert out["schemes"]["answer lists"][-1]["scanned"] == 1.0
+    assert out["schemes"]["question lists + spill"][-1]["scanned"] >= 1.0  # answers in several lists count again
+    # pseudo-questions: words of their answer, in order; an answer never in its own pseudo-questions' truth
+    distinct = [" ".join(f"w{i}x{j}" for j in range(12)) for i in range(40)]
+    cut, rows = ann_difficulty.cut_words(distinct, 30, 4, 8, scattered=True, seed=1)
+    for text, row in zip(cut, rows, strict=True):
+        words, source = text.split(), distinct[row].split()
+        assert 4 <= len(words) <= 8 and all(w in source for w in words)
+        assert [source.index(w) for w in words] == sorted(source.index(w) for w in words)
+    sets = ann_difficulty.query_sets(vectors, texts, ["which topic 3"] * 5, model, 20)
+    spans = ann_difficulty.answer_spans(texts, 20)[1]
+    truth = sets["answer spans (the tuning's)"][1]
+    assert truth.shape == (20, 10) and not any(row in t for row, t in zip(spans, truth, strict=True))
+    assert set(sets) == {"other questions", "answer spans (the tuning's)", "spans of 2-4 words", "4-8 scattered words"}
+
+
+def test_scale_report_names_where_each_query_set_reaches_the_target() -> None:
+    from benchmarks.speed import scale_report
+
+    rows = [
+        {"breadth": 64, "recall_at_10": 0.98, "p50_ms": 0.3, "recall_by_queries": {"spans": 0.95}},
+        {"breadth": 128, "recall_at_10": 0.991, "p50_ms": 0.5, "recall_by_queries": {"spans": 0.97}},
+    ]
+    d = {"curves": {"hnsw:64": {"rows": rows, "build_s": 375.0}}}
+    assert scale_report.query_sets_sentence(d).endswith(
+        "hnsw:64: the measured questions 0.99 at breadth 128, spans only 0.970 (breadth 128)."
+    )
+    routing = {
+        "lists": 4,
+        "pseudo_questions": 9,
+        "schemes": {
+            "answer lists": [
+                {"probe": 1, "recall_at_10": 0.5, "scanned": 0.25},
+                {"probe": 2, "recall_at_10": 0.995, "scanned": 0.5},
+            ]
+        },
+    }
+    assert "answer lists reach 0.995 probing 2 lists (50.0% of the answers scanned)" in scale_report.routing_sentence(
+        routing
+    )
