@@ -138,15 +138,21 @@ def test_the_benchmark_writes_its_json_and_table(data: Path, tmp_path: Path) -> 
     assert "| 70 | flat |" in table.read_text()
 
 
+def _ball_points(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``n`` answers in the 8-dimensional Poincaré ball, 20 questions near the first ones, and
+    each question's brute-force top 10 under the relative ranking."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 8))
+    a = (x / np.linalg.norm(x, axis=1, keepdims=True) * rng.uniform(0.3, 0.9, (n, 1))).astype(np.float32)
+    q = (a[:20] * 0.8).astype(np.float32)
+    d = hyperbolic.relative_distance(q.astype(np.float64)[:, None, :], a.astype(np.float64)[None, :, :])
+    return a, q, np.argsort(d, axis=1, kind="stable")[:, :10]
+
+
 def test_ann_difficulty_measures_against_brute_force(data: Path, tmp_path: Path) -> None:
     from benchmarks.speed import ann_difficulty
 
-    rng = np.random.default_rng(5)
-    x = rng.normal(size=(300, 8))
-    a = (x / np.linalg.norm(x, axis=1, keepdims=True) * rng.uniform(0.3, 0.9, (300, 1))).astype(np.float32)
-    q = (a[:20] * 0.8).astype(np.float32)
-    d = hyperbolic.relative_distance(q.astype(np.float64)[:, None, :], a.astype(np.float64)[None, :, :])
-    truth = np.argsort(d, axis=1, kind="stable")[:, :10]
+    a, q, truth = _ball_points(300, 5)
     # the exact rerank of every row is the brute force
     every = np.broadcast_to(np.arange(300), (20, 300))
     assert np.array_equal(ann_difficulty.rerank(q, a, every, "relative"), truth)
@@ -188,12 +194,7 @@ def test_ann_difficulty_measures_against_brute_force(data: Path, tmp_path: Path)
 def test_ann_difficulty_hnsw_links_and_routed_lists(data: Path, tmp_path: Path) -> None:
     from benchmarks.speed import ann_difficulty
 
-    rng = np.random.default_rng(7)
-    x = rng.normal(size=(400, 8))
-    a = (x / np.linalg.norm(x, axis=1, keepdims=True) * rng.uniform(0.3, 0.9, (400, 1))).astype(np.float32)
-    q = (a[:20] * 0.8).astype(np.float32)
-    d = hyperbolic.relative_distance(q.astype(np.float64)[:, None, :], a.astype(np.float64)[None, :, :])
-    truth = np.argsort(d, axis=1, kind="stable")[:, :10]
+    a, q, truth = _ball_points(400, 7)
     # "hnsw:M": M links per node
     assert ann_difficulty.curve("hnsw:12", a, q, truth, "relative", [100])["params"]["M"] == 12
     # recall and share scanned from each true answer's lists: 2 questions, 3 lists of sizes 5, 3, 2
