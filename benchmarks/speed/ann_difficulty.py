@@ -203,9 +203,11 @@ def query_sets(
 ROUTING_PROBES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 
 
-def _lists(assign: np.ndarray, nlist: int) -> np.ndarray:
-    """The number of answers in each list, from each answer's list."""
-    return np.bincount(assign, minlength=nlist)
+def _one_list_each(order: np.ndarray, assign: np.ndarray, truth: np.ndarray, nlist: int) -> list[dict[str, Any]]:
+    """:func:`_routed` of lists that hold each answer once (``assign``: each answer's list)."""
+    return _routed(
+        order, [[assign[[t]] for t in row] for row in truth], np.bincount(assign, minlength=nlist), len(assign)
+    )
 
 
 def _routed(
@@ -259,17 +261,14 @@ def routing(
     km.train(db[rng.choice(len(db), min(len(db), 100 * nlist), replace=False)])
     near = faiss.IndexFlatL2(db.shape[1])
     near.add(km.centroids)
-    assign = near.search(db, 1)[1][:, 0]
-    held = [[assign[[t]] for t in row] for row in truth]
-    schemes["answer lists"] = _routed(near.search(lq, nlist)[1], held, _lists(assign, nlist), len(a))
+    schemes["answer lists"] = _one_list_each(near.search(lq, nlist)[1], near.search(db, 1)[1][:, 0], truth, nlist)
     kq = faiss.Kmeans(pseudo.shape[1], nlist, niter=20, seed=1)
     kq.train(pseudo)
     as_question = faiss.IndexFlatIP(pseudo.shape[1])
     as_question.add(kq.centroids)
     assign = as_question.search(db, 1)[1][:, 0]
     order = as_question.search(lq, nlist)[1]
-    held = [[assign[[t]] for t in row] for row in truth]
-    schemes["question lists"] = _routed(order, held, _lists(assign, nlist), len(a))
+    schemes["question lists"] = _one_list_each(order, assign, truth, nlist)
     everything = faiss.IndexFlatIP(db.shape[1])
     everything.add(db)
     found = everything.search(pseudo[: min(len(pseudo), 20_000)], 20)[1]
@@ -279,8 +278,9 @@ def routing(
     pairs = np.unique(np.concatenate([assign * n + np.arange(n), spilled]))  # list * n + row, each once
     sizes = np.bincount(pairs // n, minlength=nlist)
     by_row = np.sort(pairs % n * nlist + pairs // n)  # row * nlist + list: a row's lists side by side
-    bounds = np.searchsorted(by_row, np.stack([np.unique(truth) * nlist, (np.unique(truth) + 1) * nlist]))
-    where = {int(t): by_row[lo:hi] % nlist for t, lo, hi in zip(np.unique(truth), *bounds, strict=True)}
+    true_rows = np.unique(truth)
+    bounds = np.searchsorted(by_row, np.stack([true_rows * nlist, (true_rows + 1) * nlist]))
+    where = {int(t): by_row[lo:hi] % nlist for t, lo, hi in zip(true_rows, *bounds, strict=True)}
     held = [[where[int(t)] for t in row] for row in truth]
     schemes["question lists + spill"] = _routed(order, held, sizes, n)
     for name, rows in schemes.items():
