@@ -33,6 +33,7 @@ GENERATORS: dict[str, str] = {
     "search-keys": "benchmarks.quality.search_keys",
     "ranking-rules": "benchmarks.quality.ranking_rules",
     "fusion-pseudo": "benchmarks.quality.fusion_pseudo",
+    "score-features": "benchmarks.quality.score_features",
     "adapt-build": "benchmarks.speed.adapt_build",
     "minilm-tier": "benchmarks.speed.minilm_tier",
     "large": "benchmarks.speed.large",

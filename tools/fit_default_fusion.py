@@ -60,14 +60,15 @@ from qaindex.store.atomic_files import read_json_object, write_json_atomic
 def hit_features(
     c: Collected, pool: Pool, fusion: Fusion, model: Model, mask: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Features (the fused value, the calibrated logit of the question's best model score among
-    its candidates, the question's BM25 match, whether the hit is the first) and labels of the
-    top-``K`` hybrid hits of the questions in ``mask`` (as ``hybrid_arrays``)."""
+    """Features (``qaindex.eval.calibration_fit.FUSED_FEATURES``: the fused value, the calibrated
+    logit of the question's best model score among its candidates, the question's BM25 match,
+    whether the hit is the first, the question's lexical coverage and ln(1 + its BM25 terms))
+    and labels of the top-``K`` hybrid hits of the questions in ``mask`` (as ``hybrid_arrays``)."""
     feats: list[list[float]] = []
     labels: list[int] = []
     for i in np.flatnonzero(mask):
         rows, s, lex = c.rows[i], c.dense[i], c.lexical[i]
-        cov = c.coverage[i] if fusion.e else 0.0
+        cov = c.coverage[i]
         fused = fuse(s, lex, Fusion("convex", weight=dense_weight(fusion, c.ratio, c.terms[i], cov)), CANDIDATE_FLOOR)
         order = np.lexsort((rows, -s.astype(np.float64), -fused))[:K]
         top = float(np.clip(model.calibration(float(s.max())), 1e-6, 1 - 1e-6))
@@ -75,7 +76,8 @@ def hit_features(
         bound = c.ranker.state().lexical.score_bound(c.query_terms[i], c.terms[i])  # type: ignore[union-attr]
         match = best / bound if bound > 0 else 0.0
         for rank, row in enumerate(order):
-            feats.append([float(fused[row]), math.log(top / (1 - top)), match, float(rank == 0)])
+            first = float(rank == 0)
+            feats.append([float(fused[row]), math.log(top / (1 - top)), match, first, cov, math.log1p(c.terms[i])])
             labels.append(int(rows[row] in pool.relevant[i]))
     return np.asarray(feats), np.asarray(labels, np.float64)
 

@@ -40,12 +40,15 @@ from ..errors import ModelFormatError, QueryError
 from ..model import Model
 from ..ranker import Ranker
 from ..search.calibration import CALIBRATION_METHODS, Calibration
+from ..search.fusion import best_coverage
 from ..store.atomic_files import read_json_object, write_json_atomic
 from ..store.field_ranges import FUSED_SCORE, FUSED_SCORE_WEIGHTS
 from ..text.lexical import tokenizer_available
 
 __all__ = [
     "DEFAULT_DEPTH",
+    "FITTED_FEATURES",
+    "FUSED_FEATURES",
     "OFFTOPIC_SHARE",
     "calibrate_model",
     "calibration_pairs",
@@ -193,41 +196,60 @@ def _fit_platt(r: np.ndarray, y: np.ndarray, gap: np.ndarray | None, sw: np.ndar
     return Calibration("platt", a=float(a), b=float(b), c=float(c))
 
 
-def fit_fused_score(features: Any, labels: Any, weights: Any = None) -> tuple[float, ...]:
+# the columns of the fused score's features (hybrid_features), in the order of its weights after the bias
+FUSED_FEATURES = FUSED_SCORE_WEIGHTS[1:]
+# the features a new fit reads: all but the match, which the coverage replaces (a BM25 score over
+# its bound grows with the answers' length and repeated words, so it does not carry across corpora)
+FITTED_FEATURES = tuple(f for f in FUSED_FEATURES if f != "match")
+
+
+def fit_fused_score(
+    features: Any, labels: Any, weights: Any = None, reads: Sequence[str] = FITTED_FEATURES
+) -> tuple[float, ...]:
     """The hybrid score calibration of the fused value (``fused_score``,
     :func:`qaindex.search.scoring.fused_probability`): logistic regression of 0/1 ``labels`` on
-    ``features`` (n, 4): each hit's fused value, the calibrated logit of its question's best
-    model score, the question's BM25 match and whether the hit is its search's first (1 or
-    0), each row counting ``weights`` times (default once). The weights of the fused value and
-    of the first hit are kept >= 0, so the score falls with the fused order: a fit against the
-    order refits without the first hit, then without the fused value too.
+    ``features`` (n, 6), the columns :data:`FUSED_FEATURES`: each hit's fused value, the
+    calibrated logit of its question's best model score, the question's BM25 match, whether the
+    hit is its search's first (1 or 0), the question's lexical coverage and ``ln(1 + n(q))``,
+    each row counting ``weights`` times (default once). The fit reads the columns named in
+    ``reads`` (default :data:`FITTED_FEATURES`: all but the match), the others weigh 0. The
+    weights of the fused value and of the first hit are kept >= 0, so the score falls with the
+    fused order: a fit against the order refits without the first hit, then without the fused
+    value too.
 
     Returns
     -------
     tuple
-        ``(bias, w_fused, w_top, w_match, w_first)``.
+        ``(bias, w_fused, w_top, w_match, w_first, w_coverage, w_length)``.
 
     Example
     -------
-    >>> x = np.array([[f, 0.0, 0.5, float(f == 0.9)] for f in (0.1, 0.4, 0.6, 0.9)] * 25)
-    >>> bias, w_fused, w_top, w_match, w_first = fit_fused_score(x, [0, 0, 1, 1] * 25)
-    >>> w_fused > 0 and w_first >= 0
-    True
+    >>> x = np.array([[f, 0.0, 0.5, float(f == 0.9), 0.5, 1.0] for f in (0.1, 0.4, 0.6, 0.9)] * 25)
+    >>> bias, w_fused, w_top, w_match, w_first, w_coverage, w_length = fit_fused_score(x, [0, 0, 1, 1] * 25)
+    >>> w_fused > 0 and w_first >= 0, w_match
+    (True, 0.0)
     """
     x = np.asarray(features, dtype=np.float64)
     y = np.asarray(labels, dtype=np.float64).ravel()
-    if x.ndim != 2 or x.shape != (len(y), 4) or not np.isfinite(x).all():
-        raise QueryError(f"fused score features must be finite numbers of shape (n, 4), got {x.shape}")
+    width = len(FUSED_FEATURES)
+    if x.ndim != 2 or x.shape != (len(y), width) or not np.isfinite(x).all():
+        raise QueryError(f"fused score features must be finite numbers of shape (n, {width}), got {x.shape}")
     positives = int(y.sum())
     if not np.isin(y, (0.0, 1.0)).all() or positives in (0, len(y)):
         raise QueryError(f"the fused score fit needs 0/1 labels, both present; got {positives} relevant of {len(y)}")
     sw = _check_weights(weights, len(y))
-    for kept in ([0, 1, 2, 3], [0, 1, 2], [1, 2]):  # the fused value (0) and the first hit (3) must not weigh < 0
+    unknown = sorted(set(reads) - set(FUSED_FEATURES))
+    if unknown or not reads:
+        raise QueryError(f"the fused score fit reads some of {', '.join(FUSED_FEATURES)}; got {list(reads)}")
+    fused, first = FUSED_FEATURES.index("fused"), FUSED_FEATURES.index("first")
+    columns = [FUSED_FEATURES.index(f) for f in FUSED_FEATURES if f in reads]
+    # the fused value and the first hit must not weigh < 0: drop the first hit, then the fused value
+    for kept in (columns, [c for c in columns if c != first], [c for c in columns if c not in (fused, first)]):
         w = _logistic(x[:, kept], y, sw)
         out = dict(zip(kept, w[:-1], strict=True))
-        if out.get(0, 0.0) >= 0 and out.get(3, 0.0) >= 0:
+        if out.get(fused, 0.0) >= 0 and out.get(first, 0.0) >= 0:
             break
-    return float(w[-1]), *(float(out.get(j, 0.0)) for j in range(4))
+    return float(w[-1]), *(float(out.get(j, 0.0)) for j in range(width))
 
 
 def _fit_isotonic(r: np.ndarray, y: np.ndarray, sw: np.ndarray) -> Calibration:
@@ -436,14 +458,15 @@ def hybrid_features(
     (best first; empty arrays when it has no hit): what
     :func:`qaindex.search.scoring.fused_probability` reads and :func:`fit_fused_score` fits.
 
-    The features of a hit are its fused value, the logit of ``calibration``'s probability of
-    its question's best model score (the top of a dense search of the same index), the
-    question's BM25 match (the best BM25 score over the question's bound) and whether it is the
-    search's first hit (1, else 0).
+    The features of a hit (:data:`FUSED_FEATURES`) are its fused value, the logit of
+    ``calibration``'s probability of its question's best model score (the top of a dense search
+    of the same index), the question's BM25 match (the best BM25 score over the question's
+    bound), whether it is the search's first hit (1, else 0), the question's lexical coverage
+    (that of its best BM25 answer) and ``ln(1 + n(q))``, ``n(q)`` its number of BM25 terms.
 
     Returns
     -------
-    list of (numpy.ndarray (n, 4), numpy.ndarray (n,))
+    list of (numpy.ndarray (n, 6), numpy.ndarray (n,))
         One ``(features, labels)`` per question; a label is 1 when the hit's row is in the
         question's ``relevant`` set.
     """
@@ -455,16 +478,19 @@ def hybrid_features(
     out: list[tuple[np.ndarray, np.ndarray]] = []
     for question, found, top, rows in zip(questions, hits, tops, relevant, strict=True):
         if not found:
-            out.append((np.zeros((0, 4)), np.zeros(0, np.int64)))
+            out.append((np.zeros((0, len(FUSED_FEATURES))), np.zeros(0, np.int64)))
             continue
         p = float(np.clip(calibration(top[0].raw_score), 1e-6, 1 - 1e-6))
         terms, length = lexical.query(question)
         bound = lexical.score_bound(terms, length)
-        match = float(lexical.scores_of_terms(terms).max()) / bound if bound > 0 else 0.0
+        scores = lexical.scores_of_terms(terms)
+        match = float(scores.max()) / bound if bound > 0 else 0.0
+        coverage = best_coverage(lexical, terms, length, np.arange(len(scores)), scores)
         feats = []
         for i, h in enumerate(found):
             assert h.explanation is not None and h.explanation.fused is not None
-            feats.append([h.explanation.fused, float(np.log(p / (1 - p))), match, float(i == 0)])
+            first = float(i == 0)
+            feats.append([h.explanation.fused, float(np.log(p / (1 - p))), match, first, coverage, math.log1p(length)])
         out.append((np.asarray(feats, np.float64), np.asarray([int(h.row in rows) for h in found], np.int64)))
     return out
 
@@ -484,7 +510,7 @@ def hybrid_pairs(
 
     Returns
     -------
-    features : numpy.ndarray (n, 4)
+    features : numpy.ndarray (n, 6)
     labels : numpy.ndarray (n,)
     weights : numpy.ndarray (n,)
     """
@@ -496,7 +522,7 @@ def hybrid_pairs(
     w_off = offtopic_weight(len(questions), len(offtopic))
     weights = [np.full(len(y), 1.0 if i < len(questions) else w_off) for i, (_, y) in enumerate(per_question)]
     return (
-        np.concatenate([x for x, _ in per_question]).reshape(-1, 4),
+        np.concatenate([x for x, _ in per_question]).reshape(-1, len(FUSED_FEATURES)),
         np.concatenate([y for _, y in per_question]),
         np.concatenate(weights),
     )

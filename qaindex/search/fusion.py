@@ -82,6 +82,7 @@ from ..store.field_ranges import (
     FUSION_SCORE,
     SCORE_WEIGHTS,
     fusion_entry_error,
+    optional_weights,
 )
 from ..store.field_ranges import RATIO_REMEASURE as RATIO_REMEASURE
 from ..text.lexical import STOPWORDS_EN, LexicalIndex, top_rows
@@ -149,10 +150,11 @@ class Fusion:
         and the weights of the model's calibrated logit, the normalised BM25 score, the fused
         value and (optional) the question's BM25 match. Used only without ``fused_score``,
         and then made monotone with rank (:func:`hybrid_scores`).
-    fused_score : tuple of 4 or 5 float, optional
+    fused_score : tuple of 4 to 7 float, optional
         The calibration of the fused value itself (:func:`fused_probability`): bias and the
         weights of the fused value (>= 0), the calibrated logit of the question's best model
-        score, the question's BM25 match and (optional, >= 0) being the search's first hit.
+        score, the question's BM25 match and, optional in this order, being the search's first
+        hit (>= 0), the question's lexical coverage and ``ln(1 + n(q))``.
     """
 
     rule: str = "rrf"
@@ -192,12 +194,13 @@ class Fusion:
             )
         if self.fused_score is not None and (
             not isinstance(self.fused_score, tuple)
-            or len(self.fused_score) not in (4, 5)
+            or not 4 <= len(self.fused_score) <= len(FUSED_SCORE_WEIGHTS)
             or not all(FUSED_SCORE[n].holds(v) for n, v in zip(FUSED_SCORE_WEIGHTS, self.fused_score, strict=False))
         ):
             raise QueryError(
-                f"the fused score calibration must be 4 or 5 numbers ({', '.join(FUSED_SCORE_WEIGHTS)}; fused and "
-                f"first in {FUSED_SCORE['fused']}, bias in {FUSED_SCORE['bias']}), got {self.fused_score!r}"
+                f"the fused score calibration must be 4 to {len(FUSED_SCORE_WEIGHTS)} numbers "
+                f"({', '.join(FUSED_SCORE_WEIGHTS)}; fused and first in {FUSED_SCORE['fused']}, bias in "
+                f"{FUSED_SCORE['bias']}), got {self.fused_score!r}"
             )
 
     def to_json(self) -> dict[str, Any]:
@@ -226,18 +229,22 @@ CANDIDATE_FLOOR = 100
 
 
 def _weights(value: Any, names: tuple[str, ...], what: str) -> Any:
-    """A score calibration's weights as a tuple in the order of ``names`` (the last optional),
-    from an object or a list; anything else as it is (for :class:`Fusion` to refuse)."""
+    """A score calibration's weights as a tuple in the order of ``names`` (the first four
+    required, :func:`~qaindex.store.field_ranges.optional_weights` after them), from an object
+    or a list; anything else as it is (for :class:`Fusion` to refuse). An object's missing
+    optional weights before its last one count as 0."""
     if isinstance(value, list):
         return tuple(value)
     if not isinstance(value, Mapping):
         return value
-    if set(value) - {names[-1]} != set(names[:-1]):
+    optional = optional_weights(names)
+    if set(value) - set(optional) != set(names[:4]):
         raise QueryError(
-            f"the {what} score calibration needs exactly {', '.join(names[:-1])} (and optionally "
-            f"{names[-1]}), got {sorted(value)}"
+            f"the {what} score calibration needs exactly {', '.join(names[:4])} (and optionally "
+            f"{', '.join(optional)}), got {sorted(value)}"
         )
-    return tuple(value[k] for k in names if k in value)
+    last = max(i for i, k in enumerate(names) if k in value)
+    return tuple(value.get(k, 0.0) for k in names[: last + 1])
 
 
 def _from_mapping(value: Mapping[str, Any]) -> Fusion:
@@ -722,8 +729,9 @@ def fuse_candidates(
     terms, length = query
     rows, s, d, lex = candidates
     rule = fusion
+    reads_coverage = (fusion.rule == "adaptive" and fusion.e != 0) or _score_reads_coverage(fusion)
+    cov = best_coverage(lexical, terms, length, rows, lex) if reads_coverage else 0.0
     if fusion.rule == "adaptive":
-        cov = question_coverage(fusion, lexical, terms, length, rows, lex)
         rule = Fusion("convex", weight=dense_weight(fusion, ratio, length, cov))
     codes = np.zeros(len(rows), np.int8)
     if keys is not None and len(keys[0]):
@@ -744,11 +752,19 @@ def fuse_candidates(
         lex[order] / best_lex if best_lex > 0 else np.zeros(len(order)),
         fused[order],
         best_lex / bound if bound > 0 else 0.0,
+        cov,
+        length,
     )
     if explain is not None:
         weight = rule.weight if rule.rule == "convex" else None
         explain.append(_explanations(lexical, terms, rows, s, lex, fused, order, weight))
     return s[order], d[order], rows[order], probabilities, codes[order]
+
+
+def _score_reads_coverage(fusion: Fusion) -> bool:
+    """Whether the fused score calibration has a (non-zero) weight of the question's coverage."""
+    at = FUSED_SCORE_WEIGHTS.index("coverage")
+    return fusion.fused_score is not None and len(fusion.fused_score) > at and fusion.fused_score[at] != 0
 
 
 def _with_keys(

@@ -51,19 +51,32 @@ def hybrid_probability(fusion: Any, dense_probability: Any, bm25: Any, fused: An
     return np.asarray(1.0 / (1.0 + np.exp(-z)))
 
 
-def fused_probability(fusion: Any, fused: Any, top: Any, match: Any = 0.0) -> np.ndarray:
+def fused_probability(
+    fusion: Any, fused: Any, top: Any, match: Any = 0.0, coverage: float = 0.0, terms: int = 0
+) -> np.ndarray:
     """The calibrated ``score`` of one search's hybrid hits from their fused value (``fusion.fused_score``)::
 
-        p = sigmoid(bias + w_f * fused + w_t * logit(p_top) + w_m * match + w_1 * first)
+        p = sigmoid(bias + w_f * fused + w_t * logit(p_top) + w_m * match + w_1 * first
+                    + w_c * coverage + w_n * ln(1 + n(q)))
 
     ``fused`` holds the hits' fused values (:func:`~qaindex.search.fusion.fuse`) in fused order,
     ``p_top`` is the model's calibrated probability of the question's best model score among
-    the candidates and ``match`` the question's BM25 match (:func:`hybrid_probability`); both
-    are one value per question. ``first`` is 1 for the search's first hit and 0 for the others:
-    a first hit is right more often than its fused value alone says (its rivals are ranked
-    below it), and a calibration fitted on the top hits of many searches underestimates it
-    without this term. ``w_f`` and ``w_1`` are >= 0, so the score falls with the fused order; a
-    calibration of four weights has no ``w_1``.
+    the candidates, ``match`` the question's BM25 match (:func:`hybrid_probability`),
+    ``coverage`` its lexical coverage (the IDF share of its terms that BM25's best candidate
+    holds, :meth:`~qaindex.text.lexical.LexicalIndex.coverage`) and ``n(q)`` its number of BM25
+    terms (``terms``); all four are one value per question, so they change no order within a
+    search. ``first`` is 1 for the search's first hit and 0 for the others: a first hit is
+    right more often than its fused value alone says (its rivals are ranked below it), and a
+    calibration fitted on the top hits of many searches underestimates it without this term.
+    ``w_f`` and ``w_1`` are >= 0, so the score falls with the fused order.
+
+    The coverage and length terms are what carries a threshold from corpus to corpus: the
+    match (a BM25 score over its bound) grows with the answers' length and repeated words, so
+    one common word of a short question matched in long documents looks like a strong match,
+    while the coverage does not count repeats; and a model's best score falls with the length
+    of the question (a forum post reads as weaker evidence than a short question), which the
+    length term corrects. A calibration of four or five weights has neither (nor ``w_1``, for
+    four).
 
     Example
     -------
@@ -74,20 +87,33 @@ def fused_probability(fusion: Any, fused: Any, top: Any, match: Any = 0.0) -> np
     >>> lifted = Fusion("adaptive", fused_score=(0.0, 2.0, 0.0, 0.0, 1.0))  # the first hit + 1 in logit
     >>> fused_probability(lifted, np.array([1.0, 0.0]), 0.5).round(4).tolist()
     [0.9526, 0.5]
+    >>> covered = Fusion("adaptive", fused_score=(0.0, 2.0, 0.0, 0.0, 0.0, 1.0, 0.0))  # coverage + 1 in logit
+    >>> fused_probability(covered, np.array([1.0, 0.0]), 0.5, coverage=1.0).round(4).tolist()
+    [0.9526, 0.7311]
     """
     if fusion.fused_score is None:
         raise QueryError("this fusion has no fused score calibration (fused_score)")
-    bias, w_fused, w_top, w_match, *first = fusion.fused_score
+    bias, w_fused, w_top, w_match, *optional = fusion.fused_score
+    w_first, w_coverage, w_terms = (*optional, 0.0, 0.0, 0.0)[:3]
     top_p = float(np.clip(np.asarray(top, dtype=np.float64), 1e-6, 1.0 - 1e-6))
     values = np.asarray(fused, dtype=np.float64)
-    z = bias + w_fused * values + w_top * math.log(top_p / (1.0 - top_p)) + w_match * float(match)
-    if first and values.ndim == 1 and values.size:
-        z[0] += first[0]
+    question = w_top * math.log(top_p / (1.0 - top_p)) + w_match * float(match)
+    question += w_coverage * float(coverage) + w_terms * math.log1p(max(0, int(terms)))
+    z = bias + w_fused * values + question
+    if values.ndim == 1 and values.size:
+        z[0] += w_first
     return np.asarray(1.0 / (1.0 + np.exp(-z)))
 
 
 def hybrid_scores(
-    fusion: Any, dense_probability: Any, top: Any, bm25: Any, fused: Any, match: float = 0.0
+    fusion: Any,
+    dense_probability: Any,
+    top: Any,
+    bm25: Any,
+    fused: Any,
+    match: float = 0.0,
+    coverage: float = 0.0,
+    terms: int = 0,
 ) -> np.ndarray:
     """The ``score`` of one question's hybrid hits, given in fused order: non-increasing.
 
@@ -104,7 +130,7 @@ def hybrid_scores(
     [0.25, 0.25, 0.125]
     """
     if fusion.fused_score is not None:
-        p = fused_probability(fusion, fused, top, match)
+        p = fused_probability(fusion, fused, top, match, coverage, terms)
     else:
         p = hybrid_probability(fusion, dense_probability, bm25, fused, match)
     p = np.asarray(p, dtype=np.float64)

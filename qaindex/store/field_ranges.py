@@ -51,6 +51,7 @@ __all__ = [
     "INDEX_MANIFEST",
     "LEXICAL",
     "MATCH_FIELD",
+    "QUESTION_FIELDS",
     "RATIO_REMEASURE",
     "SCORE_FIELDS",
     "SCORE_WEIGHTS",
@@ -61,6 +62,7 @@ __all__ = [
     "fusion_entry_error",
     "has_escaped_surrogate",
     "lexical_error",
+    "optional_weights",
     "ranges_table",
     "record_value_error",
 ]
@@ -254,9 +256,12 @@ FUSION_FIELDS = ("rule", "c", "weight", "a", "b", "terms", "d", "e", "score", "f
 SCORE_FIELDS = ("bias", "dense", "bm25", "fused")
 FUSED_SCORE_FIELDS = ("bias", "fused", "top", "match")
 FIRST_FIELD = "first"  # the optional fifth weight of fusion.fused_score (a stored one of four weights has none)
+# the optional sixth and seventh: the question's lexical coverage and ln(1 + its BM25 terms)
+# (a stored calibration of four or five weights has neither)
+QUESTION_FIELDS = ("coverage", "length")
 MATCH_FIELD = "match"  # the optional fifth weight of fusion.score (a stored score of four weights has none)
 SCORE_WEIGHTS = (*SCORE_FIELDS, MATCH_FIELD)  # fusion.score's weights in order, the last optional
-FUSED_SCORE_WEIGHTS = (*FUSED_SCORE_FIELDS, FIRST_FIELD)  # fusion.fused_score's, the last optional
+FUSED_SCORE_WEIGHTS = (*FUSED_SCORE_FIELDS, FIRST_FIELD, *QUESTION_FIELDS)  # fusion.fused_score's, the last 3 optional
 _COEFFICIENT = (
     "the adaptive rule clips its parts to [0, 1], and their inputs (the dense/BM25 ratio, a coverage in [0, 1]) "
     "are of order 1: a constant beyond 1000 is a fit that diverged"
@@ -284,8 +289,8 @@ FUSION = {
 _WEIGHT = Range(
     -1000,
     1000,
-    "a logistic weight of a bounded feature (the normalised BM25 score, the fused value and "
-    "the match in [0, 1], the model's clipped logit in [-14, 14]): beyond 1000 every score is 0 or 1",
+    "a logistic weight of a bounded feature (the normalised BM25 score, the fused value, "
+    "the match and the coverage in [0, 1], the model's clipped logit in [-14, 14]): beyond 1000 every score is 0 or 1",
 )
 FUSION_SCORE = {
     "bias": Range(
@@ -314,6 +319,13 @@ FUSED_SCORE = {
         1000,
         "the weight of being a search's first hit: at least 0 so that the first hit keeps the highest score "
         "(one order); beyond 1000 every first hit scores 1",
+    ),
+    "coverage": _WEIGHT,
+    "length": Range(
+        -1000,
+        1000,
+        "a logistic weight of ln(1 + the question's BM25 terms), at most about 10 (BM25 reads 65,536 "
+        "characters of a question): beyond 1000 every score is 0 or 1",
     ),
 }
 
@@ -345,18 +357,30 @@ def fusion_entry_error(entry: Any) -> str | None:
     )
 
 
+def optional_weights(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The optional tail of a score calibration's weight ``names``: all after its first four.
+
+    Example
+    -------
+    >>> optional_weights(FUSED_SCORE_WEIGHTS)
+    ('first', 'coverage', 'length')
+    """
+    return names[4:]
+
+
 def _weights_error(entry: Mapping[str, Any], key: str, names: tuple[str, ...], ranges: dict[str, Range]) -> str | None:
-    """Why ``entry[key]``, logistic weights named ``names`` (the last optional) as an object or
-    a list in that order, is invalid, or None (also when it is absent)."""
+    """Why ``entry[key]``, logistic weights named ``names`` (the first four required, the rest
+    optional) as an object or a list in that order, is invalid, or None (also when it is absent)."""
     weights = entry.get(key)
     if weights is None:
         return None
-    if isinstance(weights, list) and len(weights) in (len(names) - 1, len(names)):
+    optional = optional_weights(names)
+    if isinstance(weights, list) and len(names) - len(optional) <= len(weights) <= len(names):
         weights = dict(zip(names, weights, strict=False))
-    if not isinstance(weights, Mapping) or set(weights) - {names[-1]} != set(names[:-1]):
+    if not isinstance(weights, Mapping) or set(weights) - set(optional) != set(names[:4]):
         return (
-            f'field "fusion.{key}" must be an object of exactly {", ".join(names[:-1])} (and optionally '
-            f"{names[-1]}), got {_shown(weights)}"
+            f'field "fusion.{key}" must be an object of exactly {", ".join(names[:4])} (and optionally '
+            f"{', '.join(optional)}), got {_shown(weights)}"
         )
     for name, value in weights.items():
         if not ranges[name].holds(value):

@@ -187,8 +187,9 @@ def test_calibrate_model_on_a_planted_task(planted_model: Path, tmp_path: Path) 
 
 def test_calibrate_model_fits_the_hybrid_score_on_the_fused_value(planted_model: Path, tmp_path: Path) -> None:
     """With hybrid search, ``calibrate_model`` also fits ``fusion.fused_score``: hybrid hits then
-    score sigmoid(bias + w_f * fused + w_t * logit(p_top) + w_m * match + w_1 * first), falling
-    with rank, and the fusion rule is the safe fallback, unchanged."""
+    score sigmoid(bias + w_f * fused + w_t * logit(p_top) + w_1 * first + w_c * coverage
+    + w_n * ln(1 + n(q))), falling with rank (the match's weight is 0), and the fusion rule is the
+    safe fallback, unchanged."""
     import shutil
     from dataclasses import replace
 
@@ -207,7 +208,10 @@ def test_calibrate_model_fits_the_hybrid_score_on_the_fused_value(planted_model:
     assert json.loads((model_dir / "manifest.json").read_text())["fusion"] == {"fused_score": fitted}
     model = Model.load(model_dir)
     rule = fusion_from(None, model)
-    assert rule.fused_score == (fitted["bias"], fitted["fused"], fitted["top"], fitted["match"], fitted["first"])
+    assert rule.fused_score == tuple(
+        fitted[k] for k in ("bias", "fused", "top", "match", "first", "coverage", "length")
+    )
+    assert fitted["match"] == 0.0 and fitted["coverage"] != 0.0 and fitted["length"] != 0.0
     assert fitted["first"] >= 0 and fitted["fused"] >= 0  # the first hit's score stays the highest
     assert replace(rule, fused_score=None) == SAFE_FUSION  # no fitted rule: the safe fallback
     groups = _planted(20, seed=4)
@@ -219,7 +223,9 @@ def test_calibrate_model_fits_the_hybrid_score_on_the_fused_value(planted_model:
         hits = ranker.search(g.question, k=10, explain=True)
         p_top = float(model.calibration(ranker.search(g.question, k=1, hybrid=False)[0].raw_score))
         terms, length = lexical.query(g.question)
-        match = float(lexical.scores(g.question).max()) / lexical.score_bound(terms, length)
+        scores = lexical.scores(g.question)
+        match = float(scores.max()) / lexical.score_bound(terms, length)
+        coverage = lexical.coverage(terms, length, int(np.argmax(scores))) if scores.max() > 0 else 0.0
         for i, h in enumerate(hits):
             assert h.explanation is not None and h.explanation.fused is not None
             z = (
@@ -227,6 +233,8 @@ def test_calibrate_model_fits_the_hybrid_score_on_the_fused_value(planted_model:
                 + fitted["fused"] * h.explanation.fused
                 + fitted["match"] * match
                 + fitted["first"] * (i == 0)
+                + fitted["coverage"] * coverage
+                + fitted["length"] * np.log1p(length)
             )
             z += fitted["top"] * np.log(p_top / (1 - p_top))
             assert h.score == pytest.approx(1 / (1 + np.exp(-z)), rel=1e-6)
@@ -234,11 +242,11 @@ def test_calibrate_model_fits_the_hybrid_score_on_the_fused_value(planted_model:
     # hybrid_features gives, per question, exactly what the served score reads, and the labels
     asked = [g for g in _planted(80, seed=5) if any(a.split()[0] == g.question.split()[0] for a in answers)][:8]
     relevant = [{i for i, a in enumerate(answers) if a.split()[0] == g.question.split()[0]} for g in asked]  # its topic
-    weights = np.array([fitted["fused"], fitted["top"], fitted["match"], fitted["first"]])
+    weights = np.array([fitted[k] for k in ("fused", "top", "match", "first", "coverage", "length")])
     per_question = hybrid_features(ranker, [g.question for g in asked], relevant, model.calibration, depth=10)
     for g, rows, (x, y) in zip(asked, relevant, per_question, strict=True):
         hits = ranker.search(g.question, k=10)
-        assert x.shape == (len(hits), 4) and y.tolist() == [int(h.row in rows) for h in hits]
+        assert x.shape == (len(hits), 6) and y.tolist() == [int(h.row in rows) for h in hits]
         assert x[:, 3].tolist() == [1.0] + [0.0] * (len(hits) - 1)  # the first hit
         np.testing.assert_allclose(
             1 / (1 + np.exp(-(fitted["bias"] + x @ weights))), [h.score for h in hits], rtol=1e-6
@@ -307,11 +315,31 @@ def test_fused_score_weights_and_offtopic_share() -> None:
     from qaindex.eval.calibration_fit import OFFTOPIC_SHARE, fit_fused_score, offtopic_weight
 
     rng = np.random.default_rng(6)
-    x = np.column_stack([rng.normal(size=(300, 3)), np.arange(300) % 10 == 0])  # every tenth a first hit
-    y = (x @ np.array([1.5, 0.5, 1.0, 1.0]) + rng.normal(size=300) > 0).astype(int)
+    # columns: fused, top, match, first (every tenth hit), coverage, ln(1 + n(q))
+    x = rng.normal(size=(300, 6))
+    x[:, 3] = np.arange(300) % 10 == 0
+    y = (x @ np.array([1.5, 0.5, 1.0, 1.0, 0.8, -0.4]) + rng.normal(size=300) > 0).astype(int)
     w = np.where(np.arange(300) < 100, 3.0, 1.0)
     repeat = np.repeat(np.arange(300), w.astype(int))
-    np.testing.assert_allclose(fit_fused_score(x, y, w), fit_fused_score(x[repeat], y[repeat]), atol=1e-6)
+    fitted = fit_fused_score(x, y, w)
+    np.testing.assert_allclose(fitted, fit_fused_score(x[repeat], y[repeat]), atol=1e-6)
+    # the match is not read (its weight is 0, whatever it holds); the coverage and length are
+    assert fitted[3] == 0.0 and fitted[5] > 0.3 and fitted[6] < -0.1
+    shuffled = x.copy()
+    shuffled[:, 2] = rng.permutation(x[:, 2])
+    assert fit_fused_score(shuffled, y, w) == fitted
+    with pytest.raises(
+        QueryError, match=r"fused score features must be finite numbers of shape \(n, 6\), got \(300, 4\)"
+    ):
+        fit_fused_score(x[:, :4], y, w)
+    # another choice of features: the others weigh 0 (the four of a calibration fitted before)
+    older = fit_fused_score(x, y, w, reads=("fused", "top", "match", "first"))
+    assert older[5:] == (0.0, 0.0) and older[3] != 0.0
+    with pytest.raises(
+        QueryError,
+        match=r"the fused score fit reads some of fused, top, match, first, coverage, length; got \['size'\]",
+    ):
+        fit_fused_score(x, y, w, reads=("size",))
     # the off-topic questions count as OFFTOPIC_SHARE of all the questions, whatever their number
     for answerable, off in [(732, 114), (40, 190), (5, 5)]:
         weight = offtopic_weight(answerable, off)

@@ -220,9 +220,10 @@ def test_builtin_model_refuses_held_out_offtopic_questions_on_the_example_faq() 
     calibration = Model.load().manifest["calibration"]
     assert calibration["offtopic"]["questions"] == len(read_offtopic(BUILTIN_OFFTOPIC, split="fit"))
     # hybrid: the README's 0.35, where the first hit's term of the hybrid score keeps about 6 in 7
-    # right first hits for about 9 in 10 off-topic questions refused (without it: 3 in 4, and 92%);
+    # right first hits for about 87 in 100 off-topic questions refused (the coverage and length
+    # terms, which carry the threshold to other corpora, cost 2 of these 76 questions here);
     # dense alone separates less well and scores lower
-    for hybrid, threshold, refused_at_least, kept_at_least in ((True, 0.35, 0.88, 0.8), (False, 0.2, 0.7, 0.55)):
+    for hybrid, threshold, refused_at_least, kept_at_least in ((True, 0.35, 0.85, 0.8), (False, 0.2, 0.7, 0.55)):
         answers = ranker.search_batch(questions, 5, hybrid=hybrid)
         off = np.array([hs[0].score for hs in ranker.search_batch(held, 5, hybrid=hybrid)])
         right = np.array([hs[0].id == g for hs, g in zip(answers, gold, strict=True)])

@@ -771,6 +771,20 @@ def test_hybrid_hits_carry_the_fused_score_calibration(tmp_path: Path) -> None:
     assert lifted[0].score == pytest.approx(1 / (1 + np.exp(1.0 - 2.0 - np.log(p_top / (1 - p_top)))), rel=1e-9)
     assert {round(h.score, 9) for h in lifted[1:]} == {round(expected, 9)}
     assert first.search(question, k=1)[0].score == lifted[0].score
+    # the question's lexical coverage (of its best BM25 answer, brute force) and ln(1 + n(q)): one
+    # value per question, read under every rule (an object may leave out the first hit's weight)
+    lexical = first.state().lexical
+    assert lexical is not None
+    terms, length = lexical.query(question)
+    scores = lexical.scores_of_terms(terms)
+    cov = lexical.coverage(terms, length, int(np.argmax(scores)))
+    want = 1 / (1 + np.exp(-(-1.0 + 2.0 * cov - 0.5 * np.log1p(length))))
+    assert 0 < cov < 1 and length > 1
+    for rule in (base, {"rule": "convex", "weight": 0.5}, {"rule": "rrf", "c": 60}):
+        shaped = Ranker.build(RECORDS, model=_model_with_fusion(tmp_path, {**rule, "fused_score": {
+            "bias": -1.0, "fused": 0.0, "top": 0.0, "match": 0.0, "coverage": 2.0, "length": -0.5}}), hybrid=True, question_keys=False)  # fmt: skip
+        assert fusion_from(None, shaped.model).fused_score == (-1.0, 0.0, 0.0, 0.0, 0.0, 2.0, -0.5)
+        assert {round(h.score, 9) for h in shaped.search(question, k=8)} == {round(want, 9)}
     # the dense search keeps the model's calibration
     dense = fused.search(question, k=3, hybrid=False)
     best = max(h.raw_score for h in dense)
