@@ -1,7 +1,9 @@
 """Can a user trust what a search returns? Fusion loss, one order, top-hit stability, thresholds.
 
-For each model (the built-in default and every ``--model``) and each corpus built by
-``tools/corpora.py`` (every answer of the corpus plus the junk answers indexed, as in
+For each model (the built-in default and every ``--model``; a model directory holding
+``{corpus}`` is one model per corpus, such as ``qaindex train DIR/CORPUS/answers.jsonl --teacher
+minilm --out MODELS/CORPUS`` writes for each) and each corpus built by ``tools/corpora.py``
+(every answer of the corpus plus the junk answers indexed, as in
 ``benchmarks.quality.pooled --corpora``), in one run:
 
 - **fusion loss**: MRR@10 of the default search (hybrid) against the better of its two halves,
@@ -85,6 +87,7 @@ OFFTOPIC_FROM = {
     "trecqa-clean": "stackfaq",
 }
 BATCH = 128
+CORPUS_FIELD = "{corpus}"  # in a --model directory: replaced by each corpus's name (a model per corpus)
 
 
 def _mrr(ranked: Sequence[Sequence[int]], relevant: Sequence[np.ndarray]) -> float:
@@ -233,9 +236,13 @@ def run(corpora: Path, model_specs: Sequence[str], only: Sequence[str]) -> dict[
     results: dict[str, dict[str, Any]] = {}
     started = time.perf_counter()
     for system, path in models.items():
-        model = Model.load(path, threads=None)
+        per_corpus = CORPUS_FIELD in str(path)  # one model per corpus, e.g. `qaindex train --teacher` on its answers
+        model = None if per_corpus else Model.load(path, threads=None)
         results[system] = {}
         for label, groups in pools.items():
+            if per_corpus:
+                model = Model.load(str(path).replace(CORPUS_FIELD, label), threads=None)
+            assert model is not None
             questions, relevant = questions_and_relevant(groups)
             source = OFFTOPIC_FROM.get(label)
             offtopic = all_questions.get(source, [])[:OFFTOPIC_MAX] if source else []
@@ -333,7 +340,12 @@ def sweep_markdown(out: dict[str, Any]) -> str:
 def main() -> None:
     parser = argument_parser(__doc__)
     parser.add_argument("--corpora", required=True, help="folder of corpora built by tools/corpora.py")
-    parser.add_argument("--model", action="append", default=[], help="extra qaindex model directory, [NAME=]DIR")
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        help="extra qaindex model directory, [NAME=]DIR; a DIR holding {corpus} names one model per corpus",
+    )
     parser.add_argument("--only", action="append", default=[], help="only these corpora (repeatable)")
     parser.add_argument("--out", help="results file (default: benchmarks/results/trust.json)")
     args = parser.parse_args()

@@ -562,6 +562,8 @@ def calibrate_model(
     offtopic: Sequence[str] = (),
     offtopic_source: str = "",
     hybrid: bool | None = None,
+    hybrid_groups: Sequence[Any] | None = None,
+    hybrid_source: str = "",
 ) -> dict[str, Any]:
     """Fit a model's calibration on held-out labelled data and store it in its manifest.
 
@@ -598,6 +600,11 @@ def calibrate_model(
         calibrate`` does, for ``labels="labelled"`` where PyStemmer is installed. The hybrid
         score reads the dense calibration's logit, so one left unfitted keeps weights fitted
         on the previous dense calibration.
+    hybrid_groups : list of QuestionGroup, optional
+        Labelled questions to fit the hybrid score on instead of ``groups`` (with the dense
+        calibration just fitted on ``groups``): real questions where ``groups`` are
+        pseudo-questions judged by a teacher. ``hybrid_source`` names them in the stored
+        ``hybrid`` object (``data``).
 
     Returns
     -------
@@ -624,9 +631,10 @@ def calibrate_model(
     if hybrid is None:
         hybrid = labels == "labelled" and tokenizer_available()
     if flag(hybrid, "hybrid") and tokenizer_available(strict=True):
-        fused = _fused_score_fit(model, groups, fitted, depth=depth, offtopic=offtopic)
+        asked = groups if hybrid_groups is None else hybrid_groups
+        fused = _fused_score_fit(model, asked, fitted, depth=depth, offtopic=offtopic)
         if fused is not None:
-            info["hybrid"] = fused
+            info["hybrid"] = fused if hybrid_groups is None else {"data": hybrid_source, **fused}
     stored = Calibration(fitted.method, a=fitted.a, b=fitted.b, c=fitted.c, x=fitted.x, y=fitted.y, info=info)
     stored_json = stored.to_json()
     if write:

@@ -269,7 +269,11 @@ def fit_written_model(
     train on) when given; it is stored as the manifest's ``"fusion"`` with what it was fitted
     on. Skipped without the ``hybrid`` extra. Then :func:`~.calibrate.calibrate_model` on
     ``calibration_groups`` (default: ``held_out`` and the example FAQ) with ``offtopic`` as not
-    relevant, which also fits the hybrid score on the fused value of the stored fusion.
+    relevant, which also fits the hybrid score on the fused value of the stored fusion: on
+    the same questions, or on the example FAQ's where ``labels`` says they are not labelled
+    but a teacher's judgements of pseudo-questions (cut from the answers, they share far more
+    words with their answer than a user's question does, and a hybrid score fitted on them
+    scores real questions too low).
 
     Returns
     -------
@@ -297,6 +301,7 @@ def fit_written_model(
         calibration_source = calibration_source or " + ".join(
             s for s in (held_out_source if held_out else "", fitted_on[0]) if s
         )
+    labelled = labels == "labelled"  # else pseudo-questions: the hybrid score is fitted on the example FAQ
     calibration = calibrate_model(
         directory,
         calibration_groups,
@@ -305,5 +310,7 @@ def fit_written_model(
         offtopic=offtopic,
         offtopic_source=offtopic_source,
         hybrid=True,
+        hybrid_groups=None if labelled else faq,
+        hybrid_source="" if labelled else fitted_on[0],
     )
     return {"fusion": stored_fusion, "calibration": calibration}

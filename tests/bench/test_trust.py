@@ -78,6 +78,12 @@ def test_run_and_table_mark_the_missed_targets(faq_model: Path, tmp_path: Path) 
     assert cells[10] == kept and cells[9] == f"{row['first_hit_score']:.3f}"
     own = [row["kept_calibrated_here"], row["refused_calibrated_here"]]  # half B's right first hits; off-topic
     assert all(np.isnan(v) or 0 <= v <= 1 for v in own) and cells[-1].count(" / ") == 1
+    # a model per corpus ({corpus} in its directory): here the same model, so the same figures
+    import shutil
+
+    shutil.copytree(faq_model, tmp_path / "per-corpus" / "product-faq")
+    each = trust.run(tmp_path, [f"each={tmp_path / 'per-corpus' / trust.CORPUS_FIELD}"], ["product-faq"])
+    assert each["results"]["each"]["product-faq"]["mrr_hybrid"] == row["mrr_hybrid"]
     sweep = [s for s in trust.sweep_markdown(out).splitlines() if s.startswith("| tiny |")]
     assert len(sweep) == len(trust.SWEEP)  # one row per threshold, both targets counted
     for line in sweep:

@@ -202,6 +202,18 @@ def test_calibrate_model_fits_the_hybrid_score_on_the_fused_value(planted_model:
     assert "hybrid" not in dense_only and "fusion" not in json.loads((model_dir / "manifest.json").read_text())
     teacher = calibrate_model(model_dir, _planted(100, seed=1), depth=5, labels="teacher: planted")
     assert "hybrid" not in teacher  # by default, label-free data leave the hybrid score alone
+    # the dense calibration on the teacher's data, the hybrid score on labelled questions
+    from qaindex.eval.calibration_fit import fit_fused_score, hybrid_pairs
+
+    both = calibrate_model(
+        model_dir, _planted(100, seed=1), depth=5, labels="teacher: planted", hybrid=True,
+        hybrid_groups=_planted(300, seed=2), hybrid_source="planted, labelled",
+    )  # fmt: skip
+    assert both["a"] == teacher["a"] and both["hybrid"]["data"] == "planted, labelled"
+    reloaded = Model.load(model_dir)  # the dense calibration just fitted is what the hybrid fit read
+    x, y, sw = hybrid_pairs(reloaded, _planted(300, seed=2), reloaded.calibration, depth=5)
+    expected = dict(zip(("bias", "fused", "top", "match", "first", "coverage", "length"), fit_fused_score(x, y, sw), strict=True))
+    assert both["hybrid"]["fused_score"] == pytest.approx(expected, abs=1e-6)
     stored = calibrate_model(model_dir, _planted(300, seed=1), depth=5, source="planted")  # labelled: both
     fitted = stored["hybrid"]["fused_score"]
     assert stored["hybrid"]["pairs"] > 1000 and stored["hybrid"]["ece"] < 0.05 and fitted["fused"] > 0

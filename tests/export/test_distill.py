@@ -240,9 +240,12 @@ def test_cli_train_with_teacher_on_answers_only(tmp_path: Path) -> None:
     if tokenizer_available():  # no labelled question: the fusion is fitted on the example FAQ alone
         fusion = json.loads((out / "manifest.json").read_text())["fusion"]
         assert fusion["fitted_on"] == ["example FAQ (qaindex/eval/data/faq.jsonl)"]
-        # the hybrid score fit is stored where it converged; a diverged one (a weight outside
-        # qaindex.store.field_ranges.FUSED_SCORE, as on this tiny corpus) is left out, and the model loads
+        # the hybrid score fit is stored where it converged (a diverged one, a weight outside
+        # qaindex.store.field_ranges.FUSED_SCORE, is left out and the model loads)
         assert fusion.get("fused_score") == calibration.get("hybrid", {}).get("fused_score")
+        # fitted on labelled questions written like a user's (the example FAQ's, as the fusion),
+        # not on the teacher's pseudo-questions
+        assert calibration["hybrid"]["data"] == fusion["fitted_on"][0]
     # without --teacher the same corpus cannot train: it has no question
     res = runner.invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m2"), "--quiet"])
     assert res.exit_code == 1 and "no questions found" in res.output
