@@ -212,7 +212,9 @@ def test_calibrate_model_fits_the_hybrid_score_on_the_fused_value(planted_model:
     assert both["a"] == teacher["a"] and both["hybrid"]["data"] == "planted, labelled"
     reloaded = Model.load(model_dir)  # the dense calibration just fitted is what the hybrid fit read
     x, y, sw = hybrid_pairs(reloaded, _planted(300, seed=2), reloaded.calibration, depth=5)
-    expected = dict(zip(("bias", "fused", "top", "match", "first", "coverage", "length"), fit_fused_score(x, y, sw), strict=True))
+    expected = dict(
+        zip(("bias", "fused", "top", "match", "first", "coverage", "length"), fit_fused_score(x, y, sw), strict=True)
+    )
     assert both["hybrid"]["fused_score"] == pytest.approx(expected, abs=1e-6)
     stored = calibrate_model(model_dir, _planted(300, seed=1), depth=5, source="planted")  # labelled: both
     fitted = stored["hybrid"]["fused_score"]
