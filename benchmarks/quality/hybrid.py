@@ -1,5 +1,5 @@
 """Hybrid lexical + dense search: the fusion rule fitted on held-out data, quality on every
-corpus, added latency at scale, calibration error of hybrid hits.
+corpus, added latency at scale.
 
 1. **The fitted rule.** The ``adaptive`` rule (``qaindex.search.fusion``: a convex combination of
    min-max normalised model and BM25 scores whose dense weight is ``clip(a + b * rho, 0, 1)
@@ -34,21 +34,17 @@ corpus, added latency at scale, calibration error of hybrid hits.
    alone: hybrid without a BM25 scan (the default above ``LEXICAL_SCAN_LIMIT`` answers) and
    with a full BM25 scan, and of the lexical work alone (p50 and p10: on a shared machine the
    p10 is the least disturbed figure).
-4. **Calibration.** Expected calibration error of the top-10 hits' ``score`` on every
-   labelled corpus: dense search, hybrid hits scored by the model's calibration alone, and
-   hybrid hits as they ship (the calibration of the fused value, ``fused_score``:
-   ``qaindex.search.scoring.fused_probability``, fitted by ``tools.fit_default_fusion`` with a
-   logistic regression on the top-10 hybrid hits of half A of the fit pools, and on those of the built-in
-   off-topic questions' ``fit`` split searched in each fit pool, as not relevant:
-   ``benchmarks/quality/offtopic.py``; a manifest fitted before it keeps its per-hit ``score``,
-   capped by the hits above: ``qaindex.search.scoring.hybrid_scores``).
+
+How well the scores of hybrid hits are calibrated is measured where they are fitted and
+used: ``benchmarks/quality/offtopic.py`` (expected calibration error before and after, off-topic
+questions refused) and ``benchmarks/quality/trust.py`` (every corpus and model).
 
 Writes ``benchmarks/results/hybrid.json`` and the tables of ``docs/hybrid.md``.
 
 Usage::
 
     python -m benchmarks.quality.hybrid --evaldata DIR --traindata DIR [--data ../shared/datasets]
-        [--skip quality latency calibration]
+        [--skip quality latency]
 """
 
 from __future__ import annotations
@@ -75,7 +71,7 @@ from benchmarks.quality.pooled_eval import JUNK_AID, JUNK_ANSWERS
 from benchmarks.readme_markers import replace_section
 from qaindex import Ranker
 from qaindex.corpus import read_corpus
-from qaindex.eval.calibration_fit import labelled_pool, summary
+from qaindex.eval.calibration_fit import labelled_pool
 from qaindex.eval.datasets import read_labelled
 from qaindex.eval.fusion_fit import FitPool, fit_fusion
 from qaindex.model import DEFAULT_MODEL_DIR, Model
@@ -456,34 +452,6 @@ def measure_latency(
     }
 
 
-# ------------------------------------------------------------------------------ calibration
-
-
-def calibration_rows(pools: dict[str, Pool], collected: dict[str, Collected]) -> dict[str, Any]:
-    """ECE of the top-``K`` hits' ``score`` (the real search path), dense and hybrid, per corpus
-    (all questions) and on half B of each."""
-    out = {}
-    for name, pool in pools.items():
-        ranker = collected[name].ranker
-        b = ~half_a(len(pool.questions))
-        row = {}
-        for label, hybrid in (("dense", False), ("hybrid", True)):
-            hits = ranker.search_batch(pool.questions, K, hybrid=hybrid)
-            prob = np.array([h.score for hs in hits for h in hs])
-            y = np.array([int(h.row in g) for hs, g in zip(hits, pool.relevant, strict=True) for h in hs])
-            in_b = np.array([bool(b[i]) for i, hs in enumerate(hits) for _ in hs])
-            row[label] = summary(prob, y)
-            row[f"{label} (half B)"] = summary(prob[in_b], y[in_b])
-            if hybrid:  # the same hits scored by the model's calibration alone
-                model_prob = np.concatenate([
-                    ranker.model.calibration(np.array([h.raw_score for h in hs]), max(h.raw_score for h in hs))
-                    for hs in hits if hs
-                ])  # fmt: skip
-                row["hybrid, model calibration"] = summary(model_prob, y)
-        out[name] = row
-    return out
-
-
 def readme_body(results: dict[str, Any]) -> str:
     """The generated section of ``docs/hybrid.md`` (checked by ``tests/docs/test_claims.py``)."""
     return table(results)
@@ -508,9 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--latency-index", type=Path, default=None, help="Save the latency index here (reused when it exists)."
     )
-    parser.add_argument(
-        "--skip", nargs="*", default=[], choices=["quality", "latency", "calibration"], help="Parts to skip."
-    )
+    parser.add_argument("--skip", nargs="*", default=[], choices=["quality", "latency"], help="Parts to skip.")
     args = parser.parse_args(argv)
     previous = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() else {}
     results: dict[str, Any] = {"k": K, "candidates": M}
@@ -521,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     pools.update(evalpools)
     pools[MEDQUAD] = traindata_pool(args.traindata, "medquad")
     collected: dict[str, Collected] = {}
-    needed = "quality" not in args.skip or "calibration" not in args.skip
+    needed = "quality" not in args.skip
     for name, pool in pools.items() if needed else []:
         collected[name] = collect(model, pool)
         print(
@@ -553,11 +519,6 @@ def main(argv: list[str] | None = None) -> int:
         for key in ("rules", "corpora"):
             if key in previous:
                 results[key] = previous[key]
-    if "calibration" not in args.skip:
-        results["calibration"] = calibration_rows(pools, collected)
-        print("calibration", json.dumps(results["calibration"]), flush=True)
-    elif "calibration" in previous:
-        results["calibration"] = previous["calibration"]
     if "latency" not in args.skip:
         groups = read_labelled(args.data / "wikiqa" / "test.filtered.jsonl")
         questions = [g.question for g in groups][: args.latency_questions]

@@ -1,5 +1,5 @@
 """The tables of ``benchmarks/quality/hybrid.py``: its results file rendered as the generated section of
-``docs/hybrid.md`` (the rule table, the question part at work, latency, calibration)."""
+``docs/hybrid.md`` (the rule table, the question part at work, latency)."""
 
 from __future__ import annotations
 
@@ -127,24 +127,4 @@ def table(results: dict[str, Any]) -> str:
                 else f" (BM25 top-{m} alone {lat.get('bm25_top_p50_ms', float('nan')):.2f} ms.)"
             ),
         ]
-    cal = results.get("calibration")
-    if cal:
-        lines += [
-            "",
-            f"Expected calibration error (10 bins) of the top-{k} hits' `score`: dense search (the model's "
-            "calibration), hybrid search scored by the model's calibration alone, and hybrid search as it ships "
-            "(the hybrid score calibration fitted with the fusion, on half A of the fit pools):",
-            "",
-            "| corpus | pairs | relevant (dense / hybrid) | ECE dense | ECE hybrid, model's calibration | "
-            "ECE hybrid | ECE hybrid, half B |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for name, row in cal.items():
-            model_only = row.get("hybrid, model calibration", {}).get("ece")
-            lines.append(
-                f"| {name} | {row['hybrid']['pairs']} | {row['dense']['relevant']:.3f} / "
-                f"{row['hybrid']['relevant']:.3f} | {row['dense']['ece']:.3f} | "
-                + ("-" if model_only is None else f"{model_only:.3f}")
-                + f" | {row['hybrid']['ece']:.3f} | {row['hybrid (half B)']['ece']:.3f} |"
-            )
     return "\n".join(lines) + "\n"
