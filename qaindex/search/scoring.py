@@ -117,7 +117,8 @@ def hybrid_scores(
 ) -> np.ndarray:
     """The ``score`` of one question's hybrid hits, given in fused order: non-increasing.
 
-    With ``fusion.fused_score``, :func:`fused_probability` of the fused values. Without one
+    With ``fusion.fused_score``, :func:`fused_probability` of the fused values (``match``,
+    ``coverage`` and ``terms``: the question's, as that function reads them). Without one
     (a fusion stored without it, or none), each hit's :func:`hybrid_probability` (the model's
     calibrated probability ``dense_probability`` where ``fusion.score`` is None) capped by
     those of the hits above it (a running minimum), so that a hit never scores above one
