@@ -63,7 +63,7 @@ from benchmarks.quality.hybrid import half_a
 from benchmarks.quality.pooled import BM25_STEMMED, load_corpora, model_label
 from benchmarks.quality.pooled_eval import K, eval_bm25, pool_answers, questions_and_relevant
 from qaindex import Ranker
-from qaindex.eval.calibration_fit import FUSED_FEATURES, fit_fused_score, hybrid_features, offtopic_weight
+from qaindex.eval.calibration_fit import fit_fused_score, hybrid_features, stacked_pairs
 from qaindex.eval.offtopic import BUILTIN_OFFTOPIC, read_offtopic
 from qaindex.model import DEFAULT_MODEL_DIR, Model
 from qaindex.ranker import Record
@@ -161,11 +161,7 @@ def recalibrated(
     per_question = hybrid_features(ranker, asked, good, calibration, depth=K)
     n = len(questions)
     fit_a = half_a(n)
-    fit_rows = [i for i in range(n) if fit_a[i]] + list(range(n, n + len(negatives)))
-    w_off = offtopic_weight(int(fit_a.sum()), len(negatives))
-    x = np.concatenate([per_question[i][0] for i in fit_rows]).reshape(-1, len(FUSED_FEATURES))
-    y = np.concatenate([per_question[i][1] for i in fit_rows])
-    w = np.concatenate([np.full(len(per_question[i][1]), 1.0 if i < n else w_off) for i in fit_rows])
+    x, y, w = stacked_pairs([per_question[i] for i in range(n) if fit_a[i]], per_question[n : n + len(negatives)])
     bias, *weights = fit_fused_score(x, y, w)
 
     def top_score(i: int) -> float:

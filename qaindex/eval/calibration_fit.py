@@ -61,6 +61,7 @@ __all__ = [
     "measure",
     "offtopic_weight",
     "reliability_bins",
+    "stacked_pairs",
     "summary",
 ]
 
@@ -519,12 +520,30 @@ def hybrid_pairs(
     per_question = hybrid_features(
         ranker, [*questions, *offtopic], [*relevant, *([set()] * len(offtopic))], calibration, depth=depth
     )
-    w_off = offtopic_weight(len(questions), len(offtopic))
-    weights = [np.full(len(y), 1.0 if i < len(questions) else w_off) for i, (_, y) in enumerate(per_question)]
+    return stacked_pairs(per_question[: len(questions)], per_question[len(questions) :])
+
+
+def stacked_pairs(
+    answerable: Sequence[tuple[np.ndarray, np.ndarray]], offtopic: Sequence[tuple[np.ndarray, np.ndarray]] = ()
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`fit_fused_score`'s features, labels and weights from :func:`hybrid_features`'
+    per-question ``(features, labels)``: the answerable questions' pairs weigh 1, the off-topic
+    questions' :func:`offtopic_weight` (so that they count as :data:`OFFTOPIC_SHARE` of the questions).
+
+    Example
+    -------
+    >>> one = (np.ones((2, len(FUSED_FEATURES))), np.array([1, 0]))
+    >>> x, y, w = stacked_pairs([one, one, one], [(np.ones((1, len(FUSED_FEATURES))), np.array([0]))])
+    >>> x.shape, y.tolist(), w.tolist()
+    ((7, 6), [1, 0, 1, 0, 1, 0, 0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    """
+    w_off = offtopic_weight(len(answerable), len(offtopic))
+    every = [*answerable, *offtopic]
+    weights = [np.full(len(y), 1.0 if i < len(answerable) else w_off) for i, (_, y) in enumerate(every)]
     return (
-        np.concatenate([x for x, _ in per_question]).reshape(-1, len(FUSED_FEATURES)),
-        np.concatenate([y for _, y in per_question]),
-        np.concatenate(weights),
+        np.concatenate([x for x, _ in every]).reshape(-1, len(FUSED_FEATURES)),
+        np.concatenate([y for _, y in every]),
+        np.concatenate(weights) if weights else np.zeros(0),
     )
 
 
