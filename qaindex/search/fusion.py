@@ -367,9 +367,10 @@ def dense_weight(fusion: Fusion, ratio: float | None, terms: int, coverage: floa
 def question_coverage(
     fusion: Fusion, lexical: Any, terms: np.ndarray, length: int, rows: np.ndarray, bm25: Any
 ) -> float:
-    """The lexical coverage the ``adaptive`` rule needs for one question: that of its best
-    BM25 candidate (ties: the first of ``rows``), 0 when no candidate matches a term or
-    the rule does not use it.
+    """The lexical coverage ``fusion`` reads for one question: that of its best BM25 candidate
+    (ties: the first of ``rows``), 0 when no candidate matches a term or nothing reads it (the
+    ``adaptive`` rule's question part reads it where ``e`` is not 0, the fused score
+    calibration where its coverage weight is not 0, under any rule).
 
     Example
     -------
@@ -380,7 +381,9 @@ def question_coverage(
     >>> question_coverage(Fusion("adaptive", e=1.0), lex, terms, length, rows, lex.scores_of_rows(terms, rows))
     1.0
     """
-    if fusion.rule != "adaptive" or fusion.e == 0:
+    at = FUSED_SCORE_WEIGHTS.index("coverage")
+    scored = fusion.fused_score is not None and len(fusion.fused_score) > at and fusion.fused_score[at] != 0
+    if not scored and (fusion.rule != "adaptive" or fusion.e == 0):
         return 0.0
     return best_coverage(lexical, terms, length, rows, bm25)
 
@@ -729,8 +732,7 @@ def fuse_candidates(
     terms, length = query
     rows, s, d, lex = candidates
     rule = fusion
-    reads_coverage = (fusion.rule == "adaptive" and fusion.e != 0) or _score_reads_coverage(fusion)
-    cov = best_coverage(lexical, terms, length, rows, lex) if reads_coverage else 0.0
+    cov = question_coverage(fusion, lexical, terms, length, rows, lex)
     if fusion.rule == "adaptive":
         rule = Fusion("convex", weight=dense_weight(fusion, ratio, length, cov))
     codes = np.zeros(len(rows), np.int8)
@@ -759,12 +761,6 @@ def fuse_candidates(
         weight = rule.weight if rule.rule == "convex" else None
         explain.append(_explanations(lexical, terms, rows, s, lex, fused, order, weight))
     return s[order], d[order], rows[order], probabilities, codes[order]
-
-
-def _score_reads_coverage(fusion: Fusion) -> bool:
-    """Whether the fused score calibration has a (non-zero) weight of the question's coverage."""
-    at = FUSED_SCORE_WEIGHTS.index("coverage")
-    return fusion.fused_score is not None and len(fusion.fused_score) > at and fusion.fused_score[at] != 0
 
 
 def _with_keys(

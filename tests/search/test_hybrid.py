@@ -570,8 +570,10 @@ def test_a_planted_question_leans_on_the_side_its_coverage_names() -> None:
     assert w == 0.0 and int(np.argmax(fuse(dense, bm25, Fusion("convex", weight=w)))) == 0
     w_none = dense_weight(rule, None, length, 0.0)
     assert w_none == 1.0 and int(np.argmax(fuse(dense, bm25, Fusion("convex", weight=w_none)))) == 1
-    # the rule without coverage does not look at it
+    # the rule without coverage does not look at it; a fused score that weighs it does, under any rule
     assert question_coverage(Fusion("adaptive"), lex, terms, length, rows, bm25) == 0.0
+    scored = Fusion("convex", fused_score=(0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0))
+    assert question_coverage(scored, lex, terms, length, rows, bm25) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize(
