@@ -28,7 +28,6 @@ Usage::
 
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -51,7 +50,7 @@ from benchmarks.quality.hybrid import (
 )
 from benchmarks.quality.offtopic import OFFTOPIC_FIT, offtopic_collected
 from qaindex.errors import ModelFormatError
-from qaindex.eval.calibration_fit import fit_fused_score
+from qaindex.eval.calibration_fit import FUSED_FEATURES, fit_fused_score, fused_features
 from qaindex.model import DEFAULT_MODEL_DIR, Model
 from qaindex.search.fusion import CANDIDATE_FLOOR, Fusion, dense_weight, fuse
 from qaindex.store.atomic_files import read_json_object, write_json_atomic
@@ -64,22 +63,19 @@ def hit_features(
     logit of the question's best model score among its candidates, the question's BM25 match,
     whether the hit is the first, the question's lexical coverage and ln(1 + its BM25 terms))
     and labels of the top-``K`` hybrid hits of the questions in ``mask`` (as ``hybrid_arrays``)."""
-    feats: list[list[float]] = []
+    feats: list[np.ndarray] = []
     labels: list[int] = []
     for i in np.flatnonzero(mask):
         rows, s, lex = c.rows[i], c.dense[i], c.lexical[i]
         cov = c.coverage[i]
         fused = fuse(s, lex, Fusion("convex", weight=dense_weight(fusion, c.ratio, c.terms[i], cov)), CANDIDATE_FLOOR)
         order = np.lexsort((rows, -s.astype(np.float64), -fused))[:K]
-        top = float(np.clip(model.calibration(float(s.max())), 1e-6, 1 - 1e-6))
+        top = float(model.calibration(float(s.max())))
         best = float(lex.max())
         bound = c.ranker.state().lexical.score_bound(c.query_terms[i], c.terms[i])  # type: ignore[union-attr]
-        match = best / bound if bound > 0 else 0.0
-        for rank, row in enumerate(order):
-            first = float(rank == 0)
-            feats.append([float(fused[row]), math.log(top / (1 - top)), match, first, cov, math.log1p(c.terms[i])])
-            labels.append(int(rows[row] in pool.relevant[i]))
-    return np.asarray(feats), np.asarray(labels, np.float64)
+        feats.append(fused_features(fused[order], top, best / bound if bound > 0 else 0.0, cov, c.terms[i]))
+        labels.extend(int(rows[row] in pool.relevant[i]) for row in order)
+    return np.concatenate(feats) if feats else np.zeros((0, len(FUSED_FEATURES))), np.asarray(labels, np.float64)
 
 
 def fit_score(

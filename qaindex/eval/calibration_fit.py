@@ -55,6 +55,7 @@ __all__ = [
     "expected_calibration_error",
     "fit",
     "fit_fused_score",
+    "fused_features",
     "hybrid_features",
     "hybrid_pairs",
     "labelled_pool",
@@ -481,19 +482,40 @@ def hybrid_features(
         if not found:
             out.append((np.zeros((0, len(FUSED_FEATURES))), np.zeros(0, np.int64)))
             continue
-        p = float(np.clip(calibration(top[0].raw_score), 1e-6, 1 - 1e-6))
         terms, length = lexical.query(question)
         bound = lexical.score_bound(terms, length)
         scores = lexical.scores_of_terms(terms)
         match = float(scores.max()) / bound if bound > 0 else 0.0
         coverage = best_coverage(lexical, terms, length, np.arange(len(scores)), scores)
-        feats = []
-        for i, h in enumerate(found):
-            assert h.explanation is not None and h.explanation.fused is not None
-            first = float(i == 0)
-            feats.append([h.explanation.fused, float(np.log(p / (1 - p))), match, first, coverage, math.log1p(length)])
-        out.append((np.asarray(feats, np.float64), np.asarray([int(h.row in rows) for h in found], np.int64)))
+        fused = [h.explanation.fused if h.explanation is not None else None for h in found]
+        assert all(f is not None for f in fused)
+        feats = fused_features(fused, float(calibration(top[0].raw_score)), match, coverage, length)
+        out.append((feats, np.asarray([int(h.row in rows) for h in found], np.int64)))
     return out
+
+
+def fused_features(fused: Any, top: float, match: float, coverage: float, terms: int) -> np.ndarray:
+    """The :data:`FUSED_FEATURES` of one search's hybrid hits (``fused``: their fused values in
+    fused order): each hit's fused value, the logit of ``top`` (the calibrated probability of the
+    question's best model score, clipped to [1e-6, 1 - 1e-6]), the question's BM25 ``match``,
+    whether the hit is the first, the question's ``coverage`` and ``ln(1 + terms)``.
+
+    Example
+    -------
+    >>> fused_features([0.9, 0.4], 0.5, 0.25, 0.75, 3).round(3).tolist()
+    [[0.9, 0.0, 0.25, 1.0, 0.75, 1.386], [0.4, 0.0, 0.25, 0.0, 0.75, 1.386]]
+    """
+    values = np.asarray(fused, dtype=np.float64).ravel()
+    p = float(np.clip(top, 1e-6, 1 - 1e-6))
+    by_name = {
+        "fused": values,
+        "top": math.log(p / (1 - p)),
+        "match": match,
+        "first": np.arange(len(values)) == 0,
+        "coverage": coverage,
+        "length": math.log1p(terms),
+    }
+    return np.column_stack([np.broadcast_to(np.asarray(by_name[f], np.float64), values.shape) for f in FUSED_FEATURES])
 
 
 def hybrid_pairs(
