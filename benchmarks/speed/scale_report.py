@@ -146,9 +146,7 @@ def difficulty_lines(d: dict[str, Any] | None, *, contrast: bool = True) -> list
     qa = c["question_to_answer_cosine"]
     parts = []
     for kind, cur in d["curves"].items():
-        rows = cur["rows"]
-        hit = next((r for r in rows if r["recall_at_10"] >= 0.99), None)
-        best = hit or max(rows, key=lambda r: r["recall_at_10"])
+        best, hit = _at_target(cur["rows"], lambda r: r["recall_at_10"])
         verb = "reaches" if hit else "peaks at"
         where = "" if kind == "flat" else f" at breadth {best['breadth']:,}"
         built = f" (built in {cur['build_s']:,.0f} s)" if kind.startswith("hnsw:") else ""
@@ -181,13 +179,16 @@ def difficulty_lines(d: dict[str, Any] | None, *, contrast: bool = True) -> list
     return ["", text] + (["", queries] if queries else [])
 
 
+def _at_target(rows: list[dict[str, Any]], recall: Any) -> tuple[dict[str, Any], bool]:
+    """The first row of a curve whose ``recall(row)`` reaches 0.99, else its best; and whether it reached it."""
+    hit = next((r for r in rows if recall(r) >= 0.99), None)
+    return (hit, True) if hit is not None else (max(rows, key=recall), False)
+
+
 def _first_at(rows: list[dict[str, Any]], recall: Any) -> str:
     """Where a curve first reaches 0.99 (``recall(row)``), or its best."""
-    hit = next((r for r in rows if recall(r) >= 0.99), None)
-    if hit is not None:
-        return f"0.99 at breadth {hit['breadth']:,}"
-    best = max(rows, key=recall)
-    return f"only {recall(best):.3f} (breadth {best['breadth']:,})"
+    row, hit = _at_target(rows, recall)
+    return f"0.99 at breadth {row['breadth']:,}" if hit else f"only {recall(row):.3f} (breadth {row['breadth']:,})"
 
 
 def query_sets_sentence(d: dict[str, Any]) -> str:
