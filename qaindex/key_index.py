@@ -1,4 +1,4 @@
-"""Search keys beside the answers: each record's stored questions, each mapping to its record.
+"""Search keys beside the answers: each record's stored questions and passages, each mapping to its record.
 
 A record's ``question``/``questions`` (:class:`~qaindex.Record`) are indexed as *keys*: one
 vector each (encoded on the model's **answer** side, so that a key is scored against a
@@ -6,15 +6,24 @@ question by the same scorer, geometry and calibration as an answer is) and, in a
 index, one BM25 row each. A search scores answers and keys and returns each record once, by
 its best key (:mod:`qaindex.search.keys`).
 
+An index built with passages (``passage_words`` W > 0) also keys every answer longer than W
+words by its overlapping windows of W words (a step of W // 2, the last window ending at the
+answer's end): a model that cuts its answers reads the rest through them, and a question
+about one paragraph of a long answer meets that paragraph rather than the whole answer's
+average. A passage key has an empty BM25 row (BM25 reads the whole answer already).
+
 Stored in a snapshot as::
 
     keys/
-      vectors.npy      float32 (K, dim): one vector per stored question
+      vectors.npy      float32 (K, dim): one vector per key
       owners.npy       int64 (K,): the record row of each key, non-decreasing
+      kinds.npy        int8 (K,): 1 stored question, 2 passage (indexes with passages only)
       lexical/         the keys' BM25 index (hybrid indexes only; qaindex.text.lexical)
 
 and named by the index manifest's optional ``keys`` field (``{"count", "directory": "keys",
-"kind": "question", "side": "answer", "lexical"}``); an index without it has no keys.
+"kind": "question", "side": "answer", "lexical"}``, with ``"kind": "question+passage"`` and
+``"passages": {"words": W, "step": W // 2}`` for an index with passages); an index without it
+has no keys.
 
 Example
 -------
@@ -33,14 +42,32 @@ from typing import Any
 
 import numpy as np
 
-from .errors import IndexFormatError
+from .errors import IndexFormatError, QueryError
 from .text.lexical import LexicalBuilder, LexicalIndex
 
-__all__ = ["DIRECTORY", "KEY_SIDE", "KeyIndex", "build_keys", "check_entry", "load_keys"]
+__all__ = [
+    "DIRECTORY",
+    "KEY_SIDE",
+    "PASSAGE",
+    "PASSAGE_WORDS",
+    "QUESTION",
+    "KeyIndex",
+    "build_keys",
+    "check_entry",
+    "choose_passage_words",
+    "key_entries",
+    "load_keys",
+    "passages",
+]
 
 DIRECTORY = "keys"
 #: the encoder role stored questions are encoded with (see the module docstring)
 KEY_SIDE = "answer"
+#: key kinds, by their code in ``kinds.npy`` (``Hit.matched``: qaindex.search.hits.MATCHED)
+QUESTION, PASSAGE = 1, 2
+#: words per passage key when a build chooses (``passage_words="auto"``) for a model that cuts its answers
+PASSAGE_WORDS = 64
+MIN_PASSAGE_WORDS = 8
 _ENCODE_CHUNK = 4096  # stored questions per encoder call of a build
 
 
@@ -60,9 +87,20 @@ class KeyIndex:
     vectors: np.ndarray
     owners: np.ndarray
     lexical: LexicalIndex | None
+    #: each key's kind (:data:`QUESTION` or :data:`PASSAGE`), int8 (K,); None: every key a stored question
+    kinds: np.ndarray | None = None
+    #: words per passage key (0: the index keys no passages)
+    passage_words: int = 0
 
     def __len__(self) -> int:
         return len(self.owners)
+
+    def kind_codes(self, numbers: np.ndarray) -> np.ndarray:
+        """The kind codes of keys ``numbers`` (int8)."""
+        if self.kinds is None:
+            return np.full(np.shape(numbers), QUESTION, np.int8)
+        codes: np.ndarray = np.asarray(self.kinds, np.int8)[numbers]
+        return codes
 
     def kept(self, rows: np.ndarray) -> KeyIndex:
         """The keys of the kept record ``rows`` (sorted), their owners renumbered to the new rows."""
@@ -73,38 +111,115 @@ class KeyIndex:
         take = np.flatnonzero(new_row[self.owners] >= 0) if len(self.owners) else np.zeros(0, np.int64)
         lexical = None if self.lexical is None else self.lexical.kept(take)
         vectors = np.ascontiguousarray(np.asarray(self.vectors)[take], dtype=np.float32)
-        return KeyIndex(vectors, new_row[self.owners[take]], lexical)
+        kinds = None if self.kinds is None else np.asarray(self.kinds, np.int8)[take]
+        return KeyIndex(vectors, new_row[self.owners[take]], lexical, kinds, self.passage_words)
 
-    def appended(self, vectors: np.ndarray, owners: np.ndarray, texts: Sequence[str]) -> KeyIndex:
-        """These keys followed by new ones (``texts`` feed the BM25 rows when there are any)."""
+    def appended(self, added: KeyIndex, texts: Sequence[str]) -> KeyIndex:
+        """These keys followed by the ``added`` ones (their ``texts``, as :func:`key_entries`
+        gives them, feed the BM25 rows when there are any)."""
         lexical = None if self.lexical is None else self.lexical.appended(list(texts))
+        kinds = None
+        if self.kinds is not None or added.kinds is not None:
+            kinds = np.concatenate([self.kind_codes(np.arange(len(self))), added.kind_codes(np.arange(len(added)))])
         return KeyIndex(
-            np.ascontiguousarray(np.concatenate([np.asarray(self.vectors), vectors]), dtype=np.float32),
-            np.concatenate([self.owners, np.asarray(owners, np.int64)]),
+            np.ascontiguousarray(np.concatenate([np.asarray(self.vectors), added.vectors]), dtype=np.float32),
+            np.concatenate([self.owners, np.asarray(added.owners, np.int64)]),
             lexical,
+            kinds,
+            self.passage_words,
         )
 
     def with_lexical(self, records: Any) -> KeyIndex:
-        """These keys with a BM25 index of their texts, the stored questions of ``records``."""
-        return KeyIndex(self.vectors, self.owners, LexicalIndex.from_texts([text for _, text in key_texts(records)]))
+        """These keys with a BM25 index of their texts (:func:`key_entries` of ``records``)."""
+        texts = [text for _, text, _ in key_entries(records, self.passage_words, lexical=True)]
+        return KeyIndex(self.vectors, self.owners, LexicalIndex.from_texts(texts), self.kinds, self.passage_words)
 
     def entry(self) -> dict[str, Any]:
         """The index manifest's ``keys`` field."""
-        return {
+        entry: dict[str, Any] = {
             "count": len(self),
             "directory": DIRECTORY,
-            "kind": "question",
+            "kind": "question+passage" if self.passage_words else "question",
             "side": KEY_SIDE,
             "lexical": self.lexical is not None,
         }
+        if self.passage_words:
+            entry["passages"] = {"words": self.passage_words, "step": self.passage_words // 2}
+        return entry
+
+    def describe(self) -> dict[str, Any]:
+        """:meth:`entry` with the number of keys of each kind (``Ranker.info()["keys"]``)."""
+        passage_keys = int((self.kind_codes(np.arange(len(self))) == PASSAGE).sum())
+        return {**self.entry(), "stored_questions": len(self) - passage_keys, "passage_keys": passage_keys}
 
     def save(self, directory: Path) -> None:
         """Write the key files into ``directory`` (a new snapshot's ``keys/``)."""
         directory.mkdir(parents=True, exist_ok=True)
         np.save(directory / "vectors.npy", np.ascontiguousarray(self.vectors, dtype=np.float32), allow_pickle=False)
         np.save(directory / "owners.npy", np.asarray(self.owners, dtype=np.int64), allow_pickle=False)
+        if self.passage_words:
+            np.save(directory / "kinds.npy", self.kind_codes(np.arange(len(self))), allow_pickle=False)
         if self.lexical is not None:
             self.lexical.save(directory / "lexical")
+
+
+def choose_passage_words(value: Any, *, static_encoder: bool) -> int:
+    """The words per passage key of a build's ``passage_words`` (0: no passage keys).
+
+    ``"auto"`` keys passages of :data:`PASSAGE_WORDS` words for a model that cuts its answers
+    (a fixed ``max_tokens``), none for a static encoder (which reads answers whole, and whose
+    scores of short windows and whole answers are on different scales); an int is the
+    number of words (at least :data:`MIN_PASSAGE_WORDS`), 0 none.
+
+    Example
+    -------
+    >>> choose_passage_words("auto", static_encoder=False), choose_passage_words("auto", static_encoder=True)
+    (64, 0)
+    """
+    if value == "auto":
+        return 0 if static_encoder else PASSAGE_WORDS
+    if isinstance(value, int) and not isinstance(value, bool) and (value == 0 or value >= MIN_PASSAGE_WORDS):
+        return value
+    raise QueryError(
+        f'passage_words must be "auto", 0 (no passage keys) or a number of words of at least '
+        f"{MIN_PASSAGE_WORDS}, got {value!r}"
+    )
+
+
+def passages(text: str, words: int) -> list[str]:
+    """The passage keys of an answer: windows of ``words`` words, a step of ``words // 2``
+    apart, the last one ending at the answer's end; none for an answer of ``words`` words or
+    fewer (its own vector reads it whole).
+
+    Example
+    -------
+    >>> passages("a b c d e f g", 4)
+    ['a b c d', 'c d e f', 'd e f g']
+    >>> passages("a b c", 4)
+    []
+    """
+    split = text.split()
+    if words <= 0 or len(split) <= words:
+        return []
+    step = max(1, words // 2)
+    starts = [*range(0, len(split) - words, step), len(split) - words]
+    return [" ".join(split[s : s + words]) for s in starts]
+
+
+def key_entries(records: Any, passage_words: int = 0, *, lexical: bool = False) -> Iterator[tuple[int, str, int]]:
+    """``(row, text, kind)`` of every key of ``records`` in row order: each record's stored
+    questions, then (``passage_words`` > 0) its answer's :func:`passages`. ``lexical``: the
+    text of a passage key is its BM25 row's, empty."""
+    if not passage_words:
+        for row, question in key_texts(records):
+            yield row, question, QUESTION
+        return
+    for row in range(len(records)):
+        record = records.get(row) if hasattr(records, "get") else records[row]
+        for question in record.questions:
+            yield row, question, QUESTION
+        for passage in passages(record.answer, passage_words):
+            yield row, "" if lexical else passage, PASSAGE
 
 
 def key_texts(records: Any, rows: Sequence[int] | None = None) -> Iterator[tuple[int, str]]:
@@ -124,38 +239,62 @@ def build_keys(
     *,
     lexical: bool,
     first_row: int = 0,
+    passage_words: int = 0,
 ) -> tuple[KeyIndex, list[str]]:
-    """The keys of every stored question of ``records``, encoded by ``encode`` in chunks.
+    """The keys of ``records`` (:func:`key_entries`), encoded by ``encode`` in chunks.
 
     ``first_row`` is added to each owner (records appended after ``first_row`` others). Also
-    returns the key texts (for a BM25 index built later).
+    returns the keys' BM25 texts (for a BM25 index built later).
     """
     owners: list[int] = []
     texts: list[str] = []
-    for row, question in key_texts(records):
+    kinds: list[int] = []
+    for row, text, kind in key_entries(records, passage_words):
         owners.append(row + first_row)
-        texts.append(question)
+        texts.append(text)
+        kinds.append(kind)
     parts = [encode(texts[s : s + _ENCODE_CHUNK]) for s in range(0, len(texts), _ENCODE_CHUNK)]
     vectors = np.concatenate(parts) if parts else np.zeros((0, dimension), np.float32)
-    keys = KeyIndex(np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(owners, np.int64), None)
+    lexical_texts = [text if kind == QUESTION else "" for text, kind in zip(texts, kinds, strict=True)]
+    index = None
     if lexical:
         builder = LexicalBuilder()
-        builder.add(texts)
-        keys = KeyIndex(keys.vectors, keys.owners, builder.finish())
-    return keys, texts
+        builder.add(lexical_texts)
+        index = builder.finish()
+    codes = np.asarray(kinds, np.int8) if passage_words else None
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    return KeyIndex(vectors, np.asarray(owners, np.int64), index, codes, passage_words), lexical_texts
+
+
+def passage_setting(entry: Any) -> int | None:
+    """The words per passage key an index manifest's ``keys`` field names (0: none); None
+    where its ``kind`` and ``passages`` do not agree."""
+    if not isinstance(entry, dict):
+        return None
+    kind, setting = entry.get("kind"), entry.get("passages")
+    if kind == "question" and setting is None:
+        return 0
+    words = setting.get("words") if isinstance(setting, dict) else None
+    if kind != "question+passage" or not isinstance(words, int) or isinstance(words, bool):
+        return None
+    return words if words >= MIN_PASSAGE_WORDS and setting == {"words": words, "step": words // 2} else None
 
 
 def check_entry(entry: Any, files: Mapping[str, Any], mpath: Path) -> int:
     """Validate the index manifest's ``keys`` field; returns the key count."""
     needed = [f"{DIRECTORY}/vectors.npy", f"{DIRECTORY}/owners.npy"]
+    words = passage_setting(entry)
+    if words:
+        needed.append(f"{DIRECTORY}/kinds.npy")
     ok = isinstance(entry, dict) and entry.get("directory") == DIRECTORY and entry.get("side") == KEY_SIDE
     count = entry.get("count") if isinstance(entry, dict) else None
-    ok = ok and isinstance(count, int) and not isinstance(count, bool) and count >= 0
+    ok = ok and words is not None and isinstance(count, int) and not isinstance(count, bool) and count >= 0
     ok = ok and isinstance(entry.get("lexical"), bool) and all(name in files for name in needed)
     if not ok:
         raise IndexFormatError(
             f'{mpath}: field "keys" must be {{"count", "directory": "keys", "kind": "question", "side": '
-            f'"{KEY_SIDE}", "lexical"}} with {" and ".join(needed)} listed in "files", got {entry!r}; '
+            f'"{KEY_SIDE}", "lexical"}} (or "kind": "question+passage" with "passages": {{"words": W >= '
+            f'{MIN_PASSAGE_WORDS}, "step": W // 2}}) with {" and ".join(needed)} listed in "files", got {entry!r}; '
             "the index is corrupted, rebuild it"
         )
     return int(count)  # type: ignore[arg-type]
@@ -167,9 +306,11 @@ def load_keys(
     """Read and check a snapshot's ``keys/`` (memory-mapped vectors; raises :class:`IndexFormatError`).
 
     ``listed``: the names in ``keys/lexical/`` the index manifest lists (:meth:`LexicalIndex.load`)."""
+    words = passage_setting(entry) or 0
     try:
         vectors = np.load(directory / "vectors.npy", mmap_mode="r", allow_pickle=False)
         owners = np.load(directory / "owners.npy", allow_pickle=False)
+        kinds = np.load(directory / "kinds.npy", allow_pickle=False) if words else None
     except (OSError, ValueError) as exc:
         raise IndexFormatError(f"{directory}: cannot read the stored keys ({exc}); rebuild the index") from None
     if (
@@ -178,10 +319,15 @@ def load_keys(
         or owners.shape != (count,)
         or not np.issubdtype(owners.dtype, np.integer)
         or (count and (owners.min() < 0 or owners.max() >= records or (np.diff(owners) < 0).any()))
+        or (
+            kinds is not None
+            and (kinds.dtype != np.int8 or kinds.shape != (count,) or not np.isin(kinds, (QUESTION, PASSAGE)).all())
+        )
     ):
         raise IndexFormatError(
             f"{directory}: the stored keys do not match the manifest ({count} float32 vectors of dimension "
-            f"{dimension}, owners non-decreasing rows below {records}); the index is corrupted, rebuild it"
+            f"{dimension}, owners non-decreasing rows below {records}{', int8 kinds 1 or 2' if words else ''}); "
+            "the index is corrupted, rebuild it"
         )
     lexical = LexicalIndex.load(directory / "lexical", count, listed=listed) if entry["lexical"] else None
-    return KeyIndex(vectors, owners.astype(np.int64), lexical)
+    return KeyIndex(vectors, owners.astype(np.int64), lexical, kinds, words)

@@ -181,7 +181,8 @@ class Model:
             role: chunking_format.from_manifest(spec, tokenizer) for role, spec in manifest.get("chunking", {}).items()
         }
         # a static encoder reads answers whole (up to STATIC_ANSWER_TOKENS): its cost is linear in length
-        if manifest.get("static_encoder") is True and "answer" not in self.chunking:
+        self.static_encoder: bool = manifest.get("static_encoder") is True and "answer" not in self.chunking
+        if self.static_encoder:
             self.max_tokens["answer"] = max(self.max_tokens["answer"], STATIC_ANSWER_TOKENS)
 
     # -- loading -----------------------------------------------------------------------

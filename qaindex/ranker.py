@@ -140,6 +140,7 @@ class Ranker:
         reranker: str | os.PathLike[str] | Reranker | None = None,
         hybrid: bool | None = None,
         question_keys: bool = True,
+        passage_words: int | str = "auto",
     ) -> Ranker:
         """Encode a corpus and index it.
 
@@ -182,7 +183,16 @@ class Ranker:
             Also index each record's stored ``question``/``questions`` as search keys mapping
             to it (:mod:`qaindex.key_index`): searches then match answers and stored
             questions and return each record once (``Hit.matched`` says which). False:
-            answers only (e.g. when the stored questions are the ones an evaluation asks).
+            answers only, no passages either (e.g. when the stored questions are the ones an
+            evaluation asks).
+        passage_words : "auto" or int, keyword-only
+            Also key each answer longer than this many words by its overlapping windows of
+            that many words (:func:`qaindex.key_index.passages`; ``Hit.matched`` is then
+            ``"passage"``): a model that cuts its answers reads the rest through them, and a
+            question about one part of a long answer meets that part. ``"auto"`` (default):
+            64 words for a model with a fixed answer length (an exported sentence-transformer),
+            none for a static encoder such as the built-in model, which reads answers whole;
+            0: none.
         """
         built = encode_corpus(
             corpus,
@@ -197,6 +207,7 @@ class Ranker:
             reranker=reranker,
             hybrid=hybrid,
             question_keys=question_keys,
+            passage_words=passage_words,
         )
         ranker = cls(
             built.model,

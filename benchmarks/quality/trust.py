@@ -90,7 +90,7 @@ BATCH = 128
 CORPUS_FIELD = "{corpus}"  # in a --model directory: replaced by each corpus's name (a model per corpus)
 
 
-def _mrr(ranked: Sequence[Sequence[int]], relevant: Sequence[np.ndarray]) -> float:
+def mrr_at_k(ranked: Sequence[Sequence[int]], relevant: Sequence[np.ndarray]) -> float:
     """Mean of 1 / rank of the first relevant row in the top :data:`K` (0 when none)."""
     total = 0.0
     for rows, rel in zip(ranked, relevant, strict=True):
@@ -99,7 +99,7 @@ def _mrr(ranked: Sequence[Sequence[int]], relevant: Sequence[np.ndarray]) -> flo
     return total / max(1, len(relevant))
 
 
-def _batched(ranker: Ranker, questions: Sequence[str], k: int, hybrid: bool) -> list[list[Any]]:
+def batched_search(ranker: Ranker, questions: Sequence[str], k: int, hybrid: bool) -> list[list[Any]]:
     out: list[list[Any]] = []
     for start in range(0, len(questions), BATCH):
         out.extend(ranker.search_batch(list(questions[start : start + BATCH]), k, hybrid=hybrid))
@@ -182,10 +182,10 @@ def measure(
     records = [Record(str(i), text) for i, text in enumerate(answers)]
     ranker = Ranker.build(records, model=model, index_kind="auto", batch_size=256, hybrid=True)
     kept_own, refused_own = recalibrated(ranker, questions, relevant, offtopic)
-    dense = _batched(ranker, questions, K, hybrid=False)
-    hybrid = _batched(ranker, questions, K, hybrid=True)
-    first = _batched(ranker, questions, 1, hybrid=True)
-    off = _batched(ranker, offtopic, 1, hybrid=True)
+    dense = batched_search(ranker, questions, K, hybrid=False)
+    hybrid = batched_search(ranker, questions, K, hybrid=True)
+    first = batched_search(ranker, questions, 1, hybrid=True)
+    off = batched_search(ranker, offtopic, 1, hybrid=True)
     ranked_dense = [[h.row for h in hits] for hits in dense]
     ranked_hybrid = [[h.row for h in hits] for hits in hybrid]
     correct_top = [
@@ -196,8 +196,8 @@ def measure(
     auc, best_kept = separation(correct_scores, off_scores)
     kept, refused = kept_refused(correct_scores, off_scores, THRESHOLD)
     return {
-        "mrr_dense": _mrr(ranked_dense, relevant),
-        "mrr_hybrid": _mrr(ranked_hybrid, relevant),
+        "mrr_dense": mrr_at_k(ranked_dense, relevant),
+        "mrr_hybrid": mrr_at_k(ranked_hybrid, relevant),
         "order_hybrid": float(np.mean([_non_increasing(h) for h in hybrid])),
         "order_dense": float(np.mean([_non_increasing(h) for h in dense])),
         "top_hit_same_k1_k10": float(

@@ -36,6 +36,7 @@ from .eval import eval_command, inspect_command
 from .export import export_model_command
 from .maintenance import gc_command, orphans_line
 from .options import (
+    PassageWords,
     Timeout,
     batch_size_option,
     device_option,
@@ -220,6 +221,15 @@ def main(verbose: bool) -> None:
     "search matches answers and stored questions (each record returned once).",
 )
 @click.option(
+    "--passage-words",
+    type=PassageWords(),
+    default="auto",
+    show_default=True,
+    help="Also key each answer longer than this many words by overlapping windows of that many words, "
+    "mapping to it (docs/search-keys.md): 'auto' = 64 for a model that cuts its answers (an exported "
+    "sentence-transformer), none for a static encoder such as the built-in model; 0 = none.",
+)
+@click.option(
     "--adapt",
     is_flag=True,
     help="Adapt the model to this corpus first and index with the adapted model (pip install 'qaindex[train]'): "
@@ -242,6 +252,7 @@ def build(
     force: bool,
     hybrid: bool | None,
     question_keys: bool,
+    passage_words: int | str,
     adapt: bool,
 ) -> None:
     """Encode the answers of CORPUS (JSONL) and save an index.
@@ -268,6 +279,7 @@ def build(
         "reranker": reranker,
         "hybrid": hybrid,
         "question_keys": question_keys,
+        "passage_words": passage_words,
     }
     if shards is not None:
         options["shards"] = shards
@@ -707,10 +719,16 @@ if __name__ == "__main__":  # pragma: no cover
 
 
 def _keys_line(keys: dict[str, Any] | None) -> str:
-    """One line on the stored questions indexed as search keys (:mod:`qaindex.key_index`)."""
+    """One line on the stored questions and passages indexed as search keys (:mod:`qaindex.key_index`)."""
     if keys is None:
         return "none (answers only; build without --no-question-keys to search the stored questions)"
-    return f"{keys['count']:,} stored questions, each mapping to its record" + (
+    questions = keys.get("stored_questions", keys["count"])
+    passages = ""
+    if keys.get("passages"):
+        words = keys["passages"]["words"]
+        count = plural(keys.get("passage_keys", 0), "passage")
+        passages = f" and {count} of {words} words (of the answers over {words})"
+    return f"{plural(questions, 'stored question')}{passages}, each mapping to its record" + (
         ", with BM25" if keys["lexical"] else ""
     )
 

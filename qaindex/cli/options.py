@@ -79,6 +79,24 @@ class Timeout(click.ParamType):  # type: ignore[type-arg]
             self.fail(f"{value!r} is not a non-negative number of seconds (or inf to wait forever)", param, ctx)
 
 
+class PassageWords(click.ParamType):  # type: ignore[type-arg]
+    """``auto``, 0 or a number of words per passage key (:func:`qaindex.key_index.choose_passage_words`)."""
+
+    name = "words"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        from ..errors import QAIndexError
+        from ..key_index import choose_passage_words
+
+        text = str(value).strip().lower()
+        try:
+            words: int | str = text if text == "auto" else int(text)
+            choose_passage_words(words, static_encoder=False)
+        except (ValueError, QAIndexError):
+            self.fail(f"{value!r} is not 'auto', 0 or a number of words of at least 8", param, ctx)
+        return words
+
+
 def refuse_existing_index(index: Path) -> None:
     """Refuse to build over an index that is already there (``qaindex build`` without ``--force``).
 

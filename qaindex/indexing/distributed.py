@@ -220,6 +220,7 @@ def build_on_ray(
     reranker: str | os.PathLike[str] | Reranker | None = None,
     hybrid: bool | None = None,
     question_keys: bool = True,
+    passage_words: int | str = "auto",
 ) -> Ranker:
     """Build an index of a corpus file with Ray Data encoding shards in parallel workers.
 
@@ -230,10 +231,10 @@ def build_on_ray(
     address : str, keyword-only
         ``local``, ``auto`` or a Ray address such as ``ray://head:10001`` (see the module
         docstring); ignored when Ray is already initialised.
-    model, device, index_kind, hnsw, overfetch, batch_size, recall, reranker, hybrid, question_keys
+    model, device, index_kind, hnsw, overfetch, batch_size, recall, reranker, hybrid, question_keys, passage_words
         As for :meth:`qaindex.Ranker.build`; the BM25 index of ``hybrid`` is built on the
         driver, chunk by chunk as it validates the records, and so are the stored questions'
-        keys, from the stored records (:mod:`qaindex.key_index`).
+        and passages' keys, from the stored records (:mod:`qaindex.key_index`).
     chunk_size : int, keyword-only
         Answers per ``map_batches`` call (and per chunk of the driver's validation).
     workers : int, optional
@@ -252,6 +253,7 @@ def build_on_ray(
         ranker = build_on_ray("/shared/faq.jsonl", address="ray://head:10001")
         ranker.save("qaindex-index")
     """
+    from ..key_index import choose_passage_words
     from ..ranker import Ranker
     from ..search.fusion import with_dense_ratio
     from ..text.lexical import build_hybrid
@@ -293,7 +295,8 @@ def build_on_ray(
         tune_for_corpus(coarse, loaded, store, vectors, target=check_target(recall), overfetch=overfetch)
     if reranker is not None and not isinstance(reranker, Reranker):
         reranker = Reranker.load(reranker, device=device)
-    keys = encode_keys(loaded, store, batch_size, lexical=hybrid) if question_keys else None
+    words = choose_passage_words(passage_words, static_encoder=loaded.static_encoder)
+    keys = encode_keys(loaded, store, batch_size, lexical=hybrid, passage_words=words) if question_keys else None
     # the BM25 index with adaptive fusion's ratio, measured as a local build measures it
     analysed = None
     if lexical is not None:

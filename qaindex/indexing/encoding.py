@@ -22,7 +22,7 @@ from .. import fast_path_switch
 from ..checks import MAX_SETTING, choice, flag, path_arg, path_or_records, positive_int
 from ..corpus import Record, records_from_dicts
 from ..errors import QueryError
-from ..key_index import KEY_SIDE, KeyIndex, build_keys, key_texts
+from ..key_index import KEY_SIDE, PASSAGE, KeyIndex, build_keys, choose_passage_words
 from ..model import Model
 from ..reranker import Reranker
 from ..store.index_checks import check_content
@@ -110,31 +110,47 @@ class Built:
     cuts: dict[str, Any] | None = None
 
 
-def encode_keys(model: Model, records: object, batch_size: int, *, lexical: bool, first_row: int = 0) -> KeyIndex:
-    """The stored questions of ``records`` as search keys, encoded on :data:`KEY_SIDE`
-    (:mod:`qaindex.key_index`); ``first_row``: the row of the first record in the index."""
+def encode_keys(
+    model: Model, records: object, batch_size: int, *, lexical: bool, first_row: int = 0, passage_words: int = 0
+) -> KeyIndex:
+    """The stored questions (and, with ``passage_words``, the passages) of ``records`` as
+    search keys, encoded on :data:`KEY_SIDE` (:mod:`qaindex.key_index`); ``first_row``: the
+    row of the first record in the index."""
+    return _encoded_keys(model, records, batch_size, lexical, first_row, passage_words)[0]
+
+
+def _encoded_keys(
+    model: Model, records: object, batch_size: int, lexical: bool, first_row: int, passage_words: int
+) -> tuple[KeyIndex, list[str]]:
     started = time.perf_counter()
-    keys, _ = build_keys(
+    keys, texts = build_keys(
         records,
         lambda texts: model.encode(texts, role=KEY_SIDE, batch_size=batch_size),
         model.dimension,
         lexical=lexical,
         first_row=first_row,
+        passage_words=passage_words,
     )
     if len(keys):
-        _log.info("encoded %d stored questions as search keys in %.2f s", len(keys), time.perf_counter() - started)
-    return keys
+        passage_count = int((keys.kind_codes(np.arange(len(keys))) == PASSAGE).sum())
+        _log.info(
+            "encoded %d stored questions and %d passages as search keys in %.2f s",
+            len(keys) - passage_count,
+            passage_count,
+            time.perf_counter() - started,
+        )
+    return keys, texts
 
 
 def appended_keys(
     keys: KeyIndex | None, model: Model, new: list[Record], first_row: int, batch_size: int
 ) -> KeyIndex | None:
-    """``keys`` followed by the stored questions of ``new`` records (added at ``first_row``);
-    None for an index without keys."""
+    """``keys`` followed by the keys of ``new`` records (added at ``first_row``), with the
+    index's passage setting; None for an index without keys."""
     if keys is None:
         return None
-    added = encode_keys(model, new, batch_size, lexical=False, first_row=first_row)
-    return keys.appended(added.vectors, added.owners, [text for _, text in key_texts(new)])
+    added, texts = _encoded_keys(model, new, batch_size, False, first_row, keys.passage_words)
+    return keys.appended(added, texts)
 
 
 def encode_corpus(
@@ -151,6 +167,7 @@ def encode_corpus(
     reranker: str | os.PathLike[str] | Reranker | None,
     hybrid: bool | None,
     question_keys: bool = True,
+    passage_words: int | str = "auto",
 ) -> Built:
     """:meth:`qaindex.Ranker.build`'s work: check every argument, then encode and index.
 
@@ -201,7 +218,8 @@ def encode_corpus(
     )
     report = cuts.report()
     (_log.warning if report["cut"] else _log.info)("answers: %s", cut_line(report))
-    keys = encode_keys(loaded, store, batch_size, lexical=use_hybrid) if question_keys else None
+    words = choose_passage_words(passage_words, static_encoder=loaded.static_encoder)
+    keys = encode_keys(loaded, store, batch_size, lexical=use_hybrid, passage_words=words) if question_keys else None
     analysed = None if lexical is None else lexical.finish()
     # the checks a load applies to what a checksum cannot vouch for (a save repeats them, scanning everything)
     check_content(

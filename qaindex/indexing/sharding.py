@@ -85,6 +85,7 @@ def build_shards(
     recall: float | None = None,
     hybrid: bool | None = None,
     question_keys: bool = True,
+    passage_words: int | str = "auto",
 ) -> Path:
     """Build a shard set of a corpus at ``path`` (a new or empty directory); see the module docstring.
 
@@ -99,7 +100,7 @@ def build_shards(
     ray : str, keyword-only, optional
         Build the shards as Ray tasks (``local``, ``auto`` or an address, as ``--ray`` takes);
         None: one after the other in this process.
-    model, device, index_kind, overfetch, batch_size, recall, hybrid, question_keys
+    model, device, index_kind, overfetch, batch_size, recall, hybrid, question_keys, passage_words
         As for :meth:`qaindex.Ranker.build`, for every shard.
 
     Returns
@@ -124,6 +125,7 @@ def build_shards(
         "recall": recall,
         "hybrid": hybrid,
         "question_keys": question_keys,
+        "passage_words": passage_words,
     }
     root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".building-", dir=root))

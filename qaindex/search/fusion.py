@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ModelFormatError, QueryError
+from ..key_index import PASSAGE
 from ..store.field_ranges import (
     FUSED_SCORE,
     FUSED_SCORE_WEIGHTS,
@@ -595,7 +596,7 @@ def hybrid_arrays(
     scan: bool | None = None,
     explain: list[list[Explanation]] | None = None,
     memory_budget: int | None = None,
-    keys: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None,
+    keys: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None,
     matched_out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The ``k`` best fused candidates of each question, as :meth:`qaindex.Ranker.search_vectors` arrays.
@@ -715,7 +716,7 @@ def fuse_candidates(
     candidates: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     k: int,
     *,
-    keys: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+    keys: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
     explain: list[list[Explanation]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One question's ``k`` best candidates by the fused score (:func:`hybrid_arrays`' ranking,
@@ -736,6 +737,7 @@ def fuse_candidates(
     if fusion.rule == "adaptive":
         rule = Fusion("convex", weight=dense_weight(fusion, ratio, length, cov))
     codes = np.zeros(len(rows), np.int8)
+    top = _answer_top(s, keys)
     if keys is not None and len(keys[0]):
         s, d, lex, codes = _with_keys(rows, s, d, lex, keys)
     fused = fuse(s, lex, rule, CANDIDATE_FLOOR)
@@ -750,7 +752,7 @@ def fuse_candidates(
     probabilities = hybrid_scores(
         fusion,
         model.calibration(s[order], best),
-        model.calibration(best),
+        model.calibration(top),
         lex[order] / best_lex if best_lex > 0 else np.zeros(len(order)),
         fused[order],
         best_lex / bound if bound > 0 else 0.0,
@@ -763,22 +765,35 @@ def fuse_candidates(
     return s[order], d[order], rows[order], probabilities, codes[order]
 
 
+def _answer_top(s: np.ndarray, keys: tuple[np.ndarray, ...] | None) -> float:
+    """The best model score of a question's candidates' answers and stored questions: what the
+    question-level ``p_top`` of :func:`hybrid_scores` reads. Passages are left out: they rank
+    their records, but the best of many short windows runs higher than the best of whole
+    answers for any question, off-topic ones too, and the calibration was fitted on the latter."""
+    top = float(s.max()) if len(s) else -np.inf
+    if keys is not None and len(keys[0]):
+        questions = keys[4] != PASSAGE
+        if questions.any():
+            top = max(top, float(keys[1][questions].max()))
+    return top
+
+
 def _with_keys(
     rows: np.ndarray,
     s: np.ndarray,
     d: np.ndarray,
     lex: np.ndarray,
-    found: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    found: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One question's candidates (``rows`` sorted) with the evidence of their stored questions
+    """One question's candidates (``rows`` sorted) with the evidence of their keys
     (:func:`hybrid_arrays`' ``keys``): model scores, distances, BM25 scores and key codes."""
-    key_rows, key_s, key_d, same = found
+    key_rows, key_s, key_d, same, key_codes = found
     at = np.searchsorted(rows, key_rows)
     wins = key_s > s[at]  # a key counts where it scores above the record's answer
     s, d, lex = s.copy(), d.copy(), np.asarray(lex, np.float64).copy()
     s[at[wins]], d[at[wins]] = key_s[wins], key_d[wins]
     codes = np.zeros(len(rows), np.int8)
-    codes[at[wins]] = 1
+    codes[at[wins]] = key_codes[wins]
     top = float(lex.max()) if len(lex) else 0.0
     lex[at[same]] = top if top > 0 else 1.0
     return s, d, lex, codes

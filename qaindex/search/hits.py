@@ -23,7 +23,7 @@ from .budget import hit_bytes
 __all__ = ["MATCHED", "Explanation", "Hit", "cut", "dense_explanations", "hit_bytes", "make_hits"]
 
 #: ``Hit.matched`` by its code in a ``matched`` array (:mod:`qaindex.search.keys`)
-MATCHED = ("answer", "question")
+MATCHED = ("answer", "question", "passage")
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,10 @@ class Explanation:
     Attributes
     ----------
     key : str
-        What of the record matched the question: ``"answer"``, or ``"question"`` when one of
-        its stored questions did (:mod:`qaindex.search.keys`; the scores and ranks are then
-        that key's). Always the hit's ``matched``.
+        What of the record matched the question: ``"answer"``, ``"question"`` when one of
+        its stored questions did, or ``"passage"`` when a window of its long answer did
+        (:mod:`qaindex.search.keys`; the scores and ranks are then that key's). Always the
+        hit's ``matched``.
     dense_score : float
         The model's raw score of the hit (higher is better).
     dense_rank : int

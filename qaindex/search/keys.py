@@ -1,9 +1,9 @@
-"""Searching the stored-question keys: a record's best key, in dense and hybrid search.
+"""Searching the keys: a record's best key, in dense and hybrid search.
 
 An index with keys (:mod:`qaindex.key_index`) ranks records, each by its best key: its
-answer or one of its stored questions. Keys are scored exactly (every key, or every key of a
-record a filter lets through) by the model's scorer, as answers are; a stored question is
-encoded on the answer side, so the two are on one scale.
+answer, one of its stored questions or one of its answer's passages. Keys are scored exactly
+(every key, or every key of a record a filter lets through) by the model's scorer, as
+answers are; a key is encoded on the answer side, so the two are on one scale.
 
 - A dense search merges the answers' hits with the keys' (each record's best key)::
 
@@ -15,7 +15,7 @@ encoded on the answer side, so the two are on one scale.
   answers' candidates, a record's model score is its best key's, and a record with a key
   holding exactly the question's terms gets the best BM25 score of the candidates.
 
-Each hit says which key matched: ``"answer"`` or ``"question"``.
+Each hit says which key matched: ``"answer"``, ``"question"`` or ``"passage"``.
 
 Example
 -------
@@ -116,9 +116,10 @@ def best_per_record(owners: np.ndarray, order: np.ndarray, width: int) -> np.nda
     return order[np.sort(first)[:width]]
 
 
-#: per question: the records its stored questions vouch for, their best key's score and
-#: distance, and whether one of their keys holds exactly the question's terms
-Evidence = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+#: per question: the records its keys vouch for, their best key's score and distance,
+#: whether one of their keys holds exactly the question's terms, and their best key's
+#: :data:`MATCHED` code
+Evidence = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 def key_evidence(
@@ -131,7 +132,8 @@ def key_evidence(
     score (the keys' pool, as wide as the answers') and of every key holding exactly the
     question's terms (:meth:`~qaindex.text.lexical.LexicalIndex.same_terms`, in an index
     with the keys' BM25 rows), each with its best key's score and distance and whether one
-    of its keys holds the question's terms: ``(rows, scores, distances, same)``, rows sorted.
+    of its keys holds the question's terms and its best key's code: ``(rows, scores,
+    distances, same, codes)``, rows sorted.
     """
     keys = state.keys
     assert keys is not None
@@ -141,7 +143,8 @@ def key_evidence(
     for i, question in enumerate(questions):
         pool = np.lexsort((candidates, dist[i], -score[i]))[:m]  # positions in `candidates`
         same = same_keys(keys, question, candidates)
-        out.append(best_keys(candidates, keys.owners[candidates], score[i], dist[i], pool, same))
+        owners, kinds = keys.owners[candidates], keys.kind_codes(candidates)
+        out.append(best_keys(candidates, owners, score[i], dist[i], pool, same, kinds))
     return out
 
 
@@ -160,32 +163,42 @@ def same_keys(keys: KeyIndex, question: str, candidates: np.ndarray) -> np.ndarr
 
 
 def best_keys(
-    numbers: np.ndarray, owners: np.ndarray, score: np.ndarray, dist: np.ndarray, pool: np.ndarray, same: np.ndarray
+    numbers: np.ndarray,
+    owners: np.ndarray,
+    score: np.ndarray,
+    dist: np.ndarray,
+    pool: np.ndarray,
+    same: np.ndarray,
+    kinds: np.ndarray | None = None,
 ) -> Evidence:
     """:func:`key_evidence` of one question from its keys (``numbers``, their ``owners``,
-    scores and distances) and the positions of the keys' pool and of those holding the
-    question's terms: each of their records with its best key (best score, then distance,
-    then key number) and whether one of its keys holds the terms, rows sorted.
+    scores, distances and kind codes, default: stored questions) and the positions of the
+    keys' pool and of those holding the question's terms: each of their records with its
+    best key (best score, then distance, then key number), whether one of its keys holds the
+    terms and its best key's code, rows sorted.
 
     Example
     -------
-    >>> rows, s, d, same = best_keys(np.arange(3), np.array([4, 4, 9]), np.array([0.5, 0.9, 0.1]),
-    ...                              np.zeros(3), np.array([0, 1]), np.array([2]))
-    >>> rows.tolist(), s.tolist(), same.tolist()
-    ([4, 9], [0.9, 0.1], [False, True])
+    >>> rows, s, d, same, codes = best_keys(np.arange(3), np.array([4, 4, 9]), np.array([0.5, 0.9, 0.1]),
+    ...                                     np.zeros(3), np.array([0, 1]), np.array([2]))
+    >>> rows.tolist(), s.tolist(), same.tolist(), codes.tolist()
+    ([4, 9], [0.9, 0.1], [False, True], [1, 1])
     """
     pos = np.union1d(pool, same)
     order = pos[np.lexsort((numbers[pos], dist[pos], -score[pos]))]  # best key first
     rows, first = np.unique(owners[order], return_index=True)  # each record's best key
     best = order[first]
-    return rows, score[best], dist[best], np.isin(rows, owners[same])
+    codes = np.ones(len(best), np.int8) if kinds is None else np.asarray(kinds, np.int8)[best]
+    return rows, score[best], dist[best], np.isin(rows, owners[same]), codes
 
 
-def key_arrays(state: IndexState, exact: tuple[np.ndarray, np.ndarray, np.ndarray], width: int) -> Arrays:
+def key_arrays(
+    state: IndexState, exact: tuple[np.ndarray, np.ndarray, np.ndarray], width: int
+) -> tuple[Arrays, np.ndarray]:
     """The best key of each of the ``width`` best records by their keys' model scores, for
     each question (``exact``: :func:`key_scores`): ``(scores, distances, rows, None)`` as
     :func:`qaindex.search.pipeline.search_vectors` returns them, ``rows`` being the keys'
-    record rows (``-1`` where missing), best first."""
+    record rows (``-1`` where missing), best first; and the :data:`MATCHED` code of each key."""
     keys = state.keys
     assert keys is not None
     candidates, score, dist = exact
@@ -193,22 +206,25 @@ def key_arrays(state: IndexState, exact: tuple[np.ndarray, np.ndarray, np.ndarra
     s_out = np.full((n, width), -np.inf, np.float32)
     d_out = np.full((n, width), np.inf, np.float32)
     r_out = np.full((n, width), -1, np.int64)
+    codes = np.zeros((n, width), np.int8)
     if not len(candidates):
-        return s_out, d_out, r_out, None
+        return (s_out, d_out, r_out, None), codes
     order = np.lexsort((np.broadcast_to(candidates, score.shape), dist, -score), axis=-1)
     for i in range(n):
         pick = best_per_record(keys.owners[candidates], order[i], width)
         s_out[i, : len(pick)], d_out[i, : len(pick)] = score[i, pick], dist[i, pick]
         r_out[i, : len(pick)] = keys.owners[candidates[pick]]
-    return s_out, d_out, r_out, None
+        codes[i, : len(pick)] = keys.kind_codes(candidates[pick])
+    return (s_out, d_out, r_out, None), codes
 
 
 def merge(
-    answers: Arrays, keys: Arrays, width: int
+    answers: Arrays, keys: Arrays, width: int, codes: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
     """The answers' and the keys' hits merged (module docstring): ``(scores, distances, rows,
     probabilities, matched, columns)``, ``width`` columns, ``matched`` the :data:`MATCHED` code
-    of each and ``columns`` its column in the answers' or the keys' arrays (``-1`` where missing)."""
+    of each (a key's from ``codes``, the keys' codes; default: stored questions) and
+    ``columns`` its column in the answers' or the keys' arrays (``-1`` where missing)."""
     a_s, a_d, a_r, a_p = answers
     k_s, k_d, k_r, k_p = keys
     n = a_r.shape[0]
@@ -240,7 +256,8 @@ def merge(
             if row in seen:
                 continue
             seen.add(row)
-            s[i, out], d[i, out], r[i, out], matched[i, out] = src_s[i, j], src_d[i, j], row, int(take_key)
+            code = (1 if codes is None else int(codes[i, j])) if take_key else 0
+            s[i, out], d[i, out], r[i, out], matched[i, out] = src_s[i, j], src_d[i, j], row, code
             columns[i, out] = j
             if p is not None:
                 p[i, out] = 0.0 if src_p is None else src_p[i, j]
@@ -258,5 +275,6 @@ def with_keys(
     if exact is None:
         return (*found, None)
     width = found[2].shape[1]
-    s, d, r, p, matched, _ = merge(found, key_arrays(state, exact, width), width)
+    arrays, codes = key_arrays(state, exact, width)
+    s, d, r, p, matched, _ = merge(found, arrays, width, codes)
     return s, d, r, p, matched

@@ -80,9 +80,10 @@ class ShardQuery:
 
 @dataclass(frozen=True)
 class KeyPart:
-    """The stored-question keys one shard returns for one question (local numbers and rows):
-    a dense search's best key of each of its ``width`` best records; a hybrid search's keys'
-    pool (``pooled``) and the keys holding exactly the question's terms (``same``)."""
+    """The keys one shard returns for one question (local numbers and rows): a dense
+    search's best key of each of its ``width`` best records; a hybrid search's keys' pool
+    (``pooled``) and the keys holding exactly the question's terms (``same``); each key's
+    :data:`~.hits.MATCHED` code (``kinds``)."""
 
     numbers: np.ndarray
     owners: np.ndarray
@@ -90,6 +91,7 @@ class KeyPart:
     distances: np.ndarray
     pooled: np.ndarray
     same: np.ndarray
+    kinds: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -221,12 +223,14 @@ def _key_part(
     if query.tokens is None:  # a dense search: the best key of each of the width best records
         pick = best_per_record(keys.owners[numbers], order, query.width)
         none = np.zeros(len(pick), bool)
-        return KeyPart(numbers[pick], keys.owners[numbers[pick]], score[pick], dist[pick], ~none, none)
+        at = numbers[pick]
+        return KeyPart(at, keys.owners[at], score[pick], dist[pick], ~none, none, keys.kind_codes(at))
     pool = order[: min(len(numbers), query.key_pool)]
     same = same_keys(keys, query.questions[i], numbers)
     pos = np.union1d(pool, same)
+    at = numbers[pos]
     return KeyPart(
-        numbers[pos], keys.owners[numbers[pos]], score[pos], dist[pos], np.isin(pos, pool), np.isin(pos, same)
+        at, keys.owners[at], score[pos], dist[pos], np.isin(pos, pool), np.isin(pos, same), keys.kind_codes(at)
     )
 
 
@@ -343,13 +347,16 @@ def _dense(
     answers = _padded((s[order], d[order], rows[order]), k)
     if all(p.keys is None for p in mine):
         return (*answers, None, np.zeros(len(order), np.int8))
-    numbers, owners, ks, kd, _, _ = _keys_joined(collection, mine)
+    numbers, owners, ks, kd, _, _, kinds = _keys_joined(collection, mine)
     pick = best_per_record(owners, np.lexsort((numbers, kd, -ks)), k)
     keys = _padded((ks[pick], kd[pick], owners[pick]), k)
+    key_codes = np.zeros(k, np.int8)
+    key_codes[: len(pick)] = kinds[pick]
     s2, d2, r2, _, codes, _ = merge(
         (answers[0][None], answers[1][None], answers[2][None], None),
         (keys[0][None], keys[1][None], keys[2][None], None),
         k,
+        key_codes[None],
     )
     w = int((r2[0] >= 0).sum())
     return s2[0, :w], d2[0, :w], r2[0, :w], None, codes[0, :w]
@@ -365,7 +372,7 @@ def _padded(arrays: tuple[np.ndarray, np.ndarray, np.ndarray], k: int) -> tuple[
 
 def _keys_joined(collection: Collection, mine: list[ShardPart]) -> tuple[np.ndarray, ...]:
     """Every shard's keys of one question: global key numbers, owners (global rows), scores,
-    distances, then the pooled and same flags."""
+    distances, the pooled and same flags, then the kind codes."""
     parts = [(s, p.keys) for s, p in enumerate(mine) if p.keys is not None]
     numbers = np.concatenate([_EMPTY_I] + [kp.numbers + collection.key_offsets[s] for s, kp in parts])
     owners = np.concatenate([_EMPTY_I] + [kp.owners + collection.offsets[s] for s, kp in parts])
@@ -373,7 +380,8 @@ def _keys_joined(collection: Collection, mine: list[ShardPart]) -> tuple[np.ndar
     dists = np.concatenate([_EMPTY_F] + [kp.distances for _, kp in parts])
     pooled = np.concatenate([np.zeros(0, bool)] + [kp.pooled for _, kp in parts])
     same = np.concatenate([np.zeros(0, bool)] + [kp.same for _, kp in parts])
-    return numbers.astype(np.int64), owners.astype(np.int64), scores, dists, pooled, same
+    kinds = np.concatenate([np.zeros(0, np.int8)] + [kp.kinds for _, kp in parts])
+    return numbers.astype(np.int64), owners.astype(np.int64), scores, dists, pooled, same, kinds
 
 
 def _lexical_pool(collection: Collection, query: ShardQuery, mine: list[ShardPart], bm25_of: Any) -> np.ndarray:
@@ -418,10 +426,10 @@ def _fused(
     lex_rows = _lexical_pool(collection, query, mine, lambda rows: joined.of(rows)[2])
     evidence = None
     if any(p.keys is not None for p in mine):
-        numbers, owners, ks, kd, pooled, same = _keys_joined(collection, mine)
+        numbers, owners, ks, kd, pooled, same, kinds = _keys_joined(collection, mine)
         candidates = np.flatnonzero(pooled)
         pool = candidates[np.lexsort((numbers[candidates], kd[candidates], -ks[candidates]))[: query.key_pool]]
-        evidence = best_keys(numbers, owners, ks, kd, pool, np.flatnonzero(same))
+        evidence = best_keys(numbers, owners, ks, kd, pool, np.flatnonzero(same), kinds)
         lex_rows = sorted_union(lex_rows, evidence[0])
     rows = sorted_union(_dense_pool(collection, query, mine), lex_rows)
     s, d, lex, held = joined.of(rows)

@@ -140,7 +140,7 @@ class IndexState:
             "devices": devices_info(self.model, coarse.device, coarse.kind),
             "reranker": None if self.reranker is None else {"name": self.reranker.name, **self.reranker.providers},
             "hybrid": None if self.lexical is None else self.lexical.describe(),
-            "keys": None if self.keys is None else self.keys.entry(),
+            "keys": None if self.keys is None else self.keys.describe(),
             "calibration": self.calibration.describe(),
             "created": self.created,
             "near_centre": self.model.space.near_centre(self.vectors),

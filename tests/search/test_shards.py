@@ -167,3 +167,15 @@ def test_holds_is_the_row_by_row_definition() -> None:
         own = [set(lex.query(texts[r])[0].tolist()) for r in rows]
         expected = [[t >= 0 and t in o for t in ids] for o in own]
         assert lex.holds(ids, rows).tolist() == (expected if len(rows) else [])
+
+
+def test_a_shard_set_with_passages_returns_what_one_index_returns(tmp_path: Path) -> None:
+    """Passage keys (every answer over 12 words keyed by its windows) across shards: the
+    same hits, scores and matched keys as one index."""
+    one = Ranker.build(RECORDS, index_kind="flat", passage_words=12)
+    sharded = ShardedRanker.build(RECORDS, tmp_path / "set", shards=3, index_kind="flat", passage_words=12)
+    questions = [*QUESTIONS, "print a page in landscape", "which browsers are supported"]
+    for hybrid in (True, False):
+        got, want = sharded.search_batch(questions, 10, hybrid=hybrid), one.search_batch(questions, 10, hybrid=hybrid)
+        _same(got, want)
+        assert any(h.matched == "passage" for hits in want for h in hits)
