@@ -31,6 +31,7 @@ GENERATORS: dict[str, str] = {
     "offtopic-table": "benchmarks.quality.offtopic",
     "filters-table": "benchmarks.quality.filters",
     "search-keys": "benchmarks.quality.search_keys",
+    "passages": "benchmarks.quality.passages",
     "ranking-rules": "benchmarks.quality.ranking_rules",
     "fusion-pseudo": "benchmarks.quality.fusion_pseudo",
     "score-features": "benchmarks.quality.score_features",

@@ -461,10 +461,11 @@ def hybrid_features(
     :func:`qaindex.search.scoring.fused_probability` reads and :func:`fit_fused_score` fits.
 
     The features of a hit (:data:`FUSED_FEATURES`) are its fused value, the logit of
-    ``calibration``'s probability of its question's best model score (the top of a dense search
-    of the same index), the question's BM25 match (the best BM25 score over the question's
-    bound), whether it is the search's first hit (1, else 0), the question's lexical coverage
-    (that of its best BM25 answer) and ``ln(1 + n(q))``, ``n(q)`` its number of BM25 terms.
+    ``calibration``'s probability of its question's best model score (over the answers and
+    stored questions, as the search reads it: ``Explanation.question_top``), the question's
+    BM25 match (the best BM25 score over the question's bound), whether it is the search's
+    first hit (1, else 0), the question's lexical coverage (that of its best BM25 answer) and
+    ``ln(1 + n(q))``, ``n(q)`` its number of BM25 terms.
 
     Returns
     -------
@@ -476,9 +477,8 @@ def hybrid_features(
     if lexical is None:
         raise QueryError("hybrid features need an index with a BM25 index (build it with hybrid=True)")
     hits = ranker.search_batch(list(questions), depth, rerank=False, hybrid=True, explain=True)
-    tops = ranker.search_batch(list(questions), 1, rerank=False, hybrid=False)
     out: list[tuple[np.ndarray, np.ndarray]] = []
-    for question, found, top, rows in zip(questions, hits, tops, relevant, strict=True):
+    for question, found, rows in zip(questions, hits, relevant, strict=True):
         if not found:
             out.append((np.zeros((0, len(FUSED_FEATURES))), np.zeros(0, np.int64)))
             continue
@@ -488,8 +488,9 @@ def hybrid_features(
         match = float(scores.max()) / bound if bound > 0 else 0.0
         coverage = best_coverage(lexical, terms, length, np.arange(len(scores)), scores)
         fused = [h.explanation.fused if h.explanation is not None else None for h in found]
-        assert all(f is not None for f in fused)
-        feats = fused_features(fused, float(calibration(top[0].raw_score)), match, coverage, length)
+        top = found[0].explanation.question_top if found[0].explanation is not None else None
+        assert all(f is not None for f in fused) and top is not None
+        feats = fused_features(fused, float(calibration(top)), match, coverage, length)
         out.append((feats, np.asarray([int(h.row in rows) for h in found], np.int64)))
     return out
 

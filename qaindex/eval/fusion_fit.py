@@ -119,8 +119,9 @@ def collect(
     model: Any, records: Sequence[Any], questions: Sequence[str], relevant: Sequence[set[int]], name: str
 ) -> FitPool:
     """Search every question of a labelled corpus (``records``, rows as in ``relevant``) in a
-    flat hybrid index of it and keep what :func:`fit_fusion` needs."""
-    ranker = Ranker.build(list(records), model=model, index_kind="flat", hybrid=True)
+    flat hybrid index of its answers (no keys: the fit ranks answers) and keep what
+    :func:`fit_fusion` needs."""
+    ranker = Ranker.build(list(records), model=model, index_kind="flat", hybrid=True, question_keys=False)
     state = ranker.state()
     lexical = state.lexical
     assert lexical is not None

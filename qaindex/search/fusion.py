@@ -73,7 +73,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ModelFormatError, QueryError
-from ..key_index import PASSAGE
 from ..store.field_ranges import (
     FUSED_SCORE,
     FUSED_SCORE_WEIGHTS,
@@ -596,7 +595,7 @@ def hybrid_arrays(
     scan: bool | None = None,
     explain: list[list[Explanation]] | None = None,
     memory_budget: int | None = None,
-    keys: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None,
+    keys: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]] | None = None,
     matched_out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The ``k`` best fused candidates of each question, as :meth:`qaindex.Ranker.search_vectors` arrays.
@@ -716,7 +715,7 @@ def fuse_candidates(
     candidates: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     k: int,
     *,
-    keys: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+    keys: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float] | None = None,
     explain: list[list[Explanation]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One question's ``k`` best candidates by the fused score (:func:`hybrid_arrays`' ranking,
@@ -761,21 +760,17 @@ def fuse_candidates(
     )
     if explain is not None:
         weight = rule.weight if rule.rule == "convex" else None
-        explain.append(_explanations(lexical, terms, rows, s, lex, fused, order, weight))
+        explain.append(_explanations(lexical, terms, rows, s, lex, fused, order, weight, top))
     return s[order], d[order], rows[order], probabilities, codes[order]
 
 
-def _answer_top(s: np.ndarray, keys: tuple[np.ndarray, ...] | None) -> float:
+def _answer_top(s: np.ndarray, keys: tuple[Any, ...] | None) -> float:
     """The best model score of a question's candidates' answers and stored questions: what the
     question-level ``p_top`` of :func:`hybrid_scores` reads. Passages are left out: they rank
     their records, but the best of many short windows runs higher than the best of whole
     answers for any question, off-topic ones too, and the calibration was fitted on the latter."""
     top = float(s.max()) if len(s) else -np.inf
-    if keys is not None and len(keys[0]):
-        questions = keys[4] != PASSAGE
-        if questions.any():
-            top = max(top, float(keys[1][questions].max()))
-    return top
+    return top if keys is None else max(top, float(keys[5]))
 
 
 def _with_keys(
@@ -783,11 +778,11 @@ def _with_keys(
     s: np.ndarray,
     d: np.ndarray,
     lex: np.ndarray,
-    found: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    found: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One question's candidates (``rows`` sorted) with the evidence of their keys
     (:func:`hybrid_arrays`' ``keys``): model scores, distances, BM25 scores and key codes."""
-    key_rows, key_s, key_d, same, key_codes = found
+    key_rows, key_s, key_d, same, key_codes, _ = found
     at = np.searchsorted(rows, key_rows)
     wins = key_s > s[at]  # a key counts where it scores above the record's answer
     s, d, lex = s.copy(), d.copy(), np.asarray(lex, np.float64).copy()
@@ -808,8 +803,10 @@ def _explanations(
     fused: np.ndarray,
     order: np.ndarray,
     weight: float | None,
+    top: float,
 ) -> list[Explanation]:
-    """The :class:`~qaindex.search.hits.Explanation` of the hits ``order`` of one question's candidates."""
+    """The :class:`~qaindex.search.hits.Explanation` of the hits ``order`` of one question's
+    candidates (``top``: the question's best model score the hybrid score reads)."""
     rank_d, rank_l = _ranks(np.asarray(dense, np.float64)), _ranks(np.asarray(lex, np.float64))
     return [
         Explanation(
@@ -820,6 +817,7 @@ def _explanations(
             matched_terms=lexical.matched_terms(terms, int(rows[j])) if lex[j] > 0 else (),
             fused=float(fused[j]),
             dense_weight=weight,
+            question_top=top,
         )
         for j in order.tolist()
     ]

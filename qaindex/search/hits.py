@@ -53,6 +53,10 @@ class Explanation:
         in a dense search.
     dense_weight : float or None
         The weight of the model's part in a ``convex``/``adaptive`` fusion (None otherwise).
+    question_top : float or None
+        The question's best model score over the candidates' answers and stored questions
+        (passages left out): the calibrated ``p_top`` the hybrid ``score`` reads
+        (docs/scores.md); the same for every hit of a search; None in a dense search.
 
     Example
     -------
@@ -68,6 +72,7 @@ class Explanation:
     fused: float | None = None
     dense_weight: float | None = None
     key: str = "answer"
+    question_top: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Every attribute, ``matched_terms`` as a list."""
@@ -80,6 +85,7 @@ class Explanation:
             "matched_terms": list(self.matched_terms),
             "fused": self.fused,
             "dense_weight": self.dense_weight,
+            "question_top": self.question_top,
         }
 
     def line(self) -> str:
@@ -121,9 +127,10 @@ class Hit:
     explanation : Explanation or None
         Why the hit has its rank (the first stage's parts), with ``explain=True``; else None.
         Not part of equality.
-    matched : {"answer", "question"}
-        Which key of the record the search matched: its answer, or one of its stored
-        questions (:mod:`qaindex.search.keys`); ``score`` and ``distance`` are that key's.
+    matched : {"answer", "question", "passage"}
+        Which key of the record the search matched: its answer, one of its stored
+        questions, or a passage of its long answer (:mod:`qaindex.search.keys`); ``score``
+        and ``distance`` are that key's.
 
     Hits are hashable (sets, dict keys): equal hits hash equally.
 

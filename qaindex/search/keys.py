@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..key_index import QUESTION
 from . import filters
 from .fusion import CANDIDATE_FLOOR
 from .hits import MATCHED
@@ -117,9 +118,10 @@ def best_per_record(owners: np.ndarray, order: np.ndarray, width: int) -> np.nda
 
 
 #: per question: the records its keys vouch for, their best key's score and distance,
-#: whether one of their keys holds exactly the question's terms, and their best key's
-#: :data:`MATCHED` code
-Evidence = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+#: whether one of their keys holds exactly the question's terms, their best key's
+#: :data:`MATCHED` code, and the best score of the stored questions among the keys considered
+#: (``-inf`` where none is)
+Evidence = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]
 
 
 def key_evidence(
@@ -132,8 +134,8 @@ def key_evidence(
     score (the keys' pool, as wide as the answers') and of every key holding exactly the
     question's terms (:meth:`~qaindex.text.lexical.LexicalIndex.same_terms`, in an index
     with the keys' BM25 rows), each with its best key's score and distance and whether one
-    of its keys holds the question's terms and its best key's code: ``(rows, scores,
-    distances, same, codes)``, rows sorted.
+    of its keys holds the question's terms and its best key's code, and the best stored
+    question's score: ``(rows, scores, distances, same, codes, question_top)``, rows sorted.
     """
     keys = state.keys
     assert keys is not None
@@ -175,21 +177,25 @@ def best_keys(
     scores, distances and kind codes, default: stored questions) and the positions of the
     keys' pool and of those holding the question's terms: each of their records with its
     best key (best score, then distance, then key number), whether one of its keys holds the
-    terms and its best key's code, rows sorted.
+    terms and its best key's code, rows sorted; and the best score of the stored questions
+    among those keys (passages left out), which the hybrid score's question-level ``p_top``
+    reads (:func:`qaindex.search.fusion.fuse_candidates`).
 
     Example
     -------
-    >>> rows, s, d, same, codes = best_keys(np.arange(3), np.array([4, 4, 9]), np.array([0.5, 0.9, 0.1]),
-    ...                                     np.zeros(3), np.array([0, 1]), np.array([2]))
-    >>> rows.tolist(), s.tolist(), same.tolist(), codes.tolist()
-    ([4, 9], [0.9, 0.1], [False, True], [1, 1])
+    >>> rows, s, d, same, codes, top = best_keys(np.arange(3), np.array([4, 4, 9]), np.array([0.5, 0.9, 0.1]),
+    ...                                          np.zeros(3), np.array([0, 1]), np.array([2]), np.array([1, 2, 1]))
+    >>> rows.tolist(), s.tolist(), same.tolist(), codes.tolist(), top
+    ([4, 9], [0.9, 0.1], [False, True], [2, 1], 0.5)
     """
     pos = np.union1d(pool, same)
     order = pos[np.lexsort((numbers[pos], dist[pos], -score[pos]))]  # best key first
     rows, first = np.unique(owners[order], return_index=True)  # each record's best key
     best = order[first]
-    codes = np.ones(len(best), np.int8) if kinds is None else np.asarray(kinds, np.int8)[best]
-    return rows, score[best], dist[best], np.isin(rows, owners[same]), codes
+    codes = np.full(len(score), QUESTION, np.int8) if kinds is None else np.asarray(kinds, np.int8)
+    questions = pos[codes[pos] == QUESTION]
+    top = float(score[questions].max()) if len(questions) else -np.inf
+    return rows, score[best], dist[best], np.isin(rows, owners[same]), codes[best], top
 
 
 def key_arrays(

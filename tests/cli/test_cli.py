@@ -106,6 +106,7 @@ def test_search_explain_shows_the_dense_part(
             "matched_terms": [],
             "fused": None,
             "dense_weight": None,
+            "question_top": None,
         }
     table = runner.invoke(main, args)
     assert table.exit_code == 0, table.output

@@ -55,10 +55,10 @@ def test_corruption_matrix_is_fully_detected(tmp_path: Path) -> None:
     Ranker.build(reliability.records("s", 50), model=model).save(index)
     result = reliability.corruption_matrix(index, tmp_path / "outside", "test")
     # manifest.json + records.jsonl, offsets, vectors and the chunk digests of both, coarse.faiss + 4 model
-    # files + 7 lexical (BM25) files and the chunk digests of 4 + the stored questions' keys: vectors, owners
-    # and 7 BM25 files
-    assert result["files"] == 31
-    assert result["cases"] == 31 * len(reliability.CORRUPTIONS)
+    # files + 7 lexical (BM25) files and the chunk digests of 4 + the stored questions' and passages' keys:
+    # vectors, owners, kinds and 7 BM25 files (the tiny model cuts its answers: 64-word passages by default)
+    assert result["files"] == 32
+    assert result["cases"] == 32 * len(reliability.CORRUPTIONS)
     assert (result["detected"], result["missed"], result["non_qaindex_errors"]) == (result["cases"], [], [])
     assert len(Ranker.load(index)) == 50  # every file restored
 

@@ -143,6 +143,7 @@ def test_cli_search_explain_prints_the_parts(tiny: Ranker, tmp_path: Path) -> No
         "matched_terms",
         "fused",
         "dense_weight",
+        "question_top",
     }
     table = runner.invoke(main, ["search", QUESTION, "--index", str(index), "-k", "4", "--explain"])
     assert table.exit_code == 0, table.output

@@ -193,6 +193,9 @@ def test_passages_rank_but_do_not_raise_the_questions_top_probability(ranker: Ra
         qv = model.encode([question], role="question")
         texts = [r.answer for r in records] + [q for r in records for q in r.questions]
         others = model.score(qv, model.encode(texts, role="answer")[None])[0][0]
+        # the question's top, as the search reports it: the best answer or stored question
+        why = ranker.search(question, k=1, explain=True)[0].explanation
+        assert why is not None and why.question_top == pytest.approx(float(others.max()), rel=1e-5)
         if a[0].matched == "passage" and a[0].raw_score > others.max():
             lifted += 1
             assert a[0].score < b[0].score
