@@ -35,6 +35,7 @@ Example
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,7 @@ __all__ = [
     "PASSAGE_WORDS",
     "QUESTION",
     "KeyIndex",
+    "auto_passage_words",
     "build_keys",
     "check_entry",
     "choose_passage_words",
@@ -59,6 +61,8 @@ __all__ = [
     "load_keys",
     "passages",
 ]
+
+_log = logging.getLogger(__name__)
 
 DIRECTORY = "keys"
 #: the encoder role stored questions are encoded with (see the module docstring)
@@ -68,6 +72,9 @@ QUESTION, PASSAGE = 1, 2
 #: words per passage key when a build chooses (``passage_words="auto"``) for a model that cuts its answers
 PASSAGE_WORDS = 64
 MIN_PASSAGE_WORDS = 8
+#: the most passage keys ``"auto"`` makes: every key is scored exactly at search time, so beyond
+#: it a build keys none unless asked for a number of words
+AUTO_PASSAGE_LIMIT = 200_000
 _ENCODE_CHUNK = 4096  # stored questions per encoder call of a build
 
 
@@ -184,6 +191,28 @@ def choose_passage_words(value: Any, *, static_encoder: bool) -> int:
         f'passage_words must be "auto", 0 (no passage keys) or a number of words of at least '
         f"{MIN_PASSAGE_WORDS}, got {value!r}"
     )
+
+
+def auto_passage_words(value: Any, records: Any, *, static_encoder: bool) -> int:
+    """:func:`choose_passage_words` for a build of ``records``: ``"auto"`` keys none when its
+    passages would be more than :data:`AUTO_PASSAGE_LIMIT` (each costs search time), and logs why."""
+    words = choose_passage_words(value, static_encoder=static_encoder)
+    if value != "auto" or not words:
+        return words
+    count = 0
+    for row in range(len(records)):
+        count += len(passages(records.get(row).answer if hasattr(records, "get") else records[row].answer, words))
+        if count > AUTO_PASSAGE_LIMIT:
+            _log.warning(
+                "passages: none (passage_words='auto' would key more than %d passages of %d words, each scored "
+                "at every search; pass passage_words=%d / --passage-words %d to key them anyway)",
+                AUTO_PASSAGE_LIMIT,
+                words,
+                words,
+                words,
+            )
+            return 0
+    return words
 
 
 def passages(text: str, words: int) -> list[str]:

@@ -253,7 +253,7 @@ def build_on_ray(
         ranker = build_on_ray("/shared/faq.jsonl", address="ray://head:10001")
         ranker.save("qaindex-index")
     """
-    from ..key_index import choose_passage_words
+    from ..key_index import auto_passage_words, choose_passage_words
     from ..ranker import Ranker
     from ..search.fusion import with_dense_ratio
     from ..text.lexical import build_hybrid
@@ -262,6 +262,7 @@ def build_on_ray(
     from .lexical_worker import build_analyser
 
     hybrid = build_hybrid(hybrid)
+    choose_passage_words(passage_words, static_encoder=False)  # a bad setting fails before any work
     ray = import_ray()
     source = os.fspath(corpus)
     loaded = model if isinstance(model, Model) else Model.load(model, device=device, threads=None)
@@ -295,7 +296,7 @@ def build_on_ray(
         tune_for_corpus(coarse, loaded, store, vectors, target=check_target(recall), overfetch=overfetch)
     if reranker is not None and not isinstance(reranker, Reranker):
         reranker = Reranker.load(reranker, device=device)
-    words = choose_passage_words(passage_words, static_encoder=loaded.static_encoder)
+    words = auto_passage_words(passage_words, store, static_encoder=loaded.static_encoder)
     keys = encode_keys(loaded, store, batch_size, lexical=hybrid, passage_words=words) if question_keys else None
     # the BM25 index with adaptive fusion's ratio, measured as a local build measures it
     analysed = None

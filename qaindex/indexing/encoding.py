@@ -22,7 +22,7 @@ from .. import fast_path_switch
 from ..checks import MAX_SETTING, choice, flag, path_arg, path_or_records, positive_int
 from ..corpus import Record, records_from_dicts
 from ..errors import QueryError
-from ..key_index import KEY_SIDE, PASSAGE, KeyIndex, build_keys, choose_passage_words
+from ..key_index import KEY_SIDE, PASSAGE, KeyIndex, auto_passage_words, build_keys, choose_passage_words
 from ..model import Model
 from ..reranker import Reranker
 from ..store.index_checks import check_content
@@ -180,6 +180,7 @@ def encode_corpus(
     batch_size = positive_int(batch_size, "batch_size")
     flag(progress, "progress")
     flag(question_keys, "question_keys")
+    choose_passage_words(passage_words, static_encoder=False)  # a bad setting fails before any encoding
     use_hybrid = build_hybrid(hybrid)  # a missing extra fails before any encoding
     choice(device, "device", ("auto", "cpu", "cuda"))
     choice(index_kind, "index_kind", INDEX_KINDS)
@@ -218,7 +219,7 @@ def encode_corpus(
     )
     report = cuts.report()
     (_log.warning if report["cut"] else _log.info)("answers: %s", cut_line(report))
-    words = choose_passage_words(passage_words, static_encoder=loaded.static_encoder)
+    words = auto_passage_words(passage_words, store, static_encoder=loaded.static_encoder)
     keys = encode_keys(loaded, store, batch_size, lexical=use_hybrid, passage_words=words) if question_keys else None
     analysed = None if lexical is None else lexical.finish()
     # the checks a load applies to what a checksum cannot vouch for (a save repeats them, scanning everything)

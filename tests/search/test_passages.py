@@ -69,6 +69,27 @@ def test_auto_keys_passages_for_a_model_that_cuts_and_none_for_a_static_encoder(
     assert static._keys is not None and static._keys.passage_words == 0 and len(static._keys) == 0
 
 
+def test_auto_keys_none_beyond_its_limit_and_says_so(
+    faq_model: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from qaindex import key_index
+
+    long = [{"id": str(i), "answer": " ".join(["reset password link email"] * 40)} for i in range(3)]
+    per_answer = len(passages(long[0]["answer"], 64))
+    monkeypatch.setattr(key_index, "AUTO_PASSAGE_LIMIT", 3 * per_answer)
+    assert Ranker.build(long, model=faq_model)._keys.passage_words == 64  # type: ignore[union-attr]
+    monkeypatch.setattr(key_index, "AUTO_PASSAGE_LIMIT", 3 * per_answer - 1)
+    with caplog.at_level("WARNING", logger="qaindex.key_index"):
+        skipped = Ranker.build(long, model=faq_model)
+    assert skipped._keys is not None and skipped._keys.passage_words == 0 and len(skipped._keys) == 0
+    assert [m for m in caplog.messages if m.startswith("passages:")] == [
+        f"passages: none (passage_words='auto' would key more than {3 * per_answer - 1} passages of 64 words, "
+        "each scored at every search; pass passage_words=64 / --passage-words 64 to key them anyway)"
+    ]
+    asked = Ranker.build(long, model=faq_model, passage_words=64)  # asked for: no limit
+    assert asked._keys is not None and len(asked._keys) == 3 * per_answer
+
+
 @pytest.mark.parametrize("value", [3, -1, "many", True, 2.5])
 def test_a_bad_passage_setting_is_refused_before_any_work(value: object) -> None:
     with pytest.raises(QueryError) as info:
