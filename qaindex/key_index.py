@@ -75,7 +75,7 @@ MIN_PASSAGE_WORDS = 8
 #: the most passage keys ``"auto"`` makes: every key is scored exactly at search time, so beyond
 #: it a build keys none unless asked for a number of words
 AUTO_PASSAGE_LIMIT = 200_000
-_ENCODE_CHUNK = 4096  # stored questions per encoder call of a build
+_ENCODE_CHUNK = 4096  # keys per encoder call of a build
 
 
 @dataclass(frozen=True)
