@@ -93,6 +93,12 @@ from .scoring import fused_probability, hybrid_probability, hybrid_scores
 if TYPE_CHECKING:
     from ..vector_index import RowSource
 
+#: per question: the records its keys vouch for, their best key's score and distance,
+#: whether one of their keys holds exactly the question's terms, their best key's
+#: :data:`~qaindex.search.hits.MATCHED` code, and the best score of the stored questions among
+#: the keys considered (``-inf`` where none is): :func:`qaindex.search.keys.key_evidence`
+Evidence = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]
+
 __all__ = [
     "CANDIDATE_FLOOR",
     "DEFAULT_FUSION",
@@ -595,7 +601,7 @@ def hybrid_arrays(
     scan: bool | None = None,
     explain: list[list[Explanation]] | None = None,
     memory_budget: int | None = None,
-    keys: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]] | None = None,
+    keys: list[Evidence] | None = None,
     matched_out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The ``k`` best fused candidates of each question, as :meth:`qaindex.Ranker.search_vectors` arrays.
@@ -715,7 +721,7 @@ def fuse_candidates(
     candidates: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     k: int,
     *,
-    keys: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float] | None = None,
+    keys: Evidence | None = None,
     explain: list[list[Explanation]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One question's ``k`` best candidates by the fused score (:func:`hybrid_arrays`' ranking,
@@ -764,7 +770,7 @@ def fuse_candidates(
     return s[order], d[order], rows[order], probabilities, codes[order]
 
 
-def _answer_top(s: np.ndarray, keys: tuple[Any, ...] | None) -> float:
+def _answer_top(s: np.ndarray, keys: Evidence | None) -> float:
     """The best model score of a question's candidates' answers and stored questions: what the
     question-level ``p_top`` of :func:`hybrid_scores` reads. Passages are left out: they rank
     their records, but the best of many short windows runs higher than the best of whole
@@ -778,7 +784,7 @@ def _with_keys(
     s: np.ndarray,
     d: np.ndarray,
     lex: np.ndarray,
-    found: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float],
+    found: Evidence,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One question's candidates (``rows`` sorted) with the evidence of their keys
     (:func:`hybrid_arrays`' ``keys``): model scores, distances, BM25 scores and key codes."""

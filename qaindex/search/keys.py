@@ -35,7 +35,7 @@ import numpy as np
 
 from ..key_index import QUESTION
 from . import filters
-from .fusion import CANDIDATE_FLOOR
+from .fusion import CANDIDATE_FLOOR, Evidence
 from .hits import MATCHED
 
 if TYPE_CHECKING:
@@ -115,13 +115,6 @@ def best_per_record(owners: np.ndarray, order: np.ndarray, width: int) -> np.nda
     """
     _, first = np.unique(owners[order], return_index=True)
     return order[np.sort(first)[:width]]
-
-
-#: per question: the records its keys vouch for, their best key's score and distance,
-#: whether one of their keys holds exactly the question's terms, their best key's
-#: :data:`MATCHED` code, and the best score of the stored questions among the keys considered
-#: (``-inf`` where none is)
-Evidence = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]
 
 
 def key_evidence(
