@@ -102,12 +102,12 @@ class KeyIndex:
     def __len__(self) -> int:
         return len(self.owners)
 
-    def kind_codes(self, numbers: np.ndarray) -> np.ndarray:
-        """The kind codes of keys ``numbers`` (int8)."""
+    def kind_codes(self, numbers: np.ndarray | None = None) -> np.ndarray:
+        """The kind codes (int8) of keys ``numbers``; None: of every key."""
         if self.kinds is None:
-            return np.full(np.shape(numbers), QUESTION, np.int8)
-        codes: np.ndarray = np.asarray(self.kinds, np.int8)[numbers]
-        return codes
+            return np.full(len(self) if numbers is None else np.shape(numbers), QUESTION, np.int8)
+        codes: np.ndarray = np.asarray(self.kinds, np.int8)
+        return codes if numbers is None else codes[numbers]
 
     def kept(self, rows: np.ndarray) -> KeyIndex:
         """The keys of the kept record ``rows`` (sorted), their owners renumbered to the new rows."""
@@ -127,7 +127,7 @@ class KeyIndex:
         lexical = None if self.lexical is None else self.lexical.appended(list(texts))
         kinds = None
         if self.kinds is not None or added.kinds is not None:
-            kinds = np.concatenate([self.kind_codes(np.arange(len(self))), added.kind_codes(np.arange(len(added)))])
+            kinds = np.concatenate([self.kind_codes(), added.kind_codes()])
         return KeyIndex(
             np.ascontiguousarray(np.concatenate([np.asarray(self.vectors), added.vectors]), dtype=np.float32),
             np.concatenate([self.owners, np.asarray(added.owners, np.int64)]),
@@ -138,7 +138,7 @@ class KeyIndex:
 
     def with_lexical(self, records: Any) -> KeyIndex:
         """These keys with a BM25 index of their texts (:func:`key_entries` of ``records``)."""
-        texts = [text for _, text, _ in key_entries(records, self.passage_words, lexical=True)]
+        texts = [_lexical_text(text, kind) for _, text, kind in key_entries(records, self.passage_words)]
         return KeyIndex(self.vectors, self.owners, LexicalIndex.from_texts(texts), self.kinds, self.passage_words)
 
     def entry(self) -> dict[str, Any]:
@@ -156,7 +156,7 @@ class KeyIndex:
 
     def describe(self) -> dict[str, Any]:
         """:meth:`entry` with the number of keys of each kind (``Ranker.info()["keys"]``)."""
-        passage_keys = int((self.kind_codes(np.arange(len(self))) == PASSAGE).sum())
+        passage_keys = int((self.kind_codes() == PASSAGE).sum())
         return {**self.entry(), "stored_questions": len(self) - passage_keys, "passage_keys": passage_keys}
 
     def save(self, directory: Path) -> None:
@@ -165,7 +165,7 @@ class KeyIndex:
         np.save(directory / "vectors.npy", np.ascontiguousarray(self.vectors, dtype=np.float32), allow_pickle=False)
         np.save(directory / "owners.npy", np.asarray(self.owners, dtype=np.int64), allow_pickle=False)
         if self.passage_words:
-            np.save(directory / "kinds.npy", self.kind_codes(np.arange(len(self))), allow_pickle=False)
+            np.save(directory / "kinds.npy", self.kind_codes(), allow_pickle=False)
         if self.lexical is not None:
             self.lexical.save(directory / "lexical")
 
@@ -201,7 +201,7 @@ def auto_passage_words(value: Any, records: Any, *, static_encoder: bool) -> int
         return words
     count = 0
     for row in range(len(records)):
-        count += len(passages(records.get(row).answer if hasattr(records, "get") else records[row].answer, words))
+        count += len(passages(_record(records, row).answer, words))
         if count > AUTO_PASSAGE_LIMIT:
             _log.warning(
                 "passages: none (passage_words='auto' would key more than %d passages of %d words, each scored "
@@ -235,20 +235,30 @@ def passages(text: str, words: int) -> list[str]:
     return [" ".join(split[s : s + words]) for s in starts]
 
 
-def key_entries(records: Any, passage_words: int = 0, *, lexical: bool = False) -> Iterator[tuple[int, str, int]]:
+def key_entries(records: Any, passage_words: int = 0) -> Iterator[tuple[int, str, int]]:
     """``(row, text, kind)`` of every key of ``records`` in row order: each record's stored
-    questions, then (``passage_words`` > 0) its answer's :func:`passages`. ``lexical``: the
-    text of a passage key is its BM25 row's, empty."""
+    questions, then (``passage_words`` > 0) its answer's :func:`passages`."""
     if not passage_words:
         for row, question in key_texts(records):
             yield row, question, QUESTION
         return
     for row in range(len(records)):
-        record = records.get(row) if hasattr(records, "get") else records[row]
+        record = _record(records, row)
         for question in record.questions:
             yield row, question, QUESTION
         for passage in passages(record.answer, passage_words):
-            yield row, "" if lexical else passage, PASSAGE
+            yield row, passage, PASSAGE
+
+
+def _lexical_text(text: str, kind: int) -> str:
+    """The text of a key's BM25 row: a stored question's own; a passage's is empty (BM25 reads
+    the whole answer already)."""
+    return text if kind == QUESTION else ""
+
+
+def _record(records: Any, row: int) -> Any:
+    """The record at ``row`` of a RecordStore or a list of records."""
+    return records.get(row) if hasattr(records, "get") else records[row]
 
 
 def key_texts(records: Any, rows: Sequence[int] | None = None) -> Iterator[tuple[int, str]]:
@@ -257,7 +267,7 @@ def key_texts(records: Any, rows: Sequence[int] | None = None) -> Iterator[tuple
     if rows is None:
         rows = records.question_rows().tolist() if hasattr(records, "question_rows") else range(len(records))
     for row in rows:
-        for question in records.get(row).questions if hasattr(records, "get") else records[row].questions:
+        for question in _record(records, row).questions:
             yield row, question
 
 
@@ -284,7 +294,7 @@ def build_keys(
         kinds.append(kind)
     parts = [encode(texts[s : s + _ENCODE_CHUNK]) for s in range(0, len(texts), _ENCODE_CHUNK)]
     vectors = np.concatenate(parts) if parts else np.zeros((0, dimension), np.float32)
-    lexical_texts = [text if kind == QUESTION else "" for text, kind in zip(texts, kinds, strict=True)]
+    lexical_texts = [_lexical_text(text, kind) for text, kind in zip(texts, kinds, strict=True)]
     index = None
     if lexical:
         builder = LexicalBuilder()

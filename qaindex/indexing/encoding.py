@@ -22,7 +22,7 @@ from .. import fast_path_switch
 from ..checks import MAX_SETTING, choice, flag, path_arg, path_or_records, positive_int
 from ..corpus import Record, records_from_dicts
 from ..errors import QueryError
-from ..key_index import KEY_SIDE, PASSAGE, KeyIndex, auto_passage_words, build_keys, choose_passage_words
+from ..key_index import KEY_SIDE, KeyIndex, auto_passage_words, build_keys, choose_passage_words
 from ..model import Model
 from ..reranker import Reranker
 from ..store.index_checks import check_content
@@ -132,11 +132,11 @@ def _encoded_keys(
         passage_words=passage_words,
     )
     if len(keys):
-        passage_count = int((keys.kind_codes(np.arange(len(keys))) == PASSAGE).sum())
+        counts = keys.describe()
         _log.info(
             "encoded %d stored questions and %d passages as search keys in %.2f s",
-            len(keys) - passage_count,
-            passage_count,
+            counts["stored_questions"],
+            counts["passage_keys"],
             time.perf_counter() - started,
         )
     return keys, texts

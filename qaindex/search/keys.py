@@ -22,9 +22,9 @@ Example
 >>> import numpy as np
 >>> answers = (np.array([[2.0, 1.0]]), np.zeros((1, 2)), np.array([[0, 1]]), None)
 >>> keys = (np.array([[3.0, 0.5]]), np.zeros((1, 2)), np.array([[1, 0]]), None)
->>> s, d, r, p, matched, columns = merge(answers, keys, 2)
+>>> s, d, r, p, matched, columns = merge(answers, keys, 2, np.array([[2, 1]]))
 >>> r.tolist(), matched.tolist()
-([[1, 0]], [[1, 0]])
+([[1, 0]], [[2, 0]])
 """
 
 from __future__ import annotations
@@ -164,10 +164,10 @@ def best_keys(
     dist: np.ndarray,
     pool: np.ndarray,
     same: np.ndarray,
-    kinds: np.ndarray | None = None,
+    kinds: np.ndarray,
 ) -> Evidence:
     """:func:`key_evidence` of one question from its keys (``numbers``, their ``owners``,
-    scores, distances and kind codes, default: stored questions) and the positions of the
+    scores, distances and kind codes) and the positions of the
     keys' pool and of those holding the question's terms: each of their records with its
     best key (best score, then distance, then key number), whether one of its keys holds the
     terms and its best key's code, rows sorted; and the best score of the stored questions
@@ -185,7 +185,7 @@ def best_keys(
     order = pos[np.lexsort((numbers[pos], dist[pos], -score[pos]))]  # best key first
     rows, first = np.unique(owners[order], return_index=True)  # each record's best key
     best = order[first]
-    codes = np.full(len(score), QUESTION, np.int8) if kinds is None else np.asarray(kinds, np.int8)
+    codes = np.asarray(kinds, np.int8)
     questions = pos[codes[pos] == QUESTION]
     top = float(score[questions].max()) if len(questions) else -np.inf
     return rows, score[best], dist[best], np.isin(rows, owners[same]), codes[best], top
@@ -218,11 +218,11 @@ def key_arrays(
 
 
 def merge(
-    answers: Arrays, keys: Arrays, width: int, codes: np.ndarray | None = None
+    answers: Arrays, keys: Arrays, width: int, codes: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
     """The answers' and the keys' hits merged (module docstring): ``(scores, distances, rows,
     probabilities, matched, columns)``, ``width`` columns, ``matched`` the :data:`MATCHED` code
-    of each (a key's from ``codes``, the keys' codes; default: stored questions) and
+    of each (a key's from ``codes``, the keys' codes) and
     ``columns`` its column in the answers' or the keys' arrays (``-1`` where missing)."""
     a_s, a_d, a_r, a_p = answers
     k_s, k_d, k_r, k_p = keys
@@ -255,7 +255,7 @@ def merge(
             if row in seen:
                 continue
             seen.add(row)
-            code = (1 if codes is None else int(codes[i, j])) if take_key else 0
+            code = int(codes[i, j]) if take_key else 0
             s[i, out], d[i, out], r[i, out], matched[i, out] = src_s[i, j], src_d[i, j], row, code
             columns[i, out] = j
             if p is not None:
