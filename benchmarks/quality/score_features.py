@@ -45,6 +45,7 @@ from qaindex.eval.calibration_fit import (
     FITTED_FEATURES,
     FUSED_FEATURES,
     fit_fused_score,
+    fused_scores,
     hybrid_features,
     hybrid_pairs,
 )
@@ -62,12 +63,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "coverage + length": FITTED_FEATURES,
     "all six": FUSED_FEATURES,
 }
-
-
-def probabilities(weights: tuple[float, ...], features: np.ndarray) -> np.ndarray:
-    """The fused score of hits with ``features`` (n, 6) under ``weights`` (bias first)."""
-    z = weights[0] + np.asarray(features, np.float64) @ np.asarray(weights[1:])
-    return np.asarray(1.0 / (1.0 + np.exp(-z)))
 
 
 def fits(model: Model) -> dict[str, tuple[float, ...]]:
@@ -101,8 +96,8 @@ def measure(model: Model, corpora: dict[str, Any], offtopic: dict[str, list[str]
         x_on, y_on = first_hits(ranker, questions, [set(r.tolist()) for r in relevant])
         x_off, _ = first_hits(ranker, offtopic[label], [set()] * len(offtopic[label]))
         for name, weights in fitted.items():
-            correct = probabilities(weights, x_on[y_on == 1])
-            off = probabilities(weights, x_off)
+            correct = fused_scores(weights, x_on[y_on == 1])
+            off = fused_scores(weights, x_off)
             kept, refused = kept_refused(correct.tolist(), off.tolist(), THRESHOLD)
             out[name][label] = {"kept": round(kept, 4), "refused": round(refused, 4)}
         print(label, {n: out[n][label] for n in fitted}, flush=True)

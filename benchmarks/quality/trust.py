@@ -63,7 +63,7 @@ from benchmarks.quality.hybrid import half_a
 from benchmarks.quality.pooled import BM25_STEMMED, load_corpora, model_label
 from benchmarks.quality.pooled_eval import K, eval_bm25, pool_answers, questions_and_relevant
 from qaindex import Ranker
-from qaindex.eval.calibration_fit import fit_fused_score, hybrid_features, stacked_pairs
+from qaindex.eval.calibration_fit import fit_fused_score, fused_scores, hybrid_features, stacked_pairs
 from qaindex.eval.offtopic import BUILTIN_OFFTOPIC, read_offtopic
 from qaindex.model import DEFAULT_MODEL_DIR, Model
 from qaindex.ranker import Record
@@ -162,11 +162,11 @@ def recalibrated(
     n = len(questions)
     fit_a = half_a(n)
     x, y, w = stacked_pairs([per_question[i] for i in range(n) if fit_a[i]], per_question[n : n + len(negatives)])
-    bias, *weights = fit_fused_score(x, y, w)
+    fit = fit_fused_score(x, y, w)
 
     def top_score(i: int) -> float:
         feats = per_question[i][0]
-        return float(1 / (1 + np.exp(-(bias + feats[0] @ np.asarray(weights))))) if len(feats) else 0.0
+        return float(fused_scores(fit, feats[:1])[0]) if len(feats) else 0.0
 
     correct = [i for i in range(n) if not fit_a[i] and len(per_question[i][1]) and per_question[i][1][0]]
     kept = float(np.mean([top_score(i) >= THRESHOLD for i in correct])) if correct else float("nan")

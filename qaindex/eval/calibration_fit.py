@@ -56,6 +56,7 @@ __all__ = [
     "fit",
     "fit_fused_score",
     "fused_features",
+    "fused_scores",
     "hybrid_features",
     "hybrid_pairs",
     "labelled_pool",
@@ -252,6 +253,21 @@ def fit_fused_score(
         if out.get(fused, 0.0) >= 0 and out.get(first, 0.0) >= 0:
             break
     return float(w[-1]), *(float(out.get(j, 0.0)) for j in range(width))
+
+
+def fused_scores(fit: Sequence[float], features: Any) -> np.ndarray:
+    """The hybrid score of hits with ``features`` (n, 6; :data:`FUSED_FEATURES` columns, as
+    :func:`hybrid_features` gives them) under ``fit`` (:func:`fit_fused_score`'s ``(bias,
+    *weights)``): ``sigmoid(bias + features @ weights)``, what the search computes from the
+    same numbers (:func:`qaindex.search.scoring.fused_probability`).
+
+    Example
+    -------
+    >>> fused_scores((-1.0, 2.0, 0, 0, 0, 0, 0), [[0.5, 0, 0, 0, 0, 0]]).tolist()
+    [0.5]
+    """
+    z = float(fit[0]) + np.asarray(features, np.float64) @ np.asarray(fit[1:], np.float64)
+    return np.asarray(1.0 / (1.0 + np.exp(-z)))
 
 
 def _fit_isotonic(r: np.ndarray, y: np.ndarray, sw: np.ndarray) -> Calibration:
