@@ -86,14 +86,14 @@ class PassageWords(click.ParamType):  # type: ignore[type-arg]
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
         from ..errors import QAIndexError
-        from ..key_index import choose_passage_words
+        from ..key_index import MIN_PASSAGE_WORDS, choose_passage_words
 
         text = str(value).strip().lower()
         try:
             words: int | str = text if text == "auto" else int(text)
             choose_passage_words(words, static_encoder=False)
         except (ValueError, QAIndexError):
-            self.fail(f"{value!r} is not 'auto', 0 or a number of words of at least 8", param, ctx)
+            self.fail(f"{value!r} is not 'auto', 0 or a number of words of at least {MIN_PASSAGE_WORDS}", param, ctx)
         return words
 
 

@@ -742,7 +742,7 @@ def fuse_candidates(
     if fusion.rule == "adaptive":
         rule = Fusion("convex", weight=dense_weight(fusion, ratio, length, cov))
     codes = np.zeros(len(rows), np.int8)
-    top = _answer_top(s, keys)
+    top = _question_top(s, keys)
     if keys is not None and len(keys[0]):
         s, d, lex, codes = _with_keys(rows, s, d, lex, keys)
     fused = fuse(s, lex, rule, CANDIDATE_FLOOR)
@@ -770,7 +770,7 @@ def fuse_candidates(
     return s[order], d[order], rows[order], probabilities, codes[order]
 
 
-def _answer_top(s: np.ndarray, keys: Evidence | None) -> float:
+def _question_top(s: np.ndarray, keys: Evidence | None) -> float:
     """The best model score of a question's candidates' answers and stored questions: what the
     question-level ``p_top`` of :func:`hybrid_scores` reads. Passages are left out: they rank
     their records, but the best of many short windows runs higher than the best of whole
