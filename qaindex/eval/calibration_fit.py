@@ -40,7 +40,6 @@ from ..errors import ModelFormatError, QueryError
 from ..model import Model
 from ..ranker import Ranker
 from ..search.calibration import CALIBRATION_METHODS, Calibration
-from ..search.fusion import best_coverage
 from ..store.atomic_files import read_json_object, write_json_atomic
 from ..store.field_ranges import FUSED_SCORE, FUSED_SCORE_WEIGHTS
 from ..text.lexical import tokenizer_available
@@ -478,10 +477,14 @@ def hybrid_features(
 
     The features of a hit (:data:`FUSED_FEATURES`) are its fused value, the logit of
     ``calibration``'s probability of its question's best model score (over the answers and
-    stored questions, as the search reads it: ``Explanation.question_top``), the question's
-    BM25 match (the best BM25 score over the question's bound), whether it is the search's
-    first hit (1, else 0), the question's lexical coverage (that of its best BM25 answer) and
-    ``ln(1 + n(q))``, ``n(q)`` its number of BM25 terms.
+    stored questions), the question's BM25 match (the best BM25 score of its candidates over
+    the question's bound), whether it is the search's first hit (1, else 0), the question's
+    lexical coverage (that of its best BM25 candidate) and ``ln(1 + n(q))``, ``n(q)`` its
+    number of BM25 terms: the question's values as the search computed them
+    (``Explanation.question_top``, ``question_match``, ``question_coverage``), over the
+    candidates it scored, so that a fit reads what the served score reads at every index
+    size (beyond :data:`~qaindex.search.fusion.LEXICAL_SCAN_LIMIT` answers BM25 does not
+    scan every answer).
 
     Returns
     -------
@@ -498,14 +501,12 @@ def hybrid_features(
         if not found:
             out.append((np.zeros((0, len(FUSED_FEATURES))), np.zeros(0, np.int64)))
             continue
-        terms, length = lexical.query(question)
-        bound = lexical.score_bound(terms, length)
-        scores = lexical.scores_of_terms(terms)
-        match = float(scores.max()) / bound if bound > 0 else 0.0
-        coverage = best_coverage(lexical, terms, length, np.arange(len(scores)), scores)
+        _, length = lexical.query(question)
         fused = [h.explanation.fused if h.explanation is not None else None for h in found]
-        top = found[0].explanation.question_top if found[0].explanation is not None else None
-        assert all(f is not None for f in fused) and top is not None
+        why = found[0].explanation
+        assert why is not None and all(f is not None for f in fused)
+        top, coverage, match = why.question_top, why.question_coverage, why.question_match
+        assert top is not None and coverage is not None and match is not None
         feats = fused_features(fused, float(calibration(top)), match, coverage, length)
         out.append((feats, np.asarray([int(h.row in rows) for h in found], np.int64)))
     return out

@@ -754,19 +754,22 @@ def fuse_candidates(
     best = float(s.max())
     best_lex = float(lex.max())
     bound = lexical.score_bound(terms, length)
+    match = best_lex / bound if bound > 0 else 0.0
     probabilities = hybrid_scores(
         fusion,
         model.calibration(s[order], best),
         model.calibration(top),
         lex[order] / best_lex if best_lex > 0 else np.zeros(len(order)),
         fused[order],
-        best_lex / bound if bound > 0 else 0.0,
+        match,
         cov,
         length,
     )
     if explain is not None:
         weight = rule.weight if rule.rule == "convex" else None
-        explain.append(_explanations(lexical, terms, rows, s, lex, fused, order, weight, top))
+        # the coverage even where this fusion does not read it: a calibration fit reads it here
+        coverage = best_coverage(lexical, terms, length, rows, candidates[3])
+        explain.append(_explanations(lexical, terms, rows, s, lex, fused, order, weight, (top, coverage, match)))
     return s[order], d[order], rows[order], probabilities, codes[order]
 
 
@@ -809,10 +812,12 @@ def _explanations(
     fused: np.ndarray,
     order: np.ndarray,
     weight: float | None,
-    top: float,
+    question: tuple[float, float, float],
 ) -> list[Explanation]:
     """The :class:`~qaindex.search.hits.Explanation` of the hits ``order`` of one question's
-    candidates (``top``: the question's best model score the hybrid score reads)."""
+    candidates (``question``: the question's best model score, lexical coverage and BM25
+    match, which the hybrid score reads)."""
+    top, coverage, match = question
     rank_d, rank_l = _ranks(np.asarray(dense, np.float64)), _ranks(np.asarray(lex, np.float64))
     return [
         Explanation(
@@ -824,6 +829,8 @@ def _explanations(
             fused=float(fused[j]),
             dense_weight=weight,
             question_top=top,
+            question_coverage=coverage,
+            question_match=match,
         )
         for j in order.tolist()
     ]

@@ -57,6 +57,14 @@ class Explanation:
         The question's best model score over the candidates' answers and stored questions
         (passages left out): the calibrated ``p_top`` the hybrid ``score`` reads
         (docs/scores.md); the same for every hit of a search; None in a dense search.
+    question_coverage : float or None
+        The question's lexical coverage: the share of its terms' IDF that BM25's best
+        candidate holds (:meth:`~qaindex.text.lexical.LexicalIndex.coverage`); the same for
+        every hit; None in a dense search.
+    question_match : float or None
+        The question's BM25 match: the best BM25 score among the candidates over the most any
+        answer could score for it (read by calibrations fitted before the coverage); the same
+        for every hit; None in a dense search.
 
     Example
     -------
@@ -73,6 +81,8 @@ class Explanation:
     dense_weight: float | None = None
     key: str = "answer"
     question_top: float | None = None
+    question_coverage: float | None = None
+    question_match: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Every attribute, ``matched_terms`` as a list."""
@@ -86,6 +96,8 @@ class Explanation:
             "fused": self.fused,
             "dense_weight": self.dense_weight,
             "question_top": self.question_top,
+            "question_coverage": self.question_coverage,
+            "question_match": self.question_match,
         }
 
     def line(self) -> str:

@@ -107,6 +107,8 @@ def test_search_explain_shows_the_dense_part(
             "fused": None,
             "dense_weight": None,
             "question_top": None,
+            "question_coverage": None,
+            "question_match": None,
         }
     table = runner.invoke(main, args)
     assert table.exit_code == 0, table.output

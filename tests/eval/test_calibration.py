@@ -268,6 +268,49 @@ def test_calibrate_model_fits_the_hybrid_score_on_the_fused_value(planted_model:
     assert sum(int(y[0]) for _, y in per_question) >= 4  # labels of both kinds: most first hits share the topic
 
 
+def test_hybrid_features_are_what_the_search_read_without_a_bm25_scan(
+    planted_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beyond LEXICAL_SCAN_LIMIT answers BM25 scores only the candidates of its impact-ordered
+    postings: the question's coverage and match a fit reads are those the search computed over
+    its candidates, so every hit's score is the stored weights applied to its features."""
+    import shutil
+
+    import qaindex.search.fusion as fusion_module
+
+    pytest.importorskip("Stemmer")
+    model_dir = tmp_path / "model"
+    shutil.copytree(planted_model, model_dir)
+    weights = {"bias": -2.0, "fused": 3.0, "top": 0.5, "match": 1.5, "first": 0.7, "coverage": 1.2, "length": -0.3}
+    manifest = json.loads((model_dir / "manifest.json").read_text())
+    manifest["fusion"] = {"fused_score": weights}
+    (model_dir / "manifest.json").write_text(json.dumps(manifest))
+    model = Model.load(model_dir)
+    # BM25's best answer holds both question terms among four: each weighs less in it than in
+    # the 300 answers of two terms holding one of them, so it is not among the 100
+    # highest-weighted postings of either term; stopwords (no BM25 terms, unknown words to the
+    # model) dilute its vector, so the model ranks it below them too
+    answers = ["topic1 topic2 fill0 fill1 " + " ".join(["the"] * 40)]
+    answers += [f"topic{t} fill{i % 40}" for t in (1, 2) for i in range(150)]
+    ranker = Ranker.build([{"id": i, "answer": a} for i, a in enumerate(answers)], model=model_dir, hybrid=True)
+    lexical = ranker.state().lexical
+    assert lexical is not None
+    monkeypatch.setattr(fusion_module, "LEXICAL_SCAN_LIMIT", 0)
+    questions = ["topic1 topic2", "topic1 topic2 fill3", "topic2 fill7"]
+    relevant = [{0}, {0}, {0}]
+    w = np.array([weights[k] for k in ("fused", "top", "match", "first", "coverage", "length")])
+    per_question = hybrid_features(ranker, questions, relevant, model.calibration)
+    for q, (x, _) in zip(questions, per_question, strict=True):
+        hits = ranker.search(q, k=10, explain=True)
+        assert 0 not in [h.row for h in hits]  # the scan's best BM25 answer is not a candidate
+        why = hits[0].explanation
+        assert why is not None and (x[0, 2], x[0, 4]) == (why.question_match, why.question_coverage)
+        np.testing.assert_allclose(1 / (1 + np.exp(-(weights["bias"] + x @ w))), [h.score for h in hits], rtol=1e-6)
+    terms, length = lexical.query(questions[0])  # a scan would read another coverage
+    assert lexical.coverage(terms, length, 0) == pytest.approx(1.0)
+    assert per_question[0][0][0, 4] < 0.9
+
+
 def test_cli_calibrate_writes_the_manifest_and_reports_ece(planted_model: Path, tmp_path: Path) -> None:
     import shutil
 

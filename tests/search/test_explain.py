@@ -83,6 +83,11 @@ def test_a_convex_fusion_explained_exactly(tiny: Ranker, weight: float) -> None:
         assert e.matched_terms == matched[i]
         assert e.fused == pytest.approx(fused[i], abs=1e-5)
         assert e.dense_weight == weight
+        # the question's features the hybrid score reads, whether or not this rule reads them:
+        # BM25's best answer (a2) holds cat and dog, not home (idf ln 10, as no answer holds it)
+        assert e.question_coverage == pytest.approx(2 * math.log(2) / (2 * math.log(2) + math.log(10)))
+        assert e.question_match == pytest.approx(max(lex) / (2 * math.log(2) + math.log(10)))
+        assert e.question_top == pytest.approx(max(dense), abs=1e-5)
     assert [h.explanation.bm25_rank for h in sorted(hits, key=lambda h: h.id)] == [2, 3, 1, None]  # type: ignore[union-attr]
 
 
@@ -144,6 +149,8 @@ def test_cli_search_explain_prints_the_parts(tiny: Ranker, tmp_path: Path) -> No
         "fused",
         "dense_weight",
         "question_top",
+        "question_coverage",
+        "question_match",
     }
     table = runner.invoke(main, ["search", QUESTION, "--index", str(index), "-k", "4", "--explain"])
     assert table.exit_code == 0, table.output
