@@ -253,7 +253,7 @@ def build_on_ray(
         ranker = build_on_ray("/shared/faq.jsonl", address="ray://head:10001")
         ranker.save("qaindex-index")
     """
-    from ..key_index import auto_passage_words, choose_passage_words
+    from ..key_index import choose_passage_words
     from ..ranker import Ranker
     from ..search.fusion import with_dense_ratio
     from ..text.lexical import build_hybrid
@@ -296,8 +296,9 @@ def build_on_ray(
         tune_for_corpus(coarse, loaded, store, vectors, target=check_target(recall), overfetch=overfetch)
     if reranker is not None and not isinstance(reranker, Reranker):
         reranker = Reranker.load(reranker, device=device)
-    words = auto_passage_words(passage_words, store, static_encoder=loaded.static_encoder)
-    keys = encode_keys(loaded, store, batch_size, lexical=hybrid, passage_words=words) if question_keys else None
+    keys = encode_keys(
+        loaded, store, batch_size, lexical=hybrid, question_keys=question_keys, passage_words=passage_words
+    )
     # the BM25 index with adaptive fusion's ratio, measured as a local build measures it
     analysed = None
     if lexical is not None:

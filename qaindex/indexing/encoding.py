@@ -111,12 +111,17 @@ class Built:
 
 
 def encode_keys(
-    model: Model, records: object, batch_size: int, *, lexical: bool, first_row: int = 0, passage_words: int = 0
-) -> KeyIndex:
-    """The stored questions (and, with ``passage_words``, the passages) of ``records`` as
-    search keys, encoded on :data:`KEY_SIDE` (:mod:`qaindex.key_index`); ``first_row``: the
-    row of the first record in the index."""
-    return _encoded_keys(model, records, batch_size, lexical, first_row, passage_words)[0]
+    model: Model, records: Any, batch_size: int, *, lexical: bool, question_keys: bool, passage_words: int | str
+) -> KeyIndex | None:
+    """A build's search keys (:mod:`qaindex.key_index`): the stored questions of ``records``
+    and, with ``passage_words`` (as :meth:`qaindex.Ranker.build` takes it; ``"auto"``:
+    :func:`~qaindex.key_index.auto_passage_words` for this model and these records), their
+    answers' passages, encoded on :data:`KEY_SIDE`; None without ``question_keys`` (no
+    passages either)."""
+    if not question_keys:
+        return None
+    words = auto_passage_words(passage_words, records, static_encoder=model.static_encoder)
+    return _encoded_keys(model, records, batch_size, lexical, 0, words)[0]
 
 
 def _encoded_keys(
@@ -219,8 +224,9 @@ def encode_corpus(
     )
     report = cuts.report()
     (_log.warning if report["cut"] else _log.info)("answers: %s", cut_line(report))
-    words = auto_passage_words(passage_words, store, static_encoder=loaded.static_encoder)
-    keys = encode_keys(loaded, store, batch_size, lexical=use_hybrid, passage_words=words) if question_keys else None
+    keys = encode_keys(
+        loaded, store, batch_size, lexical=use_hybrid, question_keys=question_keys, passage_words=passage_words
+    )
     analysed = None if lexical is None else lexical.finish()
     # the checks a load applies to what a checksum cannot vouch for (a save repeats them, scanning everything)
     check_content(
